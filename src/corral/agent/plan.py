@@ -1,0 +1,62 @@
+"""The agent's plan: everything ``corral agent`` needs to run one attempt of a run on a node.
+
+The controller builds the plan from the job spec; the provider delivers it to the machine
+(a file for the local provider, user-data for a cloud). The agent never reads the job spec or
+the store, only this plan, so the two sides can change independently.
+
+GPU indices in a plan are *logical*: index ``i`` is the i-th device in ``devices`` (the GPUs
+the provider gave this instance). ``devices=None`` means "every GPU this node has".
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from corral.constants import DEFAULT_GRACE_SECONDS
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class StagePlan(_Model):
+    name: str
+    run: str = Field(description="Shell command (run with bash -c in the workdir).")
+    gpus: int | list[int] | Literal["all"] = Field(
+        0, description="How many GPUs (any free ones), explicit logical indices, or 'all'."
+    )
+    needs: list[str] = Field(default_factory=list)
+    env: dict[str, str] = Field(default_factory=dict)
+
+
+class AgentPlan(_Model):
+    run_id: str
+    attempt: int = Field(ge=1)
+    workdir: str = Field(description="Absolute directory the setup and stages run in.")
+    env: dict[str, str] = Field(default_factory=dict, description="Environment for every stage.")
+    setup: list[str] = Field(default_factory=list, description="Shell commands run once, in order.")
+    stages: list[StagePlan]
+    devices: list[str] | None = Field(
+        None, description="Physical GPU ids given to this instance; None: all GPUs of the node."
+    )
+    checkpoint_dir: str
+    state_dir: str = Field(description="Where the agent keeps logs, events and progress files.")
+    skip_stages: list[str] = Field(
+        default_factory=list, description="Stages that completed in an earlier attempt."
+    )
+    grace_seconds: float = Field(DEFAULT_GRACE_SECONDS, ge=0)
+    hourly_price: float = Field(0.0, ge=0)
+    cost_offset_usd: float = Field(0.0, ge=0, description="Cost of earlier attempts.")
+    budget_usd: float | None = None
+    host: str = "127.0.0.1"
+    port: int = Field(0, ge=0, le=65535, description="0 picks a free port.")
+
+    @classmethod
+    def load(cls, path: str | Path) -> AgentPlan:
+        return cls.model_validate_json(Path(path).read_text())
+
+    def dump(self, path: str | Path) -> None:
+        Path(path).write_text(self.model_dump_json(indent=2))

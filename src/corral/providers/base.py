@@ -1,0 +1,211 @@
+"""The provider interface: what every place that can run a job (this machine, a cloud) offers.
+
+A provider is one folder under ``corral/providers/`` plus one line in ``registry.py``. Core
+code never names a provider; it asks for capabilities with ``isinstance(p, SupportsX)``.
+
+Contract (the abstract-method docstrings are the contract):
+
+* ``offers`` never launches anything and is cheap to call repeatedly.
+* ``launch`` is idempotent on ``key``: calling it again with the same key (after a timeout, or
+  after a controller restart) returns the instance created by the first call, never a second
+  paid instance.
+* ``terminate`` is idempotent: terminating a missing or already-terminated instance succeeds.
+* ``status`` maps every provider state onto :class:`InstanceState`; the provider is the source
+  of truth for PREEMPTED (an unreachable agent alone is not a preemption).
+"""
+
+from __future__ import annotations
+
+import enum
+from abc import ABC, abstractmethod
+from datetime import datetime
+from typing import Any, ClassVar
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class InstanceState(enum.StrEnum):
+    PROVISIONING = "PROVISIONING"
+    RUNNING = "RUNNING"
+    PREEMPTED = "PREEMPTED"
+    STOPPED = "STOPPED"
+    TERMINATED = "TERMINATED"
+    FAILED = "FAILED"
+    UNKNOWN = "UNKNOWN"
+
+    @property
+    def gone(self) -> bool:
+        """The instance no longer runs anything and costs nothing more."""
+        return self in (InstanceState.TERMINATED, InstanceState.PREEMPTED, InstanceState.FAILED)
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Requirements(_Model):
+    """What a run needs from one machine, derived from ``spec.resources``."""
+
+    gpu_type: str | None = Field(None, description="GPU model (e.g. 'L40S'); None means any.")
+    gpu_count_min: int = Field(0, ge=0)
+    gpu_count_max: int = Field(0, ge=0)
+    cpus: float | None = None
+    memory_gb: float | None = None
+    disk_gb: float | None = None
+    spot: bool | None = Field(None, description="True: spot only; False: on-demand only; None: either.")
+    max_hourly_price: float | None = None
+    providers: list[str] | None = None
+    regions: list[str] | None = None
+
+
+class Offer(_Model):
+    """One kind of machine a provider can rent out now, with its price."""
+
+    provider: str
+    offer_id: str = Field(description="Provider-specific identifier of this offer.")
+    region: str = "local"
+    gpu_type: str | None = None
+    gpu_count: int = 0
+    cpus: float | None = None
+    memory_gb: float | None = None
+    spot: bool = False
+    price_per_hour: float = Field(0.0, ge=0, description="USD per hour for the whole machine.")
+    available: bool = True
+    availability: str = Field("unknown", description="'high', 'low', 'none' or 'unknown'.")
+    catalog_date: str | None = Field(None, description="Date of the price data, if from a catalog.")
+    details: dict[str, Any] = Field(default_factory=dict)
+
+
+class Bootstrap(_Model):
+    """What the provider must start on the machine: corral's agent with this plan.
+
+    ``plan`` is an :class:`corral.agent.plan.AgentPlan` as a dict. ``token`` protects the agent's
+    HTTP API; ``env`` holds values (secrets included) the agent passes to the job. Neither the
+    token nor ``env`` values may be logged.
+    """
+
+    plan: dict[str, Any]
+    token: str
+    env: dict[str, str] = Field(default_factory=dict)
+
+
+class Instance(_Model):
+    """A machine launched for one attempt of one run."""
+
+    provider: str
+    instance_id: str
+    key: str = Field(description="Idempotency key passed to launch (run id + attempt).")
+    offer: Offer
+    endpoint: str | None = Field(None, description="Base URL of the agent's HTTP API, once known.")
+    created_at: datetime | None = None
+    data: dict[str, Any] = Field(default_factory=dict, description="Provider-specific details.")
+
+
+class InstanceStatus(_Model):
+    state: InstanceState
+    detail: str = ""
+    endpoint: str | None = None
+
+
+class Capability(_Model):
+    name: str
+    supported: bool
+    reason: str = ""
+
+
+class Provider(ABC):
+    """Base class of every provider. Subclasses set ``name`` and implement the four methods."""
+
+    name: ClassVar[str]
+    #: capability name -> human reason, for capabilities this provider does not have.
+    unsupported: ClassVar[dict[str, str]] = {}
+
+    @abstractmethod
+    def offers(self, req: Requirements) -> list[Offer]:
+        """Offers that satisfy ``req``, unavailable ones included (``available=False``).
+
+        Raise :class:`~corral.errors.InfeasibleRequest` if no machine of this provider could
+        ever satisfy ``req`` (say, more GPUs than exist) and the provider can say so for sure.
+        """
+
+    @abstractmethod
+    def launch(self, offer: Offer, bootstrap: Bootstrap, key: str) -> Instance:
+        """Start a machine for ``offer`` running corral's agent with ``bootstrap``.
+
+        Idempotent on ``key``: if an instance with this key exists, return it without creating
+        another. Raise :class:`~corral.errors.NoCapacity` if the offer cannot be had right now;
+        the controller tries the next offer or waits.
+        """
+
+    @abstractmethod
+    def status(self, instance: Instance) -> InstanceStatus:
+        """The instance's state according to the provider. A missing instance is TERMINATED."""
+
+    @abstractmethod
+    def terminate(self, instance: Instance) -> None:
+        """Stop paying for the instance. Must not raise if it does not exist (idempotent).
+
+        Raise :class:`~corral.errors.NotYetTerminated` if the provider accepted the request but
+        the instance is not gone yet; the caller calls again later.
+        """
+
+    @abstractmethod
+    def find(self, key: str) -> Instance | None:
+        """The instance launched with ``key``, if it exists (used to reconcile after a crash)."""
+
+    def list_instances(self) -> list[Instance]:
+        """Every instance this provider holds for corral (used by the leak sweep)."""
+        return []
+
+    @classmethod
+    def capabilities(cls) -> list[Capability]:
+        caps = []
+        for mixin in CAPABILITY_MIXINS:
+            supported = issubclass(cls, mixin)
+            reason = "" if supported else cls.unsupported.get(mixin.__name__, "not implemented")
+            caps.append(Capability(name=mixin.__name__, supported=supported, reason=reason))
+        return caps
+
+
+# --- capability mixins: core checks these with isinstance, never with provider names ----------
+
+
+class SupportsSpot:
+    """Offers spot/interruptible machines (``Offer.spot``) that the provider may preempt."""
+
+
+class SupportsStop:
+    """Machines can be stopped (not billed for compute) and started again."""
+
+    def stop(self, instance: Instance) -> None:  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def start(self, instance: Instance) -> None:  # pragma: no cover - interface
+        raise NotImplementedError
+
+
+class SupportsVolumes:
+    """Persistent volumes that outlive an instance (for checkpoints and data)."""
+
+
+class SupportsPreemptionNotice:
+    """The machine learns of a coming preemption ahead of time; the agent polls for it."""
+
+    #: Name of the agent-side notice poller for this provider (see corral.agent).
+    notice_poller: ClassVar[str] = ""
+
+
+class SupportsLogs:
+    """The provider itself keeps the machine's console logs."""
+
+    def logs(self, instance: Instance, tail: int = 200) -> str:  # pragma: no cover - interface
+        raise NotImplementedError
+
+
+CAPABILITY_MIXINS: tuple[type, ...] = (
+    SupportsSpot,
+    SupportsStop,
+    SupportsVolumes,
+    SupportsPreemptionNotice,
+    SupportsLogs,
+)

@@ -1,0 +1,41 @@
+"""Shared fixtures. Every test gets its own CORRAL_HOME so nothing touches ~/.corral."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+
+@pytest.fixture(autouse=True)
+def corral_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
+    home = tmp_path_factory.mktemp("corral-home")
+    monkeypatch.setenv("CORRAL_HOME", str(home))
+    monkeypatch.delenv("CORRAL_DATABASE_URL", raising=False)
+    monkeypatch.delenv("CORRAL_FAKE_GPUS", raising=False)
+    return home
+
+
+@pytest.fixture
+def postgres_url() -> str:
+    """A fresh database on the local PostgreSQL server (skips nothing: the server is required)."""
+    import uuid
+
+    import sqlalchemy as sa
+
+    base = os.environ.get("CORRAL_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
+    name = "corral_t_" + uuid.uuid4().hex[:10]
+    admin = sa.create_engine(base, isolation_level="AUTOCOMMIT")
+    with admin.connect() as c:
+        c.execute(sa.text(f'CREATE DATABASE "{name}"'))
+    url = base.rsplit("/", 1)[0] + "/" + name
+    try:
+        yield url
+    finally:
+        with admin.connect() as c:
+            c.execute(sa.text(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = :n"
+            ), {"n": name})
+            c.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}"'))
+        admin.dispose()

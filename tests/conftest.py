@@ -34,8 +34,11 @@ def postgres_url() -> str:
         yield url
     finally:
         with admin.connect() as c:
-            c.execute(sa.text(
-                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = :n"
-            ), {"n": name})
+            c.execute(
+                sa.text(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = :n"
+                ),
+                {"n": name},
+            )
             c.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}"'))
         admin.dispose()

@@ -42,7 +42,9 @@ class CorralError(Exception):
     code: str = "error"
     exit_code: int = EXIT_INTERNAL
 
-    def __init__(self, message: str, *, code: str | None = None, fields: dict[str, Any] | None = None):
+    def __init__(
+        self, message: str, *, code: str | None = None, fields: dict[str, Any] | None = None
+    ):
         super().__init__(message)
         self.message = message
         if code is not None:
@@ -50,7 +52,11 @@ class CorralError(Exception):
         self.fields = dict(fields or {})
 
     def to_dict(self) -> dict[str, Any]:
-        return {"code": self.code, "message": self.message, **({"fields": self.fields} if self.fields else {})}
+        return {
+            "code": self.code,
+            "message": self.message,
+            **({"fields": self.fields} if self.fields else {}),
+        }
 
     def __str__(self) -> str:  # one clear line
         return self.message

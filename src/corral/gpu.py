@@ -117,8 +117,11 @@ def usage(ids: list[str] | None = None, environ: dict[str, str] | None = None) -
     """Current utilisation per GPU (fake GPUs report zero). Never raises."""
     env = os.environ if environ is None else environ
     if env.get(ENV_FAKE_GPUS):
-        return [GpuUsage(id=g.id, utilization_pct=0.0, memory_used_mb=0, memory_total_mb=0)
-                for g in parse_fake(env[ENV_FAKE_GPUS]) if ids is None or g.id in ids]
+        return [
+            GpuUsage(id=g.id, utilization_pct=0.0, memory_used_mb=0, memory_total_mb=0)
+            for g in parse_fake(env[ENV_FAKE_GPUS])
+            if ids is None or g.id in ids
+        ]
     try:
         import pynvml
 
@@ -133,9 +136,14 @@ def usage(ids: list[str] | None = None, environ: dict[str, str] | None = None) -
             h = pynvml.nvmlDeviceGetHandleByIndex(i)
             util = pynvml.nvmlDeviceGetUtilizationRates(h)
             mem = pynvml.nvmlDeviceGetMemoryInfo(h)
-            out.append(GpuUsage(id=str(i), utilization_pct=float(util.gpu),
-                                memory_used_mb=int(mem.used // 2**20),
-                                memory_total_mb=int(mem.total // 2**20)))
+            out.append(
+                GpuUsage(
+                    id=str(i),
+                    utilization_pct=float(util.gpu),
+                    memory_used_mb=int(mem.used // 2**20),
+                    memory_total_mb=int(mem.total // 2**20),
+                )
+            )
     except Exception:
         pass
     finally:

@@ -52,7 +52,9 @@ class Requirements(_Model):
     cpus: float | None = None
     memory_gb: float | None = None
     disk_gb: float | None = None
-    spot: bool | None = Field(None, description="True: spot only; False: on-demand only; None: either.")
+    spot: bool | None = Field(
+        None, description="True: spot only; False: on-demand only; None: either."
+    )
     max_hourly_price: float | None = None
     providers: list[str] | None = None
     regions: list[str] | None = None

@@ -1,0 +1,59 @@
+"""The progress file: JSON lines the SDK appends and the agent tails (``CORRAL_PROGRESS_FILE``).
+
+Record kinds (every record has ``ts``, unix seconds, and ``kind``):
+
+* ``progress``: ``step``, ``total`` (optional), ``loss`` (optional), ``epoch`` (optional),
+  ``metrics`` (dict).
+* ``metrics``: ``step``, ``metrics`` (dict).
+* ``checkpoint``: ``step``, ``path``, ``metrics`` (dict) once a checkpoint is durable.
+
+Writing never raises into the training loop: a failure to write progress is not a reason to
+lose a training run.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import threading
+import time
+from typing import Any
+
+from corral.constants import ENV_PROGRESS_FILE
+
+_lock = threading.Lock()
+
+
+def _clean(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {str(k): _clean(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_clean(v) for v in value]
+    if hasattr(value, "item") and callable(value.item):  # numpy / torch scalars
+        try:
+            return _clean(value.item())
+        except Exception:
+            return str(value)
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        return value
+    return str(value)
+
+
+def emit(kind: str, path: str | None = None, **fields: Any) -> bool:
+    """Append one record; returns False (and does nothing) when no progress file is set."""
+    target = path or os.environ.get(ENV_PROGRESS_FILE)
+    if not target:
+        return False
+    record = {"ts": time.time(), "kind": kind, **_clean(fields)}
+    line = json.dumps(record, separators=(",", ":")) + "\n"
+    try:
+        with _lock:
+            os.makedirs(os.path.dirname(os.path.abspath(target)), exist_ok=True)
+            with open(target, "a", encoding="utf-8") as f:
+                f.write(line)
+        return True
+    except OSError:
+        return False

@@ -1,0 +1,27 @@
+"""``python -m corral.control``: the controller process (the CLI starts it in the background)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="corral-controller")
+    parser.add_argument(
+        "--idle-exit",
+        type=float,
+        default=None,
+        help="exit after this many seconds with no active run",
+    )
+    parser.add_argument("--tick", type=float, default=None, help="seconds between ticks")
+    parser.add_argument("--log-file", type=Path, default=None)
+    args = parser.parse_args(argv)
+    from corral.control.daemon import run_foreground
+
+    return run_foreground(idle_exit_s=args.idle_exit, tick_seconds=args.tick, log_to=args.log_file)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

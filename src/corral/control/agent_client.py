@@ -1,0 +1,69 @@
+"""HTTP client for the agent API (see docs/agent.md). The controller polls; the agent never
+calls the controller, so one exposed port is all a node needs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+
+from corral.errors import AgentError, AgentUnreachable
+
+
+class AgentClient:
+    def __init__(
+        self, endpoint: str, token: str, *, timeout: float = 5.0, client: httpx.Client | None = None
+    ):
+        self.endpoint = endpoint.rstrip("/")
+        self._headers = {"Authorization": f"Bearer {token}", "User-Agent": "corral-controller"}
+        self._client = client or httpx.Client(timeout=timeout)
+        self._owns_client = client is None
+
+    def close(self) -> None:
+        if self._owns_client:
+            self._client.close()
+
+    def _request(self, method: str, path: str, **kw: Any) -> dict[str, Any]:
+        url = self.endpoint + path
+        try:
+            resp = self._client.request(method, url, headers=self._headers, **kw)
+        except httpx.TimeoutException as e:
+            raise AgentUnreachable(f"agent at {self.endpoint} timed out on {path}") from e
+        except httpx.HTTPError as e:
+            raise AgentUnreachable(
+                f"agent at {self.endpoint} unreachable: {type(e).__name__}"
+            ) from e
+        if resp.status_code == 401:
+            raise AgentError(f"agent at {self.endpoint} rejected the controller's token")
+        if resp.status_code >= 400 and resp.status_code != 503:
+            raise AgentError(f"agent at {self.endpoint} answered {resp.status_code} on {path}")
+        try:
+            body = resp.json()
+        except ValueError as e:
+            raise AgentError(f"agent at {self.endpoint} sent a non-JSON answer on {path}") from e
+        if resp.status_code == 503:
+            body.setdefault("ready", False)
+        return body
+
+    def health(self) -> dict[str, Any]:
+        return self._request("GET", "/health")
+
+    def ready(self) -> bool:
+        return bool(self._request("GET", "/ready").get("ready"))
+
+    def status(self) -> dict[str, Any]:
+        return self._request("GET", "/status")
+
+    def events(self, after: int = 0) -> dict[str, Any]:
+        return self._request("GET", "/events", params={"after": after})
+
+    def log_sizes(self) -> dict[str, int]:
+        return dict(self._request("GET", "/logs").get("stages", {}))
+
+    def logs(self, stage: str, offset: int = 0, limit: int = 256 * 1024) -> dict[str, Any]:
+        return self._request(
+            "GET", "/logs", params={"stage": stage, "offset": offset, "limit": limit}
+        )
+
+    def stop(self) -> dict[str, Any]:
+        return self._request("POST", "/stop")

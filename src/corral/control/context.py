@@ -1,0 +1,88 @@
+"""What every reconcile step needs: the store, the providers, the clock, settings."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from corral import paths
+from corral.control.agent_client import AgentClient
+from corral.control.tokens import agent_token
+from corral.errors import BadInput
+from corral.providers.base import Instance, Provider
+
+log = logging.getLogger("corral.controller")
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+@dataclass
+class Settings:
+    tick_seconds: float = 1.0
+    #: an agent that does not answer for this long, while its provider says the machine runs,
+    #: is reported (event) but never "recovered": a slow agent is not a dead one.
+    unreachable_grace_s: float = 60.0
+    #: an attempt whose agent is not ready after this long is failed.
+    provision_timeout_s: float = 600.0
+    #: after a graceful stop request, wait this long beyond the grace period before teardown.
+    stop_margin_s: float = 30.0
+    #: bytes of log copied per stage per tick (the rest follows on the next tick).
+    log_chunk: int = 1024 * 1024
+
+
+@dataclass
+class Context:
+    store: Any
+    providers: dict[str, Provider]
+    clock: Callable[[], datetime] = utcnow
+    settings: Settings = field(default_factory=Settings)
+    home: Path = field(default_factory=paths.home)
+    client_factory: Callable[[str, str], AgentClient] = AgentClient
+    #: in-memory notes that do not need to survive a restart (first unreachable time, ...)
+    memo: dict[str, Any] = field(default_factory=dict)
+    _spec_cache: dict[str, tuple[str, Any]] = field(default_factory=dict)
+    _clients: dict[tuple[str, str], AgentClient] = field(default_factory=dict)
+
+    def provider(self, name: str) -> Provider:
+        try:
+            return self.providers[name]
+        except KeyError:
+            raise BadInput(f"provider {name!r} is not enabled on this controller") from None
+
+    def spec(self, run: Any) -> Any:
+        """The run's JobSpec, validated once per spec hash."""
+        cached = self._spec_cache.get(run.id)
+        if cached and cached[0] == run.spec_hash:
+            return cached[1]
+        from corral.spec import JobSpec
+
+        spec = JobSpec.model_validate(run.spec)
+        self._spec_cache[run.id] = (run.spec_hash, spec)
+        return spec
+
+    def agent(self, run_id: str, attempt: int, endpoint: str) -> AgentClient:
+        key = (f"{run_id}:{attempt}", endpoint)
+        client = self._clients.get(key)
+        if client is None:
+            client = self.client_factory(endpoint, agent_token(run_id, attempt, self.home))
+            self._clients[key] = client
+        return client
+
+    def forget(self, run_id: str) -> None:
+        self._spec_cache.pop(run_id, None)
+        for key in [k for k in self._clients if k[0].startswith(run_id + ":")]:
+            self._clients.pop(key).close()
+        for key in [k for k in self.memo if k.startswith(run_id + ":")]:
+            self.memo.pop(key, None)
+
+
+def instance_of(resource: Any) -> Instance | None:
+    if not resource or not resource.instance:
+        return None
+    return Instance.model_validate(resource.instance)

@@ -1,0 +1,91 @@
+"""The controller: a reconcile loop over the active runs in the store.
+
+Every tick, each active run moves one step toward its goal, from the state recorded in the
+store and the answers of providers and agents. Nothing the loop needs lives only in memory, so
+a controller killed with -9 and started again re-attaches to the running agents and never
+launches an attempt twice (see ``launching`` for the intent log that makes launch safe).
+One run's failure never stops the loop: it is logged and recorded as an event.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+import traceback
+from typing import Any
+
+from corral.control import actions, finishing, launching, monitor
+from corral.control.context import Context, log
+from corral.errors import CorralError
+from corral.store.states import RunState
+
+HANDLERS = {
+    RunState.PENDING: launching.start_attempt,
+    RunState.PROVISIONING: monitor.handle_provisioning,
+    RunState.RUNNING: monitor.handle_running,
+    RunState.RECOVERING: finishing.handle_recovering,
+    RunState.STOPPING: finishing.handle_stopping,
+}
+
+
+class Controller:
+    def __init__(self, ctx: Context):
+        self.ctx = ctx
+        self.wake = threading.Event()
+        self.stopping = threading.Event()
+        self._errors: dict[str, str] = {}
+
+    def reconcile(self, run: Any) -> None:
+        if actions.handle_request(self.ctx, run):
+            return
+        handler = HANDLERS.get(RunState(run.state))
+        if handler is not None:
+            handler(self.ctx, run)
+
+    def tick(self) -> int:
+        """One pass over the active runs; returns how many there were."""
+        runs = self.ctx.store.list_runs(active_only=True, with_spec=True)
+        for run in runs:
+            try:
+                self.reconcile(run)
+                self._errors.pop(run.id, None)
+            except Exception as e:  # one run's trouble never kills the loop
+                text = e.message if isinstance(e, CorralError) else f"{type(e).__name__}: {e}"
+                log.error("run %s: reconcile failed: %s\n%s", run.id, text, traceback.format_exc())
+                if self._errors.get(run.id) != text:  # one event per distinct error
+                    self._errors[run.id] = text
+                    try:
+                        self.ctx.store.add_event(run.id, "controller.error", text)
+                    except Exception:
+                        pass
+        return len(runs)
+
+    def serve(self, *, idle_exit_s: float | None = None) -> None:
+        """Tick until stopped (SIGTERM/SIGINT) or, with ``idle_exit_s``, until no run has been
+        active for that long. SIGUSR1 wakes the loop at once (the CLI sends it after a launch)."""
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGUSR1, lambda *_: self.wake.set())
+            signal.signal(signal.SIGTERM, lambda *_: self.stop())
+            signal.signal(signal.SIGINT, lambda *_: self.stop())
+        idle_since: float | None = None
+        while not self.stopping.is_set():
+            try:
+                active = self.tick()
+            except Exception as e:  # the store itself failed: wait and retry
+                log.error("controller tick failed: %s", e)
+                active = 1
+            now = time.monotonic()
+            if active:
+                idle_since = None
+            elif idle_since is None:
+                idle_since = now
+            elif idle_exit_s is not None and now - idle_since >= idle_exit_s:
+                log.info("no active run for %.0fs: controller exits", idle_exit_s)
+                return
+            self.wake.wait(self.ctx.settings.tick_seconds)
+            self.wake.clear()
+
+    def stop(self) -> None:
+        self.stopping.set()
+        self.wake.set()

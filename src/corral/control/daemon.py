@@ -1,0 +1,139 @@
+"""Running the controller: in the foreground (``corral controller``), or in the background,
+started by the CLI when none runs for this CORRAL_HOME (one per home, guarded by a lock)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from corral import paths
+from corral.control.lock import ControllerLock, running_pid
+from corral.errors import ControllerError
+
+LOG_FILE = "controller.log"
+ENV_IDLE_EXIT = "CORRAL_CONTROLLER_IDLE_EXIT"
+DEFAULT_IDLE_EXIT_S = 600.0
+
+
+def idle_exit_default() -> float:
+    raw = os.environ.get(ENV_IDLE_EXIT)
+    if raw is None:
+        return DEFAULT_IDLE_EXIT_S
+    try:
+        return float(raw)
+    except ValueError:
+        raise ControllerError(f"{ENV_IDLE_EXIT}={raw!r} is not a number of seconds") from None
+
+
+def run_foreground(
+    *,
+    idle_exit_s: float | None = None,
+    tick_seconds: float | None = None,
+    log_to: Path | None = None,
+) -> int:
+    """Hold the lock and tick until stopped. Returns an exit code (1 if another controller
+    already runs for this home)."""
+    from corral.control.context import Context, Settings
+    from corral.control.controller import Controller
+    from corral.control.providers import load_providers
+    from corral.store import Store
+
+    home = paths.home()
+    lock = ControllerLock(home)
+    if not lock.acquire():
+        print(f"a controller already runs for {home} (pid {running_pid(home)})", file=sys.stderr)
+        return 1
+    handler: logging.Handler = (
+        logging.FileHandler(log_to) if log_to else logging.StreamHandler(sys.stderr)
+    )
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logger = logging.getLogger("corral")
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        store = Store.open()
+        providers, skipped = load_providers()
+        for name, why in skipped.items():
+            logger.warning("provider %s left out: %s", name, why)
+        settings = Settings()
+        if tick_seconds is not None:
+            settings.tick_seconds = tick_seconds
+        controller = Controller(
+            Context(store=store, providers=providers, settings=settings, home=home)
+        )
+        logger.info("controller %d started for %s", os.getpid(), home)
+        controller.serve(idle_exit_s=idle_exit_s)
+        logger.info("controller %d stopped", os.getpid())
+        return 0
+    finally:
+        lock.release()
+        logger.removeHandler(handler)
+
+
+def start_background(*, wait_s: float = 5.0) -> int:
+    """Start a background controller unless one runs; wake it either way. Returns its pid."""
+    home = paths.home()
+    pid = running_pid(home)
+    if pid and pid > 0:
+        wake(pid)
+        return pid
+    log_path = home / LOG_FILE
+    with open(log_path, "ab") as out, open(os.devnull, "rb") as devnull:
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "corral.control",
+                "--idle-exit",
+                str(idle_exit_default()),
+                "--log-file",
+                str(log_path),
+            ],
+            stdin=devnull,
+            stdout=out,
+            stderr=out,
+            start_new_session=True,
+            close_fds=True,
+        )
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        pid = running_pid(home)
+        if pid and pid > 0:
+            return pid
+        if proc.poll() is not None:  # lost a race to another controller, or failed
+            pid = running_pid(home)
+            if pid:
+                return pid
+            raise ControllerError(f"the controller failed to start; see {log_path}")
+        time.sleep(0.02)
+    raise ControllerError(f"the controller did not start within {wait_s:.0f}s; see {log_path}")
+
+
+def wake(pid: int) -> None:
+    try:
+        os.kill(pid, signal.SIGUSR1)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def stop_background(*, timeout_s: float = 10.0) -> int | None:
+    """Stop the controller of this home (SIGTERM, then wait). Returns its pid or None."""
+    home = paths.home()
+    pid = running_pid(home)
+    if not pid or pid < 0:
+        return None
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return pid
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if running_pid(home) is None:
+            return pid
+        time.sleep(0.05)
+    raise ControllerError(f"controller {pid} did not stop within {timeout_s:.0f}s")

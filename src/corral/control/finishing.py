@@ -1,0 +1,285 @@
+"""Ending attempts and runs: graceful stops, teardown until the provider confirms the machine
+is gone, cost, recovery into a new attempt, and the final state.
+
+A run reaches a terminal state only after every resource of it is confirmed gone, so a
+SUCCEEDED/FAILED/... run never leaves a paid machine behind.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from corral.control import launching, recovery, sync
+from corral.control.context import Context, instance_of, log
+from corral.errors import AgentError, Conflict, NotYetTerminated, ProviderError
+from corral.providers.base import InstanceState
+from corral.store.states import RunState
+
+
+def run_cost(ctx: Context, run_id: str) -> float:
+    """Sum over attempts of price x billed time (until confirmed teardown, or now if live)."""
+    total = 0.0
+    now = ctx.clock()
+    for a in ctx.store.attempts(run_id):
+        if a.started_at is None or not a.price_per_hour:
+            continue
+        if a.exit_reason == "no_capacity":
+            continue
+        end = a.billed_until or now
+        total += a.price_per_hour * max(0.0, (end - a.started_at).total_seconds()) / 3600.0
+    return round(total, 6)
+
+
+def _attempt_cost(a: Any, until: Any) -> float:
+    if a.started_at is None or not a.price_per_hour:
+        return 0.0
+    return round(a.price_per_hour * max(0.0, (until - a.started_at).total_seconds()) / 3600.0, 6)
+
+
+def begin_finish(
+    ctx: Context, run: Any, outcome: str, reason: str, *, graceful: bool, **fields: Any
+) -> None:
+    """Move the run to STOPPING, heading to ``outcome``. A graceful finish asks the agent to
+    stop its stages (SIGTERM, checkpoint, grace period) before the machine is torn down."""
+    deadline = None
+    if graceful and run.state == RunState.RUNNING:
+        res = _active(ctx, run)
+        inst = instance_of(res) if res else None
+        if inst and inst.endpoint:
+            try:
+                ctx.agent(run.id, run.attempt, inst.endpoint).stop()
+                spec = ctx.spec(run)
+                grace = getattr(getattr(spec, "limits", None), "stop_grace", None) or 30.0
+                deadline = ctx.clock() + timedelta(seconds=grace + ctx.settings.stop_margin_s)
+            except AgentError as e:
+                log.info("run %s: graceful stop not delivered: %s", run.id, e.message)
+    if run.attempt:
+        a = ctx.store.get_attempt(run.id, run.attempt)
+        data = dict(a.data or {})
+        data["stop_deadline"] = deadline.isoformat() if deadline else None
+        ctx.store.update_attempt(run.id, run.attempt, data=data)
+    try:
+        run = ctx.store.transition(
+            run.id, RunState.STOPPING, reason, expect={run.state}, outcome=outcome, **fields
+        )
+    except Conflict:
+        return
+    handle_stopping(ctx, run)
+
+
+def _active(ctx: Context, run: Any) -> Any | None:
+    for r in ctx.store.resources(run_id=run.id, open_only=True):
+        if r.attempt == run.attempt and r.state in ("active", "terminating"):
+            return r
+    return None
+
+
+def agent_finished(ctx: Context, run: Any, status: dict[str, Any]) -> None:
+    """The agent reports its attempt over: succeed, fail, or recover."""
+    phase = status.get("phase")
+    if phase == "succeeded":
+        ctx.store.update_attempt(run.id, run.attempt, exit_reason="succeeded")
+        begin_finish(ctx, run, RunState.SUCCEEDED, "all stages succeeded", graceful=False)
+        return
+    if phase == "stopped":
+        res = _active(ctx, run)
+        st = None
+        if res is not None:
+            try:
+                st = ctx.provider(res.provider).status(instance_of(res)).state
+            except ProviderError:
+                st = None
+        if st == InstanceState.PREEMPTED:
+            phase = "preempted"
+        else:
+            ctx.store.update_attempt(run.id, run.attempt, exit_reason="stopped")
+            begin_finish(
+                ctx,
+                run,
+                RunState.STOPPED,
+                status.get("reason") or "the agent stopped",
+                graceful=False,
+            )
+            return
+    stage, code = status.get("failed_stage"), status.get("exit_code")
+    kind = recovery.PREEMPTED if phase == "preempted" else recovery.FAILED
+    if kind == recovery.PREEMPTED:
+        why = f"preempted (stage '{stage}')" if stage else "preempted"
+    elif stage == "_setup":
+        why = f"setup failed with exit code {code}"
+    else:
+        why = f"stage '{stage}' exited with code {code}"
+    end_attempt(ctx, run, kind, why, exit_code=code, failed_stage=stage)
+
+
+def attempt_lost(ctx: Context, run: Any, state: InstanceState, detail: str) -> None:
+    """The provider says the machine is gone while the run still needed it."""
+    kind = recovery.PREEMPTED if state == InstanceState.PREEMPTED else recovery.FAILED
+    why = f"machine {state.value.lower()}" + (f": {detail}" if detail else "")
+    end_attempt(ctx, run, kind, why, exit_code=None, failed_stage=None)
+
+
+def end_attempt(
+    ctx: Context, run: Any, kind: str, why: str, *, exit_code: int | None, failed_stage: str | None
+) -> None:
+    ctx.store.update_attempt(run.id, run.attempt, exit_reason=kind, exit_code=exit_code)
+    decision = recovery.decide(ctx.spec(run), ctx.store.attempts(run.id), kind, exit_code)
+    if decision.recover:
+        try:
+            run = ctx.store.transition(
+                run.id, RunState.RECOVERING, f"{why}; {decision.reason}", expect={run.state}
+            )
+        except Conflict:
+            return
+        ctx.store.add_event(
+            run.id,
+            "run.recovering",
+            f"{why}; {decision.reason}",
+            attempt=run.attempt,
+            data={"kind": kind, "exit_code": exit_code},
+        )
+        handle_recovering(ctx, run)
+        return
+    reason = why if kind == recovery.FAILED else f"{why}; {decision.reason}"
+    begin_finish(
+        ctx,
+        run,
+        RunState.FAILED,
+        reason,
+        graceful=False,
+        exit_code=exit_code,
+        failed_stage=failed_stage,
+    )
+
+
+def teardown(ctx: Context, run: Any) -> bool:
+    """Terminate every open resource of the run; True once the provider confirmed all gone."""
+    all_gone = True
+    for res in ctx.store.resources(run_id=run.id, open_only=True):
+        inst = instance_of(res)
+        if inst is None:  # intent never launched: ask the provider by key, then forget it
+            provider = ctx.provider(res.provider)
+            try:
+                inst = provider.find(res.key)
+            except ProviderError as e:
+                log.warning("run %s: find %s failed: %s", run.id, res.key, e.message)
+                all_gone = False
+                continue
+            if inst is None:
+                ctx.store.update_resource(res.key, state="gone")
+                continue
+        if res.state != "terminating":
+            ctx.store.update_resource(res.key, state="terminating")
+        try:
+            ctx.provider(res.provider).terminate(inst)
+        except NotYetTerminated:
+            all_gone = False
+            continue
+        except ProviderError as e:
+            log.warning("run %s: terminate %s failed: %s", run.id, inst.instance_id, e.message)
+            all_gone = False
+            continue
+        ctx.store.update_resource(res.key, state="gone")
+        ctx.store.add_event(
+            run.id,
+            "instance.terminated",
+            f"{res.provider}: {inst.instance_id}",
+            attempt=res.attempt,
+        )
+    return all_gone
+
+
+def _final_sync(ctx: Context, run: Any) -> None:
+    res = _active(ctx, run)
+    inst = instance_of(res) if res else None
+    if not inst or not inst.endpoint:
+        return
+    try:
+        client = ctx.agent(run.id, run.attempt, inst.endpoint)
+        a = ctx.store.get_attempt(run.id, run.attempt)
+        sync.sync_events(ctx, run.id, run.attempt, client, a.events_cursor or 0)
+        sync.sync_logs(ctx, run.id, run.attempt, client)
+    except AgentError:
+        pass
+
+
+def _close_attempt(ctx: Context, run: Any) -> None:
+    if not run.attempt:
+        return
+    a = ctx.store.get_attempt(run.id, run.attempt)
+    if a.billed_until is not None:
+        return
+    now = ctx.clock()
+    ctx.store.update_attempt(
+        run.id,
+        run.attempt,
+        ended_at=a.ended_at or now,
+        billed_until=now,
+        cost_usd=_attempt_cost(a, now),
+        state="ended",
+    )
+
+
+def _waiting_for_graceful_stop(ctx: Context, run: Any) -> bool:
+    if not run.attempt:
+        return False
+    a = ctx.store.get_attempt(run.id, run.attempt)
+    deadline = (a.data or {}).get("stop_deadline")
+    if not deadline:
+        return False
+    from datetime import datetime
+
+    if ctx.clock() >= datetime.fromisoformat(deadline):
+        return False
+    res = _active(ctx, run)
+    inst = instance_of(res) if res else None
+    if not inst or not inst.endpoint:
+        return False
+    try:
+        client = ctx.agent(run.id, run.attempt, inst.endpoint)
+        status = client.status()
+    except AgentError:
+        return False
+    from corral.control.monitor import TERMINAL_PHASES, poll_agent
+
+    poll_agent(ctx, run, client, status)
+    return status.get("phase") not in TERMINAL_PHASES
+
+
+def handle_stopping(ctx: Context, run: Any) -> None:
+    if _waiting_for_graceful_stop(ctx, run):
+        return
+    _final_sync(ctx, run)
+    if not teardown(ctx, run):
+        return
+    _close_attempt(ctx, run)
+    outcome = run.outcome or RunState.FAILED
+    try:
+        ctx.store.transition(
+            run.id,
+            outcome,
+            run.reason,
+            expect={RunState.STOPPING},
+            cost_usd=run_cost(ctx, run.id),
+            requested_action=None,
+        )
+    except Conflict:
+        return
+    ctx.store.add_event(
+        run.id,
+        "run.finished",
+        f"{outcome.lower()}: {run.reason}",
+        data={"state": str(outcome), "cost_usd": run_cost(ctx, run.id)},
+    )
+    ctx.forget(run.id)
+
+
+def handle_recovering(ctx: Context, run: Any) -> None:
+    _final_sync(ctx, run)
+    if not teardown(ctx, run):
+        return
+    _close_attempt(ctx, run)
+    ctx.store.update_run(run.id, cost_usd=run_cost(ctx, run.id))
+    run = ctx.store.get_run(run.id)
+    launching.start_attempt(ctx, run)

@@ -1,0 +1,203 @@
+"""PENDING/RECOVERING -> PROVISIONING: pick the cheapest available offer and launch it.
+
+Restart safety, in order:
+1. the run is claimed with a compare-and-set transition to PROVISIONING (only one process - the
+   controller or the CLI - launches a given attempt);
+2. a resource row (``intent``) with the idempotency key is written BEFORE the provider call;
+3. the provider call is idempotent on that key, so a process that dies anywhere after step 2
+   is followed by one that calls ``launch`` again with the same key and gets the same instance.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from corral.control import planner
+from corral.control.context import Context, log
+from corral.control.plan_builder import build_plan
+from corral.control.tokens import agent_token
+from corral.errors import Conflict, NoCapacity, NotFound, ProviderError
+from corral.providers.base import Bootstrap, Offer
+from corral.store.states import RunState
+
+
+def attempt_key(run_id: str, attempt: int, try_index: int = 0) -> str:
+    return f"{run_id}-a{attempt}" + (f"-{try_index + 1}" if try_index else "")
+
+
+def _offer_text(offer: Offer) -> str:
+    gpus = f"{offer.gpu_count}x {offer.gpu_type}" if offer.gpu_count else "no GPU"
+    kind = "spot" if offer.spot else "on-demand"
+    return f"{offer.provider}/{offer.region} {gpus} {kind} ${offer.price_per_hour:.2f}/h"
+
+
+def _note_waiting(ctx: Context, run: Any, reason: str) -> None:
+    """Record why the run waits; one event per distinct reason, not one per tick."""
+    if run.reason != reason:
+        ctx.store.update_run(run.id, reason=reason)
+        ctx.store.add_event(run.id, "run.waiting", reason)
+
+
+def start_attempt(ctx: Context, run: Any) -> None:
+    """Plan and launch the next attempt of a PENDING or RECOVERING run."""
+    spec = ctx.spec(run)
+    req = planner.requirements_from_spec(spec)
+    result = planner.plan(ctx.providers, req)
+    if not result.offers:
+        why = result.explain() or "no provider is enabled"
+        if run.state == RunState.PENDING:
+            ctx.store.transition(
+                run.id,
+                RunState.FAILED,
+                f"no provider can run this job: {why}",
+                expect={RunState.PENDING},
+            )
+        else:
+            _note_waiting(ctx, run, f"waiting for an offer: {why}")
+        return
+    offers = result.available
+    if not offers:
+        _note_waiting(
+            ctx,
+            run,
+            "waiting for capacity: "
+            + ", ".join(
+                o.details.get("unavailable_reason", f"{o.provider} has no free capacity")
+                for o in result.offers[:3]
+            ),
+        )
+        return
+    number = run.attempt + 1
+    try:
+        run = ctx.store.transition(
+            run.id,
+            RunState.PROVISIONING,
+            f"launching attempt {number} on {_offer_text(offers[0])}",
+            expect={run.state},
+            attempt=number,
+            provider=offers[0].provider,
+            data={"attempt": number, "offer": offers[0].model_dump(mode="json")},
+        )
+    except Conflict:
+        return  # someone else (the CLI or another controller) claimed it first
+    launch_offers(ctx, run, offers)
+
+
+def _bootstrap(ctx: Context, run: Any, number: int, offer: Offer) -> Bootstrap:
+    spec = ctx.spec(run)
+    plan = build_plan(
+        spec,
+        run_id=run.id,
+        attempt=number,
+        offer=offer,
+        skip_stages=list(run.completed_stages or []),
+        cost_offset_usd=float(run.cost_usd or 0.0),
+    )
+    return Bootstrap(plan=plan.model_dump(mode="json"), token=agent_token(run.id, number, ctx.home))
+
+
+def _ensure_attempt(ctx: Context, run: Any, number: int, offer: Offer) -> None:
+    fields = dict(
+        provider=offer.provider,
+        offer=offer.model_dump(mode="json"),
+        price_per_hour=offer.price_per_hour,
+    )
+    try:
+        ctx.store.get_attempt(run.id, number)
+    except NotFound:
+        ctx.store.create_attempt(run.id, number, **fields)
+        return
+    ctx.store.update_attempt(
+        run.id,
+        number,
+        state="provisioning",
+        exit_reason=None,
+        ended_at=None,
+        started_at=ctx.clock(),
+        **fields,
+    )
+
+
+def launch_offers(ctx: Context, run: Any, offers: list[Offer]) -> bool:
+    """Try ``offers`` in order for the run's current attempt; True once one launched."""
+    number = run.attempt
+    reasons = []
+    for i, offer in enumerate(offers):
+        _ensure_attempt(ctx, run, number, offer)
+        key = attempt_key(run.id, number, i)
+        ctx.store.record_intent(
+            run_id=run.id,
+            attempt=number,
+            provider=offer.provider,
+            key=key,
+            data={"offer": offer.model_dump(mode="json")},
+        )
+        ctx.store.update_resource(key, state="intent")
+        if launch_key(ctx, run, number, key, offer):
+            return True
+        reasons.append(f"{offer.provider}: no capacity")
+    # nothing could be had: go back to waiting, and reuse this attempt number next time
+    ctx.store.update_attempt(
+        run.id, number, state="no_capacity", exit_reason="no_capacity", ended_at=ctx.clock()
+    )
+    back = RunState.RECOVERING if (run.attempt or 0) > 1 else RunState.PENDING
+    try:
+        ctx.store.transition(
+            run.id,
+            back,
+            "waiting for capacity: " + "; ".join(reasons),
+            expect={RunState.PROVISIONING},
+            attempt=number - 1,
+        )
+    except Conflict:
+        pass
+    return False
+
+
+def launch_key(ctx: Context, run: Any, number: int, key: str, offer: Offer) -> bool:
+    """Call the provider for one resource key. Idempotent; safe to repeat after a crash."""
+    provider = ctx.provider(offer.provider)
+    try:
+        instance = provider.launch(offer, _bootstrap(ctx, run, number, offer), key)
+    except NoCapacity as e:
+        log.info("run %s: %s has no capacity: %s", run.id, offer.provider, e.message)
+        ctx.store.update_resource(key, state="gone")
+        ctx.store.add_event(
+            run.id,
+            "provider.no_capacity",
+            e.message,
+            attempt=number,
+            data={"provider": offer.provider, "offer_id": offer.offer_id},
+        )
+        return False
+    except ProviderError as e:
+        ctx.store.update_resource(key, state="gone")
+        ctx.store.add_event(
+            run.id,
+            "provider.error",
+            e.message,
+            attempt=number,
+            data={"provider": offer.provider, "code": e.code},
+        )
+        return False
+    ctx.store.update_resource(
+        key,
+        state="active",
+        instance_id=instance.instance_id,
+        instance=instance.model_dump(mode="json"),
+    )
+    ctx.store.update_attempt(
+        run.id,
+        number,
+        instance_id=instance.instance_id,
+        endpoint=instance.endpoint,
+        state="provisioning",
+    )
+    ctx.store.add_event(
+        run.id,
+        "instance.launched",
+        f"{_offer_text(offer)}: {instance.instance_id}",
+        attempt=number,
+        data={"provider": offer.provider, "instance_id": instance.instance_id},
+    )
+    return True

@@ -1,0 +1,162 @@
+"""PROVISIONING and RUNNING: watch the instance through its provider and its agent.
+
+The provider is the source of truth for "the machine is gone"; an unreachable agent alone is
+never treated as a preemption or a crash (a slow agent is not a dead one).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from corral.control import finishing, launching, planner, sync
+from corral.control.context import Context, instance_of, log
+from corral.errors import AgentError, Conflict, ProviderError
+from corral.providers.base import InstanceState, Offer
+from corral.store.states import RunState
+
+TERMINAL_PHASES = {"succeeded", "failed", "preempted", "stopped"}
+
+
+def open_resources(ctx: Context, run: Any) -> list[Any]:
+    return [
+        r for r in ctx.store.resources(run_id=run.id, open_only=True) if r.attempt == run.attempt
+    ]
+
+
+def active_resource(ctx: Context, run: Any) -> Any | None:
+    for r in open_resources(ctx, run):
+        if r.state == "active":
+            return r
+    return None
+
+
+def _refresh_endpoint(ctx: Context, run: Any, res: Any) -> tuple[Any, InstanceState]:
+    """Ask the provider about the instance; store the agent endpoint once it is known."""
+    inst = instance_of(res)
+    st = ctx.provider(res.provider).status(inst)
+    if st.endpoint and st.endpoint != inst.endpoint:
+        inst = inst.model_copy(update={"endpoint": st.endpoint})
+        res = ctx.store.update_resource(res.key, instance=inst.model_dump(mode="json"))
+        ctx.store.update_attempt(run.id, run.attempt, endpoint=st.endpoint)
+    return res, st
+
+
+def handle_provisioning(ctx: Context, run: Any) -> None:
+    res = active_resource(ctx, run)
+    if res is None:
+        intents = [r for r in open_resources(ctx, run) if r.state == "intent"]
+        if intents:  # a launch was interrupted: repeat it with the same key (idempotent)
+            r = intents[0]
+            offer = Offer.model_validate(r.data["offer"])
+            if not launching.launch_key(ctx, run, run.attempt, r.key, offer):
+                launching.launch_offers(ctx, run, [])
+            return
+        offers = planner.plan(
+            ctx.providers, planner.requirements_from_spec(ctx.spec(run))
+        ).available
+        launching.launch_offers(ctx, run, offers)
+        return
+    try:
+        res, st = _refresh_endpoint(ctx, run, res)
+    except ProviderError as e:
+        log.warning("run %s: provider status failed: %s", run.id, e.message)
+        return
+    if st.state.gone:
+        finishing.attempt_lost(ctx, run, st.state, st.detail)
+        return
+    inst = instance_of(res)
+    if inst.endpoint:
+        try:
+            ready = ctx.agent(run.id, run.attempt, inst.endpoint).ready()
+        except AgentError:
+            ready = False
+        if ready:
+            try:
+                ctx.store.transition(
+                    run.id,
+                    RunState.RUNNING,
+                    f"agent ready on {res.provider}",
+                    expect={RunState.PROVISIONING},
+                )
+            except Conflict:
+                return
+            ctx.store.update_attempt(run.id, run.attempt, state="running", running_at=ctx.clock())
+            ctx.store.add_event(
+                run.id, "run.started", f"attempt {run.attempt} running", attempt=run.attempt
+            )
+            return
+    attempt = ctx.store.get_attempt(run.id, run.attempt)
+    waited = (ctx.clock() - attempt.started_at).total_seconds()
+    if waited > ctx.settings.provision_timeout_s:
+        finishing.begin_finish(
+            ctx,
+            run,
+            RunState.FAILED,
+            f"the agent did not become ready within {ctx.settings.provision_timeout_s:.0f}s "
+            f"({st.detail or st.state.value})",
+            graceful=False,
+        )
+
+
+def handle_running(ctx: Context, run: Any) -> None:
+    res = active_resource(ctx, run)
+    if res is None:  # the resource row vanished: the instance is gone
+        finishing.attempt_lost(ctx, run, InstanceState.TERMINATED, "no open resource")
+        return
+    inst = instance_of(res)
+    memo_key = f"{run.id}:{run.attempt}:unreachable"
+    try:
+        client = ctx.agent(run.id, run.attempt, inst.endpoint)
+        status = client.status()
+    except AgentError as e:
+        _agent_unreachable(ctx, run, res, memo_key, e)
+        return
+    if ctx.memo.pop(memo_key, None) is not None:
+        ctx.store.add_event(run.id, "agent.reachable", "agent answers again", attempt=run.attempt)
+    poll_agent(ctx, run, client, status)
+    if status.get("phase") in TERMINAL_PHASES:
+        finishing.agent_finished(ctx, run, status)
+
+
+def poll_agent(ctx: Context, run: Any, client: Any, status: dict[str, Any]) -> None:
+    """Copy events and logs, cache the agent's status, note completed stages, update cost."""
+    attempt = ctx.store.get_attempt(run.id, run.attempt)
+    try:
+        sync.sync_events(ctx, run.id, run.attempt, client, attempt.events_cursor or 0)
+        sync.sync_logs(ctx, run.id, run.attempt, client)
+    except AgentError as e:
+        log.info("run %s: sync interrupted: %s", run.id, e.message)
+    done = [s["name"] for s in status.get("stages", []) if s.get("state") == "succeeded"]
+    completed = list(run.completed_stages or [])
+    new = [s for s in done if s not in completed]
+    fields: dict[str, Any] = {}
+    if new:
+        fields["completed_stages"] = completed + new
+    data = dict(attempt.data or {})
+    data["status"] = status
+    ctx.store.update_attempt(run.id, run.attempt, data=data)
+    fields["cost_usd"] = finishing.run_cost(ctx, run.id)
+    ctx.store.update_run(run.id, **fields)
+
+
+def _agent_unreachable(ctx: Context, run: Any, res: Any, memo_key: str, err: Exception) -> None:
+    try:
+        _, st = _refresh_endpoint(ctx, run, res)
+    except ProviderError as e:
+        log.warning("run %s: agent and provider both unreachable: %s", run.id, e.message)
+        return
+    if st.state.gone:
+        finishing.attempt_lost(ctx, run, st.state, st.detail)
+        return
+    first = ctx.memo.setdefault(memo_key, ctx.clock())
+    if (
+        ctx.clock() - first
+    ).total_seconds() > ctx.settings.unreachable_grace_s and not ctx.memo.get(memo_key + ":noted"):
+        ctx.memo[memo_key + ":noted"] = True
+        ctx.store.add_event(
+            run.id,
+            "agent.unreachable",
+            f"agent has not answered for {ctx.settings.unreachable_grace_s:.0f}s "
+            f"but {res.provider} reports the machine {st.state.value}: waiting",
+            attempt=run.attempt,
+        )

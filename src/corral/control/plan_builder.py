@@ -1,0 +1,54 @@
+"""Build the agent's plan for one attempt from the run's resolved spec."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from corral import paths
+from corral.agent.plan import AgentPlan, StagePlan
+from corral.constants import DEFAULT_GRACE_SECONDS
+from corral.providers.base import Offer
+
+
+def checkpoint_dir(spec: Any, run_id: str) -> str:
+    """The checkpoint directory on the node: ``checkpoints.dir`` (relative to the workdir) or,
+    when the spec leaves it open, one per run under CORRAL_HOME (stable across attempts)."""
+    chosen = spec.checkpoints.dir if spec.checkpoints else None
+    if chosen:
+        p = Path(chosen)
+        return str(p if p.is_absolute() else Path(spec.workdir) / p)
+    return str(paths.run_dir(run_id) / "checkpoints")
+
+
+def build_plan(
+    spec: Any,
+    *,
+    run_id: str,
+    attempt: int,
+    offer: Offer,
+    skip_stages: list[str] | None = None,
+    cost_offset_usd: float = 0.0,
+    grace_seconds: float = DEFAULT_GRACE_SECONDS,
+) -> AgentPlan:
+    stages = [
+        StagePlan(name=s.name, run=s.run, gpus=s.gpus, needs=list(s.needs), env=dict(s.env))
+        for s in spec.stage_list()
+    ]
+    budget = spec.budget.max_cost_usd if spec.budget else None
+    return AgentPlan(
+        run_id=run_id,
+        attempt=attempt,
+        workdir=str(spec.workdir),
+        env=dict(spec.env),
+        setup=list(spec.setup),
+        stages=stages,
+        devices=None,
+        checkpoint_dir=checkpoint_dir(spec, run_id),
+        state_dir=str(paths.run_dir(run_id) / f"agent-a{attempt}"),
+        skip_stages=list(skip_stages or []),
+        grace_seconds=grace_seconds,
+        hourly_price=offer.price_per_hour,
+        cost_offset_usd=cost_offset_usd,
+        budget_usd=budget,
+    )

@@ -1,0 +1,46 @@
+"""Decide what happens when an attempt ends without success: recover (new attempt, same run id,
+resume from checkpoints, skip completed stages) or give up.
+
+Rules (spec ``recovery``):
+- a preemption (the provider reports the machine preempted, or the job exited with the SDK's
+  "preempted" code 75) is recovered while fewer than ``max_preemption_restarts`` preemptions
+  have been recovered for this run;
+- an error (a stage exited non-zero, the machine failed) is recovered while fewer than
+  ``max_error_restarts`` errors have been recovered, and, when ``recover_on_exit_codes`` is
+  non-empty, only for those exit codes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+PREEMPTED = "preempted"
+FAILED = "failed"
+
+
+@dataclass(frozen=True)
+class Decision:
+    recover: bool
+    reason: str
+
+
+def decide(spec: Any, attempts: list[Any], kind: str, exit_code: int | None) -> Decision:
+    rec = spec.recovery
+    ended = [a for a in attempts if a.exit_reason in (PREEMPTED, FAILED)]
+    if kind == PREEMPTED:
+        used = sum(1 for a in ended if a.exit_reason == PREEMPTED) - 1  # this one is counted
+        limit = rec.max_preemption_restarts
+        if used < limit:
+            return Decision(True, f"preempted: restart {used + 1} of {limit}")
+        return Decision(False, f"preempted {used + 1} times; max_preemption_restarts is {limit}")
+    used = sum(1 for a in ended if a.exit_reason == FAILED) - 1
+    limit = rec.max_error_restarts
+    codes = list(rec.recover_on_exit_codes or [])
+    if codes and exit_code not in codes:
+        return Decision(False, f"exit code {exit_code} is not in recovery.recover_on_exit_codes")
+    if used < limit:
+        return Decision(True, f"error: restart {used + 1} of {limit}")
+    return Decision(
+        False, "no error restarts left" if limit else "recovery.max_error_restarts is 0"
+    )

@@ -1,0 +1,110 @@
+"""Copy what the agent knows into the controller's home: events into the store, stage logs
+into ``runs/<id>/logs/a<attempt>/<stage>.log``.
+
+The agent's byte offset reached for each stage log is kept beside the copy, so a restarted
+controller continues where it stopped.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from corral import paths
+from corral.control.agent_client import AgentClient
+from corral.control.context import Context
+
+
+def logs_dir(run_id: str, attempt: int) -> Path:
+    d = paths.run_dir(run_id) / "logs" / f"a{attempt}"
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
+def _read_offset(path: Path) -> int:
+    marker = path.with_name("." + path.name + ".offset")
+    try:
+        return int(marker.read_text())
+    except (OSError, ValueError):
+        return path.stat().st_size if path.exists() else 0
+
+
+def _write_offset(path: Path, offset: int) -> None:
+    marker = path.with_name("." + path.name + ".offset")
+    tmp = marker.with_suffix(".tmp")
+    tmp.write_text(str(offset))
+    tmp.replace(marker)
+
+
+def sync_logs(ctx: Context, run_id: str, attempt: int, client: AgentClient) -> None:
+    """Append new log bytes of every stage. The remote offset is kept beside each file (a
+    crash between the append and the offset update repeats at most one chunk)."""
+    target = logs_dir(run_id, attempt)
+    for stage, remote_size in client.log_sizes().items():
+        path = target / f"{Path(stage).name}.log"
+        offset = _read_offset(path)
+        budget = ctx.settings.log_chunk
+        while offset < remote_size and budget > 0:
+            chunk = client.logs(stage, offset=offset, limit=min(budget, 256 * 1024))
+            nxt = int(chunk.get("next_offset", offset))
+            if nxt <= offset:
+                break
+            data = chunk.get("data", "").encode("utf-8")
+            with open(path, "ab") as f:
+                f.write(data)
+            _write_offset(path, nxt)
+            budget -= nxt - offset
+            offset = nxt
+
+
+def _describe(ev: dict[str, Any]) -> str:
+    t = ev.get("type", "")
+    stage = ev.get("stage")
+    d = ev.get("data") or {}
+    if t == "stage.started":
+        gpus = d.get("gpus")
+        return f"stage '{stage}' started" + (f" on GPUs {','.join(gpus)}" if gpus else "")
+    if t == "stage.finished":
+        state = d.get("state", "finished")
+        code = d.get("exit_code")
+        dur = d.get("duration_s")
+        text = f"stage '{stage}' {state}"
+        if code not in (None, 0):
+            text += f" (exit code {code})"
+        if isinstance(dur, (int, float)):
+            text += f" after {dur:.1f}s"
+        return text
+    if t == "progress":
+        step, total = d.get("step"), d.get("total")
+        text = f"{stage}: step {step}" + (f"/{total}" if total else "")
+        if d.get("percent") is not None:
+            text += f" ({d['percent']:.0f}%)"
+        if d.get("loss") is not None:
+            text += f" loss {d['loss']:.4g}"
+        return text
+    if t == "checkpoint.saved":
+        return f"{stage}: checkpoint at step {d.get('step')}"
+    if t == "attempt.finished":
+        return f"attempt ended: {d.get('phase')}" + (
+            f" ({d.get('reason')})" if d.get("reason") else ""
+        )
+    return d.get("message") or d.get("reason") or t
+
+
+def sync_events(ctx: Context, run_id: str, attempt: int, client: AgentClient, cursor: int) -> int:
+    """Copy agent events after ``cursor`` into the store; returns the new cursor."""
+    while True:
+        page = client.events(after=cursor)
+        events = page.get("events") or []
+        if not events:
+            return cursor
+        batch = []
+        for ev in events:
+            data = dict(ev.get("data") or {})
+            if ev.get("stage"):
+                data.setdefault("stage", ev["stage"])
+            data["agent_seq"] = ev.get("seq")
+            data["agent_ts"] = ev.get("ts")
+            batch.append({"type": ev.get("type", "agent"), "reason": _describe(ev), "data": data})
+        cursor = int(page.get("next") or events[-1].get("seq") or cursor)
+        ctx.store.add_agent_events(run_id, attempt, batch, cursor=cursor)

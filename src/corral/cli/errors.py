@@ -1,0 +1,52 @@
+"""Turn every error into one clear line and a documented exit code (see corral.errors)."""
+
+from __future__ import annotations
+
+import traceback
+from typing import Any
+
+import click
+import typer.core
+
+from corral.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, CorralError
+
+DEBUG = {"on": False}
+
+
+def _print_error(text: str) -> None:
+    from corral.cli.output import err_console
+
+    err_console.print(f"[bold red]error:[/] {text}", markup=True, highlight=False, soft_wrap=True)
+
+
+class CorralGroup(typer.core.TyperGroup):
+    """Click group that maps exceptions to messages and exit codes, for the real CLI and for
+    tests through the CLI runner alike."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except (click.exceptions.Exit, click.exceptions.Abort, click.ClickException):
+            raise
+        except CorralError as e:
+            if DEBUG["on"]:
+                traceback.print_exc()
+            _print_error(_escape(str(e)))
+            raise click.exceptions.Exit(e.exit_code) from None
+        except KeyboardInterrupt:
+            _print_error("interrupted")
+            raise click.exceptions.Exit(EXIT_INTERRUPTED) from None
+        except Exception as e:
+            if DEBUG["on"]:
+                traceback.print_exc()
+            _print_error(
+                f"internal error: {type(e).__name__}: {_escape(str(e))} "
+                "(this is a bug; run with --debug for the traceback)"
+            )
+            raise click.exceptions.Exit(EXIT_INTERNAL) from None
+
+
+def _escape(text: str) -> str:
+    from rich.markup import escape
+
+    return escape(text)

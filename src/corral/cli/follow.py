@@ -1,0 +1,170 @@
+"""Following a run from the CLI: stage logs as they arrive plus a live status line."""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from corral import paths
+
+_TS = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?Z?) ?")
+COLORS = ["cyan", "magenta", "green", "yellow", "blue", "red", "bright_cyan", "bright_magenta"]
+
+
+def split_ts(line: str) -> tuple[str, str]:
+    m = _TS.match(line)
+    if not m:
+        return "", line
+    return m.group(1), line[m.end() :]
+
+
+class LogTailer:
+    """Reads new complete lines of a run's copied stage logs (all attempts, in order)."""
+
+    def __init__(
+        self,
+        run_id: str,
+        *,
+        stages: list[str] | None = None,
+        attempt: int | None = None,
+        from_end: bool = False,
+    ):
+        self.root = paths.home() / "runs" / run_id / "logs"
+        self.stages = set(stages) if stages else None
+        self.attempt = attempt
+        self.offsets: dict[Path, int] = {}
+        self.seen_attempts: set[int] = set()
+        if from_end:
+            for path in self._files():
+                self.offsets[path] = path.stat().st_size
+
+    def _files(self) -> list[Path]:
+        if not self.root.exists():
+            return []
+        out = []
+        for adir in sorted(self.root.glob("a*"), key=lambda p: int(p.name[1:] or 0)):
+            if not adir.name[1:].isdigit():
+                continue
+            if self.attempt is not None and int(adir.name[1:]) != self.attempt:
+                continue
+            for f in sorted(adir.glob("*.log")):
+                if self.stages is None or f.stem in self.stages:
+                    out.append(f)
+        return out
+
+    def read(self) -> Iterator[tuple[int, str, str, str]]:
+        """New lines as (attempt, stage, timestamp, text), ordered by timestamp per batch."""
+        batch: list[tuple[int, str, str, str]] = []
+        for path in self._files():
+            offset = self.offsets.get(path, 0)
+            size = path.stat().st_size
+            if size <= offset:
+                continue
+            with open(path, "rb") as f:
+                f.seek(offset)
+                data = f.read(size - offset)
+            end = data.rfind(b"\n")
+            if end < 0:
+                continue
+            self.offsets[path] = offset + end + 1
+            attempt = int(path.parent.name[1:])
+            for raw in data[: end + 1].decode("utf-8", "replace").splitlines():
+                ts, text = split_ts(raw)
+                batch.append((attempt, path.stem, ts, text))
+        batch.sort(key=lambda r: (r[0], r[2]))
+        yield from batch
+
+
+def _status_line(run: Any, attempt: Any | None) -> str:
+    from corral.cli.output import fmt_cost, fmt_duration, run_duration, styled_state
+
+    parts = [f"[bold]{run.id}[/]", styled_state(run.state)]
+    if run.attempt and run.attempt > 1:
+        parts.append(f"attempt {run.attempt}")
+    status = ((attempt.data or {}).get("status") if attempt else None) or {}
+    for st in status.get("stages", []):
+        if st.get("state") != "running":
+            continue
+        prog = st.get("progress") or {}
+        text = st["name"]
+        if prog.get("step") is not None:
+            text += f" step {prog['step']}" + (f"/{prog['total']}" if prog.get("total") else "")
+            if prog.get("percent") is not None:
+                text += f" ({prog['percent']:.0f}%)"
+            if prog.get("loss") is not None:
+                text += f" loss {prog['loss']:.4g}"
+        parts.append(text)
+    if run.cost_usd:
+        parts.append(fmt_cost(run.cost_usd))
+    parts.append(fmt_duration(run_duration(run)))
+    if run.reason and run.state in ("PENDING", "RECOVERING", "STOPPING"):
+        parts.append(f"[dim]{run.reason}[/]")
+    return " · ".join(parts)
+
+
+def follow(
+    store: Any,
+    run_id: str,
+    *,
+    stages: list[str] | None = None,
+    poll_s: float = 0.25,
+    live: bool = True,
+    timestamps: bool = False,
+    from_end: bool = False,
+) -> Any:
+    """Print new log lines until the run ends; returns the final run record."""
+    from rich.live import Live
+    from rich.markup import escape
+
+    from corral.cli.output import console
+
+    tailer = LogTailer(run_id, stages=stages, from_end=from_end)
+    color: dict[str, str] = {}
+    last_attempt = [0]
+
+    def emit(printer: Any) -> None:
+        for attempt, stage, ts, text in tailer.read():
+            if attempt != last_attempt[0]:
+                if last_attempt[0]:
+                    printer(f"[bold]── attempt {attempt} ──[/]")
+                last_attempt[0] = attempt
+            c = color.setdefault(stage, COLORS[len(color) % len(COLORS)])
+            prefix = f"[{c}]{stage}[/] [dim]|[/] "
+            if timestamps and ts:
+                prefix += f"[dim]{ts}[/] "
+            printer(prefix + escape(text))
+
+    def snapshot() -> tuple[Any, Any]:
+        run = store.get_run(run_id)
+        attempt = None
+        if run.attempt:
+            try:
+                attempt = store.get_attempt(run.id, run.attempt)
+            except Exception:
+                attempt = None
+        return run, attempt
+
+    run, attempt = snapshot()
+    use_live = live and console.is_terminal
+    if not use_live:
+        while True:
+            emit(console.print)
+            if run.terminal:
+                emit(console.print)
+                return run
+            time.sleep(poll_s)
+            run, attempt = snapshot()
+    with Live(
+        _status_line(run, attempt), console=console, refresh_per_second=4, transient=True
+    ) as lv:
+        while True:
+            emit(lv.console.print)
+            lv.update(_status_line(run, attempt))
+            if run.terminal:
+                emit(lv.console.print)
+                return run
+            time.sleep(poll_s)
+            run, attempt = snapshot()

@@ -1,0 +1,79 @@
+"""Shared CLI output: consoles, JSON, and the human formats of durations, money and runs."""
+
+from __future__ import annotations
+
+import json
+import sys
+from datetime import UTC, datetime
+from typing import Any
+
+from rich.console import Console
+
+console = Console(highlight=False, soft_wrap=False)
+err_console = Console(stderr=True, highlight=False)
+
+STATE_STYLE = {
+    "PENDING": "yellow",
+    "PROVISIONING": "cyan",
+    "RUNNING": "bold cyan",
+    "RECOVERING": "magenta",
+    "STOPPING": "yellow",
+    "SUCCEEDED": "bold green",
+    "FAILED": "bold red",
+    "CANCELLED": "dim",
+    "STOPPED": "yellow",
+}
+
+
+def print_json(obj: Any) -> None:
+    sys.stdout.write(json.dumps(obj, indent=2, default=str) + "\n")
+    sys.stdout.flush()
+
+
+def styled_state(state: str) -> str:
+    return f"[{STATE_STYLE.get(state, 'white')}]{state}[/]"
+
+
+def fmt_duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    s = int(max(0, seconds))
+    d, s = divmod(s, 86400)
+    h, s = divmod(s, 3600)
+    m, s = divmod(s, 60)
+    if d:
+        return f"{d}d{h:02d}h"
+    if h:
+        return f"{h}h{m:02d}m"
+    if m:
+        return f"{m}m{s:02d}s"
+    return f"{s}s"
+
+
+def fmt_cost(usd: float | None) -> str:
+    if usd is None:
+        return "-"
+    return f"${usd:,.2f}" if usd >= 0.01 or usd == 0 else f"${usd:.4f}"
+
+
+def ago(ts: datetime | None, now: datetime | None = None) -> str:
+    if ts is None:
+        return "-"
+    now = now or datetime.now(UTC)
+    return fmt_duration((now - ts).total_seconds()) + " ago"
+
+
+def run_duration(run: Any, now: datetime | None = None) -> float | None:
+    if run.started_at is None:
+        return None
+    end = run.finished_at or now or datetime.now(UTC)
+    return (end - run.started_at).total_seconds()
+
+
+def run_dict(run: Any) -> dict[str, Any]:
+    d = run.to_dict()
+    d.pop("spec", None)
+    d.pop("lease_owner", None)
+    d.pop("lease_expires_at", None)
+    d["duration_s"] = run_duration(run)
+    return d

@@ -1,0 +1,127 @@
+"""``corral status [RUN]``: one run in detail (the newest run when none is named)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import typer
+
+
+def _stages(store: Any, run: Any) -> list[dict[str, Any]]:
+    if not run.attempt:
+        return []
+    try:
+        attempt = store.get_attempt(run.id, run.attempt)
+    except Exception:
+        return []
+    return list(((attempt.data or {}).get("status") or {}).get("stages") or [])
+
+
+def run_details(store: Any, run: Any) -> dict[str, Any]:
+    from corral import paths
+    from corral.cli.output import run_dict
+    from corral.control.plan_builder import checkpoint_dir
+
+    d = run_dict(run)
+    d["attempts"] = []
+    for a in store.attempts(run.id):
+        ad = a.to_dict()
+        ad.pop("data", None)
+        ad.pop("log_offsets", None)
+        d["attempts"].append(ad)
+    d["stages"] = _stages(store, run)
+    d["logs_dir"] = str(paths.home() / "runs" / run.id / "logs")
+    try:
+        from corral.spec import JobSpec
+
+        if run.spec:
+            d["checkpoint_dir"] = checkpoint_dir(JobSpec.model_validate(run.spec), run.id)
+    except Exception:
+        pass
+    return d
+
+
+def print_summary(store: Any, run: Any) -> None:
+    from corral.cli.output import console, fmt_cost, fmt_duration, run_duration, styled_state
+
+    line = f"{styled_state(run.state)} [bold]{run.id}[/]"
+    if run.reason:
+        line += f": {run.reason}"
+    line += f" · {fmt_duration(run_duration(run))} · {fmt_cost(run.cost_usd)}"
+    console.print(line)
+
+
+def status(
+    run_ref: str = typer.Argument(
+        None, metavar="[RUN]", help="Run id, id prefix or name (default: the newest run)."
+    ),
+    json_: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """Show a run: state and reason, attempts, stages with progress, cost."""
+    from rich.table import Table
+
+    from corral.cli.output import (
+        ago,
+        console,
+        fmt_cost,
+        fmt_duration,
+        print_json,
+        run_duration,
+        styled_state,
+    )
+    from corral.errors import NotFound
+    from corral.store import Store
+
+    store = Store.open()
+    if run_ref:
+        run = store.get_run(run_ref)
+    else:
+        runs = store.list_runs(limit=1)
+        if not runs:
+            raise NotFound("no runs yet: start one with `corral launch corral.yaml`")
+        run = store.get_run(runs[0].id)
+    details = run_details(store, run)
+    if json_:
+        print_json(details)
+        return
+    console.print(
+        f"[bold]{run.id}[/]  {styled_state(run.state)}" + (f"  {run.reason}" if run.reason else "")
+    )
+    console.print(
+        f"  name {run.name} · attempt {run.attempt} · provider {run.provider or '-'} · "
+        f"cost {fmt_cost(run.cost_usd)} · created {ago(run.created_at)} · "
+        f"ran {fmt_duration(run_duration(run))}"
+    )
+    if run.failed_stage:
+        console.print(f"  failed stage [red]{run.failed_stage}[/] (exit code {run.exit_code})")
+    stages = details["stages"]
+    if stages:
+        t = Table(box=None, pad_edge=False, header_style="bold")
+        for col in ("STAGE", "STATE", "GPUS", "PROGRESS", "LOSS", "EXIT"):
+            t.add_column(col)
+        for st in stages:
+            prog = st.get("progress") or {}
+            progress = "-"
+            if prog.get("step") is not None:
+                progress = f"{prog['step']}" + (f"/{prog['total']}" if prog.get("total") else "")
+                if prog.get("percent") is not None:
+                    progress += f" ({prog['percent']:.0f}%)"
+            loss = prog.get("loss")
+            t.add_row(
+                st.get("name", "?"),
+                st.get("state", "?"),
+                ",".join(st.get("gpus") or []) or "-",
+                progress,
+                f"{loss:.4g}" if isinstance(loss, (int, float)) else "-",
+                "-" if st.get("exit_code") is None else str(st.get("exit_code")),
+            )
+        console.print(t)
+    if len(details["attempts"]) > 1:
+        for a in details["attempts"]:
+            console.print(
+                f"  attempt {a['number']}: {a['provider']} {a.get('exit_reason') or a['state']}"
+                f" · {fmt_cost(a.get('cost_usd'))}"
+            )
+    if details.get("checkpoint_dir"):
+        console.print(f"  checkpoints {details['checkpoint_dir']}")
+    console.print(f"  logs        corral logs {run.id}")

@@ -9,12 +9,42 @@ import pytest
 
 
 @pytest.fixture(autouse=True)
-def corral_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
+def corral_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch):
     home = tmp_path_factory.mktemp("corral-home")
     monkeypatch.setenv("CORRAL_HOME", str(home))
     monkeypatch.delenv("CORRAL_DATABASE_URL", raising=False)
     monkeypatch.delenv("CORRAL_FAKE_GPUS", raising=False)
-    return home
+    monkeypatch.delenv("CORRAL_PROVIDERS", raising=False)
+    # background controllers started by a test exit on their own soon after it
+    monkeypatch.setenv("CORRAL_CONTROLLER_IDLE_EXIT", "20")
+    yield home
+    _cleanup_home(home)
+
+
+def _cleanup_home(home: Path) -> None:
+    """Kill what a test left running under its CORRAL_HOME: the controller and local agents."""
+    import signal
+
+    from corral.control.lock import running_pid
+
+    pid = running_pid(home)  # only a pid whose process still holds the controller lock
+    if pid and pid > 0:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    if (home / "local" / "instances").exists():
+        try:
+            from corral.providers.local.provider import LocalProvider
+
+            provider = LocalProvider(home=home, gpus=[])
+            for inst in provider.list_instances():
+                try:
+                    provider.terminate(inst)
+                except Exception:
+                    pass
+        except Exception:
+            pass
 
 
 @pytest.fixture

@@ -1,0 +1,134 @@
+"""Launch overhead: `corral launch` to the first line of user code, against plain `python`;
+and `corral ls --json` with 1,000 runs in the store.
+
+    python benchmarks/launch_overhead.py [--json] [--repeat 5]
+
+Targets: overhead under 1 s above plain python; listing 1,000 runs under 200 ms.
+Each figure is the median of --repeat runs, in a fresh CORRAL_HOME.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+TARGET_OVERHEAD_S = 1.0
+TARGET_LS_S = 0.200
+
+FIRST_LINE = """\
+import sys, time
+t = time.time()
+print("first line", flush=True)
+open(sys.argv[1], "w").write(repr(t))
+"""
+
+
+def _wait_file(path: Path, timeout: float = 60.0) -> float:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            text = path.read_text()
+            if text:
+                return float(text)
+        except (OSError, ValueError):
+            pass
+        time.sleep(0.002)
+    raise SystemExit(f"timed out waiting for {path}")
+
+
+def measure_direct(work: Path, i: int) -> float:
+    out = work / f"direct-{i}.txt"
+    t0 = time.time()
+    subprocess.run([sys.executable, str(work / "first_line.py"), str(out)], check=True,
+                   stdout=subprocess.DEVNULL)
+    return _wait_file(out) - t0
+
+
+def measure_corral(work: Path, env: dict[str, str], i: int) -> float:
+    out = work / f"corral-{i}.txt"
+    spec = work / f"spec-{i}.yaml"
+    spec.write_text(f"name: bench-{i}\nrun: {sys.executable} first_line.py {out}\n")
+    t0 = time.time()
+    subprocess.run([sys.executable, "-m", "corral.cli", "launch", str(spec), "--detach"],
+                   check=True, env=env, stdout=subprocess.DEVNULL, cwd=work)
+    return _wait_file(out) - t0
+
+
+def measure_ls(env: dict[str, str], repeat: int) -> float:
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        subprocess.run([sys.executable, "-m", "corral.cli", "ls", "--json"], check=True, env=env,
+                       stdout=subprocess.DEVNULL)
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def fill_store(home: Path, n: int, spec_path: Path) -> None:
+    os.environ["CORRAL_HOME"] = str(home)
+    from corral.spec import load_spec, spec_hash
+    from corral.store import Store
+
+    spec = load_spec(spec_path)
+    store = Store.open()
+    dumped = spec.model_dump(mode="json")
+    h = spec_hash(spec)
+    for _ in range(n):
+        store.create_run(name=spec.name, spec=dumped, spec_hash=h, spec_path=str(spec_path),
+                         workdir=str(spec.workdir))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--json", action="store_true", help="print the figures as JSON")
+    parser.add_argument("--repeat", type=int, default=5, help="runs per figure (median)")
+    args = parser.parse_args(argv)
+
+    tmp = Path(tempfile.mkdtemp(prefix="corral-bench-"))
+    try:
+        work = tmp / "work"
+        work.mkdir()
+        (work / "first_line.py").write_text(FIRST_LINE)
+        env = dict(os.environ, CORRAL_HOME=str(tmp / "home"), CORRAL_CONTROLLER_IDLE_EXIT="30")
+        env.pop("CORRAL_DATABASE_URL", None)
+        direct = statistics.median(measure_direct(work, i) for i in range(args.repeat))
+        corral = statistics.median(measure_corral(work, env, i) for i in range(args.repeat))
+        subprocess.run([sys.executable, "-m", "corral.cli", "controller", "stop"], env=env,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        ls_home = tmp / "ls-home"
+        fill_store(ls_home, 1000, work / "spec-0.yaml")
+        ls_1000 = measure_ls(dict(env, CORRAL_HOME=str(ls_home)), args.repeat)
+    finally:
+        subprocess.run(["pkill", "-f", f"corral.agent --plan {tmp}"], check=False)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+    result = {"overhead_s": round(corral - direct, 4), "direct_s": round(direct, 4),
+              "corral_s": round(corral, 4), "ls_1000_s": round(ls_1000, 4)}
+    if args.json:
+        print(json.dumps(result))
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table(title="launch overhead (median of %d)" % args.repeat)
+    for col in ("figure", "corral", "baseline", "target", "ok"):
+        t.add_column(col)
+    t.add_row("launch -> first line of user code", f"{corral:.3f} s",
+              f"plain python {direct:.3f} s", f"overhead < {TARGET_OVERHEAD_S:.1f} s",
+              "yes" if corral - direct < TARGET_OVERHEAD_S else "NO")
+    t.add_row("corral ls --json, 1,000 runs", f"{ls_1000 * 1000:.0f} ms", "-",
+              f"< {TARGET_LS_S * 1000:.0f} ms", "yes" if ls_1000 < TARGET_LS_S else "NO")
+    Console().print(t)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

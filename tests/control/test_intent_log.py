@@ -1,0 +1,80 @@
+"""The intent log: a controller that dies around a provider call never leaks or doubles a
+machine. These tests stop the controller at each dangerous point by hand."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from corral.control.context import Context
+from corral.control.controller import Controller
+from corral.control.launching import attempt_key
+from corral.providers.local.provider import LocalProvider
+from corral.store import Store
+from tests.control.helpers import submit, write_spec
+
+
+class CountingProvider(LocalProvider):
+    launches: list[str]
+
+    def launch(self, offer, bootstrap, key):  # type: ignore[override]
+        self.launches.append(key)
+        return super().launch(offer, bootstrap, key)
+
+
+def _setup(tmp_path: Path) -> tuple[Store, CountingProvider, Controller, str]:
+    spec = write_spec(tmp_path, """
+        name: intent
+        run: sleep 30
+    """)
+    run_id = submit(spec)
+    store = Store.open()
+    provider = CountingProvider(gpus=[])
+    provider.launches = []
+    ctx = Context(store=store, providers={"local": provider})
+    return store, provider, Controller(ctx), run_id
+
+
+def test_crash_after_intent_before_launch_launches_once_on_restart(tmp_path: Path) -> None:
+    store, provider, controller, run_id = _setup(tmp_path)
+    offer = provider.offers(
+        __import__("corral.providers.base", fromlist=["Requirements"]).Requirements()
+    )[0]
+    # what a controller had done when it died: claimed the run, wrote the intent, no call yet
+    store.transition(run_id, "PROVISIONING", "launching attempt 1", expect={"PENDING"},
+                     attempt=1, provider="local")
+    store.create_attempt(run_id, 1, provider="local", offer=offer.model_dump(mode="json"),
+                         price_per_hour=0.0)
+    key = attempt_key(run_id, 1)
+    store.record_intent(run_id=run_id, attempt=1, provider="local", key=key,
+                        data={"offer": offer.model_dump(mode="json")})
+    controller.tick()  # the restarted controller
+    assert provider.launches == [key]
+    res = store.resources(run_id=run_id, open_only=True)
+    assert [r.state for r in res] == ["active"]
+    assert len(provider.list_instances()) == 1
+
+
+def test_crash_after_launch_before_record_reuses_the_same_instance(tmp_path: Path) -> None:
+    store, provider, controller, run_id = _setup(tmp_path)
+    controller.tick()  # claims and launches attempt 1
+    [res] = store.resources(run_id=run_id, open_only=True)
+    first_instance = res.instance_id
+    # pretend the controller died after the provider call but before recording the result
+    store.update_resource(res.key, state="intent")
+    controller.tick()
+    assert provider.launches == [res.key, res.key]  # same key: idempotent on the provider side
+    [res2] = store.resources(run_id=run_id, open_only=True)
+    assert res2.state == "active" and res2.instance_id == first_instance
+    assert len(provider.list_instances()) == 1
+
+
+def test_cancelled_run_leaves_no_instance_and_no_open_resource(tmp_path: Path) -> None:
+    store, provider, controller, run_id = _setup(tmp_path)
+    controller.tick()
+    store.request_action(run_id, "cancel")
+    controller.tick()
+    run = store.get_run(run_id)
+    assert run.state == "CANCELLED"
+    assert store.resources(run_id=run_id, open_only=True) == []
+    [inst] = provider.list_instances()
+    assert provider.status(inst).state.value == "TERMINATED"

@@ -1,0 +1,132 @@
+"""MLflow sink, on the client API (no global "active run"). ``mlflow`` is imported only when
+this tracker is built.
+
+The MLflow run is found by the tag ``corral.run_id`` = ``$CORRAL_RUN_ID`` (also its run name),
+so every attempt of a corral run continues the same MLflow run; without a corral run id each
+tracker starts a new MLflow run. For a ``sqlite:///path/mlflow.db`` store, artifacts (tables)
+go next to the database in ``mlartifacts/`` unless ``artifact_location`` says otherwise.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from corral.constants import ENV_RUN_ID
+from corral.sdk.trackers.base import Tracker, numeric_metrics, table_columns
+
+__all__ = ["RUN_ID_TAG", "MlflowTracker"]
+
+RUN_ID_TAG = "corral.run_id"
+
+
+def _sqlite_file(uri: str) -> Path | None:
+    prefix = "sqlite:///"
+    if not uri.startswith(prefix):
+        return None
+    rest = uri[len(prefix) :].split("?", 1)[0]
+    return Path(rest) if rest and rest != ":memory:" else None
+
+
+def _plain(value: Any) -> Any:
+    if hasattr(value, "item") and callable(value.item):
+        try:
+            return value.item()
+        except Exception:
+            pass
+    return str(value)
+
+
+class MlflowTracker(Tracker):
+    def __init__(
+        self,
+        tracking_uri: str | None = None,
+        *,
+        experiment: str | None = None,
+        run_id: str | None = None,
+        artifact_location: str | None = None,
+        params: dict[str, Any] | None = None,
+    ):
+        from mlflow import MlflowClient
+
+        uri = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI")
+        if not uri:
+            from corral.sdk.config import run_dir
+
+            uri = f"sqlite:///{run_dir() / 'mlflow.db'}"
+        db = _sqlite_file(uri)
+        if db is not None:
+            db.parent.mkdir(parents=True, exist_ok=True)
+            if artifact_location is None:
+                artifact_location = (db.parent.resolve() / "mlartifacts").as_uri()
+        self.tracking_uri = uri
+        self.client = MlflowClient(tracking_uri=uri)
+        name = experiment or "corral"
+        found = self.client.get_experiment_by_name(name)
+        if found is not None:
+            experiment_id = found.experiment_id
+        else:
+            experiment_id = self.client.create_experiment(name, artifact_location=artifact_location)
+        self.experiment_id = experiment_id
+        corral_id = run_id or os.environ.get(ENV_RUN_ID) or None
+        self.corral_run_id = corral_id
+        self.run_id = self._find_or_create(experiment_id, corral_id)
+        if params:
+            for key, value in params.items():
+                self.client.log_param(self.run_id, str(key), str(value)[:6000])
+
+    def _find_or_create(self, experiment_id: str, corral_id: str | None) -> str:
+        if corral_id:
+            safe = corral_id.replace("'", "")
+            runs = self.client.search_runs(
+                [experiment_id],
+                filter_string=f"tags.`{RUN_ID_TAG}` = '{safe}'",
+                max_results=1,
+                order_by=["attributes.start_time ASC"],
+            )
+            if runs:
+                run_id = runs[0].info.run_id
+                if runs[0].info.status != "RUNNING":
+                    self.client.update_run(run_id, status="RUNNING")
+                return run_id
+        tags = {RUN_ID_TAG: corral_id} if corral_id else {}
+        run = self.client.create_run(experiment_id, run_name=corral_id, tags=tags)
+        return run.info.run_id
+
+    def log(self, metrics: dict[str, Any], step: int) -> None:
+        from mlflow.entities import Metric
+
+        now = int(time.time() * 1000)
+        batch = [
+            Metric(key=k, value=v, timestamp=now, step=int(step))
+            for k, v in numeric_metrics(metrics).items()
+        ]
+        if batch:
+            self.client.log_batch(self.run_id, metrics=batch)
+
+    def log_table(self, name: str, rows: list[dict[str, Any]], step: int) -> None:
+        """A JSON artifact ``tables/<name>/step-<step>.json`` with ``columns`` and ``rows``."""
+        doc = {"name": name, "step": int(step), "columns": table_columns(rows), "rows": rows}
+        doc = json.loads(json.dumps(doc, default=_plain))  # numpy/torch values become plain
+        safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
+        self.client.log_dict(self.run_id, doc, f"tables/{safe}/step-{int(step)}.json")
+
+    def finish(self) -> None:
+        """End the MLflow run: FINISHED, or KILLED when the process was preempted (the next
+        attempt sets it back to RUNNING)."""
+        import sys
+
+        status = "FINISHED"
+        signals = sys.modules.get("corral.sdk.signals")
+        try:
+            if signals is not None and signals.preempted():
+                status = "KILLED"
+        except Exception:
+            pass
+        self.client.set_terminated(self.run_id, status=status)
+
+    def __repr__(self) -> str:
+        return f"MlflowTracker(tracking_uri={self.tracking_uri!r}, run_id={self.run_id!r})"

@@ -53,6 +53,9 @@ class AgentPlan(_Model):
     budget_usd: float | None = None
     host: str = "127.0.0.1"
     port: int = Field(0, ge=0, le=65535, description="0 picks a free port.")
+    progress_event_interval: float = Field(
+        10.0, gt=0, description="Seconds between two 'progress' events of one stage."
+    )
 
     @classmethod
     def load(cls, path: str | Path) -> AgentPlan:

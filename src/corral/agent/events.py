@@ -1,0 +1,109 @@
+"""The agent's event log: a dense, ordered list of what happened, also appended to a file.
+
+``seq`` starts at 1 and has no gaps. Every event is appended to ``events.jsonl`` as it is
+recorded, so a reader that restarts (or the local provider, if the agent died) can read them
+back. An agent started on a state directory that already holds an event file continues its
+numbering, so the file stays one dense sequence.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from corral.agent.fsutil import iso
+
+EVENT_TYPES = frozenset(
+    {
+        "attempt.started",
+        "setup.started",
+        "setup.finished",
+        "stage.started",
+        "stage.waiting",
+        "stage.finished",
+        "stage.skipped",
+        "progress",
+        "checkpoint.saved",
+        "attempt.finished",
+        "stop.requested",
+    }
+)
+
+
+def read_events_file(path: str | Path) -> list[dict[str, Any]]:
+    """The events recorded in ``path`` (a torn last line is ignored)."""
+    out: list[dict[str, Any]] = []
+    try:
+        text = Path(path).read_text(encoding="utf-8", errors="replace")
+    except FileNotFoundError:
+        return out
+    for line in text.splitlines():
+        try:
+            event = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(event, dict) and isinstance(event.get("seq"), int):
+            out.append(event)
+    return out
+
+
+def _ends_with_newline(path: Path) -> bool:
+    with open(path, "rb") as f:
+        if f.seek(0, 2) == 0:
+            return True
+        f.seek(-1, 2)
+        return f.read(1) == b"\n"
+
+
+def _dense_prefix(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    for i, event in enumerate(events):
+        if event["seq"] != i + 1:
+            return events[:i]
+    return events
+
+
+class EventLog:
+    def __init__(self, path: str | Path, now: Callable[[], float] = time.time):
+        self._path = Path(path)
+        self._now = now
+        self._lock = threading.Lock()
+        self._events = _dense_prefix(read_events_file(self._path))
+        self._file = open(self._path, "a", encoding="utf-8")  # noqa: SIM115 - lives with the log
+        if not _ends_with_newline(self._path):
+            self._file.write("\n")  # end a torn last line so the next event starts clean
+
+    def emit(self, type: str, stage: str | None = None, data: dict[str, Any] | None = None) -> dict:
+        if type not in EVENT_TYPES:
+            raise ValueError(f"unknown event type {type!r}")
+        with self._lock:
+            seq = self._events[-1]["seq"] + 1 if self._events else 1
+            event = {"seq": seq, "ts": iso(self._now()), "type": type, "stage": stage}
+            event["data"] = dict(data or {})
+            self._events.append(event)
+            if not self._file.closed:
+                self._file.write(json.dumps(event, separators=(",", ":")) + "\n")
+                self._file.flush()
+            return event
+
+    def after(self, after: int = 0, limit: int = 1000) -> tuple[list[dict], int]:
+        """Events with ``seq > after`` (at most ``limit``) and the ``after`` for the next call."""
+        with self._lock:
+            # seq is dense from the first event, so the position is arithmetic.
+            first = self._events[0]["seq"] if self._events else 1
+            start = max(0, after - first + 1)
+            page = [dict(e) for e in self._events[start : start + limit]]
+            newest = self._events[-1]["seq"] if self._events else 0
+        # ``next`` never passes the newest event, so a reader ahead of this log catches up.
+        return page, (page[-1]["seq"] if page else min(max(after, 0), newest))
+
+    def types(self) -> list[str]:
+        with self._lock:
+            return [e["type"] for e in self._events]
+
+    def close(self) -> None:
+        with self._lock:
+            self._file.close()

@@ -1,0 +1,134 @@
+"""Stage logs: a pump that copies a child's merged stdout/stderr into a file with a timestamp
+on every line, and a reader that serves byte ranges of those files without splitting lines.
+
+Every line written is ``<ISO-8601 UTC> <text>\\n``. A partial last line is written (with a
+newline) when the pipe closes; a line longer than ``MAX_LINE`` bytes is cut into several lines.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import BinaryIO
+
+from corral.agent.fsutil import iso
+
+MAX_LINE = 64 * 1024
+DEFAULT_LIMIT = 256 * 1024
+MAX_LIMIT = 4 * 1024 * 1024
+
+
+class LogPump:
+    """Copies ``pipe`` into ``path`` (appending) on its own thread until EOF."""
+
+    def __init__(
+        self,
+        pipe: BinaryIO,
+        path: str | Path,
+        now: Callable[[], float] = time.time,
+        max_line: int = MAX_LINE,
+    ):
+        self._fd = pipe.fileno()
+        self._pipe = pipe
+        self._path = Path(path)
+        self._now = now
+        self._max_line = max_line
+        self._thread = threading.Thread(
+            target=self._run, name=f"log:{self._path.name}", daemon=True
+        )
+
+    def start(self) -> LogPump:
+        self._thread.start()
+        return self
+
+    def join(self, timeout: float | None = None) -> bool:
+        self._thread.join(timeout)
+        return not self._thread.is_alive()
+
+    def _cut(self, line: bytes) -> list[bytes]:
+        """``line`` in pieces of at most ``max_line`` bytes, never inside a character."""
+        pieces = []
+        while len(line) > self._max_line:
+            cut = utf8_boundary(line[: self._max_line]) or self._max_line
+            pieces.append(line[:cut])
+            line = line[cut:]
+        return [*pieces, line]
+
+    def _stamp(self, lines: list[bytes]) -> bytes:
+        prefix = (iso(self._now()) + " ").encode()
+        return b"".join(prefix + line + b"\n" for line in lines)
+
+    def _run(self) -> None:
+        partial = b""
+        with open(self._path, "ab") as out:
+            while True:
+                try:
+                    chunk = os.read(self._fd, 65536)
+                except OSError:
+                    chunk = b""
+                if not chunk:
+                    break
+                *complete, partial = (partial + chunk).split(b"\n")
+                lines = [piece for line in complete for piece in self._cut(line)]
+                if len(partial) > self._max_line:
+                    *more, partial = self._cut(partial)
+                    lines.extend(more)
+                if lines:
+                    out.write(self._stamp(lines))
+                    out.flush()
+            if partial:
+                out.write(self._stamp([partial]))
+                out.flush()
+        try:
+            self._pipe.close()
+        except OSError:
+            pass
+
+
+def utf8_boundary(data: bytes) -> int:
+    """The largest ``n`` such that ``data[:n]`` does not end inside a UTF-8 character."""
+    cut = len(data)
+    # Back off over continuation bytes (10xxxxxx), then over the lead byte they belong to.
+    while cut > 0 and len(data) - cut < 3 and (data[cut - 1] & 0xC0) == 0x80:
+        cut -= 1
+    if cut > 0 and data[cut - 1] >= 0xC0:
+        lead = data[cut - 1]
+        width = 2 if lead < 0xE0 else 3 if lead < 0xF0 else 4
+        if len(data) - (cut - 1) < width:
+            return cut - 1
+    return len(data)
+
+
+def log_size(path: str | Path) -> int:
+    try:
+        return os.stat(path).st_size
+    except FileNotFoundError:
+        return 0
+
+
+def read_chunk(path: str | Path, offset: int, limit: int = DEFAULT_LIMIT) -> tuple[bytes, int]:
+    """Up to ``limit`` bytes of ``path`` from ``offset``, and the offset to continue from.
+
+    The chunk ends after its last newline when it has one, so lines (and the multibyte
+    characters in them) are never split; a chunk without a newline (one line longer than
+    ``limit``, or a line being written) is cut before an incomplete UTF-8 character instead.
+    """
+    try:
+        with open(path, "rb") as f:
+            f.seek(offset)
+            data = f.read(limit)
+    except FileNotFoundError:
+        return b"", offset
+    if not data:
+        return b"", offset
+    newline = data.rfind(b"\n")
+    if newline >= 0:
+        data = data[: newline + 1]
+    else:
+        cut = utf8_boundary(data)
+        if cut > 0 or len(data) < limit:  # nothing whole yet: wait for the rest of the line
+            data = data[:cut]
+    return data, offset + len(data)

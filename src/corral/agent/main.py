@@ -1,0 +1,179 @@
+"""``corral agent``: run one attempt of a run on this node and serve its HTTP API.
+
+``python -m corral.agent --plan PLAN.json`` (the token comes from ``CORRAL_AGENT_TOKEN``,
+never from the plan or the command line). :class:`Agent` is the same thing in-process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from corral.agent import dag
+from corral.agent.events import EventLog
+from corral.agent.fsutil import atomic_write_json, iso
+from corral.agent.plan import AgentPlan
+from corral.agent.progress import ProgressTailer
+from corral.agent.runner import Runner
+from corral.agent.server import AgentApi, AgentServer
+from corral.constants import ENV_AGENT_TOKEN
+from corral.errors import BadInput, CorralError
+
+
+class Agent:
+    """One attempt on this node: the runner, the progress tailer and the HTTP server."""
+
+    def __init__(
+        self,
+        plan: AgentPlan,
+        token: str,
+        *,
+        devices: list[str] | None = None,
+        environ: dict[str, str] | None = None,
+        usage: Callable[[list[str]], list[Any]] | None = None,
+        now: Callable[[], float] = time.time,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+    ):
+        if not token:
+            raise BadInput(f"the agent needs a token: set {ENV_AGENT_TOKEN}")
+        dag.validate(plan)
+        self.plan = plan
+        self.state_dir = Path(plan.state_dir)
+        for sub in ("logs", "progress"):
+            (self.state_dir / sub).mkdir(parents=True, exist_ok=True)
+        Path(plan.checkpoint_dir).mkdir(parents=True, exist_ok=True)
+        if devices is None:
+            devices = plan.devices if plan.devices is not None else _detected_ids()
+        if usage is None:
+            from corral.gpu import usage
+        self.events = EventLog(self.state_dir / "events.jsonl", now=now)
+        self.tailer = ProgressTailer(
+            self.state_dir / "progress", self.events, plan.progress_event_interval, clock=clock
+        )
+        self.runner = Runner(
+            plan,
+            self.events,
+            self.tailer,
+            devices,
+            environ=environ,
+            now=now,
+            clock=clock,
+            sleep=sleep,
+        )
+        self.api = AgentApi(
+            self.runner, self.events, self.tailer, devices, usage, os.getpid(), clock=clock
+        )
+        self._token = token
+        self._now = now
+        self.server: AgentServer | None = None
+        self.url = ""
+
+    def start(self) -> str:
+        """Bind, write ``agent.json``, serve, start the attempt; returns the API's URL."""
+        self.server = AgentServer((self.plan.host, self.plan.port), self.api, self._token)
+        self.url = f"http://{self.plan.host}:{self.server.port}"
+        atomic_write_json(
+            self.state_dir / "agent.json",
+            {
+                "pid": os.getpid(),
+                "port": self.server.port,
+                "url": self.url,
+                "started_at": iso(self._now()),
+            },
+        )
+        threading.Thread(
+            target=self.server.serve_forever,
+            kwargs={"poll_interval": 0.1},
+            name="http",
+            daemon=True,
+        ).start()
+        self.tailer.start(self.runner.live_stages)
+        self.runner.start()
+        self.api.ready = True
+        return self.url
+
+    def stop(self, reason: str = "stop requested") -> None:
+        """Graceful stop (what ``POST /stop`` does). Idempotent."""
+        self.runner.request_stop(reason)
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Wait until the attempt has ended; True if it has."""
+        return self.runner.wait(timeout)
+
+    def close(self, timeout: float | None = None) -> None:
+        """Stop the attempt if it still runs, then stop serving."""
+        if not self.runner.finished.is_set():
+            self.stop("agent shutting down")
+            self.wait(timeout)
+        self.tailer.close()
+        if self.server is not None:
+            self.server.shutdown()
+            self.server.server_close()
+        self.events.close()
+
+
+def should_exit(agent: Agent, signalled: bool) -> bool:
+    """Whether the agent process ends now. After the attempt ends the agent keeps serving its
+    API (the controller still reads status, logs and events) and exits only after a signal
+    stopped it. The place for a later rule such as "the job ended and the controller has not
+    called for X" (``agent.api.last_request_at`` is the time of the last call)."""
+    return signalled and agent.runner.finished.is_set()
+
+
+def _detected_ids() -> list[str]:
+    from corral import gpu
+
+    return [g.id for g in gpu.detect()]
+
+
+def _load(path: str) -> AgentPlan:
+    try:
+        return AgentPlan.load(path)
+    except FileNotFoundError:
+        raise BadInput(f"plan file {path} does not exist")
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "plan"
+        raise BadInput(f"plan file {path}: {where}: {first['msg']}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="corral agent", description="Run one attempt of a corral run on this node."
+    )
+    parser.add_argument("--plan", required=True, help="path of the AgentPlan JSON file")
+    args = parser.parse_args(argv)
+    token = os.environ.pop(ENV_AGENT_TOKEN, "")  # gone from this process's environment
+    try:
+        agent = Agent(_load(args.plan), token)
+        url = agent.start()
+    except CorralError as exc:
+        print(f"corral agent: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except OSError as exc:  # e.g. the port is taken
+        print(f"corral agent: error: {exc.strerror or exc}", file=sys.stderr)
+        return BadInput.exit_code
+    print(f"corral agent: serving on {url}", file=sys.stderr, flush=True)
+
+    signalled = threading.Event()
+
+    def on_signal(signum: int, _frame: Any) -> None:
+        signalled.set()
+        agent.stop(f"agent received {signal.Signals(signum).name}")
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    while not should_exit(agent, signalled.is_set()):
+        (agent.runner.finished if signalled.is_set() else signalled).wait(0.5)
+    agent.close(timeout=5)
+    return 0

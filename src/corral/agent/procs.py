@@ -1,0 +1,137 @@
+"""Child processes of the agent: each setup command and stage runs in its own process group.
+
+A :class:`Child` is one ``bash -c`` process started with ``start_new_session`` (so its pid is
+its process-group id), its output pumped into a log, and a watcher thread that
+
+1. waits for the leader to exit and records its exit code (a signal death is ``128+signum``);
+2. gives whatever the leader left in its group the same grace: SIGTERM, then SIGKILL at the
+   deadline (a deadline already set by :meth:`Child.terminate` is kept);
+3. waits (bounded) for the log pump to drain, then calls ``on_exit(child)``.
+
+So a child is "done" only when its whole process group is gone and its log is complete.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from corral.agent.logs import LogPump
+
+WATCH_SECONDS = 0.05
+LOG_DRAIN_SECONDS = 5.0
+
+
+def exit_code_of(returncode: int) -> int:
+    """Popen's ``-signum`` for a signal death becomes the shell convention ``128+signum``."""
+    return 128 - returncode if returncode < 0 else returncode
+
+
+def group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def signal_group(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+class Child:
+    def __init__(
+        self,
+        name: str,
+        command: str,
+        *,
+        cwd: str,
+        env: dict[str, str],
+        log_path: Path,
+        grace: float,
+        on_exit: Callable[[Child], None],
+        now: Callable[[], float] = time.time,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+    ):
+        self.name = name
+        self.grace = grace
+        self.exit_code: int | None = None
+        self.terminated = False  # terminate() was called
+        self.stopped = False  # terminate() was called before the leader exited
+        self._on_exit = on_exit
+        self._clock = clock
+        self._sleep = sleep
+        self._lock = threading.Lock()
+        self._kill_at: float | None = None
+        self._killed = False
+        self.proc = subprocess.Popen(
+            ["bash", "-c", command],
+            cwd=cwd,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        self.pid = self.pgid = self.proc.pid
+        assert self.proc.stdout is not None
+        self._pump = LogPump(self.proc.stdout, log_path, now=now).start()
+        self.create_time = _create_time(self.pid)
+        self._watcher = threading.Thread(target=self._watch, name=f"watch:{name}", daemon=True)
+        self._watcher.start()
+
+    def terminate(self) -> None:
+        """SIGTERM the group now and SIGKILL it after the grace period. Idempotent."""
+        with self._lock:
+            if self.terminated:
+                return
+            self.terminated = True
+            self._kill_at = self._clock() + self.grace
+        signal_group(self.pgid, signal.SIGTERM)
+
+    def _watch(self) -> None:
+        while True:
+            returncode = self.proc.poll()
+            if returncode is not None and self.exit_code is None:
+                self.stopped = self.terminated
+                self.exit_code = exit_code_of(returncode)
+            if returncode is not None and not group_alive(self.pgid):
+                break
+            if returncode is not None and not self.terminated:
+                self.terminate()  # the leader is gone: its leftovers get the grace period
+            with self._lock:
+                due = self._kill_at is not None and self._clock() >= self._kill_at
+                kill, self._killed = due and not self._killed, self._killed or due
+            if kill:
+                signal_group(self.pgid, signal.SIGKILL)
+            self._sleep(WATCH_SECONDS)
+        self._pump.join(LOG_DRAIN_SECONDS)
+        self._on_exit(self)
+
+    def join(self, timeout: float | None = None) -> bool:
+        self._watcher.join(timeout)
+        return not self._watcher.is_alive()
+
+    def record(self) -> dict:
+        """This child's entry in ``children.json``."""
+        return {"stage": self.name, "pgid": self.pgid, "create_time": self.create_time}
+
+
+def _create_time(pid: int) -> float | None:
+    try:
+        import psutil  # imported here: not needed before the first child runs
+
+        return psutil.Process(pid).create_time()
+    except Exception:  # the process may already be gone
+        return None

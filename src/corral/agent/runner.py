@@ -1,0 +1,369 @@
+"""Runs one attempt: the setup commands in order, then the stages as a DAG.
+
+Lifecycle (all decisions are taken on the runner thread; children report through a queue):
+
+1. ``attempt.started``; a stage whose GPU request can never be met on this node fails the
+   attempt before anything runs.
+2. Setup commands run one after another (``_setup`` log); a non-zero exit fails the attempt.
+3. Every stage whose ``needs`` all succeeded (or were skipped) starts as soon as its GPUs are
+   free; until then it is ``waiting``. Stages in ``skip_stages`` are ``skipped``.
+4. The first stage to fail (or exit 75: preempted), or a stop request, starts the shutdown:
+   every running child gets SIGTERM, then SIGKILL after ``grace_seconds``; nothing new starts;
+   stages that never started end ``cancelled``.
+5. When no child is left: ``attempt.finished`` with the phase and, on failure, the stage and
+   its exit code.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from corral import constants as C
+from corral.agent.events import EventLog
+from corral.agent.fsutil import atomic_write_json, iso
+from corral.agent.gpus import GpuPool
+from corral.agent.plan import AgentPlan, StagePlan
+from corral.agent.procs import Child
+from corral.agent.progress import ProgressTailer
+
+SETUP = "_setup"
+#: Exit code reported for a command that could not be started at all (like a shell's 127).
+EXIT_NOT_STARTED = 127
+TERMINAL_STATES = frozenset({"succeeded", "failed", "preempted", "stopped", "cancelled", "skipped"})
+
+
+@dataclass
+class StageRun:
+    plan: StagePlan
+    state: str = "pending"
+    gpus: list[str] = field(default_factory=list)
+    exit_code: int | None = None
+    started_at: float | None = None
+    finished_at: float | None = None
+    pid: int | None = None
+    started_mono: float = 0.0
+
+
+class Runner:
+    def __init__(
+        self,
+        plan: AgentPlan,
+        events: EventLog,
+        tailer: ProgressTailer,
+        devices: list[str],
+        *,
+        environ: dict[str, str] | None = None,
+        now: Callable[[], float] = time.time,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+    ):
+        self.plan = plan
+        self.state_dir = Path(plan.state_dir)
+        self.logs_dir = self.state_dir / "logs"
+        self._events = events
+        self._tailer = tailer
+        self._pool = GpuPool(devices)
+        self._environ = dict(os.environ if environ is None else environ)
+        self._now, self._clock, self._sleep = now, clock, sleep
+        self._lock = threading.Lock()
+        self._queue: queue.Queue[tuple[str, Any]] = queue.Queue()
+        self._children: dict[str, Child] = {}
+        self._stages = {s.name: StageRun(s) for s in plan.stages}
+        self._outcome: tuple[str, str | None, int | None, str] | None = None
+        self._stop_requested = False
+        self.phase = "setup" if plan.setup else "running"
+        self.started_at = now()
+        self.finished_at: float | None = None
+        self.setup_done = threading.Event()  # no more output will go to the _setup log
+        self.finished = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="runner", daemon=True)
+
+    # --- public ----------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def request_stop(self, reason: str = "stop requested") -> None:
+        """Graceful stop of the whole attempt. Idempotent."""
+        with self._lock:
+            if self._stop_requested:
+                return
+            self._stop_requested = True
+        self._events.emit("stop.requested", data={"reason": reason})
+        self._queue.put(("stop", reason))
+
+    def wait(self, timeout: float | None = None) -> bool:
+        return self.finished.wait(timeout)
+
+    def live_stages(self) -> list[str]:
+        with self._lock:
+            return [n for n, s in self._stages.items() if s.state == "running"]
+
+    def status(self) -> dict[str, Any]:
+        with self._lock:
+            _, failed_stage, exit_code, reason = self._outcome or (None, None, None, "")
+            stages = [
+                {
+                    "name": name,
+                    "state": s.state,
+                    "gpus": list(s.gpus),
+                    "exit_code": s.exit_code,
+                    "started_at": iso(s.started_at) if s.started_at else None,
+                    "finished_at": iso(s.finished_at) if s.finished_at else None,
+                    "pid": s.pid,
+                }
+                for name, s in self._stages.items()
+            ]
+            out = {
+                "run_id": self.plan.run_id,
+                "attempt": self.plan.attempt,
+                "phase": self.phase,
+                "started_at": iso(self.started_at),
+                "finished_at": iso(self.finished_at) if self.finished_at else None,
+                "failed_stage": failed_stage,
+                "exit_code": exit_code,
+                "reason": reason,
+            }
+        for stage in stages:
+            stage["progress"] = self._tailer.latest(stage["name"])
+        return {**out, "stages": stages}
+
+    def stage_finished(self, name: str) -> bool:
+        """No more output will go to this stage's (or ``_setup``'s) log."""
+        if name == SETUP:
+            return self.setup_done.is_set()
+        with self._lock:
+            return self._stages[name].state in TERMINAL_STATES
+
+    # --- the attempt -----------------------------------------------------------------------
+
+    def _run(self) -> None:
+        try:
+            self._events.emit(
+                "attempt.started",
+                data={"run_id": self.plan.run_id, "attempt": self.plan.attempt},
+            )
+            for stage in self.plan.stages:
+                problem = self._pool.problem(stage.name, stage.gpus)
+                if problem and stage.name not in self.plan.skip_stages:
+                    self._shutdown("failed", stage.name, None, problem)
+                    break
+            if self._outcome is None and self.plan.setup:
+                self._run_setup()
+            self.setup_done.set()
+            if self._outcome is None:
+                self._set_phase("running")
+                self._run_stages()
+        except Exception as exc:  # a bug in the agent must still end the attempt clearly
+            self._shutdown("failed", None, None, f"agent error: {type(exc).__name__}: {exc}")
+            while self._children:
+                self._handle(self._queue.get())
+        finally:
+            self.setup_done.set()
+            self._finish()
+
+    def _run_setup(self) -> None:
+        self._events.emit("setup.started", data={"commands": len(self.plan.setup)})
+        began = self._clock()
+        code: int | None = 0
+        for number, command in enumerate(self.plan.setup, start=1):
+            self._drain_queue()  # a stop requested between two commands
+            if self._outcome is not None:
+                code = None
+                break
+            child = self._spawn(SETUP, command, self._env(None, list(self._pool.devices)))
+            if child is None:
+                code = EXIT_NOT_STARTED
+            else:
+                while self._children:
+                    self._handle(self._queue.get())
+                code = child.exit_code if not child.stopped else None
+            if code != 0:
+                if self._outcome is None:
+                    reason = f"setup command {number} exited with code {code}"
+                    self._shutdown("failed", SETUP, code, reason)
+                break
+        duration = round(self._clock() - began, 3)
+        self._events.emit("setup.finished", data={"exit_code": code, "duration_s": duration})
+
+    def _run_stages(self) -> None:
+        for name in self.plan.skip_stages:
+            with self._lock:
+                self._stages[name].state = "skipped"
+            self._events.emit("stage.skipped", stage=name)
+        while True:
+            self._drain_queue()
+            if self._outcome is None and not self._stop_requested:
+                self._start_ready()
+            if not self._children:
+                break
+            self._handle(self._queue.get())
+        with self._lock:
+            stuck = [n for n, s in self._stages.items() if s.state in ("pending", "waiting")]
+        if stuck and self._outcome is None and not self._stop_requested:
+            self._shutdown("failed", stuck[0], None, f"stage {stuck[0]!r} could not start")
+        self._drain_queue()
+
+    def _start_ready(self) -> None:
+        for name, stage in self._stages.items():
+            if stage.state not in ("pending", "waiting"):
+                continue
+            needs = [self._stages[d].state for d in stage.plan.needs]
+            if not all(state in ("succeeded", "skipped") for state in needs):
+                continue
+            logical = self._pool.try_acquire(name, stage.plan.gpus)
+            if logical is None:
+                if stage.state != "waiting":
+                    with self._lock:
+                        stage.state = "waiting"
+                    self._events.emit("stage.waiting", stage=name, data={"gpus": stage.plan.gpus})
+                continue
+            gpus = self._pool.physical(logical)
+            with self._lock:
+                stage.gpus, stage.started_at, stage.started_mono = gpus, self._now(), self._clock()
+            child = self._spawn(name, stage.plan.run, self._env(stage.plan, gpus))
+            if child is None:
+                self._pool.release(name)
+                self._finish_stage(name, "failed", EXIT_NOT_STARTED)
+                self._shutdown("failed", name, EXIT_NOT_STARTED, f"stage {name!r} could not start")
+                return
+            with self._lock:
+                stage.state, stage.pid = "running", child.pid
+            self._events.emit("stage.started", stage=name, data={"gpus": gpus, "pid": child.pid})
+
+    # --- children --------------------------------------------------------------------------
+
+    def _spawn(self, name: str, command: str, env: dict[str, str]) -> Child | None:
+        self.logs_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            child = Child(
+                name,
+                command,
+                cwd=self.plan.workdir,
+                env=env,
+                log_path=self.logs_dir / f"{name}.log",
+                grace=self.plan.grace_seconds,
+                on_exit=lambda c: self._queue.put(("exit", c)),
+                now=self._now,
+                clock=self._clock,
+                sleep=self._sleep,
+            )
+        except OSError as exc:
+            with open(self.logs_dir / f"{name}.log", "a", encoding="utf-8") as log:
+                log.write(f"{iso(self._now())} corral: could not start: {exc.strerror}\n")
+            return None
+        self._children[name] = child
+        self._write_children()
+        return child
+
+    def _handle(self, message: tuple[str, Any]) -> None:
+        kind, value = message
+        if kind == "stop":
+            if self._outcome is None:
+                self._shutdown("stopped", None, None, value)
+            return
+        child: Child = value
+        self._children.pop(child.name, None)
+        self._write_children()
+        if child.name == SETUP:
+            return
+        self._pool.release(child.name)
+        self._tailer.poll([child.name])  # what the stage wrote last comes before its end
+        code = child.exit_code
+        if code == 0:
+            state = "succeeded"
+        elif code == C.EXIT_PREEMPTED:
+            state = "preempted"
+        else:
+            state = "stopped" if child.stopped else "failed"
+        self._finish_stage(child.name, state, code)
+        if state == "failed":
+            self._shutdown(
+                "failed", child.name, code, f"stage {child.name!r} exited with code {code}"
+            )
+        elif state == "preempted":
+            self._shutdown("preempted", child.name, code, f"stage {child.name!r} was preempted")
+
+    def _finish_stage(self, name: str, state: str, code: int | None) -> None:
+        stage = self._stages[name]
+        with self._lock:
+            stage.state, stage.exit_code, stage.finished_at = state, code, self._now()
+        duration = round(self._clock() - stage.started_mono, 3) if stage.started_at else 0.0
+        data = {"state": state, "exit_code": code, "duration_s": duration}
+        self._events.emit("stage.finished", stage=name, data=data)
+
+    def _shutdown(self, phase: str, stage: str | None, code: int | None, reason: str) -> None:
+        """Record why the attempt ends (the first reason wins) and stop every child."""
+        with self._lock:
+            if self._outcome is None:
+                self._outcome = (phase, stage, code, reason)
+            self.phase = "stopping"
+        for child in list(self._children.values()):
+            child.terminate()
+
+    def _drain_queue(self) -> None:
+        while True:
+            try:
+                self._handle(self._queue.get_nowait())
+            except queue.Empty:
+                return
+
+    def _finish(self) -> None:
+        for name, stage in self._stages.items():
+            if stage.state in ("pending", "waiting"):
+                self._finish_stage(name, "cancelled", None)
+        phase, failed_stage, code, reason = self._outcome or ("succeeded", None, None, "")
+        with self._lock:
+            self._outcome = (phase, failed_stage, code, reason)
+            self.phase, self.finished_at = phase, self._now()
+        self._write_children()
+        data = {"phase": phase, "failed_stage": failed_stage, "exit_code": code, "reason": reason}
+        self._events.emit("attempt.finished", data=data)
+        self.finished.set()
+
+    def _set_phase(self, phase: str) -> None:
+        with self._lock:
+            self.phase = phase
+
+    def _write_children(self) -> None:
+        records = [c.record() for c in self._children.values()]
+        atomic_write_json(self.state_dir / "children.json", records)
+
+    # --- environment -----------------------------------------------------------------------
+
+    def _env(self, stage: StagePlan | None, gpus: list[str]) -> dict[str, str]:
+        """os.environ + plan.env + stage.env, then the agent's own variables on top (a stage
+        cannot override its GPUs or the CORRAL_* contract); never the agent's token."""
+        plan = self.plan
+        env = {**self._environ, **plan.env, **(stage.env if stage else {})}
+        env.update(
+            {
+                "CUDA_VISIBLE_DEVICES": ",".join(gpus),
+                "PYTHONUNBUFFERED": "1",
+                C.ENV_RUN_ID: plan.run_id,
+                C.ENV_ATTEMPT: str(plan.attempt),
+                C.ENV_STAGE: stage.name if stage else SETUP,
+                C.ENV_CHECKPOINT_DIR: plan.checkpoint_dir,
+                C.ENV_NUM_GPUS: str(len(gpus)),
+                C.ENV_GRACE_SECONDS: str(plan.grace_seconds),
+                C.ENV_HOURLY_PRICE: str(plan.hourly_price),
+                C.ENV_COST_OFFSET: str(plan.cost_offset_usd),
+            }
+        )
+        if plan.budget_usd is not None:
+            env[C.ENV_BUDGET_USD] = str(plan.budget_usd)
+        else:
+            env.pop(C.ENV_BUDGET_USD, None)
+        if stage is not None:
+            env[C.ENV_PROGRESS_FILE] = str(self._tailer.path_for(stage.name))
+        else:
+            env.pop(C.ENV_PROGRESS_FILE, None)
+        env.pop(C.ENV_AGENT_TOKEN, None)
+        return env

@@ -1,0 +1,237 @@
+"""The agent's HTTP API (stdlib ``ThreadingHTTPServer``, JSON bodies, bearer token).
+
+Every request needs ``Authorization: Bearer <token>`` (else 401). Endpoints: ``GET /health``,
+``GET /ready``, ``GET /status``, ``GET /events?after=N``, ``GET /logs``,
+``GET /logs?stage=S&offset=N&limit=L``, ``POST /stop``. ``docs/agent.md`` is the reference.
+Responses never contain the token or any environment value.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import threading
+import time
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+from corral import __version__
+from corral.agent import logs
+from corral.agent.events import EventLog
+from corral.agent.progress import ProgressTailer
+from corral.agent.runner import SETUP, Runner
+
+GPU_USAGE_TTL = 5.0
+MAX_EVENTS_PAGE = 1000
+
+
+class HttpError(Exception):
+    def __init__(self, status: int, message: str):
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+class AgentApi:
+    """What the endpoints answer, without HTTP (the handler only parses and serialises)."""
+
+    def __init__(
+        self,
+        runner: Runner,
+        events: EventLog,
+        tailer: ProgressTailer,
+        gpu_ids: list[str],
+        usage: Callable[[list[str]], list[Any]],
+        pid: int,
+        clock: Callable[[], float] = time.monotonic,
+    ):
+        self.runner = runner
+        self.events = events
+        self.tailer = tailer
+        self.gpu_ids = gpu_ids
+        self._usage = usage
+        self._pid = pid
+        self._clock = clock
+        self._gpu_lock = threading.Lock()
+        self._gpu_cache: tuple[float, list[dict]] | None = None
+        self.ready = False
+        #: monotonic time of the last authenticated request (for "is the controller gone?").
+        self.last_request_at: float | None = None
+
+    def touch(self) -> None:
+        self.last_request_at = self._clock()
+
+    def health(self) -> dict:
+        plan = self.runner.plan
+        return {
+            "ok": True,
+            "run_id": plan.run_id,
+            "attempt": plan.attempt,
+            "pid": self._pid,
+            "version": __version__,
+        }
+
+    def gpus(self) -> list[dict]:
+        with self._gpu_lock:
+            now = self._clock()
+            if self._gpu_cache is None or now - self._gpu_cache[0] >= GPU_USAGE_TTL:
+                try:
+                    rows = [
+                        {
+                            "id": u.id,
+                            "utilization_pct": u.utilization_pct,
+                            "memory_used_mb": u.memory_used_mb,
+                            "memory_total_mb": u.memory_total_mb,
+                        }
+                        for u in self._usage(self.gpu_ids)
+                    ]
+                except Exception:  # GPU usage is informative: never fail /status for it
+                    rows = []
+                self._gpu_cache = (now, rows)
+            return [dict(r) for r in self._gpu_cache[1]]
+
+    def status(self) -> dict:
+        return {
+            **self.runner.status(),
+            "gpus": self.gpus(),
+            "last_checkpoint": self.tailer.last_checkpoint(),
+        }
+
+    def events_after(self, after: int, limit: int) -> dict:
+        page, next_after = self.events.after(after, limit)
+        return {"events": page, "next": next_after}
+
+    def log_names(self) -> list[str]:
+        names = [s.name for s in self.runner.plan.stages]
+        return [SETUP, *names] if self.runner.plan.setup else names
+
+    def log_sizes(self) -> dict:
+        directory = self.runner.logs_dir
+        return {"stages": {n: logs.log_size(directory / f"{n}.log") for n in self.log_names()}}
+
+    def log_chunk(self, stage: str, offset: int, limit: int) -> dict:
+        if stage not in self.log_names():
+            raise HttpError(404, f"unknown stage {stage!r}")
+        finished = self.runner.stage_finished(stage)  # read before the file: no lost tail
+        path = self.runner.logs_dir / f"{stage}.log"
+        data, next_offset = logs.read_chunk(path, offset, limit)
+        eof = finished and next_offset >= logs.log_size(path)
+        return {
+            "stage": stage,
+            "offset": offset,
+            "next_offset": next_offset,
+            "data": data.decode("utf-8", errors="replace"),
+            "eof": eof,
+        }
+
+    def stop(self) -> dict:
+        self.runner.request_stop("stop requested through the API")
+        return {"stopping": True}
+
+
+def _int_param(query: dict[str, list[str]], name: str, default: int, low: int, high: int) -> int:
+    raw = query.get(name, [None])[-1]
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise HttpError(400, f"{name} must be an integer")
+    if not low <= value <= high:
+        raise HttpError(400, f"{name} must be between {low} and {high}")
+    return value
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: AgentServer
+    protocol_version = "HTTP/1.1"
+
+    def version_string(self) -> str:
+        return "corral-agent"
+
+    def log_message(self, format: str, *args: Any) -> None:  # quiet: the controller polls
+        pass
+
+    def do_GET(self) -> None:
+        self._dispatch("GET")
+
+    def do_POST(self) -> None:
+        self._dispatch("POST")
+
+    def _dispatch(self, method: str) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        if length:
+            self.rfile.read(min(length, 1 << 20))
+        api = self.server.api
+        try:
+            if not self._authorized():
+                raise HttpError(401, "unauthorized")
+            api.touch()
+            url = urlsplit(self.path)
+            query = parse_qs(url.query)
+            status, body = self._route(method, url.path, query)
+        except HttpError as exc:
+            status, body = exc.status, {"error": exc.message}
+        except Exception as exc:  # never let a bug take the API down
+            status, body = 500, {"error": f"internal error: {type(exc).__name__}"}
+        self._send(status, body)
+
+    def _route(self, method: str, path: str, query: dict[str, list[str]]) -> tuple[int, dict]:
+        api = self.server.api
+        routes = {"/health", "/ready", "/status", "/events", "/logs", "/stop"}
+        if path not in routes:
+            raise HttpError(404, "not found")
+        if (method == "POST") != (path == "/stop"):
+            raise HttpError(405, "method not allowed")
+        if path == "/health":
+            return 200, api.health()
+        if path == "/ready":
+            return (200, {"ready": True}) if api.ready else (503, {"ready": False})
+        if path == "/status":
+            return 200, api.status()
+        if path == "/events":
+            after = _int_param(query, "after", 0, 0, 2**62)
+            limit = _int_param(query, "limit", MAX_EVENTS_PAGE, 1, MAX_EVENTS_PAGE)
+            return 200, api.events_after(after, limit)
+        if path == "/logs":
+            stage = query.get("stage", [None])[-1]
+            if stage is None:
+                return 200, api.log_sizes()
+            offset = _int_param(query, "offset", 0, 0, 2**62)
+            limit = _int_param(query, "limit", logs.DEFAULT_LIMIT, 1, logs.MAX_LIMIT)
+            return 200, api.log_chunk(stage, offset, limit)
+        return 202, api.stop()
+
+    def _authorized(self) -> bool:
+        header = self.headers.get("Authorization", "")
+        scheme, _, given = header.partition(" ")
+        if scheme.lower() != "bearer":
+            return False
+        return hmac.compare_digest(given.strip().encode(), self.server.token)
+
+    def _send(self, status: int, body: dict) -> None:
+        payload = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(payload)))
+        self.send_header("Cache-Control", "no-store")
+        if status == 401:
+            self.send_header("WWW-Authenticate", "Bearer")
+        self.end_headers()
+        self.wfile.write(payload)
+
+
+class AgentServer(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(self, address: tuple[str, int], api: AgentApi, token: str):
+        self.api = api
+        self.token = token.encode()
+        super().__init__(address, _Handler)
+
+    @property
+    def port(self) -> int:
+        return int(self.server_address[1])

@@ -2,12 +2,21 @@
 
 "No GPU" is a normal answer (an empty list), never a crash. ``CORRAL_FAKE_GPUS`` declares an
 inventory for tests and demos: ``"L40S:8"`` or ``"L40S:4,A100:2"`` (type:count, comma separated).
+A declared inventory wins over NVML and is not filtered by ``CUDA_VISIBLE_DEVICES``.
+
+``CUDA_VISIBLE_DEVICES`` is read the way CUDA reads it: entries are indices (``"2"``) or GPU
+UUIDs (``"GPU-8f1c..."``, a unique prefix is enough); an empty value hides every GPU; the list
+stops at the first entry that names no GPU (so ``"-1"`` hides every GPU). A GPU picked by UUID
+keeps its UUID as ``id``, because indices can be ordered differently by CUDA and NVML.
 """
 
 from __future__ import annotations
 
 import os
+from collections import Counter
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
+from typing import Any
 
 from corral.constants import ENV_FAKE_GPUS
 from corral.errors import BadInput
@@ -15,11 +24,12 @@ from corral.errors import BadInput
 
 @dataclass(frozen=True)
 class GpuInfo:
-    index: int  # position in this node's inventory (what CUDA_VISIBLE_DEVICES names)
-    id: str  # the id to put in CUDA_VISIBLE_DEVICES for this GPU
+    index: int  # position in this process's inventory (after CUDA_VISIBLE_DEVICES)
+    id: str  # the id to put in CUDA_VISIBLE_DEVICES for this GPU (physical index or UUID)
     name: str  # model, e.g. "L40S"
     memory_mb: int = 0
     fake: bool = False
+    uuid: str = ""  # "GPU-..." from NVML; empty for fake GPUs
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -34,7 +44,11 @@ class GpuUsage:
 
 
 def parse_fake(value: str) -> list[GpuInfo]:
-    """Parse a declared inventory such as ``"L40S:8"`` or ``"L40S:4,A100:2"``."""
+    """Parse a declared inventory such as ``"L40S:8"`` or ``"L40S:4,A100:2"``.
+
+    A bare count (``"2"``) declares GPUs of type ``GPU``. Raises :class:`BadInput` naming
+    ``CORRAL_FAKE_GPUS`` on a malformed entry.
+    """
     gpus: list[GpuInfo] = []
     for part in filter(None, (p.strip() for p in value.split(","))):
         name, sep, count = part.partition(":")
@@ -54,6 +68,14 @@ def parse_fake(value: str) -> list[GpuInfo]:
     return gpus
 
 
+def describe(gpus: list[GpuInfo]) -> str:
+    """A short human summary: ``"L40S x4, A100 x2"`` (``"no GPU"`` for an empty list)."""
+    if not gpus:
+        return "no GPU"
+    counts = Counter(g.name for g in gpus)
+    return ", ".join(f"{name} x{n}" for name, n in counts.items())
+
+
 def _short_name(full: str) -> str:
     """'NVIDIA L40S' -> 'L40S', 'NVIDIA A100-SXM4-80GB' -> 'A100'."""
     name = full.replace("NVIDIA", "").replace("Tesla", "").strip()
@@ -64,81 +86,143 @@ def _short_name(full: str) -> str:
     return name or full
 
 
-def _nvml_gpus() -> list[GpuInfo]:
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _nvml() -> Any | None:
+    """The initialised ``pynvml`` module, or None when there is no library, driver or GPU."""
     try:
         import pynvml  # from nvidia-ml-py
     except ImportError:
-        return []
+        return None
     try:
         pynvml.nvmlInit()
     except Exception:  # no driver, no GPU: a normal answer
+        return None
+    return pynvml
+
+
+def _shutdown(nvml: Any) -> None:
+    try:
+        nvml.nvmlShutdown()
+    except Exception:
+        pass
+
+
+def _uuid(nvml: Any, handle: Any) -> str:
+    try:
+        return _text(nvml.nvmlDeviceGetUUID(handle))
+    except Exception:  # old drivers: indices still work
+        return ""
+
+
+def _nvml_gpus() -> list[GpuInfo]:
+    nvml = _nvml()
+    if nvml is None:
         return []
     try:
         out = []
-        for i in range(pynvml.nvmlDeviceGetCount()):
-            h = pynvml.nvmlDeviceGetHandleByIndex(i)
-            name = pynvml.nvmlDeviceGetName(h)
-            if isinstance(name, bytes):
-                name = name.decode()
-            mem = pynvml.nvmlDeviceGetMemoryInfo(h).total // (1024 * 1024)
-            out.append(GpuInfo(index=i, id=str(i), name=_short_name(name), memory_mb=int(mem)))
+        for i in range(nvml.nvmlDeviceGetCount()):
+            h = nvml.nvmlDeviceGetHandleByIndex(i)
+            name = _text(nvml.nvmlDeviceGetName(h))
+            mem = nvml.nvmlDeviceGetMemoryInfo(h).total // (1024 * 1024)
+            out.append(
+                GpuInfo(
+                    index=i,
+                    id=str(i),
+                    name=_short_name(name),
+                    memory_mb=int(mem),
+                    uuid=_uuid(nvml, h),
+                )
+            )
         return out
     except Exception:
         return []
     finally:
-        try:
-            pynvml.nvmlShutdown()
-        except Exception:
-            pass
+        _shutdown(nvml)
 
 
-def detect(environ: dict[str, str] | None = None) -> list[GpuInfo]:
+def _match(entry: str, gpus: list[GpuInfo]) -> GpuInfo | None:
+    """The GPU a ``CUDA_VISIBLE_DEVICES`` entry names: an index or a (prefix of a) UUID."""
+    if entry.isdigit():
+        return next((g for g in gpus if g.index == int(entry)), None)
+    if entry.upper().startswith("GPU-"):
+        hits = [g for g in gpus if g.uuid and g.uuid.lower().startswith(entry.lower())]
+        return hits[0] if len(hits) == 1 else None
+    return None  # MIG-... and anything else: not a whole GPU we can schedule
+
+
+def filter_visible(gpus: list[GpuInfo], visible: str | None) -> list[GpuInfo]:
+    """Apply a ``CUDA_VISIBLE_DEVICES`` value to the node's GPUs (None: no filtering)."""
+    if visible is None:
+        return gpus
+    picked: list[GpuInfo] = []
+    seen: set[int] = set()
+    for entry in (v.strip() for v in visible.split(",")):
+        g = _match(entry, gpus) if entry else None
+        if g is None or g.index in seen:
+            break  # CUDA stops at the first invalid (or repeated) entry
+        seen.add(g.index)
+        gid = g.uuid if entry.upper().startswith("GPU-") else g.id
+        picked.append(
+            GpuInfo(
+                index=len(picked),
+                id=gid,
+                name=g.name,
+                memory_mb=g.memory_mb,
+                fake=g.fake,
+                uuid=g.uuid,
+            )
+        )
+    return picked
+
+
+def detect(environ: Mapping[str, str] | None = None) -> list[GpuInfo]:
     """The GPUs this process may use: the fake inventory if declared, else NVML filtered by
     ``CUDA_VISIBLE_DEVICES`` (an empty value hides every GPU)."""
     env = os.environ if environ is None else environ
     fake = env.get(ENV_FAKE_GPUS)
     if fake is not None and fake.strip():
         return parse_fake(fake)
-    gpus = _nvml_gpus()
-    visible = env.get("CUDA_VISIBLE_DEVICES")
-    if visible is None:
-        return gpus
-    wanted = [v.strip() for v in visible.split(",") if v.strip()]
-    by_index = {str(g.index): g for g in gpus}
-    picked = []
-    for w in wanted:
-        if w in by_index:
-            g = by_index[w]
-            picked.append(GpuInfo(index=len(picked), id=g.id, name=g.name, memory_mb=g.memory_mb))
-    return picked
+    return filter_visible(_nvml_gpus(), env.get("CUDA_VISIBLE_DEVICES"))
 
 
-def usage(ids: list[str] | None = None, environ: dict[str, str] | None = None) -> list[GpuUsage]:
-    """Current utilisation per GPU (fake GPUs report zero). Never raises."""
+def usage(ids: list[str] | None = None, environ: Mapping[str, str] | None = None) -> list[GpuUsage]:
+    """Current utilisation per GPU (fake GPUs report zero). Never raises.
+
+    ``ids`` selects GPUs by physical index or UUID; each result carries the id it was asked by.
+    """
     env = os.environ if environ is None else environ
-    if env.get(ENV_FAKE_GPUS):
+    fake = env.get(ENV_FAKE_GPUS)
+    if fake is not None and fake.strip():
+        try:
+            declared = parse_fake(fake)
+        except BadInput:
+            return []
         return [
             GpuUsage(id=g.id, utilization_pct=0.0, memory_used_mb=0, memory_total_mb=0)
-            for g in parse_fake(env[ENV_FAKE_GPUS])
+            for g in declared
             if ids is None or g.id in ids
         ]
-    try:
-        import pynvml
-
-        pynvml.nvmlInit()
-    except Exception:
+    nvml = _nvml()
+    if nvml is None:
         return []
     out = []
     try:
-        for i in range(pynvml.nvmlDeviceGetCount()):
-            if ids is not None and str(i) not in ids:
-                continue
-            h = pynvml.nvmlDeviceGetHandleByIndex(i)
-            util = pynvml.nvmlDeviceGetUtilizationRates(h)
-            mem = pynvml.nvmlDeviceGetMemoryInfo(h)
+        for i in range(nvml.nvmlDeviceGetCount()):
+            h = nvml.nvmlDeviceGetHandleByIndex(i)
+            gid = str(i)
+            if ids is not None and gid not in ids:
+                uuid = _uuid(nvml, h)
+                if not uuid or uuid not in ids:
+                    continue
+                gid = uuid
+            util = nvml.nvmlDeviceGetUtilizationRates(h)
+            mem = nvml.nvmlDeviceGetMemoryInfo(h)
             out.append(
                 GpuUsage(
-                    id=str(i),
+                    id=gid,
                     utilization_pct=float(util.gpu),
                     memory_used_mb=int(mem.used // 2**20),
                     memory_total_mb=int(mem.total // 2**20),
@@ -147,8 +231,5 @@ def usage(ids: list[str] | None = None, environ: dict[str, str] | None = None) -
     except Exception:
         pass
     finally:
-        try:
-            pynvml.nvmlShutdown()
-        except Exception:
-            pass
+        _shutdown(nvml)
     return out

@@ -1,0 +1,5 @@
+"""The local provider: runs corral's agent on this machine and shares its GPUs between runs."""
+
+from corral.providers.local.provider import ENV_LOCAL_PRICE, LocalProvider
+
+__all__ = ["ENV_LOCAL_PRICE", "LocalProvider"]

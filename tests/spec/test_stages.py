@@ -1,0 +1,115 @@
+from .helpers import fail, load, one
+
+HEAD = "name: x\nresources: {gpus: 'L40S:4'}\nstages:\n"
+
+
+def stages(body: str) -> str:
+    return HEAD + body
+
+
+def test_dangling_needs_suggests_the_closest_stage():
+    err = one(
+        stages("  - name: train\n    run: a\n  - name: eval\n    run: b\n    needs: [trian]\n")
+    )
+    assert err == {
+        "file": "corral.yaml",
+        "line": 8,
+        "field": "stages[1].needs[0]",
+        "message": "unknown stage 'trian' (did you mean 'train'?)",
+    }
+
+
+def test_needs_accepts_a_single_name():
+    spec = load(stages("  - {name: a, run: x}\n  - {name: b, run: y, needs: a}\n"))
+    assert spec.stages[1].needs == ["a"]
+
+
+def test_a_stage_needing_itself_is_an_error():
+    err = one(stages("  - name: a\n    run: x\n    needs: [a]\n"))
+    assert err["message"] == "stage 'a' needs itself" and err["field"] == "stages[0].needs[0]"
+
+
+def test_a_cycle_is_named_in_dependency_order():
+    body = (
+        "  - {name: a, run: x, needs: [c]}\n"
+        "  - {name: b, run: x, needs: [a]}\n"
+        "  - {name: c, run: x, needs: [b]}\n"
+        "  - {name: d, run: x, needs: [a]}\n"
+    )
+    err = one(stages(body))
+    assert err["message"] == "dependency cycle: a -> c -> b -> a"
+    assert (err["field"], err["line"]) == ("stages[0].needs", 4)
+
+
+def test_two_separate_cycles_are_both_reported():
+    body = (
+        "  - {name: a, run: x, needs: [b]}\n"
+        "  - {name: b, run: x, needs: [a]}\n"
+        "  - {name: c, run: x, needs: [d]}\n"
+        "  - {name: d, run: x, needs: [c]}\n"
+    )
+    messages = [e["message"] for e in fail(stages(body)).errors]
+    assert messages == ["dependency cycle: a -> b -> a", "dependency cycle: c -> d -> c"]
+
+
+def test_a_diamond_is_not_a_cycle():
+    body = (
+        "  - {name: a, run: x}\n"
+        "  - {name: b, run: x, needs: a}\n"
+        "  - {name: c, run: x, needs: a}\n"
+        "  - {name: d, run: x, needs: [b, c]}\n"
+    )
+    assert [s.name for s in load(stages(body)).stage_list()] == ["a", "b", "c", "d"]
+
+
+def test_duplicate_stage_names_are_errors():
+    err = one(stages("  - {name: a, run: x}\n  - {name: a, run: y}\n"))
+    assert (err["field"], err["line"]) == ("stages[1].name", 5)
+    assert err["message"] == "duplicate stage name 'a' (see stages[0])"
+
+
+def test_gpu_index_out_of_range_names_the_stage_and_index():
+    err = one(stages("  - name: train\n    run: x\n    gpus: [2, 3, 4]\n"))
+    assert err["field"] == "stages[0].gpus[2]"
+    assert err["message"].startswith("stage 'train': GPU index 4 is out of range")
+
+
+def test_duplicated_gpu_index_is_an_error():
+    err = one(stages("  - name: train\n    run: x\n    gpus: [1, 1]\n"))
+    assert err["message"] == "stage 'train': GPU index 1 is listed twice"
+
+
+def test_gpu_count_over_the_resources_maximum_is_an_error():
+    err = one(stages("  - name: train\n    run: x\n    gpus: 5\n"))
+    assert err["message"] == "stage 'train' asks for 5 GPUs but resources.gpus gives at most 4"
+
+
+def test_indices_are_checked_against_the_maximum_of_a_range():
+    spec = load(
+        "name: x\nresources: {gpus: 'A100:1..2'}\nstages:\n  - {name: a, run: x, gpus: [1]}\n"
+    )
+    assert spec.stages[0].gpus == [1]
+
+
+def test_stage_gpus_without_resource_gpus_are_an_error_but_all_is_fine():
+    text = "name: x\nstages:\n  - {name: a, run: x, gpus: 1}\n  - {name: b, run: x, gpus: all}\n"
+    err = one(text)
+    assert err["message"] == "stage 'a' asks for GPUs but resources.gpus asks for none"
+
+
+def test_stages_get_no_gpu_unless_they_ask():
+    spec = load(stages("  - {name: a, run: x}\n"))
+    assert spec.stages[0].gpus == 0
+
+
+def test_bad_stage_gpu_form_is_an_error():
+    err = one(stages("  - {name: a, run: x, gpus: 'L40S:2'}\n"))
+    assert err["field"] == "stages[0].gpus" and "invalid stage GPUs 'L40S:2'" in err["message"]
+
+
+def test_stage_list_returns_the_stages_as_given():
+    spec = load(stages("  - {name: b, run: x}\n  - {name: a, run: y, needs: b, env: {K: 1}}\n"))
+    assert [(s.name, s.needs, s.env) for s in spec.stage_list()] == [
+        ("b", [], {}),
+        ("a", ["b"], {"K": "1"}),
+    ]

@@ -265,3 +265,12 @@ def test_children_json_lists_each_running_stage_process_group(tmp_path, start_ag
     client.post("/stop")
     assert client.wait_finished(timeout=10)["phase"] == "stopped"
     assert json.loads((Path(plan.state_dir) / "children.json").read_text()) == []
+
+
+def test_what_a_stage_leaves_running_is_stopped_when_it_exits(tmp_path, start_agent):
+    plan = make_plan(tmp_path, [{"name": "train", "run": "sleep 30 & echo $! > bg.pid"}])
+    client = start_agent(plan)
+    status = client.wait_finished(timeout=10)
+    assert client.stage(status, "train")["state"] == "succeeded"
+    leftover = int((Path(plan.workdir) / "bg.pid").read_text())
+    assert not psutil.pid_exists(leftover) or psutil.Process(leftover).status() == "zombie"

@@ -23,7 +23,8 @@ from pathlib import Path
 
 from corral.agent.logs import LogPump
 
-WATCH_SECONDS = 0.05
+WATCH_SECONDS = 0.05  # how often the leader is checked
+LINGER_SECONDS = 0.1  # how often a group whose leader is gone is checked (a /proc scan)
 LOG_DRAIN_SECONDS = 5.0
 
 
@@ -33,13 +34,32 @@ def exit_code_of(returncode: int) -> int:
 
 
 def group_alive(pgid: int) -> bool:
+    """Whether a live (not zombie) process is left in the group. Orphaned zombies count as
+    gone: they hold no resources, and their new parent may reap them only much later."""
     try:
         os.killpg(pgid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
-    return True
+    return _live_member(pgid)
+
+
+def _live_member(pgid: int) -> bool:
+    try:
+        pids = [p for p in os.listdir("/proc") if p.isdigit()]
+    except OSError:  # no procfs (macOS): trust killpg
+        return True
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as f:
+                fields = f.read().rpartition(b")")[2].split()
+        except OSError:
+            continue
+        # after "pid (comm)": state ppid pgrp ...
+        if len(fields) > 2 and int(fields[2]) == pgid and fields[0] not in (b"Z", b"X"):
+            return True
+    return False
 
 
 def signal_group(pgid: int, sig: int) -> None:
@@ -115,7 +135,7 @@ class Child:
                 kill, self._killed = due and not self._killed, self._killed or due
             if kill:
                 signal_group(self.pgid, signal.SIGKILL)
-            self._sleep(WATCH_SECONDS)
+            self._sleep(WATCH_SECONDS if returncode is None else LINGER_SECONDS)
         self._pump.join(LOG_DRAIN_SECONDS)
         self._on_exit(self)
 

@@ -88,6 +88,7 @@ class Runner:
     # --- public ----------------------------------------------------------------------------
 
     def start(self) -> None:
+        self._write_children()
         self._thread.start()
 
     def request_stop(self, reason: str = "stop requested") -> None:

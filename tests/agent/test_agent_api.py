@@ -1,0 +1,246 @@
+"""The agent's HTTP API: auth, status, events paging, logs, progress, stop."""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+from corral.agent.server import AgentApi
+
+from .helpers import TOKEN, Client, make_plan
+
+STAMP = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z ")
+SECRET = "hunter2-secret-value"
+
+
+def test_every_endpoint_needs_the_token_and_no_answer_contains_it(tmp_path, start_agent):
+    plan = make_plan(
+        tmp_path,
+        [{"name": "train", "run": "echo training"}],
+        env={"API_KEY": SECRET},
+        setup=["echo setup"],
+    )
+    client = start_agent(plan)
+    client.wait_finished()
+    paths = ["/health", "/ready", "/status", "/events", "/logs", "/logs?stage=train", "/nope"]
+    for path in paths:
+        for token in (None, "wrong", TOKEN + "x", ""):
+            status, body = client.request("GET", path, token=token, raw=True)
+            assert status == 401 and body == '{"error": "unauthorized"}', (path, token)
+    status, _ = client.request("POST", "/stop", token="wrong")
+    assert status == 401
+    status, body = client.request("GET", "/health", token=f"{TOKEN} ", raw=True)
+    assert status == 200
+    bodies = [client.request("GET", p, raw=True)[1] for p in paths]
+    bodies.append(client.request("POST", "/stop", raw=True)[1])
+    for body in bodies:
+        assert TOKEN not in body and SECRET not in body
+
+
+def test_health_ready_and_unknown_paths(tmp_path, start_agent):
+    client = start_agent(make_plan(tmp_path, [{"name": "train", "run": "true"}]))
+    health = client.get("/health")
+    assert health["ok"] is True
+    assert (health["run_id"], health["attempt"]) == ("run-1", 1)
+    assert isinstance(health["pid"], int) and health["version"]
+    assert client.get("/ready") == {"ready": True}
+    assert client.request("GET", "/nope") == (404, {"error": "not found"})
+    assert client.request("POST", "/status")[0] == 405
+    assert client.request("GET", "/stop")[0] == 405
+    assert client.request("GET", "/events?after=x")[0] == 400
+    assert client.request("GET", "/logs?stage=train&limit=0")[0] == 400
+    assert client.request("GET", "/logs?stage=other")[0] == 404
+
+
+def test_ready_is_503_until_the_runner_starts(tmp_path):
+    from corral.agent.main import Agent
+
+    agent = Agent(make_plan(tmp_path, [{"name": "train", "run": "true"}]), TOKEN)
+    api: AgentApi = agent.api
+    assert api.ready is False  # the handler answers 503 {"ready": false} in this state
+    agent.start()
+    try:
+        assert Client(agent.url).get("/ready") == {"ready": True}
+    finally:
+        agent.close(timeout=10)
+
+
+def test_status_reports_phase_stages_and_gpu_usage(tmp_path, start_agent, monkeypatch):
+    monkeypatch.setenv("CORRAL_FAKE_GPUS", "L40S:2")
+    plan = make_plan(tmp_path, [{"name": "train", "run": "sleep 30", "gpus": 2}], devices=None)
+    client = start_agent(plan)
+    status = client.wait_until(lambda s: s["phase"] == "running" and s["stages"][0]["pid"])
+    assert status["gpus"] == [
+        {"id": "0", "utilization_pct": 0.0, "memory_used_mb": 0, "memory_total_mb": 0},
+        {"id": "1", "utilization_pct": 0.0, "memory_used_mb": 0, "memory_total_mb": 0},
+    ]
+    stage = status["stages"][0]
+    assert (stage["state"], stage["gpus"], stage["exit_code"]) == ("running", ["0", "1"], None)
+    assert STAMP.match(stage["started_at"] + " ") and stage["finished_at"] is None
+    assert status["finished_at"] is None and status["last_checkpoint"] is None
+
+
+def test_status_gpu_usage_never_fails_the_request(tmp_path, start_agent):
+    def broken(ids):
+        raise RuntimeError("NVML exploded")
+
+    client = start_agent(make_plan(tmp_path, [{"name": "t", "run": "true"}]), usage=broken)
+    assert client.get("/status")["gpus"] == []
+
+
+def test_events_page_densely_and_match_the_events_file(tmp_path, start_agent):
+    plan = make_plan(tmp_path, [{"name": f"s{i}", "run": "true"} for i in range(3)])
+    client = start_agent(plan)
+    client.wait_finished()
+    collected, after = [], 0
+    while True:
+        page = client.get(f"/events?after={after}&limit=2")
+        if not page["events"]:
+            assert page["next"] == after
+            break
+        assert len(page["events"]) <= 2
+        collected += page["events"]
+        after = page["next"]
+    assert [e["seq"] for e in collected] == list(range(1, len(collected) + 1))
+    assert collected == client.events()
+    for event in collected:
+        assert set(event) == {"seq", "ts", "type", "stage", "data"}
+        assert STAMP.match(event["ts"] + " ")
+    import json
+
+    lines = (Path(plan.state_dir) / "events.jsonl").read_text().splitlines()
+    assert [json.loads(line) for line in lines] == collected
+    last = collected[-1]
+    assert last["type"] == "attempt.finished"
+    assert last["data"] == {
+        "phase": "succeeded",
+        "failed_stage": None,
+        "exit_code": None,
+        "reason": "",
+    }
+
+
+def test_logs_are_timestamped_and_read_in_chunks_by_offset(tmp_path, start_agent):
+    script = (
+        "for i in $(seq 1 40); do echo \"line $i é€😀\"; done; echo err >&2; printf 'no newline'"
+    )
+    plan = make_plan(tmp_path, [{"name": "train", "run": script}], setup=["echo prepared"])
+    client = start_agent(plan)
+    client.wait_finished()
+    log_file = Path(plan.state_dir) / "logs" / "train.log"
+    sizes = client.get("/logs")["stages"]
+    assert sizes == {
+        "_setup": (log_file.parent / "_setup.log").stat().st_size,
+        "train": log_file.stat().st_size,
+    }
+    text, offset, chunks = "", 0, 0
+    while True:
+        chunk = client.get(f"/logs?stage=train&offset={offset}&limit=100")
+        assert chunk["stage"] == "train" and chunk["offset"] == offset
+        text += chunk["data"]
+        offset = chunk["next_offset"]
+        chunks += 1
+        if chunk["eof"]:
+            break
+    assert chunks > 10 and offset == log_file.stat().st_size
+    assert text == log_file.read_text()
+    lines = text.splitlines()
+    assert len(lines) == 42 and all(STAMP.match(line) for line in lines)
+    assert [STAMP.sub("", line) for line in lines[:1] + lines[-2:]] == [
+        "line 1 é€😀",
+        "err",
+        "no newline",
+    ]
+    beyond = client.get(f"/logs?stage=train&offset={offset}")
+    assert (beyond["data"], beyond["next_offset"], beyond["eof"]) == ("", offset, True)
+    setup = client.get("/logs?stage=_setup")
+    assert STAMP.sub("", setup["data"]) == "prepared\n" and setup["eof"] is True
+
+
+def test_logs_of_a_running_stage_are_not_at_eof(tmp_path, start_agent):
+    plan = make_plan(tmp_path, [{"name": "train", "run": "echo started; sleep 30"}])
+    client = start_agent(plan)
+    client.wait_until(lambda s: s["stages"][0]["state"] == "running")
+    chunk = client.get("/logs?stage=train")
+    while "started" not in chunk["data"]:
+        chunk = client.get("/logs?stage=train")
+    assert chunk["eof"] is False
+
+
+def test_progress_file_feeds_status_and_events(tmp_path, start_agent):
+    script = (
+        "from corral.sdk.progress_file import emit\n"
+        "for step in range(1, 6):\n"
+        "    emit('progress', step=step, total=20, loss=3.0 - step / 10, metrics={'lr': 0.1})\n"
+        # (written by hand: emit()'s own 'path' parameter is the progress file's path)
+        "import json, os, time\n"
+        "record = {'ts': time.time(), 'kind': 'checkpoint', 'step': 5, 'path': '/ck/ckpt-5',\n"
+        "          'metrics': {'cer': 0.4}}\n"
+        "with open(os.environ['CORRAL_PROGRESS_FILE'], 'a') as f:\n"
+        "    f.write(json.dumps(record) + '\\n')\n"
+    )
+    (tmp_path / "work").mkdir()
+    (tmp_path / "work" / "train.py").write_text(script)
+    plan = make_plan(
+        tmp_path,
+        [{"name": "train", "run": f"{sys.executable} train.py"}],
+        progress_event_interval=60.0,
+    )
+    client = start_agent(plan)
+    status = client.wait_finished()
+    progress = client.stage(status, "train")["progress"]
+    assert (progress["step"], progress["total"], progress["percent"]) == (5, 20, 25.0)
+    assert progress["loss"] == 2.5 and progress["metrics"] == {"lr": 0.1}
+    assert status["last_checkpoint"]["stage"] == "train"
+    assert (status["last_checkpoint"]["step"], status["last_checkpoint"]["path"]) == (
+        5,
+        "/ck/ckpt-5",
+    )
+    events = client.events()
+    progress_events = [e for e in events if e["type"] == "progress"]
+    assert len(progress_events) == 1  # one per 60 s at most
+    assert progress_events[0]["data"]["step"] == 1 and progress_events[0]["stage"] == "train"
+    saved = [e for e in events if e["type"] == "checkpoint.saved"]
+    assert saved[0]["data"] == {"step": 5, "path": "/ck/ckpt-5", "metrics": {"cer": 0.4}}
+    types = [e["type"] for e in events]
+    assert types.index("checkpoint.saved") < types.index("stage.finished")
+
+
+def test_stop_ends_running_stages_gracefully_and_is_idempotent(tmp_path, start_agent):
+    plan = make_plan(
+        tmp_path,
+        [
+            {"name": "train", "run": "trap 'echo saving; exit 75' TERM; sleep 30 & wait"},
+            {"name": "evaluate", "run": "touch evaluated", "needs": ["train"]},
+        ],
+    )
+    client = start_agent(plan)
+    client.wait_until(lambda s: s["stages"][0]["state"] == "running")
+    assert client.post("/stop") == (202, {"stopping": True})
+    assert client.post("/stop") == (202, {"stopping": True})
+    status = client.wait_finished(timeout=10)
+    assert status["phase"] == "stopped" and status["failed_stage"] is None
+    states = {s["name"]: (s["state"], s["exit_code"]) for s in status["stages"]}
+    assert states == {"train": ("preempted", 75), "evaluate": ("cancelled", None)}
+    assert "saving" in (Path(plan.state_dir) / "logs" / "train.log").read_text()
+    assert not (Path(plan.workdir) / "evaluated").exists()
+    types = [e["type"] for e in client.events()]
+    assert types.count("stop.requested") == 1
+    assert client.post("/stop") == (202, {"stopping": True})  # after the end: still fine
+    assert client.get("/status")["phase"] == "stopped"
+
+
+def test_stop_during_setup_stops_the_setup_command(tmp_path, start_agent):
+    plan = make_plan(
+        tmp_path, [{"name": "train", "run": "touch trained"}], setup=["sleep 30", "touch second"]
+    )
+    client = start_agent(plan)
+    client.wait_until(lambda s: s["phase"] == "setup")
+    children = Path(plan.state_dir) / "children.json"
+    client.wait_until(lambda s: '"_setup"' in children.read_text())
+    client.post("/stop")
+    status = client.wait_finished(timeout=10)
+    assert status["phase"] == "stopped" and status["stages"][0]["state"] == "cancelled"
+    work = Path(plan.workdir)
+    assert not (work / "second").exists() and not (work / "trained").exists()

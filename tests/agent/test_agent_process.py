@@ -1,0 +1,117 @@
+"""``python -m corral.agent`` as a real process: start-up, agent.json, signals, exit."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from corral.agent.main import main
+
+from .helpers import TOKEN, Client, make_plan
+
+
+def _spawn_agent(plan_path: Path) -> subprocess.Popen:
+    env = {**os.environ, "CORRAL_AGENT_TOKEN": TOKEN}
+    return subprocess.Popen(
+        [sys.executable, "-m", "corral.agent", "--plan", str(plan_path)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+
+
+def _wait_for_agent_json(state_dir: Path, proc: subprocess.Popen, timeout: float = 10.0) -> dict:
+    deadline = time.monotonic() + timeout
+    path = state_dir / "agent.json"
+    while not path.exists():
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, "agent.json never appeared"
+        time.sleep(0.02)
+    return json.loads(path.read_text())
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_agent_process_stops_its_stages_and_exits_on_a_signal(tmp_path, signum):
+    plan = make_plan(tmp_path, [{"name": "train", "run": "env > env.txt; echo up; sleep 30"}])
+    plan_path = tmp_path / "plan.json"
+    plan.dump(plan_path)
+    proc = _spawn_agent(plan_path)
+    try:
+        info = _wait_for_agent_json(Path(plan.state_dir), proc)
+        assert info["pid"] == proc.pid and info["url"] == f"http://127.0.0.1:{info['port']}"
+        assert set(info) == {"pid", "port", "url", "started_at"}
+        client = Client(info["url"])
+        status = client.wait_until(lambda s: s["stages"][0]["state"] == "running")
+        pid = status["stages"][0]["pid"]
+        env_file = Path(plan.workdir) / "env.txt"
+        client.wait_until(lambda s: env_file.exists() and "CORRAL_RUN_ID" in env_file.read_text())
+        assert TOKEN not in env_file.read_text()
+        proc.send_signal(signum)
+        assert proc.wait(timeout=10) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.communicate()
+    assert not psutil.pid_exists(pid)
+    events = [
+        json.loads(line)
+        for line in (Path(plan.state_dir) / "events.jsonl").read_text().splitlines()
+    ]
+    assert events[-1]["type"] == "attempt.finished" and events[-1]["data"]["phase"] == "stopped"
+    requested = [e for e in events if e["type"] == "stop.requested"]
+    assert requested[0]["data"]["reason"] == f"agent received {signal.Signals(signum).name}"
+
+
+def test_agent_process_keeps_serving_after_the_attempt_ends(tmp_path):
+    plan = make_plan(tmp_path, [{"name": "train", "run": "echo done"}])
+    plan_path = tmp_path / "plan.json"
+    plan.dump(plan_path)
+    proc = _spawn_agent(plan_path)
+    try:
+        client = Client(_wait_for_agent_json(Path(plan.state_dir), proc)["url"])
+        assert client.wait_finished()["phase"] == "succeeded"
+        time.sleep(0.3)
+        assert proc.poll() is None
+        assert client.get("/logs?stage=train")["eof"] is True
+        proc.terminate()
+        assert proc.wait(timeout=10) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.communicate()
+
+
+def test_main_refuses_to_start_without_a_token(tmp_path, monkeypatch, capsys):
+    plan = make_plan(tmp_path, [{"name": "train", "run": "true"}])
+    plan.dump(tmp_path / "plan.json")
+    monkeypatch.delenv("CORRAL_AGENT_TOKEN", raising=False)
+    assert main(["--plan", str(tmp_path / "plan.json")]) == 2
+    assert "CORRAL_AGENT_TOKEN" in capsys.readouterr().err
+    assert not (Path(plan.state_dir) / "agent.json").exists()
+
+
+def test_main_rejects_an_invalid_plan_with_one_clear_line(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("CORRAL_AGENT_TOKEN", TOKEN)
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"run_id": "r", "attempt": 0, "workdir": "/", "stages": []}))
+    assert main(["--plan", str(bad)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("corral agent: error: plan file") and "\n" not in err
+    assert TOKEN not in err
+    assert "CORRAL_AGENT_TOKEN" not in os.environ  # main() takes the token out of its env
+    monkeypatch.setenv("CORRAL_AGENT_TOKEN", TOKEN)
+    assert main(["--plan", str(tmp_path / "missing.json")]) == 2
+    assert "missing.json does not exist" in capsys.readouterr().err
+    plan = make_plan(tmp_path, [{"name": "a", "run": "x", "needs": ["a"]}])
+    plan.dump(tmp_path / "cycle.json")
+    monkeypatch.setenv("CORRAL_AGENT_TOKEN", TOKEN)
+    assert main(["--plan", str(tmp_path / "cycle.json")]) == 2
+    assert "needs itself" in capsys.readouterr().err

@@ -6,8 +6,6 @@ import re
 import sys
 from pathlib import Path
 
-from corral.agent.server import AgentApi
-
 from .helpers import TOKEN, Client, make_plan
 
 STAMP = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z ")
@@ -54,11 +52,23 @@ def test_health_ready_and_unknown_paths(tmp_path, start_agent):
 
 
 def test_ready_is_503_until_the_runner_starts(tmp_path):
+    import threading
+
     from corral.agent.main import Agent
+    from corral.agent.server import AgentServer
 
     agent = Agent(make_plan(tmp_path, [{"name": "train", "run": "true"}]), TOKEN)
-    api: AgentApi = agent.api
-    assert api.ready is False  # the handler answers 503 {"ready": false} in this state
+    server = AgentServer(("127.0.0.1", 0), agent.api, TOKEN)  # serving, runner not started
+    threading.Thread(
+        target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+    ).start()
+    try:
+        client = Client(f"http://127.0.0.1:{server.port}")
+        assert client.request("GET", "/ready") == (503, {"ready": False})
+        assert client.get("/health")["ok"] is True
+    finally:
+        server.shutdown()
+        server.server_close()
     agent.start()
     try:
         assert Client(agent.url).get("/ready") == {"ready": True}

@@ -274,3 +274,17 @@ def test_what_a_stage_leaves_running_is_stopped_when_it_exits(tmp_path, start_ag
     assert client.stage(status, "train")["state"] == "succeeded"
     leftover = int((Path(plan.workdir) / "bg.pid").read_text())
     assert not psutil.pid_exists(leftover) or psutil.Process(leftover).status() == "zombie"
+
+
+def test_a_stage_that_cannot_be_started_fails_with_127(tmp_path, start_agent):
+    plan = make_plan(tmp_path, [{"name": "train", "run": "true"}], workdir=str(tmp_path / "gone"))
+    client = start_agent(plan)
+    status = client.wait_finished()
+    assert (status["phase"], status["failed_stage"], status["exit_code"]) == (
+        "failed",
+        "train",
+        127,
+    )
+    log = (Path(plan.state_dir) / "logs" / "train.log").read_text()
+    assert "corral: could not start: No such file or directory" in log
+    assert status["reason"] == "stage 'train' could not start: No such file or directory"

@@ -54,8 +54,7 @@ class Agent:
         Path(plan.checkpoint_dir).mkdir(parents=True, exist_ok=True)
         if devices is None:
             devices = plan.devices if plan.devices is not None else _detected_ids()
-        if usage is None:
-            from corral.gpu import usage
+        usage = usage or _gpu_usage
         self.events = EventLog(self.state_dir / "events.jsonl", now=now)
         self.tailer = ProgressTailer(
             self.state_dir / "progress", self.events, plan.progress_event_interval, clock=clock
@@ -128,6 +127,12 @@ def should_exit(agent: Agent, signalled: bool) -> bool:
     stopped it. The place for a later rule such as "the job ended and the controller has not
     called for X" (``agent.api.last_request_at`` is the time of the last call)."""
     return signalled and agent.runner.finished.is_set()
+
+
+def _gpu_usage(ids: list[str]) -> list[Any]:
+    from corral import gpu  # on first /status, not at start-up
+
+    return gpu.usage(ids)
 
 
 def _detected_ids() -> list[str]:

@@ -180,15 +180,15 @@ class Runner:
                 code = None
                 break
             child = self._spawn(SETUP, command, self._env(None, list(self._pool.devices)))
-            if child is None:
-                code = EXIT_NOT_STARTED
+            if isinstance(child, str):
+                code, reason = EXIT_NOT_STARTED, f"setup command {number} could not start: {child}"
             else:
                 while self._children:
                     self._handle(self._queue.get())
                 code = child.exit_code if not child.stopped else None
+                reason = f"setup command {number} exited with code {code}"
             if code != 0:
                 if self._outcome is None:
-                    reason = f"setup command {number} exited with code {code}"
                     self._shutdown("failed", SETUP, code, reason)
                 break
         duration = round(self._clock() - began, 3)
@@ -230,10 +230,11 @@ class Runner:
             with self._lock:
                 stage.gpus, stage.started_at, stage.started_mono = gpus, self._now(), self._clock()
             child = self._spawn(name, stage.plan.run, self._env(stage.plan, gpus))
-            if child is None:
+            if isinstance(child, str):
                 self._pool.release(name)
                 self._finish_stage(name, "failed", EXIT_NOT_STARTED)
-                self._shutdown("failed", name, EXIT_NOT_STARTED, f"stage {name!r} could not start")
+                reason = f"stage {name!r} could not start: {child}"
+                self._shutdown("failed", name, EXIT_NOT_STARTED, reason)
                 return
             with self._lock:
                 stage.state, stage.pid = "running", child.pid
@@ -241,8 +242,8 @@ class Runner:
 
     # --- children --------------------------------------------------------------------------
 
-    def _spawn(self, name: str, command: str, env: dict[str, str]) -> Child | None:
-        self.logs_dir.mkdir(parents=True, exist_ok=True)
+    def _spawn(self, name: str, command: str, env: dict[str, str]) -> Child | str:
+        """Start a child, or return why it could not start (also written to its log)."""
         try:
             child = Child(
                 name,
@@ -257,9 +258,10 @@ class Runner:
                 sleep=self._sleep,
             )
         except OSError as exc:
+            error = exc.strerror or type(exc).__name__
             with open(self.logs_dir / f"{name}.log", "a", encoding="utf-8") as log:
-                log.write(f"{iso(self._now())} corral: could not start: {exc.strerror}\n")
-            return None
+                log.write(f"{iso(self._now())} corral: could not start: {error}\n")
+            return error
         self._children[name] = child
         self._write_children()
         return child

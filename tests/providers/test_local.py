@@ -11,6 +11,7 @@ import sys
 import time
 from pathlib import Path
 
+import httpx
 import psutil
 import pytest
 
@@ -49,6 +50,19 @@ def running(pid: int) -> bool:
         return False
 
 
+def stage_entries(inst) -> list[dict]:
+    """The agent's children.json entries once it lists a running stage."""
+    path = Path(inst.data["dir"]) / "agent" / "children.json"
+
+    def read() -> list[dict]:
+        try:
+            return json.loads(path.read_text())
+        except (FileNotFoundError, ValueError):
+            return []
+
+    return wait_until(read, what="a stage in children.json")
+
+
 def group_pids(pgid: int) -> list[int]:
     out = []
     for p in psutil.process_iter():
@@ -61,11 +75,11 @@ def group_pids(pgid: int) -> list[int]:
 
 
 @pytest.fixture
-def make_provider(corral_home: Path, agent_python: str):
+def make_provider(corral_home: Path):
+    """Local providers on a declared inventory, running the real agent (python -m corral.agent)."""
     made: list[LocalProvider] = []
 
     def make(inventory: str = "L40S:4", **kw) -> LocalProvider:
-        kw.setdefault("python", agent_python)
         p = LocalProvider(home=corral_home, gpus=parse_fake(inventory), **kw)
         made.append(p)
         return p
@@ -119,9 +133,7 @@ def _race(home: str, python: str, workdir: str, key: str, barrier, results) -> N
         results.put((key, "no_capacity", []))
 
 
-def test_processes_racing_for_gpus_never_get_the_same_one(
-    make_provider, corral_home, agent_python, tmp_path
-):
+def test_processes_racing_for_gpus_never_get_the_same_one(make_provider, corral_home, tmp_path):
     p = make_provider("L40S:2")
     ctx = multiprocessing.get_context("fork")
     n = 5
@@ -129,7 +141,7 @@ def test_processes_racing_for_gpus_never_get_the_same_one(
     procs = [
         ctx.Process(
             target=_race,
-            args=(str(corral_home), agent_python, str(tmp_path), f"race{i}-a1", barrier, results),
+            args=(str(corral_home), p.python, str(tmp_path), f"race{i}-a1", barrier, results),
         )
         for i in range(n)
     ]
@@ -228,11 +240,14 @@ def test_the_agent_gets_the_token_and_bootstrap_env_and_the_plan_is_private(
 ):
     p = make_provider("L40S:1")
     offer = p.offers(gpu_req(1))[0]
-    boot = bootstrap(tmp_path, "env-a1", "sleep 60", HF_TOKEN="hf-secret")
-    inst = p.launch(offer, boot, "env-a1")
-    environ = psutil.Process(inst.data["pid"]).environ()
-    assert environ["CORRAL_AGENT_TOKEN"] == "tok-env-a1"
-    assert environ["HF_TOKEN"] == "hf-secret"
+    run = 'printf %s "$HF_TOKEN" > hf.txt; sleep 60'
+    inst = p.launch(offer, bootstrap(tmp_path, "env-a1", run, HF_TOKEN="hf-secret"), "env-a1")
+    assert wait_until(lambda: (tmp_path / "hf.txt").exists() and (tmp_path / "hf.txt").read_text())
+    assert (tmp_path / "hf.txt").read_text() == "hf-secret"  # bootstrap.env reached the stage
+    endpoint = wait_until(lambda: p.status(inst).endpoint, what="the agent's endpoint")
+    assert httpx.get(f"{endpoint}/health").status_code == 401
+    ok = httpx.get(f"{endpoint}/health", headers={"Authorization": "Bearer tok-env-a1"})
+    assert ok.status_code == 200  # the agent was given bootstrap.token
     assert psutil.Process(inst.data["pid"]).cwd() == str(tmp_path)
     assert (Path(inst.data["dir"]) / "plan.json").stat().st_mode & 0o077 == 0
 
@@ -258,6 +273,22 @@ def test_an_interrupted_launch_is_finished_by_launching_again(make_provider, tmp
     assert p.status(inst).state in (InstanceState.PROVISIONING, InstanceState.RUNNING)
 
 
+def test_an_agent_started_by_an_interrupted_launch_is_adopted_not_started_twice(
+    make_provider, tmp_path
+):
+    p = make_provider("L40S:1")
+    offer = p.offers(gpu_req(1))[0]
+    inst = p.launch(offer, bootstrap(tmp_path, "adopt-a1"), "adopt-a1")
+    layout = Layout(p.home)
+    # what a controller killed between starting the agent and recording its pid leaves
+    layout.write(layout.read("adopt-a1").model_copy(update={"pid": None, "create_time": None}))
+    assert p.status(inst).state in (InstanceState.PROVISIONING, InstanceState.RUNNING)
+    assert layout.read("adopt-a1").pid == inst.data["pid"]
+    layout.write(layout.read("adopt-a1").model_copy(update={"pid": None, "create_time": None}))
+    again = p.launch(offer, bootstrap(tmp_path, "adopt-a1"), "adopt-a1")
+    assert again.data["pid"] == inst.data["pid"]
+
+
 # --- processes --------------------------------------------------------------------------------
 
 
@@ -266,11 +297,7 @@ def test_terminate_kills_the_whole_tree_including_detached_grandchildren(make_pr
     offer = p.offers(gpu_req(1))[0]
     stage = "(sleep 1000 &) ; echo started; sleep 999"
     inst = p.launch(offer, bootstrap(tmp_path, "tree-a1", stage), "tree-a1")
-    children = Path(inst.data["dir"]) / "agent" / "children.json"
-    pgid = wait_until(
-        lambda: children.exists() and json.loads(children.read_text() or "[]")[0]["pgid"],
-        what="children.json",
-    )
+    pgid = stage_entries(inst)[0]["pgid"]
 
     def sleeps() -> list[int]:
         return [q for q in group_pids(pgid) if psutil.Process(q).cmdline()[:1] == ["sleep"]]
@@ -319,9 +346,7 @@ def test_the_agent_outlives_the_process_that_launched_it(make_provider, corral_h
 def test_an_agent_that_dies_is_failed_and_frees_its_gpus(make_provider, tmp_path):
     p = make_provider("L40S:1")
     inst = p.launch(p.offers(gpu_req(1))[0], bootstrap(tmp_path, "die-a1", "sleep 60"), "die-a1")
-    children = Path(inst.data["dir"]) / "agent" / "children.json"
-    wait_until(children.exists, what="children.json")
-    for entry in json.loads(children.read_text()):
+    for entry in stage_entries(inst):
         os.killpg(entry["pgid"], signal.SIGKILL)
         wait_until(lambda e=entry: not group_pids(e["pgid"]), what="the stage to die")
     os.kill(inst.data["pid"], signal.SIGKILL)
@@ -339,8 +364,7 @@ def test_a_stage_group_whose_pgid_was_reused_is_left_alone(make_provider, tmp_pa
     try:
         inst = p.launch(p.offers(gpu_req(1))[0], bootstrap(tmp_path, "reuse-a1"), "reuse-a1")
         children = Path(inst.data["dir"]) / "agent" / "children.json"
-        wait_until(children.exists, what="children.json")
-        entries = json.loads(children.read_text())
+        entries = stage_entries(inst)
         ct = psutil.Process(stranger.pid).create_time()
         entries.append({"stage": "old", "pgid": stranger.pid, "create_time": ct + 50})
         children.write_text(json.dumps(entries))

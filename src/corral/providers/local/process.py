@@ -181,12 +181,13 @@ def stop_groups(
     return wait_gone(groups, since, kill_wait, clock=clock, sleep=sleep)
 
 
-def find_by_argument(argument: str, since: float) -> tuple[int, float] | None:
-    """(pid, create_time) of a live process started after ``since`` whose command line
-    contains ``argument`` (used to adopt an agent whose launch was interrupted)."""
+def find_agent(plan_path: str, since: float) -> tuple[int, float] | None:
+    """(pid, create_time) of a live ``... --plan <plan_path>`` process started after
+    ``since`` (used to adopt an agent whose launch was interrupted before it was recorded)."""
     for p in psutil.process_iter(["cmdline", "create_time", "status"]):
-        if p.info["status"] == psutil.STATUS_ZOMBIE or not p.info["cmdline"]:
+        cmdline = p.info["cmdline"] or []
+        if p.info["status"] == psutil.STATUS_ZOMBIE or cmdline[-2:] != ["--plan", plan_path]:
             continue
-        if argument in p.info["cmdline"] and p.info["create_time"] >= since - CLOCK_SLACK:
+        if p.info["create_time"] is not None and p.info["create_time"] >= since - CLOCK_SLACK:
             return p.pid, p.info["create_time"]
     return None

@@ -188,7 +188,7 @@ class LocalProvider(Provider, SupportsLogs):
         agent_dir = self.layout.agent_dir(rec.key)
         agent_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         plan_path = d / PLAN_FILE
-        found = process.find_by_argument(str(plan_path), rec.since)
+        found = process.find_agent(str(plan_path), rec.since)
         if found is None:
             final = plan.model_copy(update={"devices": list(rec.gpus), "state_dir": str(agent_dir)})
             write_atomic(plan_path, final.model_dump_json(indent=2), mode=0o600)
@@ -233,7 +233,7 @@ class LocalProvider(Provider, SupportsLogs):
             if fresh is None or fresh.pid is not None or fresh.state != "active":
                 return fresh or rec
             plan_path = self.layout.dir(rec.key) / PLAN_FILE
-            found = process.find_by_argument(str(plan_path), fresh.since)
+            found = process.find_agent(str(plan_path), fresh.since)
             if found is None:
                 return fresh
             pid, ct = found

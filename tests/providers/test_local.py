@@ -15,7 +15,7 @@ import httpx
 import psutil
 import pytest
 
-from corral.errors import BadInput, Conflict, InfeasibleRequest, NoCapacity
+from corral.errors import BadInput, Conflict, InfeasibleRequest, NoCapacity, ProviderError
 from corral.gpu import parse_fake
 from corral.providers.base import Bootstrap, InstanceState, Requirements
 from corral.providers.local import ENV_LOCAL_PRICE, LocalProvider
@@ -252,6 +252,15 @@ def test_the_agent_gets_the_token_and_bootstrap_env_and_the_plan_is_private(
     assert (Path(inst.data["dir"]) / "plan.json").stat().st_mode & 0o077 == 0
 
 
+def test_an_agent_that_cannot_be_started_leaves_nothing_behind(make_provider, tmp_path):
+    p = make_provider("L40S:1", python=str(tmp_path / "no-such-python"))
+    offer = p.offers(gpu_req(1))[0]
+    with pytest.raises(ProviderError, match="cannot start the agent"):
+        p.launch(offer, bootstrap(tmp_path, "nopy-a1"), "nopy-a1")
+    assert p.find("nopy-a1") is None
+    assert p.offers(gpu_req(1))[0].available
+
+
 def test_an_interrupted_launch_is_finished_by_launching_again(make_provider, tmp_path):
     p = make_provider("L40S:2")
     offer = p.offers(gpu_req(1))[0]
@@ -341,6 +350,22 @@ def test_the_agent_outlives_the_process_that_launched_it(make_provider, corral_h
     assert running(pid)
     p.terminate(inst)
     assert not running(pid)
+
+
+def test_the_launching_process_reaps_its_ended_agents(make_provider, tmp_path):
+    p = make_provider("L40S:1")
+    inst = p.launch(p.offers(gpu_req(1))[0], bootstrap(tmp_path, "reap-a1"), "reap-a1")
+    pid = inst.data["pid"]
+    assert psutil.Process(pid).ppid() == os.getpid()
+    p.terminate(inst)
+
+    def our_zombie() -> bool:
+        try:
+            return psutil.Process(pid).ppid() == os.getpid()
+        except psutil.NoSuchProcess:
+            return False
+
+    wait_until(lambda: not our_zombie(), timeout=5, what="the agent to be reaped")
 
 
 def test_an_agent_that_dies_is_failed_and_frees_its_gpus(make_provider, tmp_path):

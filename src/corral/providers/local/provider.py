@@ -8,7 +8,6 @@ it is finished (launch again with the same key) or terminated.
 
 from __future__ import annotations
 
-import math
 import os
 import shutil
 import sys
@@ -22,7 +21,7 @@ from pydantic import ValidationError
 from corral import paths
 from corral.agent.plan import AgentPlan
 from corral.constants import ENV_AGENT_TOKEN
-from corral.errors import BadInput, Conflict, NotFound, NotYetTerminated
+from corral.errors import BadInput, Conflict, NotFound, NotYetTerminated, ProviderError
 from corral.gpu import GpuInfo, describe, detect
 from corral.providers.base import (
     Bootstrap,
@@ -36,6 +35,7 @@ from corral.providers.base import (
 )
 from corral.providers.local import inventory, process
 from corral.providers.local.agent_files import agent_endpoint, stage_groups, tail_logs
+from corral.providers.local.settings import TERMINATE_GRACE, plan_error, price
 from corral.providers.local.state import (
     AGENT_OUT,
     INSTANCE_FILE,
@@ -46,40 +46,6 @@ from corral.providers.local.state import (
     utcnow,
     write_atomic,
 )
-
-#: USD per hour charged for this machine in cost accounting (default 0).
-ENV_LOCAL_PRICE = "CORRAL_LOCAL_PRICE_PER_HOUR"
-
-#: Seconds ``terminate`` gives processes between SIGTERM and SIGKILL.
-TERMINATE_GRACE = 2.0
-
-
-def _price(value: float | None) -> float:
-    source = "price_per_hour"
-    if value is None:
-        raw = os.environ.get(ENV_LOCAL_PRICE, "").strip()
-        if not raw:
-            return 0.0
-        source = ENV_LOCAL_PRICE
-        try:
-            value = float(raw)
-        except ValueError:
-            value = math.nan
-    if not math.isfinite(value) or value < 0:
-        shown = os.environ.get(ENV_LOCAL_PRICE) if source == ENV_LOCAL_PRICE else value
-        raise BadInput(
-            f"{source}={shown!r}: expected a price in USD per hour such as 0.8 (0 or more)"
-        )
-    return float(value)
-
-
-def _plan_error(exc: ValidationError) -> BadInput:
-    # Never echo input values: the plan's env may hold secrets.
-    parts = [
-        f"{'.'.join(str(x) for x in e['loc']) or 'plan'}: {e['msg']}"
-        for e in exc.errors(include_input=False, include_url=False)
-    ]
-    return BadInput("bootstrap plan is invalid: " + "; ".join(parts))
 
 
 class LocalProvider(Provider, SupportsLogs):
@@ -109,7 +75,7 @@ class LocalProvider(Provider, SupportsLogs):
     ):
         self.home = Path(home) if home is not None else paths.home()
         self.gpus = list(gpus) if gpus is not None else detect()
-        self.price_per_hour = _price(price_per_hour)
+        self.price_per_hour = price(price_per_hour)
         self.python = python
         self.layout = Layout(self.home)
 
@@ -157,7 +123,7 @@ class LocalProvider(Provider, SupportsLogs):
         try:
             plan = AgentPlan.model_validate(bootstrap.plan)
         except ValidationError as exc:
-            raise _plan_error(exc)
+            raise plan_error(exc)
         if not Path(plan.workdir).is_dir():
             raise BadInput(f"the plan's workdir {plan.workdir} is not a directory")
         with self.layout.lock():
@@ -179,7 +145,11 @@ class LocalProvider(Provider, SupportsLogs):
                 offer=offer.model_dump(mode="json"),
             )
             self.layout.write(rec)  # pid None: the GPUs are held from here on
-            rec = self._start(rec, plan, bootstrap)
+            try:
+                rec = self._start(rec, plan, bootstrap)
+            except ProviderError:
+                shutil.rmtree(self.layout.dir(key), ignore_errors=True)  # nothing runs
+                raise
         return self._instance(rec)
 
     def _start(self, rec: InstanceRecord, plan: AgentPlan, bootstrap: Bootstrap) -> InstanceRecord:
@@ -194,7 +164,10 @@ class LocalProvider(Provider, SupportsLogs):
             write_atomic(plan_path, final.model_dump_json(indent=2), mode=0o600)
             env = {**os.environ, **bootstrap.env, ENV_AGENT_TOKEN: bootstrap.token}
             argv = [self.python, "-m", "corral.agent", "--plan", str(plan_path)]
-            found = process.spawn_detached(argv, plan.workdir, env, d / AGENT_OUT)
+            try:
+                found = process.spawn_detached(argv, plan.workdir, env, d / AGENT_OUT)
+            except OSError as exc:
+                raise ProviderError(f"cannot start the agent ({self.python}): {exc.strerror}")
         pid, create_time = found
         rec = rec.model_copy(update={"pid": pid, "create_time": create_time, "pgid": pid})
         self.layout.write(rec)

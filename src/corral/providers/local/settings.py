@@ -1,0 +1,44 @@
+"""Settings of the local provider: its price, its stop timing, and plan validation errors."""
+
+from __future__ import annotations
+
+import math
+import os
+
+from pydantic import ValidationError
+
+from corral.errors import BadInput
+
+#: USD per hour charged for this machine in cost accounting (default 0).
+ENV_LOCAL_PRICE = "CORRAL_LOCAL_PRICE_PER_HOUR"
+
+#: Seconds ``terminate`` gives processes between SIGTERM and SIGKILL.
+TERMINATE_GRACE = 2.0
+
+
+def price(value: float | None) -> float:
+    """``value`` if given, else ``CORRAL_LOCAL_PRICE_PER_HOUR``, else 0; checked (>= 0)."""
+    source, raw = "price_per_hour", value
+    if value is None:
+        raw = os.environ.get(ENV_LOCAL_PRICE, "").strip()
+        if not raw:
+            return 0.0
+        source = ENV_LOCAL_PRICE
+    try:
+        value = float(raw)
+    except (TypeError, ValueError):
+        value = math.nan
+    if not math.isfinite(value) or value < 0:
+        raise BadInput(
+            f"{source}={raw!r}: expected a price in USD per hour such as 0.8 (0 or more)"
+        )
+    return float(value)
+
+
+def plan_error(exc: ValidationError) -> BadInput:
+    # Never echo input values: the plan's env may hold secrets.
+    parts = [
+        f"{'.'.join(str(x) for x in e['loc']) or 'plan'}: {e['msg']}"
+        for e in exc.errors(include_input=False, include_url=False)
+    ]
+    return BadInput("bootstrap plan is invalid: " + "; ".join(parts))

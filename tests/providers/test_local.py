@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
@@ -106,8 +107,8 @@ class TestLocalProviderContract(ProviderContract):
 def test_two_launches_get_disjoint_gpus_and_a_third_waits_until_one_ends(make_provider, tmp_path):
     p = make_provider("L40S:4")
     offer = p.offers(gpu_req(2))[0]
-    a = p.launch(offer, bootstrap(tmp_path, "ra-a1"), "ra-a1")
-    b = p.launch(offer, bootstrap(tmp_path, "rb-a1"), "rb-a1")
+    with ThreadPoolExecutor(2) as pool:  # two launches at once
+        a, b = pool.map(lambda k: p.launch(offer, bootstrap(tmp_path, k), k), ["ra-a1", "rb-a1"])
     assert len(a.data["gpus"]) == len(b.data["gpus"]) == 2
     assert not set(a.data["gpus"]) & set(b.data["gpus"])
     assert p.offers(gpu_req(2))[0].available is False
@@ -125,7 +126,7 @@ def test_two_launches_get_disjoint_gpus_and_a_third_waits_until_one_ends(make_pr
 def _race(home: str, python: str, workdir: str, key: str, barrier, results) -> None:
     p = LocalProvider(home=Path(home), gpus=parse_fake("L40S:2"), python=python)
     offer = p.offers(gpu_req(1))[0]
-    barrier.wait()
+    barrier.wait(timeout=30)
     try:
         inst = p.launch(offer, bootstrap(Path(workdir), key), key)
         results.put((key, "ok", inst.data["gpus"]))
@@ -147,9 +148,13 @@ def test_processes_racing_for_gpus_never_get_the_same_one(make_provider, corral_
     ]
     for proc in procs:
         proc.start()
-    outcomes = [results.get(timeout=60) for _ in procs]
-    for proc in procs:
-        proc.join(30)
+    try:
+        outcomes = [results.get(timeout=60) for _ in procs]
+    finally:
+        for proc in procs:
+            proc.join(10)
+            if proc.is_alive():
+                proc.kill()
     winners = [o for o in outcomes if o[1] == "ok"]
     assert len(winners) == 2
     assert [o[1] for o in outcomes].count("no_capacity") == n - 2

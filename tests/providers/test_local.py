@@ -209,6 +209,7 @@ def test_prices_come_from_the_environment(make_provider, monkeypatch):
         monkeypatch.setenv(ENV_LOCAL_PRICE, bad)
         with pytest.raises(BadInput, match=ENV_LOCAL_PRICE):
             make_provider("L40S:1")
+    monkeypatch.delenv(ENV_LOCAL_PRICE)  # the shared home cleanup builds a LocalProvider too
 
 
 def test_an_instance_launched_on_a_mixed_inventory_gets_gpus_of_the_offered_type(

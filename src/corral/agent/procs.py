@@ -121,13 +121,20 @@ class Child:
         signal_group(self.pgid, signal.SIGTERM)
 
     def _watch(self) -> None:
+        try:
+            self._watch_group()
+            self._pump.join(LOG_DRAIN_SECONDS)
+        finally:  # the runner waits for this call: it must come whatever happened here
+            self._on_exit(self)
+
+    def _watch_group(self) -> None:
         while True:
             returncode = self.proc.poll()
             if returncode is not None and self.exit_code is None:
                 self.stopped = self.terminated
                 self.exit_code = exit_code_of(returncode)
             if returncode is not None and not group_alive(self.pgid):
-                break
+                return
             if returncode is not None and not self.terminated:
                 self.terminate()  # the leader is gone: its leftovers get the grace period
             with self._lock:
@@ -136,8 +143,6 @@ class Child:
             if kill:
                 signal_group(self.pgid, signal.SIGKILL)
             self._sleep(WATCH_SECONDS if returncode is None else LINGER_SECONDS)
-        self._pump.join(LOG_DRAIN_SECONDS)
-        self._on_exit(self)
 
     def join(self, timeout: float | None = None) -> bool:
         self._watcher.join(timeout)

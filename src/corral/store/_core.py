@@ -1,0 +1,132 @@
+"""What every part of the Store shares: the database, the clock, row <-> record conversion."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from datetime import UTC, datetime
+from typing import Any, TypeVar
+
+from corral.errors import NotFound, StoreError
+from corral.store.db import Database, Tx
+from corral.store.records import COLUMNS, JSONS, TIMESTAMPS, EventRecord
+
+Clock = Callable[[], datetime]
+R = TypeVar("R")
+
+
+def utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+def aware_utc(value: datetime) -> datetime:
+    """``value`` as an aware UTC datetime (a naive one is taken to be UTC already)."""
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+class StoreBase:
+    def __init__(self, db: Database, clock: Clock | None = None):
+        self._db = db
+        self._clock = clock or utc_now
+        self._conv_cache: dict[str, tuple[Callable[[Any], Any] | None, ...]] = {}
+
+    def _now(self) -> datetime:
+        return aware_utc(self._clock())
+
+    # --- conversion --------------------------------------------------------------------------
+
+    def _encode(self, table: str, values: Mapping[str, Any]) -> dict[str, Any]:
+        d = self._db.dialect
+        out = dict(values)
+        for col in TIMESTAMPS[table].intersection(out):
+            out[col] = d.ts_in(out[col])
+        for col in JSONS[table].intersection(out):
+            out[col] = d.json_in(out[col])
+        return out
+
+    def _records(
+        self, tx: Tx, table: str, cls: type[R], sql: str, params: dict[str, Any] | None = None
+    ) -> list[R]:
+        """Run ``sql``, which selects ``COLUMNS[table]`` in order, and build records."""
+        convs = self._converters(table)
+        return [
+            cls(*[v if f is None or v is None else f(v) for f, v in zip(convs, row, strict=True)])
+            for row in tx.tuples(sql, params)
+        ]
+
+    def _record(
+        self, tx: Tx, table: str, cls: type[R], sql: str, params: dict[str, Any] | None = None
+    ) -> R | None:
+        found = self._records(tx, table, cls, sql, params)
+        return found[0] if found else None
+
+    def _converters(self, table: str) -> tuple[Callable[[Any], Any] | None, ...]:
+        convs = self._conv_cache.get(table)
+        if convs is None:
+            d = self._db.dialect
+            convs = tuple(
+                d.ts_out if c in TIMESTAMPS[table] else d.json_out if c in JSONS[table] else None
+                for c in COLUMNS[table]
+            )
+            self._conv_cache[table] = convs
+        return convs
+
+    # --- SQL helpers -------------------------------------------------------------------------
+
+    @staticmethod
+    def _check_fields(table: str, fields: Iterable[str], fixed: set[str]) -> None:
+        bad = sorted(set(fields) - (set(COLUMNS[table]) - fixed))
+        if bad:
+            raise StoreError(f"cannot set {', '.join(bad)} on {table} this way")
+
+    def _insert(self, tx: Tx, table: str, values: Mapping[str, Any], returning: str = "") -> Any:
+        cols = list(values)
+        sql = (
+            f"INSERT INTO {table} ({', '.join(_q(c) for c in cols)}) "
+            f"VALUES ({', '.join(':' + c for c in cols)})"
+        )
+        if returning:
+            row = tx.one(f"{sql} RETURNING {returning}", self._encode(table, values))
+            return None if row is None else row[returning]
+        return tx.run(sql, self._encode(table, values))
+
+    def _update(self, tx: Tx, table: str, where: str, key: dict[str, Any], values: Mapping) -> int:
+        if not values:
+            return 0
+        sets = ", ".join(f"{_q(c)} = :v_{c}" for c in values)
+        params = {f"v_{c}": v for c, v in self._encode(table, values).items()}
+        return tx.run(f"UPDATE {table} SET {sets} WHERE {where}", {**params, **key})
+
+    def _run_exists(self, tx: Tx, run_id: str) -> None:
+        if tx.one("SELECT 1 AS x FROM runs WHERE id = :id", {"id": run_id}) is None:
+            raise NotFound(f"no run with id {run_id!r}")
+
+    def _insert_event(
+        self,
+        tx: Tx,
+        run_id: str,
+        type: str,
+        reason: str = "",
+        *,
+        data: Mapping[str, Any] | None = None,
+        attempt: int | None = None,
+        ts: datetime | None = None,
+    ) -> EventRecord:
+        values = {
+            "run_id": run_id,
+            "attempt": attempt,
+            "ts": aware_utc(ts) if ts else self._now(),
+            "type": type,
+            "reason": reason or "",
+            "data": dict(data or {}),
+        }
+        self._db.dialect.lock_events(tx.cur)
+        event_id = self._insert(tx, "events", values, returning="id")
+        return EventRecord(id=int(event_id), **values)
+
+
+def _q(col: str) -> str:
+    return f'"{col}"'
+
+
+def select_list(columns: Iterable[str]) -> str:
+    return ", ".join(_q(c) for c in columns)

@@ -1,0 +1,146 @@
+"""What the store hands out: plain frozen dataclasses, never live database objects.
+
+Each table's column list lives here (the queries are written against it); ``schema.py`` holds
+the same tables as SQLAlchemy metadata for alembic, and a test checks the two agree.
+Datetimes are timezone-aware UTC; JSON columns come back as plain dicts and lists.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from datetime import datetime
+from typing import Any
+
+from corral.store.states import ACTIVE_STATES, TERMINAL_STATES
+
+
+def _jsonable(value: Any) -> Any:
+    return value.isoformat() if isinstance(value, datetime) else value
+
+
+class _Record:
+    __slots__ = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict (datetimes as ISO 8601 strings)."""
+        names = self.__dataclass_fields__  # type: ignore[attr-defined]
+        return {n: _jsonable(getattr(self, n)) for n in names}
+
+
+@dataclass(frozen=True, slots=True)
+class RunRecord(_Record):
+    id: str
+    name: str
+    state: str
+    reason: str
+    outcome: str | None
+    requested_action: str | None
+    spec: dict[str, Any] | None  # None when listed without ``with_spec``
+    spec_hash: str
+    spec_path: str
+    workdir: str
+    provider: str | None
+    attempt: int
+    cost_usd: float
+    exit_code: int | None
+    failed_stage: str | None
+    completed_stages: list[str]
+    created_at: datetime
+    updated_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    lease_owner: str | None
+    lease_expires_at: datetime | None
+
+    @property
+    def terminal(self) -> bool:
+        return self.state in TERMINAL_STATES
+
+    @property
+    def active(self) -> bool:
+        return self.state in ACTIVE_STATES
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptRecord(_Record):
+    id: int
+    run_id: str
+    number: int
+    provider: str
+    offer: dict[str, Any]
+    instance_id: str | None
+    endpoint: str | None
+    state: str
+    price_per_hour: float
+    started_at: datetime | None
+    running_at: datetime | None
+    ended_at: datetime | None
+    billed_until: datetime | None
+    exit_reason: str | None
+    exit_code: int | None
+    cost_usd: float
+    events_cursor: int
+    log_offsets: dict[str, int]
+    data: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class EventRecord(_Record):
+    id: int
+    run_id: str
+    attempt: int | None
+    ts: datetime
+    type: str
+    reason: str
+    data: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class ResourceRecord(_Record):
+    id: int
+    run_id: str
+    attempt: int
+    provider: str
+    key: str
+    state: str
+    instance_id: str | None
+    instance: dict[str, Any] | None
+    data: dict[str, Any]
+    created_at: datetime
+    updated_at: datetime
+
+    @property
+    def open(self) -> bool:
+        return self.state != "gone"
+
+
+def _names(cls: type) -> tuple[str, ...]:
+    return tuple(f.name for f in fields(cls))
+
+
+RUN_COLUMNS = _names(RunRecord)
+ATTEMPT_COLUMNS = _names(AttemptRecord)
+EVENT_COLUMNS = _names(EventRecord)
+RESOURCE_COLUMNS = _names(ResourceRecord)
+
+#: Columns that need converting between Python and the database, per table.
+TIMESTAMPS = {
+    "runs": frozenset(
+        {"created_at", "updated_at", "started_at", "finished_at", "lease_expires_at"}
+    ),
+    "attempts": frozenset({"started_at", "running_at", "ended_at", "billed_until"}),
+    "events": frozenset({"ts"}),
+    "resources": frozenset({"created_at", "updated_at"}),
+}
+JSONS = {
+    "runs": frozenset({"spec", "completed_stages"}),
+    "attempts": frozenset({"offer", "log_offsets", "data"}),
+    "events": frozenset({"data"}),
+    "resources": frozenset({"instance", "data"}),
+}
+COLUMNS = {
+    "runs": RUN_COLUMNS,
+    "attempts": ATTEMPT_COLUMNS,
+    "events": EVENT_COLUMNS,
+    "resources": RESOURCE_COLUMNS,
+}

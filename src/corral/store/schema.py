@@ -1,0 +1,113 @@
+"""The tables as SQLAlchemy metadata: what alembic autogenerates new migrations against.
+
+Imported by the migration environment and by tests only, never on the store's hot path (the
+queries use the column lists in ``records.py``; a test checks both agree, and another checks
+that the migrations at head produce exactly this schema).
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+
+metadata = sa.MetaData(
+    naming_convention={
+        "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+        "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+        "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+        "pk": "pk_%(table_name)s",
+    }
+)
+
+TS = sa.DateTime(timezone=True)
+#: 64-bit ids on PostgreSQL; on SQLite an INTEGER PRIMARY KEY (the rowid) is already 64-bit.
+BIGID = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
+
+runs = sa.Table(
+    "runs",
+    metadata,
+    sa.Column("id", sa.String, primary_key=True),
+    sa.Column("name", sa.String, nullable=False),
+    sa.Column("state", sa.String, nullable=False),
+    sa.Column("reason", sa.Text, nullable=False),
+    sa.Column("outcome", sa.String),
+    sa.Column("requested_action", sa.String),
+    sa.Column("spec", sa.JSON, nullable=False),
+    sa.Column("spec_hash", sa.String, nullable=False),
+    sa.Column("spec_path", sa.Text, nullable=False),
+    sa.Column("workdir", sa.Text, nullable=False),
+    sa.Column("provider", sa.String),
+    sa.Column("attempt", sa.Integer, nullable=False),
+    sa.Column("cost_usd", sa.Float, nullable=False),
+    sa.Column("exit_code", sa.Integer),
+    sa.Column("failed_stage", sa.String),
+    sa.Column("completed_stages", sa.JSON, nullable=False),
+    sa.Column("created_at", TS, nullable=False),
+    sa.Column("updated_at", TS, nullable=False),
+    sa.Column("started_at", TS),
+    sa.Column("finished_at", TS),
+    sa.Column("lease_owner", sa.String),
+    sa.Column("lease_expires_at", TS),
+    sa.Index(None, "created_at"),
+    sa.Index(None, "name", "created_at"),
+    sa.Index(None, "state"),
+)
+
+attempts = sa.Table(
+    "attempts",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True),
+    sa.Column("run_id", sa.String, sa.ForeignKey("runs.id", ondelete="CASCADE"), nullable=False),
+    sa.Column("number", sa.Integer, nullable=False),
+    sa.Column("provider", sa.String, nullable=False),
+    sa.Column("offer", sa.JSON, nullable=False),
+    sa.Column("instance_id", sa.String),
+    sa.Column("endpoint", sa.String),
+    sa.Column("state", sa.String, nullable=False),
+    sa.Column("price_per_hour", sa.Float, nullable=False),
+    sa.Column("started_at", TS),
+    sa.Column("running_at", TS),
+    sa.Column("ended_at", TS),
+    sa.Column("billed_until", TS),
+    sa.Column("exit_reason", sa.String),
+    sa.Column("exit_code", sa.Integer),
+    sa.Column("cost_usd", sa.Float, nullable=False),
+    sa.Column("events_cursor", sa.Integer, nullable=False),
+    sa.Column("log_offsets", sa.JSON, nullable=False),
+    sa.Column("data", sa.JSON, nullable=False),
+    sa.UniqueConstraint("run_id", "number"),
+)
+
+events = sa.Table(
+    "events",
+    metadata,
+    sa.Column("id", BIGID, primary_key=True, autoincrement=True),
+    sa.Column("run_id", sa.String, sa.ForeignKey("runs.id", ondelete="CASCADE"), nullable=False),
+    sa.Column("attempt", sa.Integer),
+    sa.Column("ts", TS, nullable=False),
+    sa.Column("type", sa.String, nullable=False),
+    sa.Column("reason", sa.Text, nullable=False),
+    sa.Column("data", sa.JSON, nullable=False),
+    sa.Index(None, "run_id", "id"),
+    sqlite_autoincrement=True,  # never reuse an id: readers page with after_id
+)
+
+# No ON DELETE CASCADE here: this is the log that prevents orphaned paid instances, and a
+# run must not be deletable while one of its resources is not confirmed gone.
+resources = sa.Table(
+    "resources",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True),
+    sa.Column("run_id", sa.String, sa.ForeignKey("runs.id"), nullable=False),
+    sa.Column("attempt", sa.Integer, nullable=False),
+    sa.Column("provider", sa.String, nullable=False),
+    sa.Column("key", sa.String, nullable=False),
+    sa.Column("state", sa.String, nullable=False),
+    sa.Column("instance_id", sa.String),
+    sa.Column("instance", sa.JSON),
+    sa.Column("data", sa.JSON, nullable=False),
+    sa.Column("created_at", TS, nullable=False),
+    sa.Column("updated_at", TS, nullable=False),
+    sa.UniqueConstraint("key"),
+    sa.Index(None, "run_id"),
+    sa.Index(None, "state"),
+)

@@ -1,0 +1,101 @@
+"""Every store test runs on SQLite and on the local PostgreSQL server.
+
+``fresh_db_url`` is an empty database (SQLite: a new file; PostgreSQL: the shared
+``postgres_url`` fixture). Most tests only need a migrated, empty database: ``db_url`` gives a
+copy of a migrated SQLite file, or one PostgreSQL database per test session emptied with
+TRUNCATE before each test, which keeps the suite fast (creating and migrating a database per
+test costs about half a second on PostgreSQL).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sqlite3
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from storekit import FakeClock
+
+from corral.store import Store
+
+BACKENDS = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
+TABLES = "runs, attempts, events, resources"
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request: pytest.FixtureRequest) -> str:
+    return request.param
+
+
+@pytest.fixture
+def fresh_db_url(backend: str, request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if backend == "sqlite":
+        return f"sqlite:///{tmp_path}/fresh.db"
+    return request.getfixturevalue("postgres_url")
+
+
+@pytest.fixture(scope="session")
+def _sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("store-template") / "template.db"
+    Store.open(f"sqlite:///{path}").close()
+    conn = sqlite3.connect(path)
+    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    conn.close()
+    return path
+
+
+@pytest.fixture(scope="session")
+def _postgres_shared() -> Iterator[str]:
+    import sqlalchemy as sa
+
+    base = os.environ.get("CORRAL_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
+    name = "corral_ts_" + uuid.uuid4().hex[:10]
+    admin = sa.create_engine(base, isolation_level="AUTOCOMMIT")
+    with admin.connect() as c:
+        c.execute(sa.text(f'CREATE DATABASE "{name}"'))
+    url = base.rsplit("/", 1)[0] + "/" + name
+    try:
+        Store.open(url).close()
+        yield url
+    finally:
+        with admin.connect() as c:
+            c.execute(
+                sa.text(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = :n"
+                ),
+                {"n": name},
+            )
+            c.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}"'))
+        admin.dispose()
+
+
+@pytest.fixture
+def db_url(backend: str, request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A database at head with no rows."""
+    if backend == "sqlite":
+        path = tmp_path / "store.db"
+        shutil.copyfile(request.getfixturevalue("_sqlite_template"), path)
+        return f"sqlite:///{path}"
+    url: str = request.getfixturevalue("_postgres_shared")
+    import psycopg
+
+    with psycopg.connect(url.replace("+psycopg", ""), autocommit=True) as conn:
+        conn.execute(f"TRUNCATE {TABLES} RESTART IDENTITY CASCADE")
+    return url
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def store(db_url: str, clock: FakeClock) -> Iterator[Store]:
+    s = Store.open(db_url, clock=clock)
+    try:
+        yield s
+    finally:
+        s.close()

@@ -1,0 +1,153 @@
+"""Choosing the database, SQLite's settings, passwords in errors, several processes at once."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+
+import pytest
+from storekit import make_run, start_python
+
+from corral.errors import StoreError
+from corral.store import Store
+from corral.store.db import mask_url, parse_url
+
+
+def test_default_database_is_sqlite_under_corral_home(corral_home: Path):
+    with Store.open() as store:
+        make_run(store)
+        assert store.dialect == "sqlite"
+        assert store.url == f"sqlite:///{corral_home.resolve() / 'corral.db'}"
+    assert (corral_home / "corral.db").exists()
+
+
+def test_database_url_env_var_selects_the_database(tmp_path: Path, monkeypatch):
+    monkeypatch.setenv("CORRAL_DATABASE_URL", f"sqlite:///{tmp_path}/elsewhere.db")
+    with Store.open() as store:
+        make_run(store)
+    assert (tmp_path / "elsewhere.db").exists()
+
+
+def test_sqlite_runs_in_wal_mode_with_busy_timeout_and_foreign_keys(tmp_path: Path):
+    with Store.open(f"sqlite:///{tmp_path}/c.db") as store, store._db.transaction() as tx:
+        pragmas = {
+            p: next(iter(tx.one(f"PRAGMA {p}").values()))
+            for p in ("journal_mode", "busy_timeout", "foreign_keys", "synchronous")
+        }
+    assert pragmas == {
+        "journal_mode": "wal",
+        "busy_timeout": 10000,
+        "foreign_keys": 1,
+        "synchronous": 1,
+    }
+    plain = sqlite3.connect(tmp_path / "c.db")  # WAL is a property of the file
+    assert plain.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+    plain.close()
+
+
+def test_postgres_urls_are_normalised_for_psycopg():
+    for raw in (
+        "postgresql://u:pw@db:5432/corral",
+        "postgres://u:pw@db:5432/corral",
+        "postgresql+psycopg://u:pw@db:5432/corral",
+    ):
+        url = parse_url(raw)
+        assert url.url == "postgresql+psycopg://u:pw@db:5432/corral"
+        assert url.conninfo == "postgresql://u:pw@db:5432/corral"
+        assert url.masked == "postgresql+psycopg://u:***@db:5432/corral"
+        assert url.password == "pw"
+
+
+@pytest.mark.parametrize(
+    "raw",
+    ["mysql://u@h/db", "sqlite://", "sqlite:///:memory:", "no-scheme", "postgresql+asyncpg://h/db"],
+)
+def test_unsupported_database_urls_are_refused(raw: str):
+    with pytest.raises(StoreError):
+        parse_url(raw)
+
+
+def test_mask_url_hides_only_the_password():
+    assert mask_url("postgresql://alice:p%40ss@h:5/db?sslmode=require") == (
+        "postgresql://alice:***@h:5/db?sslmode=require"
+    )
+    assert mask_url("postgresql://alice@h/db") == "postgresql://alice@h/db"
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize(
+    "where",
+    ["127.0.0.1:1/corral", "127.0.0.1:5432/corral_no_such_db_9f3"],  # nothing listening; no db
+)
+def test_password_never_appears_in_connection_errors(where: str):
+    secret = "s3cr3t-Pa55"
+    with pytest.raises(StoreError) as err:
+        Store.open(f"postgresql://postgres:{secret}@{where}")
+    message = str(err.value)
+    assert secret not in message and secret not in repr(err.value)
+    assert "postgres:***@" in message
+    assert err.value.__cause__ is None and err.value.__suppress_context__
+
+
+@pytest.mark.slow
+def test_two_processes_creating_runs_on_sqlite_never_see_database_locked(tmp_path: Path):
+    url = f"sqlite:///{tmp_path}/shared.db"
+    Store.open(url).close()
+    go = tmp_path / "go"
+    code = f"""
+        import json, os, time
+        from corral.store import Store
+        store = Store.open({url!r})
+        print("ready", flush=True)
+        while not os.path.exists({str(go)!r}):
+            time.sleep(0.005)
+        ids = []
+        for i in range(60):
+            run = store.create_run(name="par", spec={{"i": i}}, spec_hash="h", spec_path="p", workdir="w")
+            store.transition(run.id, "PROVISIONING", "launching", expect={{"PENDING"}})
+            store.add_event(run.id, "progress", data={{"i": i}})
+            ids.append(run.id)
+        print(json.dumps(ids), flush=True)
+        """
+    procs = [start_python(code) for _ in range(2)]
+    for p in procs:
+        assert p.stdout is not None and p.stdout.readline().strip() == "ready"
+    go.touch()
+    outputs = [p.communicate(timeout=90) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], [err for _, err in outputs]
+    ids = [run_id for out, _ in outputs for run_id in json.loads(out)]
+    with Store.open(url) as store:
+        assert sorted(r.id for r in store.list_runs()) == sorted(ids)
+        assert len(ids) == 120
+        assert all(r.state == "PROVISIONING" for r in store.list_runs())
+        assert len(store.events()) == 360
+
+
+def test_concurrent_transitions_from_processes_have_exactly_one_winner(db_url: str, tmp_path: Path):
+    with Store.open(db_url) as store:
+        run = make_run(store)
+    go = tmp_path / "go"
+    code = f"""
+        import os, time
+        from corral.errors import Conflict
+        from corral.store import Store
+        store = Store.open({db_url!r})
+        print("ready", flush=True)
+        while not os.path.exists({str(go)!r}):
+            time.sleep(0.002)
+        try:
+            store.transition({run.id!r}, "PROVISIONING", str(os.getpid()), expect={{"PENDING"}})
+            print("won")
+        except Conflict:
+            print("lost")
+        """
+    procs = [start_python(code) for _ in range(3)]
+    for p in procs:
+        assert p.stdout is not None and p.stdout.readline().strip() == "ready"
+    go.touch()
+    outputs = [p.communicate(timeout=60) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0, 0], [err for _, err in outputs]
+    assert sorted(out.strip() for out, _ in outputs) == ["lost", "lost", "won"]
+    with Store.open(db_url) as store:
+        assert len(store.events(run.id, types=["run.state"])) == 2

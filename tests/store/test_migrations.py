@@ -1,0 +1,130 @@
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+from storekit import make_run, run_python, start_python
+
+from corral.errors import StoreError
+from corral.store import HEAD, Store
+from corral.store.db import Database, parse_url
+from corral.store.migrate import REVISIONS, alembic_config, current_revisions, migration_engine
+from corral.store.records import COLUMNS
+
+
+def test_fresh_database_is_migrated_to_head(fresh_db_url: str):
+    db = Database(parse_url(fresh_db_url))
+    try:
+        assert current_revisions(db) == set()
+        with Store.open(fresh_db_url) as store:
+            make_run(store)
+        assert current_revisions(db) == {HEAD}
+    finally:
+        db.close()
+
+
+def test_head_constant_is_alembic_head_and_revisions_are_its_history():
+    from alembic.script import ScriptDirectory
+
+    script = ScriptDirectory.from_config(alembic_config())
+    assert script.get_heads() == [HEAD]
+    history = [rev.revision for rev in script.walk_revisions()]  # newest first
+    assert tuple(reversed(history)) == REVISIONS
+
+
+def test_migrated_schema_matches_schema_metadata(store: Store, db_url: str):
+    from alembic.autogenerate import compare_metadata
+    from alembic.runtime.migration import MigrationContext
+
+    from corral.store.schema import metadata
+
+    engine = migration_engine(parse_url(db_url))
+    try:
+        with engine.connect() as conn:
+            context = MigrationContext.configure(conn, opts={"compare_type": True})
+            assert compare_metadata(context, metadata) == []
+    finally:
+        engine.dispose()
+
+
+def test_record_columns_match_schema_tables():
+    from corral.store.schema import metadata
+
+    for name, columns in COLUMNS.items():
+        assert tuple(c.name for c in metadata.tables[name].columns) == columns
+
+
+def test_opening_an_up_to_date_database_loads_neither_alembic_nor_sqlalchemy(db_url: str):
+    with Store.open(db_url) as store:
+        make_run(store)
+    out = run_python(
+        f"""
+        import json, sys
+        from corral.store import Store
+        with Store.open({db_url!r}) as store:
+            runs = store.list_runs()
+        loaded = sorted(m for m in sys.modules if m.split(".")[0] in ("alembic", "sqlalchemy"))
+        print(json.dumps({{"runs": len(runs), "loaded": loaded}}))
+        """
+    )
+    assert json.loads(out) == {"runs": 1, "loaded": []}
+
+
+def test_current_command_prints_the_database_revision(db_url: str, capsys):
+    from corral.store.__main__ import main
+
+    main(["current", "--url", db_url])
+    assert capsys.readouterr().out.strip().endswith(f": {HEAD}")
+
+
+def test_database_newer_than_this_code_is_refused(fresh_db_url: str):
+    with Store.open(fresh_db_url) as store, store._db.transaction(write=True) as tx:
+        tx.run("UPDATE alembic_version SET version_num = '9999'")
+    with pytest.raises(StoreError) as err:
+        Store.open(fresh_db_url)
+    assert "9999" in str(err.value) and "newer" in str(err.value)
+
+
+@pytest.mark.slow
+def test_two_processes_opening_a_fresh_database_both_succeed(fresh_db_url: str, tmp_path: Path):
+    db_url = fresh_db_url
+    go = tmp_path / "go"
+    code = f"""
+        import os, sys, time
+        import alembic.command, sqlalchemy  # loaded up front so both race on the upgrade itself
+        from corral.store import Store
+        print("ready", flush=True)
+        while not os.path.exists({str(go)!r}):
+            time.sleep(0.005)
+        with Store.open({db_url!r}) as store:
+            store.create_run(name="racer", spec={{}}, spec_hash="h", spec_path="p", workdir="w")
+        print("done", flush=True)
+        """
+    procs = [start_python(code) for _ in range(2)]
+    for p in procs:
+        assert p.stdout is not None and p.stdout.readline().strip() == "ready"
+    go.touch()
+    results = [p.communicate(timeout=60) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], [err for _, err in results]
+    with Store.open(db_url) as store:
+        assert len(store.list_runs()) == 2
+
+
+def test_listing_a_thousand_runs_is_fast(store: Store, clock):
+    spec = {"stages": [{"name": f"s{i}", "run": "python train.py --x " * 50} for i in range(20)]}
+    with store._db.transaction(write=True) as tx:
+        for i in range(1000):
+            values = {
+                **dict.fromkeys(COLUMNS["runs"]),
+                **dict(id=f"bulk-{i:06x}", name="bulk", state="RUNNING", reason="", spec=spec),
+                **dict(spec_hash="h", spec_path="p", workdir="w", attempt=1, cost_usd=0.5),
+                **dict(completed_stages=["s0"], created_at=clock(), updated_at=clock()),
+            }
+            store._insert(tx, "runs", values)
+    started = time.perf_counter()
+    runs = store.list_runs()
+    elapsed = time.perf_counter() - started
+    assert len(runs) == 1000 and runs[0].spec is None and runs[0].completed_stages == ["s0"]
+    assert elapsed < 0.5, f"list_runs of 1,000 runs took {elapsed:.3f} s"

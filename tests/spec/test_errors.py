@@ -1,4 +1,7 @@
 import pytest
+import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from corral.errors import SpecError
 
@@ -275,3 +278,75 @@ limits: {idle_timeout: 10x}
     assert len(lines) == 3 == len(err.errors)
     assert [line.split(":")[1] for line in lines] == ["1", "2", "4"]
     assert err.fields["errors"] == err.errors
+
+
+_KEYS = st.sampled_from(
+    [
+        "name",
+        "run",
+        "stages",
+        "resources",
+        "gpus",
+        "needs",
+        "env",
+        "secrets",
+        "setup",
+        "limits",
+        "checkpoints",
+        "storage",
+        "keep_best",
+        "budget",
+        "warn_at",
+        "notify",
+        "webhooks",
+        "x",
+    ]
+)
+_SCALARS = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-3, 10),
+    st.floats(),
+    st.text(max_size=6),
+    st.sampled_from(["L40S:2", "all", "1h", "90%", "s3://b", "a <= 1", "train", ""]),
+)
+_VALUES = st.recursive(
+    _SCALARS,
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=3), st.dictionaries(st.one_of(_KEYS, st.integers(0, 2)), inner)
+    ),
+    max_leaves=10,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.dictionaries(_KEYS, _VALUES, max_size=6),
+    st.lists(st.sampled_from(["name=x", "stages.0.run=x", "env.A=1", "run", "x.y=1"]), max_size=2),
+)
+def test_any_yaml_mapping_either_loads_or_raises_one_spec_error(data, overrides):
+    try:
+        load(yaml.safe_dump(data), overrides)
+    except SpecError as err:
+        assert err.errors and all(
+            set(e) == {"file", "line", "field", "message"} for e in err.errors
+        )
+        assert len(str(err).splitlines()) == len(err.errors)
+
+
+def test_recursive_aliases_are_errors_not_crashes():
+    err = one("name: x\nrun: y\nsetup: &a [*a]\n")
+    assert err["message"] == "expected a string, got a list"
+
+
+@pytest.mark.parametrize("loader", ["SafeLoader", "CSafeLoader"])
+def test_pure_python_and_libyaml_parsers_give_the_same_lines_and_env_text(loader, monkeypatch):
+    from corral.spec import yamlsrc
+
+    if not hasattr(yaml, loader):
+        pytest.skip("PyYAML built without libyaml")
+    monkeypatch.setattr(yamlsrc, "_LOADER", getattr(yaml, loader))
+    assert load("name: x\nrun: y\nenv: {V: 1.10, B: yes}\n").env == {"V": "1.10", "B": "yes"}
+    err = one("name: x\nrun: y\n\nlimits:\n  max_runtime: 10x\n")
+    assert (err["line"], err["field"]) == (5, "limits.max_runtime")
+    assert one("name: x\nrun: [y\n")["message"].startswith("invalid YAML")

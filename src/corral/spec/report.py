@@ -94,22 +94,19 @@ def _shown(value: Any, loc: Loc) -> str:
     return describe(value)
 
 
-def _clean_loc(loc: tuple[Any, ...]) -> Loc:
-    # Drop union-branch tags pydantic adds, e.g. "list[int]" or "function-before[...]".
-    return tuple(p for p in loc if not (isinstance(p, str) and re.search(r"\[.*\]$", p)))
-
-
 def translate(exc: ValidationError, root: type[BaseModel], where: Locator) -> list[dict[str, Any]]:
     """One located error per problem in ``exc`` (``root`` is the validated model class)."""
     out: list[dict[str, Any]] = []
     for err in exc.errors(include_url=False):
-        loc, kind, ctx = _clean_loc(err["loc"]), err["type"], err.get("ctx") or {}
+        loc, kind, ctx = tuple(err["loc"]), err["type"], err.get("ctx") or {}
         value = err.get("input")
         if kind == "value_error" and isinstance(ctx.get("error"), Problems):
             for sub, message in ctx["error"].problems:
                 out.append(where.error((*loc, *sub), message))
         elif kind == "value_error":
             out.append(where.error(loc, str(ctx.get("error", err["msg"]))))
+        elif kind in ("extra_forbidden", "invalid_key", "missing") and not loc:
+            out.append(where.error(loc, err["msg"]))
         elif kind == "extra_forbidden":
             hint = did_you_mean(loc[-1], keys_at(root, loc[:-1]))
             out.append(where.error(loc, f"unknown key '{loc[-1]}'{hint}", field_loc=loc[:-1]))

@@ -5,8 +5,9 @@ from __future__ import annotations
 import traceback
 from typing import Any
 
-import click
+import typer
 import typer.core
+from typer import _click as click  # typer bundles its own click
 
 from corral.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, CorralError
 
@@ -26,16 +27,16 @@ class CorralGroup(typer.core.TyperGroup):
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
-        except (click.exceptions.Exit, click.exceptions.Abort, click.ClickException):
+        except (typer.Exit, typer.Abort, click.ClickException):
             raise
         except CorralError as e:
             if DEBUG["on"]:
                 traceback.print_exc()
             _print_error(_escape(str(e)))
-            raise click.exceptions.Exit(e.exit_code) from None
+            raise typer.Exit(e.exit_code) from None
         except KeyboardInterrupt:
             _print_error("interrupted")
-            raise click.exceptions.Exit(EXIT_INTERRUPTED) from None
+            raise typer.Exit(EXIT_INTERRUPTED) from None
         except Exception as e:
             if DEBUG["on"]:
                 traceback.print_exc()
@@ -43,7 +44,7 @@ class CorralGroup(typer.core.TyperGroup):
                 f"internal error: {type(e).__name__}: {_escape(str(e))} "
                 "(this is a bug; run with --debug for the traceback)"
             )
-            raise click.exceptions.Exit(EXIT_INTERNAL) from None
+            raise typer.Exit(EXIT_INTERNAL) from None
 
 
 def _escape(text: str) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import sys
+import time
 from pathlib import Path
 
 from .helpers import TOKEN, Client, make_plan
@@ -254,3 +255,22 @@ def test_stop_during_setup_stops_the_setup_command(tmp_path, start_agent):
     assert status["phase"] == "stopped" and status["stages"][0]["state"] == "cancelled"
     work = Path(plan.workdir)
     assert not (work / "second").exists() and not (work / "trained").exists()
+
+
+def test_stop_keeps_the_exit_code_of_a_compound_commands_job(tmp_path, start_agent):
+    """`cd x && python train.py`: bash waits for python; the stop reaches python, which exits
+    75 (preempted), and bash reports that code instead of dying with 143."""
+    script = tmp_path / "job.py"
+    script.write_text(
+        "import signal, sys, time\n"
+        "signal.signal(signal.SIGTERM, lambda *a: sys.exit(75))\n"
+        "print('up', flush=True)\ntime.sleep(30)\n"
+    )
+    plan = make_plan(tmp_path, [{"name": "train", "run": f"cd {tmp_path} && python {script}"}])
+    client = start_agent(plan)
+    client.wait_until(lambda s: s["stages"][0]["state"] == "running")
+    time.sleep(0.5)  # python is up and has its handler
+    client.post("/stop")
+    status = client.wait_finished(timeout=10)
+    [train] = status["stages"]
+    assert (train["state"], train["exit_code"]) == ("preempted", 75)

@@ -46,10 +46,17 @@ def group_alive(pgid: int) -> bool:
 
 
 def _live_member(pgid: int) -> bool:
+    members = live_members(pgid)
+    return True if members is None else bool(members)
+
+
+def live_members(pgid: int) -> list[int] | None:
+    """Live (not zombie) pids of a process group; None without procfs."""
     try:
         pids = [p for p in os.listdir("/proc") if p.isdigit()]
-    except OSError:  # no procfs (macOS): trust killpg
-        return True
+    except OSError:  # no procfs (macOS)
+        return None
+    out = []
     for pid in pids:
         try:
             with open(f"/proc/{pid}/stat", "rb") as f:
@@ -58,7 +65,43 @@ def _live_member(pgid: int) -> bool:
             continue
         # after "pid (comm)": state ppid pgrp ...
         if len(fields) > 2 and int(fields[2]) == pgid and fields[0] not in (b"Z", b"X"):
-            return True
+            out.append(int(pid))
+    return out
+
+
+def graceful_signal(pgid: int, sig: int = signal.SIGTERM) -> None:
+    """Send ``sig`` to a stage's group so that its exit code survives.
+
+    A compound ``run`` (``cd x && python train.py``) leaves bash as the group leader, waiting
+    for its child. SIGTERM to bash kills it at once (143) and the job's own exit code (75,
+    "preempted, resume me") would be lost; so while the leader has other live processes in its
+    group, they get the signal and bash is left to report how its command ended. A leader
+    alone in its group (``exec``, or a single simple command) gets it directly, and so does a
+    leader that handles the signal itself (a shell ``trap ... TERM``).
+    """
+    members = live_members(pgid)
+    others = [p for p in members or [] if p != pgid]
+    if not others:
+        signal_group(pgid, sig)
+        return
+    if _catches(pgid, sig):  # the leader has its own handler (a shell `trap`): it gets it too
+        others.append(pgid)
+    for pid in others:
+        try:
+            os.kill(pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def _catches(pid: int, sig: int) -> bool:
+    """Whether ``pid`` has a handler installed for ``sig`` (the SigCgt mask in procfs)."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("SigCgt:"):
+                    return bool(int(line.split()[1], 16) & (1 << (sig - 1)))
+    except (OSError, ValueError):
+        pass
     return False
 
 
@@ -118,7 +161,7 @@ class Child:
                 return
             self.terminated = True
             self._kill_at = self._clock() + self.grace
-        signal_group(self.pgid, signal.SIGTERM)
+        graceful_signal(self.pgid, signal.SIGTERM)
 
     def _watch(self) -> None:
         try:

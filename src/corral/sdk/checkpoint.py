@@ -1,0 +1,493 @@
+"""Atomic, fast, retained checkpoints with verified restore.
+
+Layout (in ``dir``, default ``$CORRAL_CHECKPOINT_DIR`` else ``./checkpoints``)::
+
+    ckpt-<step>.tmp/   being written: files fsynced, then COMPLETE written last and fsynced
+    ckpt-<step>/       renamed from .tmp atomically, then the parent directory fsynced
+
+Only a directory named ``ckpt-<step>`` (integer step, sorted as an integer) holding a valid
+``COMPLETE`` manifest is a checkpoint. Leftover ``.tmp`` directories from a crash are ignored, and
+removed by the next process that saves into the directory. Saving a step that exists replaces it
+safely: the old one is renamed to ``ckpt-<step>.old`` (still used by readers if a crash leaves no
+``ckpt-<step>``) and removed once the new one is in place. One process writes a directory.
+
+``save()`` returns once the state is snapshotted (tensors copied into reused CPU buffers, the rest
+pickled); a background thread writes, hashes while writing, publishes, applies the retention
+policy and appends a ``checkpoint`` record to the progress file. At most one save is in flight;
+``wait()`` blocks until it is durable and re-raises its failure. Pending saves are flushed at
+interpreter exit.
+"""
+
+from __future__ import annotations
+
+import atexit
+import hashlib
+import json
+import os
+import re
+import sys
+import threading
+import time
+import warnings
+import weakref
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from corral import __version__
+from corral.constants import ENV_CHECKPOINT_DIR, ENV_PROGRESS_FILE
+from corral.errors import BadInput
+from corral.sdk.deserialize import load_state, read_verified
+from corral.sdk.manifest import (
+    FORMAT_VERSION,
+    MANIFEST_NAME,
+    CheckpointError,
+    CheckpointWarning,
+    Manifest,
+    clean_metrics,
+    parse_manifest,
+)
+from corral.sdk.retention import rank_best, select_to_keep, validate_policy
+from corral.sdk.serialize import Snapshot, StagingPool, snapshot, write_snapshot
+from corral.sdk.storage import Storage, resolve_location
+
+__all__ = ["CheckpointError", "CheckpointInfo", "CheckpointWarning", "Checkpointer"]
+
+
+class CheckpointInfo(BaseModel):
+    """One complete checkpoint, as its ``COMPLETE`` manifest describes it."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    step: int
+    path: str
+    name: str
+    metrics: dict[str, Any]
+    time: float
+    size_bytes: int
+    corral_version: str
+    format_version: int
+
+
+@dataclass(frozen=True)
+class _Found:
+    step: int | None  # None: a directory given by path whose name carries no step
+    name: str  # ckpt-<step> (the label in messages)
+    path: str  # the directory (ckpt-<step>, or ckpt-<step>.old after an interrupted replace)
+
+
+class Checkpointer:
+    """Save, list, retain and restore checkpoints of a training state (see the module doc)."""
+
+    def __init__(
+        self,
+        dir: str | os.PathLike[str] | None = None,
+        *,
+        storage: Storage | None = None,
+        keep_last: int = 3,
+        keep_best: int = 0,
+        metric: str | None = None,
+        mode: str = "min",
+        prefix: str = "ckpt",
+        async_save: bool = True,
+        grace_seconds: float | None = None,
+    ):
+        validate_policy(keep_last, keep_best, metric, mode)
+        if not prefix or not re.fullmatch(r"[A-Za-z0-9_.-]+", prefix):
+            raise BadInput(f"checkpoint prefix must be letters, digits, '_', '.', '-': {prefix!r}")
+        if grace_seconds is not None and not grace_seconds >= 0:
+            raise BadInput(f"grace_seconds must be >= 0, got {grace_seconds!r}")
+        location = dir if dir is not None else os.environ.get(ENV_CHECKPOINT_DIR) or "checkpoints"
+        if storage is None:
+            self.storage, self.dir = resolve_location(location)
+        else:
+            self.storage, self.dir = storage, os.fspath(location)
+        self.keep_last, self.keep_best, self.metric, self.mode = keep_last, keep_best, metric, mode
+        self.prefix = prefix
+        self.async_save = async_save
+        self.grace_seconds = grace_seconds
+        self.last_saved_step: int | None = None
+        self._name_re = re.compile(rf"{re.escape(prefix)}-(0|[1-9][0-9]*)(\.tmp|\.old|\.trash)?")
+        self._pool = StagingPool() if async_save else None
+        self._lock = threading.RLock()
+        self._thread: threading.Thread | None = None
+        self._error: CheckpointError | None = None
+        self._cleaned = False
+        self._verified: dict[str, str] = {}  # name -> sha256 of a manifest verified here
+        self._save_seconds: float | None = None
+        _LIVE.add(self)
+
+    # --- saving ---------------------------------------------------------------------------
+
+    def save(self, state: Any, step: int, metrics: dict[str, Any] | None = None) -> None:
+        """Snapshot ``state`` as checkpoint ``step`` and write it (in the background when
+        ``async_save``). Waits for a save still in flight first and re-raises its failure."""
+        if isinstance(step, bool):
+            raise BadInput(f"step must be an integer >= 0, got {step!r}")
+        try:
+            step = int(step.__index__())
+        except (AttributeError, TypeError):
+            raise BadInput(f"step must be an integer >= 0, got {step!r}")
+        if step < 0:
+            raise BadInput(f"step must be an integer >= 0, got {step!r}")
+        clean = clean_metrics(metrics)
+        with self._lock:
+            self._join(raise_error=True)
+            started = time.perf_counter()
+            snap = snapshot(state, self._pool)
+            if not self.async_save:
+                self._write(snap, step, clean, started)
+                self._join(raise_error=True)
+                return
+            self._thread = threading.Thread(
+                target=self._write,
+                args=(snap, step, clean, started),
+                name=f"corral-checkpoint-{step}",
+                daemon=True,
+            )
+            self._thread.start()
+
+    def wait(self) -> None:
+        """Block until the save in flight (if any) is durable; re-raise its failure."""
+        with self._lock:
+            self._join(raise_error=True)
+
+    def close(self) -> None:
+        """Wait for the save in flight and release the snapshot buffers."""
+        try:
+            self.wait()
+        finally:
+            self._pool = StagingPool() if self.async_save else None
+            _LIVE.discard(self)
+
+    def __enter__(self) -> Checkpointer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def estimated_save_seconds(self) -> float | None:
+        """How long the last save took from ``save()`` to durable, or None before any."""
+        return self._save_seconds
+
+    def _join(self, *, raise_error: bool) -> None:
+        thread = self._thread
+        if thread is not None:
+            thread.join()
+            self._thread = None
+        if raise_error and self._error is not None:
+            error, self._error = self._error, None
+            raise error
+
+    def _write(self, snap: Snapshot, step: int, metrics: dict[str, Any], started: float) -> None:
+        name = f"{self.prefix}-{step}"
+        try:
+            path = self._write_checkpoint(snap, step, name, metrics)
+        except Exception as exc:
+            err = exc if isinstance(exc, CheckpointError) else None
+            self._error = err or CheckpointError(f"saving checkpoint {name} failed: {exc}")
+            self._error.__cause__ = exc
+            return
+        finally:
+            del snap
+        self._save_seconds = time.perf_counter() - started
+        self.last_saved_step = step
+        _emit_checkpoint(step, path, metrics)
+        self._apply_retention()
+
+    def _write_checkpoint(self, snap: Snapshot, step: int, name: str, metrics: dict) -> str:
+        st = self.storage
+        if not self._cleaned:
+            self._cleanup()
+        final = st.join(self.dir, name)
+        if st.atomic_rename:
+            work = st.join(self.dir, name + ".tmp")
+            st.rmtree(work)
+        else:  # no atomic rename: write in place; the manifest written last makes it exist
+            self._drop(final)
+            work = final
+        st.makedirs(work)
+        try:
+            files = write_snapshot(snap, st, work)
+            manifest = Manifest(
+                format_version=FORMAT_VERSION,
+                corral_version=__version__,
+                step=step,
+                time=time.time(),
+                metrics=metrics,
+                files=files,
+            )
+            raw = manifest.to_bytes()
+            st.write_bytes(st.join(work, MANIFEST_NAME), raw)
+            st.fsync_dir(work)
+            if st.atomic_rename:
+                self._publish(work, final)
+        except BaseException:
+            st.rmtree(work)
+            raise
+        self._verified[name] = hashlib.sha256(raw).hexdigest()
+        return final
+
+    def _publish(self, work: str, final: str) -> None:
+        st = self.storage
+        if st.isdir(final):
+            old = final + ".old"
+            st.rmtree(old)
+            st.rename(final, old)  # readers fall back to .old until the new one is in place
+            st.rename(work, final)
+            st.fsync_dir(self.dir)
+            st.rmtree(old)
+        else:
+            st.rename(work, final)
+            st.fsync_dir(self.dir)
+
+    def _cleanup(self) -> None:
+        """Remove what a crashed writer left: .tmp/.trash dirs; finish interrupted replaces."""
+        st = self.storage
+        st.makedirs(self.dir)
+        for entry in st.listdir(self.dir):
+            m = self._name_re.fullmatch(entry)
+            if not m:
+                continue
+            path = st.join(self.dir, entry)
+            final = st.join(self.dir, f"{self.prefix}-{m.group(1)}")
+            if m.group(2) in (".tmp", ".trash"):
+                st.rmtree(path)
+            elif m.group(2) == ".old":
+                if st.isdir(final):
+                    st.rmtree(path)
+                else:
+                    st.rename(path, final)
+                    st.fsync_dir(self.dir)
+            elif not st.atomic_rename and not st.isfile(st.join(path, MANIFEST_NAME)):
+                st.rmtree(path)  # an interrupted in-place write
+        self._cleaned = True
+
+    def _drop(self, path: str) -> None:
+        """Delete a checkpoint so that no reader ever sees it half-deleted."""
+        st = self.storage
+        if st.atomic_rename:
+            if not st.isdir(path):
+                return
+            trash = path + ".trash"
+            st.rmtree(trash)
+            st.rename(path, trash)
+            st.rmtree(trash)
+        else:
+            st.remove(st.join(path, MANIFEST_NAME))
+            st.rmtree(path)
+
+    def _apply_retention(self) -> None:
+        try:
+            complete = self._complete(warn=False)
+            keep = select_to_keep(
+                [(f.step, m.metrics) for f, m in complete],
+                self.keep_last,
+                self.keep_best,
+                self.metric,
+                self.mode,
+            )
+            for found, _ in complete:
+                if found.step not in keep:
+                    self._drop(found.path)
+                    self._verified.pop(found.name, None)
+        except (OSError, CheckpointError) as exc:
+            warnings.warn(
+                f"checkpoint retention failed in {self.dir}: {exc}", CheckpointWarning, stacklevel=2
+            )
+
+    # --- listing and restoring ------------------------------------------------------------
+
+    def _scan(self) -> list[_Found]:
+        """Checkpoint directories by step (ascending); ``.old`` only where no final exists."""
+        by_step: dict[int, _Found] = {}
+        for entry in self.storage.listdir(self.dir):
+            m = self._name_re.fullmatch(entry)
+            if not m or m.group(2) in (".tmp", ".trash"):
+                continue
+            step = int(m.group(1))
+            if m.group(2) == ".old" and step in by_step:
+                continue
+            name = f"{self.prefix}-{step}"
+            by_step[step] = _Found(step, name, self.storage.join(self.dir, entry))
+        return [by_step[s] for s in sorted(by_step)]
+
+    def _manifest(self, found: _Found) -> tuple[Manifest, bytes]:
+        path = self.storage.join(found.path, MANIFEST_NAME)
+        try:
+            raw = self.storage.read_bytes(path)
+        except FileNotFoundError:
+            raise CheckpointError(f"checkpoint {found.name} is incomplete (no COMPLETE manifest)")
+        except OSError as exc:
+            raise CheckpointError(f"checkpoint {found.name}: cannot read COMPLETE ({exc})")
+        manifest = parse_manifest(raw, found.name)
+        if found.step is not None and manifest.step != found.step:
+            raise CheckpointError(
+                f"checkpoint {found.name}: COMPLETE says step {manifest.step} (moved or renamed?)"
+            )
+        return manifest, raw
+
+    def _complete(self, *, warn: bool) -> list[tuple[_Found, Manifest]]:
+        out = []
+        for found in self._scan():
+            try:
+                out.append((found, self._manifest(found)[0]))
+            except CheckpointError as exc:
+                if warn:
+                    _warn_skip(exc)
+        return out
+
+    def _verify(self, found: _Found, manifest: Manifest, raw: bytes) -> None:
+        key = hashlib.sha256(raw).hexdigest()
+        st = self.storage
+        if self._verified.get(found.name) == key and all(
+            st.isfile(st.join(found.path, n)) and st.size(st.join(found.path, n)) == e.size
+            for n, e in manifest.files.items()
+        ):
+            return  # this process wrote or already verified it, and the sizes still match
+        for fname, entry in manifest.files.items():
+            read_verified(st, found.path, fname, entry, found.name, keep=False)
+        self._verified[found.name] = key
+
+    def _checked(self, found: _Found, verify: bool) -> CheckpointInfo:
+        manifest, raw = self._manifest(found)
+        if verify:
+            try:
+                self._verify(found, manifest, raw)
+            except OSError as exc:
+                raise CheckpointError(f"checkpoint {found.name}: cannot be read ({exc})")
+        return _info(found, manifest)
+
+    def checkpoints(self) -> list[CheckpointInfo]:
+        """Complete checkpoints (a readable manifest), oldest first. Not sha256-verified."""
+        self._join(raise_error=False)
+        return [_info(f, m) for f, m in self._complete(warn=False)]
+
+    def latest(self, *, verify: bool = True) -> CheckpointInfo | None:
+        """The newest valid checkpoint (sha256-verified unless ``verify=False``), or None.
+
+        Incomplete or corrupt ones are skipped with a :class:`CheckpointWarning` naming them.
+        """
+        self._join(raise_error=False)
+        for found in reversed(self._scan()):
+            try:
+                return self._checked(found, verify)
+            except CheckpointError as exc:
+                _warn_skip(exc)
+        return None
+
+    def best(self, *, verify: bool = True) -> CheckpointInfo | None:
+        """The best valid checkpoint by ``metric`` (ties: the newer), or None if none has it."""
+        if not self.metric:
+            raise BadInput("best() needs a Checkpointer created with metric=...")
+        self._join(raise_error=False)
+        complete = self._complete(warn=True)
+        by_step = {f.step: f for f, _ in complete}
+        for step in rank_best([(f.step, m.metrics) for f, m in complete], self.metric, self.mode):
+            try:
+                return self._checked(by_step[step], verify)
+            except CheckpointError as exc:
+                _warn_skip(exc)
+        return None
+
+    def restore(
+        self, path: str | os.PathLike[str] | CheckpointInfo | None = None, *, map_location="cpu"
+    ) -> Any:
+        """The state saved in ``path``, or in the newest valid checkpoint when ``path`` is None.
+
+        Every file is checked against its size and sha256 while it is read. Without ``path``,
+        incomplete or corrupt checkpoints are skipped with a :class:`CheckpointWarning` naming
+        them and the previous one is tried; None is returned when no valid checkpoint exists
+        (a fresh start). With ``path``, a missing, incomplete or corrupt checkpoint raises
+        :class:`CheckpointError`. ``map_location`` moves torch tensors (default: CPU).
+        """
+        self._join(raise_error=False)
+        if path is not None:
+            return self._load(self._locate(path), map_location)
+        for found in reversed(self._scan()):
+            try:
+                return self._load(found, map_location)
+            except CheckpointError as exc:
+                _warn_skip(exc)
+        return None
+
+    def _load(self, found: _Found, map_location: Any) -> Any:
+        manifest, raw = self._manifest(found)
+        try:
+            state = load_state(self.storage, found.path, manifest.files, found.name, map_location)
+        except OSError as exc:
+            raise CheckpointError(f"checkpoint {found.name}: cannot be read ({exc})")
+        self._verified[found.name] = hashlib.sha256(raw).hexdigest()
+        return state
+
+    def _locate(self, path: str | os.PathLike[str] | CheckpointInfo) -> _Found:
+        text = path.path if isinstance(path, CheckpointInfo) else os.fspath(path)
+        st = self.storage
+        for candidate in (text, st.join(self.dir, text)):
+            if st.isdir(candidate):
+                base = os.path.basename(candidate.rstrip("/"))
+                m = self._name_re.fullmatch(base)
+                if m and m.group(2) in (None, ".old"):
+                    step = int(m.group(1))
+                    return _Found(step, f"{self.prefix}-{step}", candidate)
+                return _Found(None, base, candidate)  # any directory holding a checkpoint
+        raise CheckpointError(f"checkpoint {text} does not exist")
+
+    def __repr__(self) -> str:
+        return f"Checkpointer({self.dir!r}, keep_last={self.keep_last}, keep_best={self.keep_best})"
+
+
+def _info(found: _Found, manifest: Manifest) -> CheckpointInfo:
+    return CheckpointInfo(
+        step=manifest.step,
+        path=found.path,
+        name=found.name,
+        metrics=manifest.metrics,
+        time=manifest.time,
+        size_bytes=manifest.size_bytes,
+        corral_version=manifest.corral_version,
+        format_version=manifest.format_version,
+    )
+
+
+def _warn_skip(exc: CheckpointError) -> None:
+    warnings.warn(f"skipping {exc}", CheckpointWarning, stacklevel=3)
+
+
+_emit_lock = threading.Lock()
+
+
+def _emit_checkpoint(step: int, path: str, metrics: dict[str, Any]) -> None:
+    """Append the ``checkpoint`` record of the progress-file contract (never raises).
+
+    Written here rather than through ``progress_file.emit`` because that function's ``path``
+    parameter (the progress file) collides with the record's ``path`` field.
+    """
+    target = os.environ.get(ENV_PROGRESS_FILE)
+    if not target:
+        return
+    record = {"ts": time.time(), "kind": "checkpoint", "step": step, "path": path}
+    record["metrics"] = metrics
+    line = json.dumps(record, separators=(",", ":")) + "\n"
+    try:
+        with _emit_lock:
+            os.makedirs(os.path.dirname(os.path.abspath(target)), exist_ok=True)
+            with open(target, "a", encoding="utf-8") as f:
+                f.write(line)
+    except OSError:
+        pass
+
+
+_LIVE: weakref.WeakSet[Checkpointer] = weakref.WeakSet()
+
+
+@atexit.register
+def _flush_all() -> None:
+    """Interpreter exit: make every pending save durable (errors are reported, not raised)."""
+    for cp in list(_LIVE):
+        try:
+            cp.wait()
+        except Exception as exc:
+            print(f"corral: {exc}", file=sys.stderr)

@@ -1,0 +1,105 @@
+"""The ``COMPLETE`` manifest: written last into a checkpoint, it is what makes the checkpoint exist.
+
+It is JSON::
+
+    {"format": "corral-checkpoint", "format_version": 1, "corral_version": "0.1.0",
+     "step": 1200, "time": 1767225600.0, "metrics": {"val_loss": 0.41},
+     "files": {"state.pkl": {"size": 5123, "sha256": "..."},
+               "tensors.safetensors": {"size": 1073741880, "sha256": "..."}}}
+
+``time`` is unix seconds when the checkpoint became durable; ``metrics`` are the values given to
+``save`` (non-finite floats are stored as ``null``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from corral.errors import CorralError
+
+MANIFEST_NAME = "COMPLETE"
+FORMAT_NAME = "corral-checkpoint"
+FORMAT_VERSION = 1
+
+
+class CheckpointError(CorralError):
+    """A checkpoint could not be written, or one asked for by path is incomplete or corrupt."""
+
+    code = "checkpoint_error"
+
+
+class CheckpointWarning(UserWarning):
+    """A checkpoint was skipped because it is incomplete or corrupt (the message names it)."""
+
+
+class FileEntry(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    size: int = Field(ge=0, description="Size in bytes.")
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$", description="Hex SHA-256 of the content.")
+
+
+class Manifest(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    format: Literal["corral-checkpoint"] = FORMAT_NAME
+    format_version: int = Field(ge=1, le=FORMAT_VERSION)
+    corral_version: str
+    step: int = Field(ge=0)
+    time: float
+    metrics: dict[str, Any] = Field(default_factory=dict)
+    files: dict[str, FileEntry]
+
+    def to_bytes(self) -> bytes:
+        return (json.dumps(self.model_dump(), sort_keys=True, indent=1) + "\n").encode()
+
+    @property
+    def size_bytes(self) -> int:
+        return sum(f.size for f in self.files.values())
+
+
+def parse_manifest(data: bytes, name: str) -> Manifest:
+    """Parse manifest bytes; raise :class:`CheckpointError` naming checkpoint ``name``."""
+    try:
+        raw = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise CheckpointError(
+            f"checkpoint {name}: COMPLETE manifest is not valid JSON ({exc})"
+        ) from None
+    try:
+        return Manifest.model_validate(raw)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "manifest"
+        raise CheckpointError(
+            f"checkpoint {name}: COMPLETE manifest is invalid ({where}: {first['msg']})"
+        ) from None
+
+
+def clean_metrics(metrics: dict[str, Any] | None) -> dict[str, Any]:
+    """Metrics as JSON values: numpy/torch scalars become numbers, NaN/inf become None."""
+    out: dict[str, Any] = {}
+    for key, value in (metrics or {}).items():
+        out[str(key)] = _clean_value(value)
+    return out
+
+
+def _clean_value(value: Any) -> Any:
+    if hasattr(value, "item") and callable(value.item) and not isinstance(value, (str, bytes)):
+        try:
+            value = value.item()
+        except (TypeError, ValueError, RuntimeError):
+            return str(value)
+    if isinstance(value, bool) or value is None or isinstance(value, (int, str)):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {str(k): _clean_value(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_clean_value(v) for v in value]
+    return str(value)

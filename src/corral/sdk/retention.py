@@ -1,0 +1,84 @@
+"""Which checkpoints to keep: a pure function, so the rule is easy to test and to reason about.
+
+The rule, for complete checkpoints given as ``(step, metrics)``:
+
+1. the newest ``keep_last`` steps are kept;
+2. the best ``keep_best`` steps by ``metrics[metric]`` are kept (lowest for ``mode="min"``,
+   highest for ``mode="max"``); a step whose metrics lack ``metric``, or hold a value that is not
+   a finite real number (``None``, NaN, inf, a string, a bool), is never a "best" candidate;
+3. among equal metric values the newer step counts as better (a later checkpoint has seen more
+   training), so ties resolve the same way on every run;
+4. the newest step is always kept, even with ``keep_last=0``.
+
+The result is the union of (1), (2) and (4); everything else may be deleted.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from corral.errors import BadInput
+
+
+def metric_value(metrics: Mapping[str, Any] | None, metric: str | None) -> float | None:
+    """``metrics[metric]`` as a float when it is a finite real number, else None."""
+    if metric is None or not metrics or metric not in metrics:
+        return None
+    value = metrics[metric]
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        if not (hasattr(value, "item") and callable(value.item)):  # numpy / torch scalars
+            return None
+        try:
+            value = value.item()
+        except (TypeError, ValueError, RuntimeError):
+            return None
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            return None
+    value = float(value)
+    return value if math.isfinite(value) else None
+
+
+def validate_policy(keep_last: int, keep_best: int, metric: str | None, mode: str) -> None:
+    """Raise :class:`~corral.errors.BadInput` for a policy that makes no sense."""
+    if isinstance(keep_last, bool) or not isinstance(keep_last, int) or keep_last < 0:
+        raise BadInput(f"keep_last must be an integer >= 0, got {keep_last!r}")
+    if isinstance(keep_best, bool) or not isinstance(keep_best, int) or keep_best < 0:
+        raise BadInput(f"keep_best must be an integer >= 0, got {keep_best!r}")
+    if mode not in ("min", "max"):
+        raise BadInput(f"mode must be 'min' or 'max', got {mode!r}")
+    if keep_best > 0 and not metric:
+        raise BadInput("keep_best > 0 needs a metric to rank checkpoints by")
+
+
+def rank_best(
+    checkpoints: list[tuple[int, Mapping[str, Any]]], metric: str | None, mode: str
+) -> list[int]:
+    """Steps that have the metric, best first (ties: newer step first; a repeated step counts
+    once, with its last metrics)."""
+    scored = []
+    for step, metrics in dict(checkpoints).items():
+        value = metric_value(metrics, metric)
+        if value is not None:
+            scored.append((value if mode == "min" else -value, -step))
+    scored.sort()
+    return [-neg_step for _, neg_step in scored]
+
+
+def select_to_keep(
+    checkpoints: list[tuple[int, dict]],
+    keep_last: int,
+    keep_best: int,
+    metric: str | None,
+    mode: str,
+) -> set[int]:
+    """The steps to keep among ``checkpoints`` (see the module docstring for the rule)."""
+    validate_policy(keep_last, keep_best, metric, mode)
+    if not checkpoints:
+        return set()
+    newest_first = sorted({step for step, _ in checkpoints}, reverse=True)
+    keep = set(newest_first[: max(keep_last, 1)])
+    if keep_best:
+        keep.update(rank_best(checkpoints, metric, mode)[:keep_best])
+    return keep

@@ -1,0 +1,325 @@
+"""Turning a training state into checkpoint files and back.
+
+A state (any picklable object, usually a dict) becomes two files:
+
+* ``tensors.safetensors``: every torch tensor and numpy array in the state, in the safetensors
+  format (an 8-byte header length, a JSON header, then the raw bytes), written by corral itself so
+  it can stream large sequential writes and hash while writing. Readable by the ``safetensors``
+  library too (tensor names are the dotted paths in the state). No pickle involved.
+* ``state.pkl``: everything else, pickled, with each tensor/array replaced by a reference into
+  the tensors file (pickle's persistent ids), so the structure of the state is kept exactly.
+
+Trust model: ``state.pkl`` is a pickle, and unpickling runs code chosen by whoever wrote the file.
+Only restore checkpoints you (your own jobs) wrote; the sha256 manifest detects corruption, not a
+malicious writer.
+
+Tensors in an unsupported layout or dtype (sparse, quantized, complex128, tensor subclasses,
+object arrays, ...) are pickled with the rest. Tensors are restored as separate tensors: storage
+shared between two tensors (views) is not kept shared, like safetensors. ``torch`` is imported
+only when the state holds torch tensors.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import pickle
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from corral.sdk.manifest import CheckpointError, FileEntry
+from corral.sdk.storage import CHUNK_BYTES, Storage
+
+TENSORS_FILE = "tensors.safetensors"
+STATE_FILE = "state.pkl"
+
+_TORCH_CODES = {
+    "float64": "F64",
+    "float32": "F32",
+    "float16": "F16",
+    "bfloat16": "BF16",
+    "int64": "I64",
+    "int32": "I32",
+    "int16": "I16",
+    "int8": "I8",
+    "uint8": "U8",
+    "uint16": "U16",
+    "uint32": "U32",
+    "uint64": "U64",
+    "bool": "BOOL",
+    "float8_e4m3fn": "F8_E4M3",
+    "float8_e5m2": "F8_E5M2",
+    "complex64": "C64",
+}
+_NUMPY_CODES = {
+    "float64": "F64",
+    "float32": "F32",
+    "float16": "F16",
+    "int64": "I64",
+    "int32": "I32",
+    "int16": "I16",
+    "int8": "I8",
+    "uint8": "U8",
+    "uint16": "U16",
+    "uint32": "U32",
+    "uint64": "U64",
+    "bool": "BOOL",
+    "complex64": "C64",
+}
+
+
+@dataclass
+class _Entry:
+    name: str
+    kind: str  # "torch" or "numpy"
+    code: str  # safetensors dtype code
+    shape: tuple[int, ...]
+    data: Any  # a contiguous CPU tensor / array holding the bytes to write
+    itemsize: int
+    nbytes: int
+
+
+@dataclass
+class Snapshot:
+    """A state captured at save time: its pickled skeleton and the tensor payloads."""
+
+    skeleton: bytes
+    entries: list[_Entry] = field(default_factory=list)
+
+    @property
+    def nbytes(self) -> int:
+        return len(self.skeleton) + sum(e.nbytes for e in self.entries)
+
+
+class StagingPool:
+    """CPU buffers reused from one asynchronous save to the next.
+
+    Copying into memory that is already mapped runs at memory bandwidth; fresh allocations pay a
+    page fault per 4 KiB first. The pool holds one copy of the last saved state's tensors.
+    Buffers are reused only once the previous save is durable (one save in flight at a time).
+    """
+
+    def __init__(self) -> None:
+        self._slots: list[Any] = []
+
+    def take(self, index: int, src: Any, kind: str) -> Any:
+        buf = self._slots[index] if index < len(self._slots) else None
+        if kind == "torch":
+            torch = sys.modules["torch"]
+            pin = src.device.type == "cuda"
+            fits = (
+                buf is not None
+                and isinstance(buf, torch.Tensor)
+                and buf.dtype == src.dtype
+                and tuple(buf.shape) == tuple(src.shape)
+                and buf.is_pinned() == pin
+            )
+            if not fits:
+                buf = torch.empty(tuple(src.shape), dtype=src.dtype, pin_memory=pin)
+            buf.copy_(src, non_blocking=pin)
+        else:
+            np = sys.modules["numpy"]
+            fits = (
+                buf is not None
+                and isinstance(buf, np.ndarray)
+                and buf.dtype == src.dtype
+                and buf.shape == src.shape
+            )
+            if not fits:
+                buf = np.empty(src.shape, dtype=src.dtype)
+            np.copyto(buf, src)
+        if index < len(self._slots):
+            self._slots[index] = buf
+        else:
+            self._slots.append(buf)
+        return buf
+
+    def trim(self, used: int) -> None:
+        del self._slots[used:]
+
+
+def _tensor_code(obj: Any) -> tuple[str, str] | None:
+    """(kind, safetensors code) when ``obj`` goes to the tensors file, else None (pickled)."""
+    torch = sys.modules.get("torch")
+    if torch is not None and type(obj) in (torch.Tensor, torch.nn.Parameter):
+        if (
+            obj.layout != torch.strided
+            or obj.is_quantized
+            or obj.is_nested
+            or obj.device.type == "meta"
+        ):
+            return None
+        code = _TORCH_CODES.get(str(obj.dtype).removeprefix("torch."))
+        return ("torch", code) if code else None
+    np = sys.modules.get("numpy")
+    if np is not None and type(obj) is np.ndarray:
+        if obj.dtype.byteorder == ">" or (obj.dtype.byteorder == "=" and sys.byteorder != "little"):
+            return None
+        code = _NUMPY_CODES.get(obj.dtype.name) if obj.dtype.fields is None else None
+        return ("numpy", code) if code else None
+    return None
+
+
+def _collect_names(state: Any) -> dict[int, str]:
+    """Dotted paths of the tensors reachable through dicts, lists and tuples (for readability)."""
+    names: dict[int, str] = {}
+    used: set[str] = set()
+
+    def walk(obj: Any, path: str, depth: int) -> None:
+        if depth > 12:
+            return
+        if isinstance(obj, dict):
+            for k, v in obj.items():
+                walk(v, f"{path}.{k}" if path else str(k), depth + 1)
+        elif isinstance(obj, (list, tuple)):
+            for i, v in enumerate(obj):
+                walk(v, f"{path}.{i}" if path else str(i), depth + 1)
+        elif id(obj) not in names and _tensor_code(obj) is not None:
+            name = path or "tensor"
+            while name in used or name == "__metadata__":
+                name += "#"
+            used.add(name)
+            names[id(obj)] = name
+
+    walk(state, "", 0)
+    return names
+
+
+class _Pickler(pickle.Pickler):
+    def __init__(self, file: io.BytesIO, pid: Any):
+        super().__init__(file, protocol=5)
+        self._pid = pid
+
+    def persistent_id(self, obj: Any) -> Any:
+        return self._pid(obj)
+
+
+def snapshot(state: Any, pool: StagingPool | None) -> Snapshot:
+    """Capture ``state`` now. With a ``pool`` tensors are copied (the caller may then change
+    them); without one the snapshot refers to the live tensors (for a synchronous write)."""
+    names = _collect_names(state)
+    entries: list[_Entry] = []
+    seen: dict[int, tuple[Any, ...]] = {}
+    keep_alive: list[Any] = []
+    any_cuda = False
+
+    def persistent_id(obj: Any) -> Any:
+        nonlocal any_cuda
+        pid = seen.get(id(obj))
+        if pid is not None:
+            return pid
+        found = _tensor_code(obj)
+        if found is None:
+            return None
+        kind, code = found
+        if kind == "torch":
+            src = obj.detach().resolve_conj().resolve_neg()
+            flags = (isinstance(obj, sys.modules["torch"].nn.Parameter), bool(obj.requires_grad))
+            any_cuda = any_cuda or src.device.type == "cuda"
+            if pool is not None:
+                data = pool.take(len(entries), src, kind)
+            else:
+                data = src.to("cpu").contiguous()
+            itemsize = data.element_size()
+        else:
+            flags = (False, False)
+            if pool is not None:
+                data = pool.take(len(entries), obj, kind)
+            else:
+                data = sys.modules["numpy"].ascontiguousarray(obj)
+            itemsize = data.itemsize
+        name = names.get(id(obj)) or f"_unnamed.{len(entries)}"
+        entries.append(_Entry(name, kind, code, tuple(obj.shape), data, itemsize, data.nbytes))
+        keep_alive.append(obj)  # ids stay unique while pickling
+        pid = ("corral", kind, name, *flags)
+        seen[id(obj)] = pid
+        return pid
+
+    buf = io.BytesIO()
+    pickler = _Pickler(buf, persistent_id)
+    try:
+        pickler.dump(state)
+    except (pickle.PicklingError, TypeError, AttributeError) as exc:
+        raise CheckpointError(f"the state cannot be saved: {exc}") from exc
+    if pool is not None:
+        pool.trim(len(entries))
+    if any_cuda:
+        sys.modules["torch"].cuda.synchronize()
+    return Snapshot(buf.getvalue(), entries)
+
+
+def _byte_view(entry: _Entry) -> memoryview:
+    data = entry.data
+    if entry.kind == "torch":
+        torch = sys.modules["torch"]
+        return memoryview(data.reshape(-1).view(torch.uint8).numpy())
+    return memoryview(data.reshape(-1).view("uint8"))
+
+
+def _header(entries: list[_Entry]) -> tuple[bytes, list[_Entry]]:
+    # Larger elements first: every tensor then starts at a multiple of its element size (the
+    # format allows no gaps), so restore can view the bytes in place without copying.
+    ordered = sorted(entries, key=lambda e: -e.itemsize)
+    header: dict[str, Any] = {
+        "__metadata__": {
+            "format": "pt" if any(e.kind == "torch" for e in ordered) else "np",
+            "writer": "corral",
+        }
+    }
+    offset = 0
+    for e in ordered:
+        header[e.name] = {
+            "dtype": e.code,
+            "shape": list(e.shape),
+            "data_offsets": [offset, offset + e.nbytes],
+        }
+        offset += e.nbytes
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * (-(8 + len(text)) % 8)
+    return len(text).to_bytes(8, "little") + text, ordered
+
+
+def _write_file(storage: Storage, path: str, pieces: Iterator[memoryview | bytes]) -> FileEntry:
+    """Write ``pieces`` to ``path`` hashing as they go (no second read); one fsync at close."""
+    digest = hashlib.sha256()
+    size = 0
+    writer = storage.open_write(path)
+    try:
+        for piece in pieces:
+            view = memoryview(piece).cast("B")
+            for start in range(0, len(view), CHUNK_BYTES):
+                chunk = view[start : start + CHUNK_BYTES]
+                digest.update(chunk)
+                writer.write(chunk)
+            size += len(view)
+    except BaseException:
+        abort = getattr(writer, "abort", writer.close)
+        try:
+            abort()
+        except OSError:
+            pass
+        raise
+    writer.close()
+    return FileEntry(size=size, sha256=digest.hexdigest())
+
+
+def write_snapshot(snap: Snapshot, storage: Storage, directory: str) -> dict[str, FileEntry]:
+    """Write the snapshot's files into ``directory``; returns their sizes and sha256s."""
+    files: dict[str, FileEntry] = {}
+    if snap.entries:
+        head, ordered = _header(snap.entries)
+
+        def pieces() -> Iterator[memoryview | bytes]:
+            yield head
+            for e in ordered:
+                if e.nbytes:
+                    yield _byte_view(e)
+
+        files[TENSORS_FILE] = _write_file(storage, storage.join(directory, TENSORS_FILE), pieces())
+    files[STATE_FILE] = _write_file(
+        storage, storage.join(directory, STATE_FILE), iter([snap.skeleton])
+    )
+    return files

@@ -1,0 +1,182 @@
+"""Preemption: notice SIGTERM/SIGUSR1, save what fits in the grace period, exit "resume me".
+
+The agent (or a cloud's preemption notice) sends SIGTERM and waits ``CORRAL_GRACE_SECONDS``
+before SIGKILL. The handlers installed by :func:`install_signal_handlers` only record that a
+signal arrived and when (no I/O, no locks, nothing else chained), so a signal can never corrupt
+the state the training loop is in the middle of changing. The loop polls :func:`should_stop` or
+calls :func:`exit_if_preempted` at a safe point (e.g. after the optimizer step)::
+
+    install_signal_handlers()
+    for step in range(start, total):
+        train_step()
+        exit_if_preempted(checkpointer, lambda: training_state(...), step=step)
+
+:func:`exit_if_preempted` exits with :data:`corral.constants.EXIT_PREEMPTED` (75,
+``EX_TEMPFAIL``): the controller reads it as "preempted, state saved as far as possible, start
+me again", not as a crash.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+import time
+import warnings
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from corral.constants import DEFAULT_GRACE_SECONDS, ENV_GRACE_SECONDS, EXIT_PREEMPTED
+from corral.errors import BadInput
+
+if TYPE_CHECKING:
+    from corral.sdk.checkpoint import Checkpointer
+
+#: Signals treated as "you are being preempted".
+PREEMPTION_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
+
+#: A new save is started only if its estimated duration times this factor, plus
+#: :data:`SAFETY_SECONDS`, fits in the grace time left.
+SAFETY_FACTOR = 1.5
+SAFETY_SECONDS = 1.0
+
+_signal_at: float | None = None  # time.monotonic() of the first preemption signal
+_signal_num: int | None = None
+_stop_reason: str | None = None
+_installed: dict[int, Any] = {}  # signal number -> the handler it replaced
+
+
+def _on_signal(signum: int, frame: Any) -> None:
+    # Runs in the main thread between bytecodes: only record, never do I/O or take locks.
+    global _signal_at, _signal_num
+    if _signal_at is None:
+        _signal_at = time.monotonic()
+        _signal_num = signum
+
+
+def install_signal_handlers() -> bool:
+    """Install the SIGTERM/SIGUSR1 handlers (idempotent). Returns False, with a warning and
+    nothing changed, when called outside the main thread (Python allows handlers only there)."""
+    if threading.current_thread() is not threading.main_thread():
+        warnings.warn(
+            "install_signal_handlers() must be called from the main thread; skipped", stacklevel=2
+        )
+        return False
+    for sig in PREEMPTION_SIGNALS:
+        if sig not in _installed:
+            _installed[sig] = signal.signal(sig, _on_signal)
+    return True
+
+
+def uninstall_signal_handlers() -> None:
+    """Put back the handlers that were there before :func:`install_signal_handlers`."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    for sig, previous in list(_installed.items()):
+        signal.signal(sig, previous if previous is not None else signal.SIG_DFL)
+        del _installed[sig]
+
+
+def preempted() -> bool:
+    """True once a preemption signal (SIGTERM or SIGUSR1) has arrived."""
+    return _signal_at is not None
+
+
+def request_stop(reason: str = "requested") -> None:
+    """Ask the loop to stop at its next check (the cost meter and early stopping call this)."""
+    global _stop_reason
+    if _stop_reason is None:
+        _stop_reason = reason
+
+
+def should_stop() -> bool:
+    """True when the loop should end: preempted, or :func:`request_stop` was called."""
+    return _signal_at is not None or _stop_reason is not None
+
+
+def stop_reason() -> str | None:
+    """Why the loop should stop ("preempted", or the reason given to :func:`request_stop`)."""
+    if _signal_at is not None:
+        return "preempted"
+    return _stop_reason
+
+
+def grace_seconds(checkpointer: Checkpointer | None = None) -> float:
+    """The grace period: the checkpointer's ``grace_seconds``, else ``CORRAL_GRACE_SECONDS``,
+    else 30 s."""
+    if checkpointer is not None and checkpointer.grace_seconds is not None:
+        return float(checkpointer.grace_seconds)
+    raw = os.environ.get(ENV_GRACE_SECONDS)
+    if raw is None or raw.strip() == "":
+        return DEFAULT_GRACE_SECONDS
+    try:
+        value = float(raw)
+    except ValueError:
+        raise BadInput(f"{ENV_GRACE_SECONDS} must be a number of seconds, got {raw!r}")
+    if not value >= 0:
+        raise BadInput(f"{ENV_GRACE_SECONDS} must be >= 0, got {raw!r}")
+    return value
+
+
+def seconds_left(
+    checkpointer: Checkpointer | None = None, *, clock: Callable[[], float] = time.monotonic
+) -> float | None:
+    """Grace time left since the preemption signal, or None when not preempted."""
+    if _signal_at is None:
+        return None
+    return grace_seconds(checkpointer) - (clock() - _signal_at)
+
+
+def save_fits(remaining: float, estimate: float | None) -> bool:
+    """Whether a save estimated at ``estimate`` seconds (None: unknown, so try) fits."""
+    if remaining <= 0:
+        return False
+    if estimate is None:
+        return True
+    return estimate * SAFETY_FACTOR + SAFETY_SECONDS <= remaining
+
+
+def exit_if_preempted(
+    checkpointer: Checkpointer | None = None,
+    state_fn: Callable[[], Any] | None = None,
+    step: int | None = None,
+    *,
+    clock: Callable[[], float] = time.monotonic,
+) -> None:
+    """Return at once unless preempted. When preempted: make the save in flight durable,
+    then, if the grace period left (measured from the signal) fits another save (estimated
+    from the last save's duration; tried when unknown), save ``state_fn()`` as ``step`` and
+    wait for it; finally ``sys.exit(EXIT_PREEMPTED)``. With too little time no new save is
+    started; the atomic layout means a save cut short by SIGKILL leaves no torn checkpoint.
+    A failing save is reported on stderr; the exit code is still 75 (the previous checkpoint
+    is there to resume from)."""
+    if _signal_at is None:
+        return
+    if checkpointer is not None:
+        try:
+            checkpointer.wait()
+        except Exception as exc:
+            print(f"corral: a checkpoint save failed during preemption: {exc}", file=sys.stderr)
+        wanted = state_fn is not None and step is not None
+        if wanted and checkpointer.last_saved_step != step:
+            left = seconds_left(checkpointer, clock=clock)
+            if left is not None and save_fits(left, checkpointer.estimated_save_seconds):
+                try:
+                    checkpointer.save(state_fn(), step)  # type: ignore[misc]
+                    checkpointer.wait()
+                except Exception as exc:
+                    print(f"corral: the preemption checkpoint failed: {exc}", file=sys.stderr)
+            else:
+                print(
+                    f"corral: preempted with {max(left or 0.0, 0.0):.1f}s of grace left: "
+                    "not enough for a checkpoint, exiting without one",
+                    file=sys.stderr,
+                )
+    sys.exit(EXIT_PREEMPTED)
+
+
+def _reset_for_tests() -> None:
+    """Forget any signal and stop request (tests only)."""
+    global _signal_at, _signal_num, _stop_reason
+    _signal_at = _signal_num = _stop_reason = None

@@ -1,0 +1,227 @@
+"""Where checkpoints live: a small storage protocol and its local-filesystem implementation.
+
+The :class:`~corral.sdk.checkpoint.Checkpointer` never touches ``os`` directly; it goes through a
+:class:`Storage`, so an object store (``s3://...``, a later issue) is the same to it as a local
+path. Paths are full strings in the storage's own syntax (a local path, or ``s3://bucket/key``);
+:meth:`Storage.join` builds them.
+
+The contract an implementation must keep:
+
+* ``open_write(path)`` returns a binary writer; after ``close()`` returns, the file is durable
+  (locally: flushed and fsynced once; in an object store: the upload is complete). A writer that
+  is closed after an error may leave a partial file behind, never a file that looks whole
+  to the checkpointer (the ``COMPLETE`` manifest is what makes a checkpoint exist).
+* ``rename(src, dst)`` moves a directory tree. ``atomic_rename`` says whether that is one
+  atomic step (POSIX ``rename(2)``). When it is not (object stores: copy then delete), the
+  checkpointer does not rely on it: it writes straight into the final directory and writes the
+  ``COMPLETE`` manifest last, so a checkpoint exists exactly when its manifest does.
+* ``fsync_dir(path)`` makes the directory entries under ``path`` durable (a no-op where that has
+  no meaning).
+* Missing paths: ``listdir`` of a missing directory returns ``[]``; ``rmtree`` and ``remove`` of
+  a missing path do nothing; ``size``/``open_read``/``read_bytes`` raise ``FileNotFoundError``.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from typing import BinaryIO, Protocol, runtime_checkable
+from urllib.parse import unquote, urlparse
+
+from corral.errors import BadInput
+
+#: Bytes per ``write``/``readinto`` call: large sequential I/O, few system calls.
+CHUNK_BYTES = 64 * 1024 * 1024
+
+
+@runtime_checkable
+class Writer(Protocol):
+    def write(self, data: bytes | memoryview, /) -> int: ...
+
+    def close(self) -> None: ...
+
+
+@runtime_checkable
+class Storage(Protocol):
+    """The operations the checkpointer needs from a place that holds files."""
+
+    #: True when ``rename`` of a directory is a single atomic step.
+    atomic_rename: bool
+
+    def join(self, *parts: str) -> str: ...
+
+    def isdir(self, path: str) -> bool: ...
+
+    def isfile(self, path: str) -> bool: ...
+
+    def listdir(self, path: str) -> list[str]: ...
+
+    def makedirs(self, path: str) -> None: ...
+
+    def size(self, path: str) -> int: ...
+
+    def open_write(self, path: str) -> Writer: ...
+
+    def write_bytes(self, path: str, data: bytes) -> None: ...
+
+    def open_read(self, path: str) -> BinaryIO: ...
+
+    def read_bytes(self, path: str) -> bytes: ...
+
+    def remove(self, path: str) -> None: ...
+
+    def rmtree(self, path: str) -> None: ...
+
+    def rename(self, src: str, dst: str) -> None: ...
+
+    def fsync_dir(self, path: str) -> None: ...
+
+
+class _LocalWriter:
+    """A raw (unbuffered) file whose ``close`` flushes it to disk with exactly one fsync."""
+
+    def __init__(self, path: str):
+        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | _O_CLOEXEC, 0o644)
+        self._closed = False
+
+    def write(self, data: bytes | memoryview, /) -> int:
+        view = memoryview(data).cast("B")
+        total = len(view)
+        done = 0
+        while done < total:  # os.write may write less than asked for very large buffers
+            done += os.write(self._fd, view[done : done + CHUNK_BYTES])
+        return total
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            os.fsync(self._fd)
+        finally:
+            os.close(self._fd)
+
+    def abort(self) -> None:
+        """Close without fsync (after a failure: the partial file is thrown away anyway)."""
+        if not self._closed:
+            self._closed = True
+            os.close(self._fd)
+
+    def __enter__(self) -> _LocalWriter:
+        return self
+
+    def __exit__(self, exc_type: object, *_: object) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            self.abort()
+
+
+_O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+
+
+class LocalStorage:
+    """A directory tree on a local (or locally mounted) filesystem."""
+
+    atomic_rename = True
+
+    def join(self, *parts: str) -> str:
+        return os.path.join(*parts)
+
+    def isdir(self, path: str) -> bool:
+        return os.path.isdir(path)
+
+    def isfile(self, path: str) -> bool:
+        return os.path.isfile(path)
+
+    def listdir(self, path: str) -> list[str]:
+        try:
+            return sorted(os.listdir(path))
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+
+    def makedirs(self, path: str) -> None:
+        if os.path.isdir(path):
+            return
+        os.makedirs(path, exist_ok=True)
+        # Make the new directory entry itself durable.
+        self.fsync_dir(os.path.dirname(os.path.abspath(path)))
+
+    def size(self, path: str) -> int:
+        return os.stat(path).st_size
+
+    def open_write(self, path: str) -> _LocalWriter:
+        return _LocalWriter(path)
+
+    def write_bytes(self, path: str, data: bytes) -> None:
+        writer = self.open_write(path)
+        try:
+            writer.write(data)
+        except BaseException:
+            getattr(writer, "abort", writer.close)()
+            raise
+        writer.close()
+
+    def open_read(self, path: str) -> BinaryIO:
+        return open(path, "rb", buffering=0)
+
+    def read_bytes(self, path: str) -> bytes:
+        with open(path, "rb") as f:
+            return f.read()
+
+    def remove(self, path: str) -> None:
+        try:
+            os.remove(path)
+        except FileNotFoundError:
+            pass
+
+    def rmtree(self, path: str) -> None:
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            self.remove(path)
+
+    def rename(self, src: str, dst: str) -> None:
+        os.rename(src, dst)
+
+    def fsync_dir(self, path: str) -> None:
+        try:
+            fd = os.open(path or ".", os.O_RDONLY | _O_CLOEXEC)
+        except OSError:
+            return
+        try:
+            os.fsync(fd)
+        except OSError:  # some filesystems refuse fsync on directories; nothing more to do
+            pass
+        finally:
+            os.close(fd)
+
+    def __repr__(self) -> str:
+        return "LocalStorage()"
+
+
+def open_storage(uri: str | os.PathLike[str]) -> Storage:
+    """The storage that holds ``uri``: a :class:`LocalStorage` for plain paths and ``file://``.
+
+    Other schemes (``s3://``, ``gs://``, ...) are not supported yet and raise
+    :class:`~corral.errors.BadInput`.
+    """
+    return resolve_location(uri)[0]
+
+
+def resolve_location(uri: str | os.PathLike[str]) -> tuple[Storage, str]:
+    """The storage for ``uri`` and the full path inside it (local paths made absolute)."""
+    text = os.fspath(uri)
+    if not text:
+        raise BadInput("checkpoint location is empty")
+    parsed = urlparse(text)
+    if parsed.scheme == "file":
+        if parsed.netloc not in ("", "localhost"):
+            raise BadInput(f"file:// URI with a remote host is not supported: {text!r}")
+        return LocalStorage(), os.path.abspath(unquote(parsed.path))
+    if parsed.scheme == "" or "://" not in text:
+        return LocalStorage(), os.path.abspath(os.path.expanduser(text))
+    raise BadInput(
+        f"checkpoint storage scheme {parsed.scheme + '://'!r} is not supported yet "
+        "(use a local path or file://)"
+    )

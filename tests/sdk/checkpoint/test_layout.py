@@ -1,0 +1,180 @@
+"""The on-disk layout: atomic publish, the COMPLETE manifest, integer steps, cleanup, replace."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from corral import __version__
+from corral.errors import BadInput
+from corral.sdk import Checkpointer, LocalStorage, open_storage
+from corral.sdk.checkpoint import CheckpointWarning
+from corral.sdk.storage import resolve_location
+
+
+@pytest.fixture
+def ck(tmp_path: Path) -> Path:
+    return tmp_path / "ck"
+
+
+def state_for(step: int) -> dict:
+    return {"w": np.full((64, 8), step, dtype=np.float32), "step": step, "note": f"s{step}"}
+
+
+def test_save_writes_files_and_complete_manifest_with_sizes_and_sha256(tmp_path: Path):
+    cp = Checkpointer(tmp_path / "ck", async_save=False)
+    cp.save(state_for(7), 7, metrics={"loss": 0.5, "nan": float("nan"), "n": np.float32(2.0)})
+    d = tmp_path / "ck" / "ckpt-7"
+    manifest = json.loads((d / "COMPLETE").read_text())
+    assert manifest["step"] == 7
+    assert manifest["format"] == "corral-checkpoint"
+    assert manifest["format_version"] == 1
+    assert manifest["corral_version"] == __version__
+    assert manifest["metrics"] == {"loss": 0.5, "nan": None, "n": 2.0}
+    assert manifest["time"] > 1.6e9
+    assert set(manifest["files"]) == {"state.pkl", "tensors.safetensors"}
+    for name, entry in manifest["files"].items():
+        data = (d / name).read_bytes()
+        assert entry["size"] == len(data)
+        assert entry["sha256"] == hashlib.sha256(data).hexdigest()
+    assert sorted(os.listdir(tmp_path / "ck")) == ["ckpt-7"]  # no .tmp left behind
+
+
+def test_steps_sort_as_integers_not_strings(ck: Path):
+    cp = Checkpointer(ck, keep_last=10)
+    for step in (9, 10, 2, 100):
+        cp.save(state_for(step), step)
+    cp.wait()
+    assert [c.step for c in cp.checkpoints()] == [2, 9, 10, 100]
+    assert cp.latest().step == 100
+    assert cp.restore()["step"] == 100
+
+
+def test_leftover_tmp_dirs_are_ignored_by_readers_and_cleaned_by_the_next_writer(ck: Path):
+    cp = Checkpointer(ck, async_save=False)
+    cp.save(state_for(1), 1)
+    torn = ck / "ckpt-5.tmp"
+    torn.mkdir()
+    (torn / "state.pkl").write_bytes(b"half")
+    (ck / "ckpt-3.trash").mkdir()
+    reader = Checkpointer(ck)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert reader.latest().step == 1
+        assert reader.restore()["step"] == 1
+    assert torn.exists()  # a reader never deletes: the writer may still be at work
+    writer = Checkpointer(ck, async_save=False)
+    writer.save(state_for(2), 2)
+    assert sorted(os.listdir(ck)) == ["ckpt-1", "ckpt-2"]
+
+
+def test_saving_the_same_step_twice_replaces_it(ck: Path):
+    cp = Checkpointer(ck)
+    cp.save({"v": np.zeros(3)}, 4, metrics={"loss": 1.0})
+    cp.save({"v": np.ones(3)}, 4, metrics={"loss": 0.5})
+    cp.wait()
+    assert sorted(os.listdir(ck)) == ["ckpt-4"]
+    assert cp.latest().metrics == {"loss": 0.5}
+    assert np.array_equal(Checkpointer(ck).restore()["v"], np.ones(3))
+
+
+def test_interrupted_replace_falls_back_to_the_old_copy_and_is_repaired(ck: Path):
+    cp = Checkpointer(ck, async_save=False)
+    cp.save(state_for(3), 3)
+    # A crash between "ckpt-3 -> ckpt-3.old" and ".tmp -> ckpt-3" leaves only the old copy.
+    os.rename(ck / "ckpt-3", ck / "ckpt-3.old")
+    reader = Checkpointer(ck)
+    assert reader.latest().step == 3
+    assert reader.restore()["step"] == 3
+    Checkpointer(ck, async_save=False).save(state_for(4), 4)
+    assert sorted(os.listdir(ck)) == ["ckpt-3", "ckpt-4"]
+
+
+def test_durable_checkpoint_appends_a_progress_record(tmp_path: Path, monkeypatch):
+    progress = tmp_path / "progress.jsonl"
+    monkeypatch.setenv("CORRAL_PROGRESS_FILE", str(progress))
+    cp = Checkpointer(tmp_path / "ck")
+    cp.save(state_for(12), 12, metrics={"val_loss": 0.25})
+    cp.wait()
+    records = [json.loads(line) for line in progress.read_text().splitlines()]
+    assert len(records) == 1
+    assert records[0]["kind"] == "checkpoint"
+    assert records[0]["step"] == 12
+    assert records[0]["path"] == str(tmp_path / "ck" / "ckpt-12")
+    assert records[0]["metrics"] == {"val_loss": 0.25}
+
+
+def test_dir_defaults_to_env_then_to_checkpoints_in_cwd(tmp_path: Path, monkeypatch):
+    assert Checkpointer().dir == str(Path.cwd() / "checkpoints")
+    monkeypatch.setenv("CORRAL_CHECKPOINT_DIR", str(tmp_path / "from-env"))
+    assert Checkpointer().dir == str(tmp_path / "from-env")
+    assert Checkpointer(f"file://{tmp_path}/uri").dir == str(tmp_path / "uri")
+
+
+def test_open_storage_accepts_paths_and_file_uris_and_rejects_other_schemes(tmp_path: Path):
+    assert isinstance(open_storage(str(tmp_path)), LocalStorage)
+    storage, path = resolve_location(f"file://{tmp_path}/x")
+    assert isinstance(storage, LocalStorage)
+    assert path == f"{tmp_path}/x"
+    with pytest.raises(BadInput, match="'s3://' is not supported yet"):
+        open_storage("s3://bucket/run")
+    with pytest.raises(BadInput, match="remote host"):
+        open_storage("file://otherhost/x")
+
+
+def test_bad_arguments_are_bad_input(tmp_path: Path):
+    with pytest.raises(BadInput, match="needs a metric"):
+        Checkpointer(tmp_path, keep_best=2)
+    with pytest.raises(BadInput, match="mode"):
+        Checkpointer(tmp_path, mode="lowest")
+    with pytest.raises(BadInput, match="prefix"):
+        Checkpointer(tmp_path, prefix="a/b")
+    cp = Checkpointer(tmp_path)
+    for bad in (-1, 1.5, True, "3"):
+        with pytest.raises(BadInput, match="step"):
+            cp.save({}, bad)
+    with pytest.raises(BadInput, match="metric"):
+        cp.best()
+
+
+def test_custom_prefix_keeps_separate_series_in_one_directory(ck: Path):
+    a = Checkpointer(ck, prefix="model", async_save=False)
+    b = Checkpointer(ck, prefix="ema", async_save=False)
+    a.save({"who": "model"}, 1)
+    b.save({"who": "ema"}, 2)
+    assert a.restore()["who"] == "model"
+    assert b.restore()["who"] == "ema"
+    assert [c.step for c in a.checkpoints()] == [1]
+
+
+class CopyRenameStorage(LocalStorage):
+    """Like an object store: rename copies then deletes (not atomic)."""
+
+    atomic_rename = False
+
+    def rename(self, src: str, dst: str) -> None:
+        shutil.copytree(src, dst)
+        shutil.rmtree(src)
+
+
+def test_storage_without_atomic_rename_writes_in_place_with_the_manifest_last(ck: Path):
+    st = CopyRenameStorage()
+    cp = Checkpointer(str(ck), storage=st, keep_last=2)
+    for step in (1, 2, 3, 3):
+        cp.save(state_for(step), step)
+    cp.wait()
+    assert sorted(os.listdir(ck)) == ["ckpt-2", "ckpt-3"]
+    # An interrupted in-place write: files but no manifest -> skipped, then cleaned by a writer.
+    (ck / "ckpt-9").mkdir()
+    (ck / "ckpt-9" / "state.pkl").write_bytes(b"partial")
+    with pytest.warns(CheckpointWarning, match="ckpt-9 is incomplete"):
+        assert Checkpointer(str(ck), storage=st).restore()["step"] == 3
+    Checkpointer(str(ck), storage=st, keep_last=5, async_save=False).save(state_for(4), 4)
+    assert sorted(os.listdir(ck)) == ["ckpt-2", "ckpt-3", "ckpt-4"]

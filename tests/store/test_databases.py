@@ -11,7 +11,7 @@ from storekit import make_run, start_python
 
 from corral.errors import StoreError
 from corral.store import Store
-from corral.store.db import mask_url, parse_url
+from corral.store.urls import mask_url, parse_url
 
 
 def test_default_database_is_sqlite_under_corral_home(corral_home: Path):
@@ -73,6 +73,11 @@ def test_mask_url_hides_only_the_password():
         "postgresql://alice:***@h:5/db?sslmode=require"
     )
     assert mask_url("postgresql://alice@h/db") == "postgresql://alice@h/db"
+    assert mask_url("postgresql://h/db?sslmode=require&password=x%26y") == (
+        "postgresql://h/db?sslmode=require&password=***"
+    )
+    assert parse_url("postgresql://h/db?password=x%26y").password == "x&y"
+    assert parse_url("postgresql://u:p%40ss@h/db").password == "p@ss"
 
 
 @pytest.mark.postgres
@@ -82,12 +87,16 @@ def test_mask_url_hides_only_the_password():
 )
 def test_password_never_appears_in_connection_errors(where: str):
     secret = "s3cr3t-Pa55"
-    with pytest.raises(StoreError) as err:
-        Store.open(f"postgresql://postgres:{secret}@{where}")
-    message = str(err.value)
-    assert secret not in message and secret not in repr(err.value)
-    assert "postgres:***@" in message
-    assert err.value.__cause__ is None and err.value.__suppress_context__
+    for url in (
+        f"postgresql://postgres:{secret}@{where}",
+        f"postgresql://{where}?password={secret}",
+    ):
+        with pytest.raises(StoreError) as err:
+            Store.open(url)
+        message = str(err.value)
+        assert secret not in message and secret not in repr(err.value)
+        assert "***" in message and where.split("/")[0] in message
+        assert err.value.__cause__ is None and err.value.__suppress_context__
 
 
 @pytest.mark.slow

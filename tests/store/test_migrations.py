@@ -9,9 +9,10 @@ from storekit import make_run, run_python, start_python
 
 from corral.errors import StoreError
 from corral.store import HEAD, Store
-from corral.store.db import Database, parse_url
+from corral.store.db import Database
 from corral.store.migrate import REVISIONS, alembic_config, current_revisions, migration_engine
 from corral.store.records import COLUMNS
+from corral.store.urls import parse_url
 
 
 def test_fresh_database_is_migrated_to_head(fresh_db_url: str):

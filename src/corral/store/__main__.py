@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import argparse
 
-from corral.store.db import Database, parse_url
+from corral.store.db import Database
 from corral.store.migrate import autogenerate, current_revisions, ensure_schema
+from corral.store.urls import parse_url
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -78,16 +78,26 @@ class StoreBase:
         if bad:
             raise StoreError(f"cannot set {', '.join(bad)} on {table} this way")
 
-    def _insert(self, tx: Tx, table: str, values: Mapping[str, Any], returning: str = "") -> Any:
+    def _insert(
+        self,
+        tx: Tx,
+        table: str,
+        values: Mapping[str, Any],
+        *,
+        unique: tuple[str, ...] = (),
+        returning: str = "id",
+    ) -> Any:
+        """Insert one row and return its ``returning`` column. With ``unique`` (the columns of
+        a unique constraint), a row that already exists is left alone and None is returned."""
         cols = list(values)
         sql = (
             f"INSERT INTO {table} ({', '.join(_q(c) for c in cols)}) "
             f"VALUES ({', '.join(':' + c for c in cols)})"
         )
-        if returning:
-            row = tx.one(f"{sql} RETURNING {returning}", self._encode(table, values))
-            return None if row is None else row[returning]
-        return tx.run(sql, self._encode(table, values))
+        if unique:
+            sql += f" ON CONFLICT ({', '.join(_q(c) for c in unique)}) DO NOTHING"
+        row = tx.one(f"{sql} RETURNING {_q(returning)}", self._encode(table, values))
+        return None if row is None else row[returning]
 
     def _update(self, tx: Tx, table: str, where: str, key: dict[str, Any], values: Mapping) -> int:
         if not values:
@@ -120,7 +130,7 @@ class StoreBase:
             "data": dict(data or {}),
         }
         self._db.dialect.lock_events(tx.cur)
-        event_id = self._insert(tx, "events", values, returning="id")
+        event_id = self._insert(tx, "events", values)
         return EventRecord(id=int(event_id), **values)
 
 

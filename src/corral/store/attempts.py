@@ -54,14 +54,7 @@ class AttemptOps(StoreBase):
         del values["id"]
         with self._db.transaction(write=True) as tx:
             self._run_exists(tx, run_id)
-            cols = ", ".join(f'"{c}"' for c in values)
-            params = ", ".join(f":{c}" for c in values)
-            row = tx.one(
-                f"INSERT INTO attempts ({cols}) VALUES ({params}) "
-                "ON CONFLICT (run_id, number) DO NOTHING RETURNING id",
-                self._encode("attempts", values),
-            )
-            if row is None:
+            if self._insert(tx, "attempts", values, unique=("run_id", "number")) is None:
                 raise Conflict(f"run {run_id} already has attempt {number}")
             return self._get_attempt_tx(tx, run_id, number)
 

@@ -1,4 +1,4 @@
-"""Database URLs, the two dialects (SQLite, PostgreSQL) and short transactions over DB-API.
+"""The two dialects (SQLite, PostgreSQL) and short transactions over DB-API.
 
 The store talks to the database through the standard library's ``sqlite3`` or ``psycopg``
 directly: importing SQLAlchemy costs more than the whole 200 ms start-up budget of
@@ -17,16 +17,15 @@ import os
 import re
 import sqlite3
 import threading
+from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import lru_cache
-from pathlib import Path
 from typing import Any
-from urllib.parse import quote, unquote, urlsplit, urlunsplit
 
 from corral.errors import StoreError
+from corral.store.urls import DbUrl, scrub
 
 BUSY_TIMEOUT_S = 10.0
 _SQLITE_TS = "%Y-%m-%d %H:%M:%S.%f"  # the format SQLAlchemy's DateTime uses on SQLite
@@ -34,75 +33,7 @@ _SQLITE_TS = "%Y-%m-%d %H:%M:%S.%f"  # the format SQLAlchemy's DateTime uses on 
 _PG_EVENTS_LOCK = 0x636F7272616C01
 
 
-@dataclass(frozen=True)
-class DbUrl:
-    """A parsed database URL. ``url`` may hold a password: show ``masked`` instead."""
-
-    dialect: str  # "sqlite" | "postgresql"
-    url: str  # SQLAlchemy form, for alembic
-    masked: str
-    path: Path | None = None  # SQLite file
-    conninfo: str | None = None  # libpq URL, for psycopg
-    password: str | None = None
-
-
-def mask_url(url: str) -> str:
-    """``url`` with its password replaced by ``***`` (unparsable URLs are hidden entirely)."""
-    try:
-        parts = urlsplit(url)
-        if parts.password is None:
-            return url
-        host = parts.netloc.rsplit("@", 1)[1]
-        user = quote(unquote(parts.username or ""), safe="")
-        return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
-    except ValueError:
-        return "<unparsable database URL>"
-
-
-def scrub(text: str, secret: str | None) -> str:
-    """``text`` with every spelling of ``secret`` (raw or URL-quoted) replaced by ``***``."""
-    if secret:
-        for form in {secret, quote(secret, safe=""), quote(secret)}:
-            text = text.replace(form, "***")
-    return text
-
-
-def parse_url(url: str | None) -> DbUrl:
-    """The database to use: ``url``, else ``CORRAL_DATABASE_URL``, else SQLite under home."""
-    from corral.constants import ENV_DATABASE_URL
-
-    raw = url or os.environ.get(ENV_DATABASE_URL) or ""
-    if not raw:
-        from corral.paths import home
-
-        path = home() / "corral.db"
-        return DbUrl("sqlite", f"sqlite:///{path}", f"sqlite:///{path}", path=path)
-    masked = mask_url(raw)
-    scheme, sep, rest = raw.partition("://")
-    if not sep:
-        raise StoreError(f"database URL {masked!r} has no scheme (sqlite:/// or postgresql://)")
-    scheme = scheme.lower()
-    if scheme == "sqlite":
-        if not rest.startswith("/") or rest in ("/", "/:memory:") or "?" in rest:
-            raise StoreError(f"database URL {masked!r}: use sqlite:///<path to a file>")
-        path = Path(rest[1:]).expanduser().resolve()
-        return DbUrl("sqlite", f"sqlite:///{path}", f"sqlite:///{path}", path=path)
-    if scheme in ("postgresql", "postgres", "postgresql+psycopg"):
-        try:
-            password = urlsplit(raw).password
-        except ValueError:
-            raise StoreError(f"database URL {masked!r} is malformed")
-        return DbUrl(
-            "postgresql",
-            url="postgresql+psycopg://" + rest,
-            masked=mask_url("postgresql+psycopg://" + rest),
-            conninfo="postgresql://" + rest,
-            password=unquote(password) if password else None,
-        )
-    raise StoreError(f"database URL {masked!r}: only sqlite:/// and postgresql:// are supported")
-
-
-class Dialect:
+class Dialect(ABC):
     """What differs between SQLite and PostgreSQL, behind one small interface."""
 
     name: str
@@ -112,9 +43,18 @@ class Dialect:
     def __init__(self, db_url: DbUrl):
         self.db_url = db_url
 
-    def connect(self) -> Any: ...
-    def cursor(self, conn: Any, tuples: bool) -> Any: ...
-    def begin(self, conn: Any, write: bool) -> None: ...
+    @abstractmethod
+    def connect(self) -> Any:
+        """A new DB-API connection, configured, outside any transaction."""
+
+    @abstractmethod
+    def cursor(self, conn: Any, tuples: bool) -> Any:
+        """A cursor whose rows are tuples or dicts keyed by column name."""
+
+    @abstractmethod
+    def begin(self, conn: Any, write: bool) -> None:
+        """Start a transaction; ``write``: one that will write (take the lock up front)."""
+
     def commit(self, conn: Any) -> None:
         conn.commit()
 
@@ -129,6 +69,7 @@ class Dialect:
 
     def lock_events(self, cur: Any) -> None:
         """Called before inserting an event row (see ``PostgresDialect.lock_events``)."""
+        return None  # SQLite: writers are serialised already, ids commit in order
 
     def ts_in(self, value: datetime | None) -> Any:
         return value
@@ -148,8 +89,12 @@ class Dialect:
         return value  # PostgreSQL: psycopg parses json columns itself
 
     def describe(self, exc: BaseException) -> str:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        return scrub(f"database error on {self.db_url.masked}: {first}", self.db_url.password)
+        return f"database error on {self.db_url.masked}: {self._first_line(exc)}"
+
+    def _first_line(self, exc: BaseException) -> str:
+        """The driver's message, first line only, with any spelling of the password hidden."""
+        lines = str(exc).strip().splitlines()
+        return scrub(lines[0] if lines else type(exc).__name__, self.db_url.password)
 
 
 def _dict_row(cursor: sqlite3.Cursor, row: tuple) -> dict[str, Any]:
@@ -227,15 +172,24 @@ class PostgresDialect(Dialect):
         except ImportError:
             raise StoreError("PostgreSQL needs psycopg 3: pip install 'corral[postgres]'") from None
 
+        from psycopg.conninfo import conninfo_to_dict
+
         self._psycopg = psycopg
         self.errors = (psycopg.Error,)
+        try:
+            given = conninfo_to_dict(db_url.conninfo or "")
+        except psycopg.Error as exc:
+            raise StoreError(self.describe(exc)) from None
+        ours = f"-c lock_timeout={int(BUSY_TIMEOUT_S * 1000)} -c timezone=UTC"
+        self._options = f"{given.get('options') or ''} {ours}".strip()
+        self._connect_timeout = given.get("connect_timeout") or int(BUSY_TIMEOUT_S)
 
     def connect(self) -> Any:
         try:
             return self._psycopg.connect(
                 self.db_url.conninfo or "",
-                connect_timeout=int(BUSY_TIMEOUT_S),
-                options=f"-c lock_timeout={int(BUSY_TIMEOUT_S * 1000)} -c timezone=UTC",
+                connect_timeout=self._connect_timeout,
+                options=self._options,
             )
         except self._psycopg.Error as exc:
             raise StoreError(self.describe(exc)) from None
@@ -265,9 +219,7 @@ class PostgresDialect(Dialect):
 
     def describe(self, exc: BaseException) -> str:
         if isinstance(exc, self._psycopg.OperationalError):
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else "connection failed"
-            msg = f"cannot use the database {self.db_url.masked}: {first}"
-            return scrub(msg, self.db_url.password)
+            return f"cannot use the database {self.db_url.masked}: {self._first_line(exc)}"
         return super().describe(exc)
 
 

@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from corral.errors import StoreError
-from corral.store.db import Database, DbUrl, parse_url, scrub
+from corral.store.db import Database
+from corral.store.urls import DbUrl, parse_url, scrub
 
 #: Every revision this code knows, oldest first. The last one is the head; a test checks that
 #: this tuple matches alembic's own history in ``migrations/versions``.
@@ -155,9 +156,8 @@ def _upgrade(db_url: DbUrl, target: str = "head") -> None:
     except StoreError:
         raise
     except Exception as exc:
-        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        msg = f"migrating the database {db_url.masked} failed: {first}"
-        raise StoreError(scrub(msg, db_url.password)) from None
+        first = scrub((str(exc).strip().splitlines() or [type(exc).__name__])[0], db_url.password)
+        raise StoreError(f"migrating the database {db_url.masked} failed: {first}") from None
     finally:
         engine.dispose()
 

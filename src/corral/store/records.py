@@ -35,7 +35,6 @@ class RunRecord(_Record):
     reason: str
     outcome: str | None
     requested_action: str | None
-    spec: dict[str, Any] | None  # None when listed without ``with_spec``
     spec_hash: str
     spec_path: str
     workdir: str
@@ -51,6 +50,9 @@ class RunRecord(_Record):
     finished_at: datetime | None
     lease_owner: str | None
     lease_expires_at: datetime | None
+    #: The resolved spec; None when listed without ``with_spec``. Last in the table too: a
+    #: large value spills into SQLite overflow pages, and columns after it would cost reads.
+    spec: dict[str, Any] | None
 
     @property
     def terminal(self) -> bool:

@@ -53,12 +53,7 @@ class ResourceOps(StoreBase):
         }
         with self._db.transaction(write=True) as tx:
             self._run_exists(tx, run_id)
-            cols = ", ".join(f'"{c}"' for c in values)
-            params = ", ".join(f":{c}" for c in values)
-            tx.run(
-                f'INSERT INTO resources ({cols}) VALUES ({params}) ON CONFLICT ("key") DO NOTHING',
-                self._encode("resources", values),
-            )
+            self._insert(tx, "resources", values, unique=("key",))
             record = self._get_tx(tx, key)
         if record.run_id != run_id:
             raise Conflict(f"resource key {key!r} already belongs to run {record.run_id}")

@@ -31,7 +31,6 @@ runs = sa.Table(
     sa.Column("reason", sa.Text, nullable=False),
     sa.Column("outcome", sa.String),
     sa.Column("requested_action", sa.String),
-    sa.Column("spec", sa.JSON, nullable=False),
     sa.Column("spec_hash", sa.String, nullable=False),
     sa.Column("spec_path", sa.Text, nullable=False),
     sa.Column("workdir", sa.Text, nullable=False),
@@ -47,7 +46,8 @@ runs = sa.Table(
     sa.Column("finished_at", TS),
     sa.Column("lease_owner", sa.String),
     sa.Column("lease_expires_at", TS),
-    sa.Index(None, "created_at"),
+    sa.Column("spec", sa.JSON, nullable=False),
+    sa.Index(None, "created_at", "id"),  # list_runs: newest first
     sa.Index(None, "name", "created_at"),
     sa.Index(None, "state"),
 )

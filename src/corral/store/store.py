@@ -14,11 +14,12 @@ from typing import Any
 from corral.errors import BadInput, Conflict, NotFound, StoreError
 from corral.store._core import Clock, select_list
 from corral.store.attempts import AttemptOps
-from corral.store.db import Database, parse_url
+from corral.store.db import Database
 from corral.store.migrate import ensure_schema
 from corral.store.records import EVENT_COLUMNS, RUN_COLUMNS, EventRecord, RunRecord
 from corral.store.resources import ResourceOps
 from corral.store.states import ACTIONS, RUN_STATES, TERMINAL_STATES, RunState
+from corral.store.urls import parse_url
 
 _RUNS = f"SELECT {select_list(RUN_COLUMNS)} FROM runs"
 #: The spec can be large: listing selects NULL in its place (RunRecord.spec is None).
@@ -33,9 +34,6 @@ _AMBIGUOUS_SHOWN = 10
 
 class Store(AttemptOps, ResourceOps):
     """corral's database. Open with :meth:`Store.open`; safe to share between threads."""
-
-    def __init__(self, db: Database, clock: Clock | None = None):
-        super().__init__(db, clock)
 
     @classmethod
     def open(cls, url: str | None = None, *, clock: Clock | None = None) -> Store:
@@ -104,15 +102,7 @@ class Store(AttemptOps, ResourceOps):
                 "updated_at": now,
             }
             with self._db.transaction(write=True) as tx:
-                sql_values = self._encode("runs", values)
-                cols = ", ".join(f'"{c}"' for c in values)
-                params = ", ".join(f":{c}" for c in values)
-                row = tx.one(
-                    f"INSERT INTO runs ({cols}) VALUES ({params}) "
-                    "ON CONFLICT (id) DO NOTHING RETURNING id",
-                    sql_values,
-                )
-                if row is not None:
+                if self._insert(tx, "runs", values, unique=("id",)) is not None:
                     data = {"from": None, "to": RunState.PENDING.value}
                     self._insert_event(tx, rid, "run.state", "submitted", data=data, ts=now)
                     return self._get_run_tx(tx, rid)

@@ -27,7 +27,6 @@ def upgrade() -> None:
         sa.Column("reason", sa.Text, nullable=False),
         sa.Column("outcome", sa.String),
         sa.Column("requested_action", sa.String),
-        sa.Column("spec", sa.JSON, nullable=False),
         sa.Column("spec_hash", sa.String, nullable=False),
         sa.Column("spec_path", sa.Text, nullable=False),
         sa.Column("workdir", sa.Text, nullable=False),
@@ -43,9 +42,10 @@ def upgrade() -> None:
         sa.Column("finished_at", TS),
         sa.Column("lease_owner", sa.String),
         sa.Column("lease_expires_at", TS),
+        sa.Column("spec", sa.JSON, nullable=False),
         sa.PrimaryKeyConstraint("id", name="pk_runs"),
     )
-    op.create_index("ix_runs_created_at", "runs", ["created_at"])
+    op.create_index("ix_runs_created_at_id", "runs", ["created_at", "id"])
     op.create_index("ix_runs_name_created_at", "runs", ["name", "created_at"])
     op.create_index("ix_runs_state", "runs", ["state"])
 
@@ -126,5 +126,5 @@ def downgrade() -> None:
     op.drop_table("attempts")
     op.drop_index("ix_runs_state", "runs")
     op.drop_index("ix_runs_name_created_at", "runs")
-    op.drop_index("ix_runs_created_at", "runs")
+    op.drop_index("ix_runs_created_at_id", "runs")
     op.drop_table("runs")

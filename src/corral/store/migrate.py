@@ -14,7 +14,6 @@ Adding a migration (see ``docs/store.md``)::
 from __future__ import annotations
 
 import contextlib
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -164,6 +163,8 @@ def _upgrade(db_url: DbUrl, target: str = "head") -> None:
 
 def autogenerate(message: str) -> None:
     """Write a new revision: the difference between ``schema.py`` and the migrations' head."""
+    import tempfile
+
     from alembic import command
 
     with tempfile.TemporaryDirectory() as tmp:

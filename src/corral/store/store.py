@@ -6,8 +6,8 @@ callers never see a connection or a session.
 
 from __future__ import annotations
 
+import os
 import re
-import secrets
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -84,7 +84,7 @@ class Store(AttemptOps, ResourceOps):
             raise BadInput("a run needs a name")
         now = self._now()
         for _ in range(16):
-            rid = run_id or f"{_slug(name)}-{secrets.token_hex(3)}"
+            rid = run_id or f"{_slug(name)}-{os.urandom(3).hex()}"
             values = {
                 **dict.fromkeys(RUN_COLUMNS),
                 "id": rid,

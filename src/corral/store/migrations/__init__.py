@@ -1,0 +1,1 @@
+"""alembic migrations of the store (a package so that env.py ships in wheels)."""

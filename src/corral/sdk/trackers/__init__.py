@@ -47,12 +47,14 @@ __all__ = [
     "Tracker",
     "TrackerSpec",
     "WandbTracker",
+    "checkpoint",
     "default_tracker",
     "finish",
     "init",
     "log",
     "log_table",
     "make_trackers",
+    "progress",
     "report",
 ]
 
@@ -159,6 +161,24 @@ def report(
         values["epoch"] = epoch
     if values:
         _current_extras().log(values, step)
+
+
+def progress(
+    step: int,
+    total: int | None = None,
+    loss: float | None = None,
+    *,
+    epoch: float | None = None,
+    **metrics: Any,
+) -> None:
+    """Only the ``progress`` record (for the agent), nothing to the extras: for frequent
+    updates between the points where metrics are worth logging."""
+    _jsonl.progress(step, total=total, loss=loss, epoch=epoch, metrics=metrics)
+
+
+def checkpoint(step: int, path: str, metrics: dict[str, Any] | None = None) -> None:
+    """A ``checkpoint`` record (step, path, metrics) once a checkpoint is durable."""
+    _jsonl.checkpoint(step, path, metrics)
 
 
 def finish() -> None:

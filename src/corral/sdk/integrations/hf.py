@@ -1,0 +1,284 @@
+"""Hugging Face ``Trainer`` integration: progress, cost, retention and preemption.
+
+::
+
+    from corral.sdk.integrations.hf import CorralCallback, last_complete_checkpoint
+
+    callback = CorralCallback(keep_last=2, keep_best=1, metric="eval_loss")
+    args = TrainingArguments(output_dir=ckpt_dir, save_steps=50, save_total_limit=None, ...)
+    trainer = Trainer(model=model, args=args, ..., callbacks=[callback])
+    trainer.train(resume_from_checkpoint=last_complete_checkpoint(ckpt_dir))
+    callback.exit_if_preempted()   # exit 75 ("resume me") if a SIGTERM stopped training
+
+What the callback does (on the main process only):
+
+* **Progress and cost**: a ``progress`` record (step, total, epoch, ``cost_usd``) at most every
+  ``progress_every_s`` seconds; each Trainer log with a ``loss`` goes through
+  :func:`corral.sdk.trackers.report`, other logs (evaluation) through ``log``, both with
+  ``cost_usd``. The :class:`~corral.sdk.cost.CostMeter` budget is checked every step.
+* **Retention**: after each save, the ``checkpoint-<step>`` dirs of ``output_dir`` are pruned
+  with :func:`corral.sdk.retention.select_to_keep` (newest ``keep_last`` plus best
+  ``keep_best`` by ``metric`` from each checkpoint's ``trainer_state.json``; the Trainer's
+  best checkpoint is kept too). A checkpoint counts as complete once its
+  ``trainer_state.json`` (the last file the Trainer writes) parses; incomplete ones, left by a
+  kill during a save, are deleted and never resumed from. Leave ``save_total_limit`` unset.
+* **Preemption** (SIGTERM/SIGUSR1, handlers installed at train begin): at the next step end the
+  Trainer is told to save, if the grace period left fits the last measured save, and to stop;
+  ``exit_if_preempted()`` after ``trainer.train()`` returns exits with
+  :data:`corral.constants.EXIT_PREEMPTED`. A stop asked by the budget or by
+  :class:`~corral.sdk.early_stop.EarlyStopping` saves and stops too, but does not exit.
+* Each save writes ``corral_state.json`` (cost so far) into the checkpoint and a ``checkpoint``
+  record to the progress file; the cost continues from it on resume.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import re
+import shutil
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from transformers import TrainerCallback
+
+from corral.constants import EXIT_PREEMPTED
+from corral.sdk import signals, trackers
+from corral.sdk.cost import CostMeter
+from corral.sdk.retention import select_to_keep, validate_policy
+
+__all__ = ["STATE_FILE", "CorralCallback", "complete_checkpoints", "last_complete_checkpoint"]
+
+log = logging.getLogger("corral.sdk.integrations.hf")
+
+STATE_FILE = "corral_state.json"
+_CKPT_RE = re.compile(r"^checkpoint-(\d+)$")
+
+
+def _trainer_state(path: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads((path / "trainer_state.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _checkpoint_dirs(output_dir: str | os.PathLike[str]) -> list[tuple[int, Path]]:
+    root = Path(output_dir)
+    if not root.is_dir():
+        return []
+    found = []
+    for child in root.iterdir():
+        match = _CKPT_RE.match(child.name)
+        if match and child.is_dir():
+            found.append((int(match.group(1)), child))
+    return sorted(found)
+
+
+def complete_checkpoints(output_dir: str | os.PathLike[str]) -> list[tuple[int, Path]]:
+    """``(step, path)`` of the complete ``checkpoint-<step>`` dirs, oldest first."""
+    return [(s, p) for s, p in _checkpoint_dirs(output_dir) if _trainer_state(p) is not None]
+
+
+def last_complete_checkpoint(output_dir: str | os.PathLike[str]) -> str | None:
+    """The newest complete checkpoint dir (for ``trainer.train(resume_from_checkpoint=...)``),
+    or None to start fresh. Incomplete dirs are skipped with a warning."""
+    complete = {s for s, _ in complete_checkpoints(output_dir)}
+    for step, path in reversed(_checkpoint_dirs(output_dir)):
+        if step in complete:
+            return str(path)
+        log.warning("skipping incomplete checkpoint %s (no valid trainer_state.json)", path)
+    return None
+
+
+def _metric_at(state: dict[str, Any], step: int, metric: str | None) -> dict[str, Any]:
+    """``{metric: value}`` from the latest log entry at or before ``step`` that has it."""
+    if not metric:
+        return {}
+    for entry in reversed(state.get("log_history") or []):
+        if isinstance(entry, dict) and metric in entry and entry.get("step", step) <= step:
+            return {metric: entry[metric]}
+    return {}
+
+
+def _numbers(logs: dict[str, Any]) -> dict[str, float]:
+    out = {}
+    for key, value in logs.items():
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            continue
+        out[key] = float(value)
+    return out
+
+
+class CorralCallback(TrainerCallback):
+    def __init__(
+        self,
+        *,
+        keep_last: int = 3,
+        keep_best: int = 0,
+        metric: str | None = None,
+        mode: str = "min",
+        cost_meter: CostMeter | None = None,
+        progress_every_s: float = 10.0,
+        install_signals: bool = True,
+        clock: Callable[[], float] = time.monotonic,
+    ):
+        validate_policy(keep_last, keep_best, metric, mode)
+        self.keep_last = keep_last
+        self.keep_best = keep_best
+        self.metric = metric
+        self.mode = mode
+        self.cost_meter = cost_meter
+        self.progress_every_s = progress_every_s
+        self.install_signals = install_signals
+        self._clock = clock
+        self._last_progress_at: float | None = None
+        self._work_done_at: float | None = None  # end of the step/evaluation before a save
+        self.save_seconds: float | None = None  # duration of the last save
+        self.stopped_for: str | None = None  # "preempted", "budget", ... once it stopped training
+        self.preempted_without_save = False
+
+    # --- helpers -------------------------------------------------------------------------
+
+    def _meter(self) -> CostMeter:
+        if self.cost_meter is None:
+            self.cost_meter = CostMeter()
+        return self.cost_meter
+
+    def _cost(self) -> dict[str, float]:
+        return self._meter().as_metrics()
+
+    # --- Trainer events ------------------------------------------------------------------
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        if self.install_signals:
+            signals.install_signal_handlers()
+        meter = self._meter()
+        if state.global_step > 0:  # resumed: continue the cost from that checkpoint
+            saved = Path(args.output_dir) / f"checkpoint-{state.global_step}" / STATE_FILE
+            try:
+                meter.load_state_dict(json.loads(saved.read_text()))
+            except (OSError, ValueError) as e:
+                log.warning("no corral state in %s (%s); cost starts from the offset", saved, e)
+        return control
+
+    def on_step_end(self, args, state, control, **kwargs):
+        now = self._clock()
+        self._work_done_at = now
+        if state.is_world_process_zero:
+            last = self._last_progress_at
+            due = last is None or now - last >= self.progress_every_s
+            if due or state.global_step >= (state.max_steps or math.inf):
+                self._last_progress_at = now
+                trackers.progress(
+                    state.global_step,
+                    total=state.max_steps or None,
+                    epoch=state.epoch,
+                    **self._cost(),
+                )
+        self._meter().check(state.global_step)
+        if not signals.should_stop():
+            return control
+        reason = signals.stop_reason() or "requested"
+        self.stopped_for = reason
+        control.should_training_stop = True
+        if reason == "preempted":
+            left = signals.seconds_left()
+            if left is None or signals.save_fits(left, self.save_seconds):
+                control.should_save = True
+            else:
+                control.should_save = False
+                self.preempted_without_save = True
+                took = "unknown" if self.save_seconds is None else f"{self.save_seconds:.1f}s"
+                print(
+                    f"corral: preempted with {max(left, 0.0):.1f}s of grace left, not enough "
+                    f"for a save (the last took {took}): stopping without one",
+                    file=sys.stderr,
+                )
+        else:
+            control.should_save = True
+        return control
+
+    def on_evaluate(self, args, state, control, **kwargs):
+        self._work_done_at = self._clock()
+        return control
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if not state.is_world_process_zero or not logs:
+            return control
+        values = {**_numbers(logs), **self._cost()}
+        if "loss" in values:
+            loss = values.pop("loss")
+            values.pop("epoch", None)
+            trackers.report(
+                state.global_step,
+                total=state.max_steps or None,
+                loss=loss,
+                epoch=state.epoch,
+                **values,
+            )
+        else:
+            trackers.log(values, state.global_step)
+        return control
+
+    def on_save(self, args, state, control, **kwargs):
+        if self._work_done_at is not None:
+            self.save_seconds = max(self._clock() - self._work_done_at, 0.0)
+        if not state.is_world_process_zero:
+            return control
+        step = state.global_step
+        path = Path(args.output_dir) / f"checkpoint-{step}"
+        if path.is_dir():
+            self._write_state(path)
+            saved_state = _trainer_state(path) or {}
+            trackers.checkpoint(
+                step, str(path), {**_metric_at(saved_state, step, self.metric), **self._cost()}
+            )
+        self.apply_retention(args.output_dir, best=state.best_model_checkpoint)
+        return control
+
+    # --- public --------------------------------------------------------------------------
+
+    def _write_state(self, path: Path) -> None:
+        tmp = path / (STATE_FILE + ".tmp")
+        tmp.write_text(json.dumps(self._meter().state_dict()))
+        os.replace(tmp, path / STATE_FILE)
+
+    def apply_retention(
+        self, output_dir: str | os.PathLike[str], best: str | None = None
+    ) -> list[Path]:
+        """Delete the checkpoints the policy does not keep, and incomplete ones; returns the
+        deleted paths."""
+        all_dirs = _checkpoint_dirs(output_dir)
+        complete: list[tuple[int, dict[str, Any]]] = []
+        for step, path in all_dirs:
+            saved = _trainer_state(path)
+            if saved is not None:
+                complete.append((step, _metric_at(saved, step, self.metric)))
+        keep = select_to_keep(complete, self.keep_last, self.keep_best, self.metric, self.mode)
+        if best:
+            match = _CKPT_RE.match(Path(best).name)
+            if match:
+                keep.add(int(match.group(1)))
+        complete_steps = {s for s, _ in complete}
+        deleted = []
+        for step, path in all_dirs:
+            if step in keep:
+                continue
+            why = "retention" if step in complete_steps else "incomplete"
+            log.info("deleting checkpoint %s (%s)", path, why)
+            shutil.rmtree(path, ignore_errors=True)
+            deleted.append(path)
+        return deleted
+
+    def exit_if_preempted(self) -> None:
+        """Call after ``trainer.train()`` returns: exits with ``EXIT_PREEMPTED`` (75) when
+        training stopped because of a preemption signal, else returns."""
+        if signals.preempted():
+            trackers.finish()
+            sys.exit(EXIT_PREEMPTED)

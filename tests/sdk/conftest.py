@@ -1,0 +1,43 @@
+"""SDK test isolation: a scratch working directory, no corral/tracker environment leaking in,
+the SDK's default tracker set and the preemption flags reset after each test."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+_ENV = (
+    "CORRAL_PROGRESS_FILE",
+    "CORRAL_TRACKERS",
+    "CORRAL_CHECKPOINT_DIR",
+    "CORRAL_RUN_ID",
+    "CORRAL_ATTEMPT",
+    "CORRAL_GRACE_SECONDS",
+    "CORRAL_HOURLY_PRICE",
+    "CORRAL_COST_OFFSET_USD",
+    "CORRAL_BUDGET_USD",
+    "WANDB_API_KEY",
+    "WANDB_MODE",
+    "MLFLOW_TRACKING_URI",
+)
+
+
+@pytest.fixture(autouse=True)
+def sdk_sandbox(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    for name in _ENV:
+        monkeypatch.delenv(name, raising=False)
+    yield work
+    import sys
+
+    trackers = sys.modules.get("corral.sdk.trackers")
+    if trackers is not None:
+        trackers.init()  # back to "JSONL only, nothing configured"
+        trackers.finish()
+    signals = sys.modules.get("corral.sdk.signals")
+    if signals is not None:
+        signals.uninstall_signal_handlers()
+        signals._reset_for_tests()

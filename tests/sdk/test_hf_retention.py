@@ -1,0 +1,83 @@
+"""Retention and resume-point choice of the HF callback on checkpoint dirs made by hand."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("transformers")
+
+from corral.sdk.integrations.hf import (
+    CorralCallback,
+    complete_checkpoints,
+    last_complete_checkpoint,
+)
+
+
+def make_checkpoint(out: Path, step: int, eval_loss: float | None = None, complete=True) -> Path:
+    path = out / f"checkpoint-{step}"
+    path.mkdir(parents=True)
+    (path / "model.safetensors").write_bytes(b"weights")
+    if complete:
+        history = [{"step": step, "loss": 1.0}]
+        if eval_loss is not None:
+            history.append({"step": step, "eval_loss": eval_loss})
+        (path / "trainer_state.json").write_text(json.dumps({"log_history": history}))
+    return path
+
+
+def names(out: Path) -> list[str]:
+    return sorted((p.name for p in out.iterdir()), key=lambda n: int(n.split("-")[1]))
+
+
+def test_keeps_the_newest_and_the_best_by_metric_and_deletes_the_rest(tmp_path):
+    tmp_path = tmp_path / "out"
+    tmp_path.mkdir()
+    for step, loss in [(10, 0.9), (20, 0.3), (30, 0.5), (40, 0.6), (50, 0.7)]:
+        make_checkpoint(tmp_path, step, loss)
+    callback = CorralCallback(keep_last=2, keep_best=1, metric="eval_loss")
+    deleted = callback.apply_retention(tmp_path)
+    assert names(tmp_path) == ["checkpoint-20", "checkpoint-40", "checkpoint-50"]
+    assert sorted(p.name for p in deleted) == ["checkpoint-10", "checkpoint-30"]
+
+
+def test_steps_sort_as_integers(tmp_path):
+    tmp_path = tmp_path / "out"
+    tmp_path.mkdir()
+    for step in (9, 10, 100):
+        make_checkpoint(tmp_path, step)
+    CorralCallback(keep_last=1).apply_retention(tmp_path)
+    assert names(tmp_path) == ["checkpoint-100"]
+
+
+def test_the_trainers_best_checkpoint_is_kept(tmp_path):
+    tmp_path = tmp_path / "out"
+    tmp_path.mkdir()
+    for step in (1, 2, 3):
+        make_checkpoint(tmp_path, step)
+    CorralCallback(keep_last=1).apply_retention(tmp_path, best=str(tmp_path / "checkpoint-1"))
+    assert names(tmp_path) == ["checkpoint-1", "checkpoint-3"]
+
+
+def test_incomplete_checkpoints_are_deleted_and_never_resumed_from(tmp_path):
+    tmp_path = tmp_path / "out"
+    tmp_path.mkdir()
+    make_checkpoint(tmp_path, 5)
+    make_checkpoint(tmp_path, 6)
+    torn = make_checkpoint(tmp_path, 7, complete=False)
+    (tmp_path / "checkpoint-8").mkdir()
+    (tmp_path / "checkpoint-8" / "trainer_state.json").write_text('{"log_hist')  # cut short
+    assert [s for s, _ in complete_checkpoints(tmp_path)] == [5, 6]
+    assert last_complete_checkpoint(tmp_path) == str(tmp_path / "checkpoint-6")
+    CorralCallback(keep_last=3).apply_retention(tmp_path)
+    assert not torn.exists()
+    assert names(tmp_path) == ["checkpoint-5", "checkpoint-6"]
+
+
+def test_no_checkpoint_means_start_fresh(tmp_path):
+    tmp_path = tmp_path / "out"
+    tmp_path.mkdir()
+    assert last_complete_checkpoint(tmp_path / "missing") is None
+    assert last_complete_checkpoint(tmp_path) is None

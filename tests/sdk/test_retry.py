@@ -1,0 +1,125 @@
+from __future__ import annotations
+
+import logging
+import random
+import subprocess
+import sys
+
+import pytest
+
+from corral.sdk import retry
+from corral.sdk.retry import backoff_delay
+
+
+class Flaky:
+    def __init__(self, failures: int, exc: BaseException = OSError("disk hiccup")):
+        self.failures = failures
+        self.exc = exc
+        self.calls = 0
+
+    def __call__(self, value: int) -> int:
+        self.calls += 1
+        if self.calls <= self.failures:
+            raise self.exc
+        return value * 2
+
+
+def test_retries_transient_errors_with_exponential_backoff_without_sleeping():
+    sleeps: list[float] = []
+    flaky = Flaky(failures=3)
+    fn = retry(attempts=5, base=0.5, jitter=False, sleep=sleeps.append)(flaky)
+    assert fn(21) == 42
+    assert flaky.calls == 4
+    assert sleeps == [0.5, 1.0, 2.0]
+
+
+def test_gives_up_after_attempts_and_raises_the_last_error():
+    sleeps: list[float] = []
+    flaky = Flaky(failures=10, exc=ConnectionError("refused"))
+    fn = retry(attempts=3, jitter=False, sleep=sleeps.append)(flaky)
+    with pytest.raises(ConnectionError, match="refused"):
+        fn(1)
+    assert flaky.calls == 3
+    assert len(sleeps) == 2
+
+
+def test_other_errors_are_not_retried():
+    sleeps: list[float] = []
+    flaky = Flaky(failures=1, exc=ValueError("bad input"))
+    fn = retry(sleep=sleeps.append)(flaky)
+    with pytest.raises(ValueError):
+        fn(1)
+    assert flaky.calls == 1 and sleeps == []
+
+
+def test_the_delay_is_capped_at_max_delay():
+    sleeps: list[float] = []
+    fn = retry(attempts=8, base=1, max_delay=10, jitter=False, sleep=sleeps.append)(
+        Flaky(failures=7)
+    )
+    fn(1)
+    assert sleeps == [1, 2, 4, 8, 10, 10, 10]
+
+
+def test_jitter_draws_each_delay_from_the_upper_half_of_the_backoff():
+    sleeps: list[float] = []
+    fn = retry(attempts=6, base=1, jitter=True, sleep=sleeps.append, rng=random.Random(3))(
+        Flaky(failures=5)
+    )
+    fn(1)
+    expected = [1, 2, 4, 8, 16]
+    assert all(d / 2 <= s <= d for s, d in zip(sleeps, expected, strict=True))
+    assert sleeps != expected
+
+
+def test_only_the_given_exception_types_are_retried():
+    sleeps: list[float] = []
+    flaky = Flaky(failures=2, exc=KeyError("x"))
+    fn = retry(on=KeyError, jitter=False, sleep=sleeps.append)(flaky)
+    assert fn(2) == 4
+    assert sleeps == [0.5, 1.0]
+
+
+def test_each_retry_is_logged(caplog):
+    caplog.set_level(logging.WARNING, logger="corral.sdk.retry")
+    fn = retry(attempts=4, jitter=False, sleep=lambda s: None)(Flaky(failures=2))
+    fn(1)
+    messages = [r.getMessage() for r in caplog.records if r.name == "corral.sdk.retry"]
+    assert len(messages) == 2
+    assert "attempt 1/4" in messages[0] and "OSError" in messages[0]
+    assert "retrying in 1.00s" in messages[1]
+
+
+def test_works_as_a_bare_decorator_and_keeps_the_name():
+    @retry
+    def load() -> str:
+        return "ok"
+
+    assert load() == "ok" and load.__name__ == "load"
+
+
+def test_backoff_delay_grows_exponentially():
+    assert [backoff_delay(n, base=0.5, max_delay=30, jitter=False) for n in (1, 2, 3)] == [
+        0.5,
+        1.0,
+        2.0,
+    ]
+
+
+def test_bad_arguments_are_value_errors():
+    with pytest.raises(ValueError):
+        retry(attempts=0)
+
+
+def test_decorator_from_the_package_works_after_the_module_was_imported_by_name():
+    code = (
+        "import corral.sdk.retry, corral.sdk.preflight\n"
+        "from corral.sdk import retry, preflight\n"
+        "@retry(attempts=2, sleep=lambda s: None)\n"
+        "def f():\n"
+        "    return 5\n"
+        "assert f() == 5\n"
+        "r = preflight(show=False)\n"
+        "assert r.ok and r.checks == []\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)

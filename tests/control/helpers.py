@@ -26,20 +26,26 @@ def submit(spec_path: Path, overrides: list[str] | None = None) -> str:
 
     spec = load_spec(spec_path, overrides or [])
     store = Store.open()
-    run = store.create_run(name=spec.name, spec=spec.model_dump(mode="json"),
-                           spec_hash=spec_hash(spec), spec_path=str(spec_path),
-                           workdir=str(spec.workdir))
+    run = store.create_run(
+        name=spec.name,
+        spec=spec.model_dump(mode="json"),
+        spec_hash=spec_hash(spec),
+        spec_path=str(spec_path),
+        workdir=str(spec.workdir),
+    )
     return run.id
 
 
 def start_controller(tick: float = 0.1) -> subprocess.Popen:
     """A real controller process for the test's CORRAL_HOME."""
     home = Path(os.environ["CORRAL_HOME"])
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "corral.control", "--tick", str(tick), "--idle-exit", "60"],
-        stdout=open(home / "controller-test.log", "ab"), stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
+    with open(home / "controller-test.log", "ab") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "corral.control", "--tick", str(tick), "--idle-exit", "60"],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
         if running_pid(home) == proc.pid:

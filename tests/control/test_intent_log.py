@@ -10,7 +10,8 @@ from corral.control.controller import Controller
 from corral.control.launching import attempt_key
 from corral.providers.local.provider import LocalProvider
 from corral.store import Store
-from tests.control.helpers import submit, write_spec
+
+from .helpers import submit, write_spec
 
 
 class CountingProvider(LocalProvider):
@@ -22,10 +23,13 @@ class CountingProvider(LocalProvider):
 
 
 def _setup(tmp_path: Path) -> tuple[Store, CountingProvider, Controller, str]:
-    spec = write_spec(tmp_path, """
+    spec = write_spec(
+        tmp_path,
+        """
         name: intent
         run: sleep 30
-    """)
+    """,
+    )
     run_id = submit(spec)
     store = Store.open()
     provider = CountingProvider(gpus=[])
@@ -40,18 +44,30 @@ def test_crash_after_intent_before_launch_launches_once_on_restart(tmp_path: Pat
         __import__("corral.providers.base", fromlist=["Requirements"]).Requirements()
     )[0]
     # what a controller had done when it died: claimed the run, wrote the intent, no call yet
-    store.transition(run_id, "PROVISIONING", "launching attempt 1", expect={"PENDING"},
-                     attempt=1, provider="local")
-    store.create_attempt(run_id, 1, provider="local", offer=offer.model_dump(mode="json"),
-                         price_per_hour=0.0)
+    store.transition(
+        run_id,
+        "PROVISIONING",
+        "launching attempt 1",
+        expect={"PENDING"},
+        attempt=1,
+        provider="local",
+    )
+    store.create_attempt(
+        run_id, 1, provider="local", offer=offer.model_dump(mode="json"), price_per_hour=0.0
+    )
     key = attempt_key(run_id, 1)
-    store.record_intent(run_id=run_id, attempt=1, provider="local", key=key,
-                        data={"offer": offer.model_dump(mode="json")})
+    store.record_intent(
+        run_id=run_id,
+        attempt=1,
+        provider="local",
+        key=key,
+        data={"offer": offer.model_dump(mode="json")},
+    )
     controller.tick()  # the restarted controller
     assert provider.launches == [key]
     res = store.resources(run_id=run_id, open_only=True)
     assert [r.state for r in res] == ["active"]
-    assert len(provider.list_instances()) == 1
+    assert len(list((provider.home / "local" / "instances").iterdir())) == 1
 
 
 def test_crash_after_launch_before_record_reuses_the_same_instance(tmp_path: Path) -> None:
@@ -65,7 +81,7 @@ def test_crash_after_launch_before_record_reuses_the_same_instance(tmp_path: Pat
     assert provider.launches == [res.key, res.key]  # same key: idempotent on the provider side
     [res2] = store.resources(run_id=run_id, open_only=True)
     assert res2.state == "active" and res2.instance_id == first_instance
-    assert len(provider.list_instances()) == 1
+    assert len(list((provider.home / "local" / "instances").iterdir())) == 1
 
 
 def test_cancelled_run_leaves_no_instance_and_no_open_resource(tmp_path: Path) -> None:
@@ -76,5 +92,6 @@ def test_cancelled_run_leaves_no_instance_and_no_open_resource(tmp_path: Path) -
     run = store.get_run(run_id)
     assert run.state == "CANCELLED"
     assert store.resources(run_id=run_id, open_only=True) == []
-    [inst] = provider.list_instances()
-    assert provider.status(inst).state.value == "TERMINATED"
+    assert provider.list_instances() == []  # nothing left running
+    [res] = store.resources(run_id=run_id)
+    assert res.state == "gone"

@@ -45,7 +45,11 @@ class Controller:
 
     def tick(self) -> int:
         """One pass over the active runs; returns how many there were."""
-        runs = self.ctx.store.list_runs(active_only=True, with_spec=True)
+        # oldest first: runs waiting for the same GPUs get them in the order they were submitted
+        runs = sorted(
+            self.ctx.store.list_runs(active_only=True, with_spec=True),
+            key=lambda r: (r.created_at, r.id),
+        )
         for run in runs:
             try:
                 self.reconcile(run)

@@ -107,4 +107,4 @@ def sync_events(ctx: Context, run_id: str, attempt: int, client: AgentClient, cu
             data["agent_ts"] = ev.get("ts")
             batch.append({"type": ev.get("type", "agent"), "reason": _describe(ev), "data": data})
         cursor = int(page.get("next") or events[-1].get("seq") or cursor)
-        ctx.store.add_agent_events(run_id, attempt, batch, cursor=cursor)
+        ctx.store.append_agent_events(run_id, attempt, batch, cursor=cursor)

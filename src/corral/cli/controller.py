@@ -18,7 +18,7 @@ app = typer.Typer(
 @app.callback(invoke_without_command=True)
 def controller(
     ctx: typer.Context,
-    tick: float = typer.Option(1.0, "--tick", help="Seconds between reconcile passes."),
+    tick: float = typer.Option(0.5, "--tick", help="Seconds between reconcile passes."),
     idle_exit: float = typer.Option(
         None, "--idle-exit", help="Exit after this many seconds with no active run."
     ),

@@ -24,7 +24,7 @@ def utcnow() -> datetime:
 
 @dataclass
 class Settings:
-    tick_seconds: float = 1.0
+    tick_seconds: float = 0.5
     #: an agent that does not answer for this long, while its provider says the machine runs,
     #: is reported (event) but never "recovered": a slow agent is not a dead one.
     unreachable_grace_s: float = 60.0

@@ -76,7 +76,8 @@ def run_foreground(
 
 
 def start_background(*, wait_s: float = 5.0) -> int:
-    """Start a background controller unless one runs; wake it either way. Returns its pid."""
+    """Start a background controller unless one runs; wake it either way. Returns its pid.
+    With ``wait_s=0`` it does not wait for the new controller to take the lock."""
     home = paths.home()
     pid = running_pid(home)
     if pid and pid > 0:
@@ -100,6 +101,8 @@ def start_background(*, wait_s: float = 5.0) -> int:
             start_new_session=True,
             close_fds=True,
         )
+    if wait_s <= 0:  # fire and forget: it takes the lock (or loses a race) on its own
+        return proc.pid
     deadline = time.monotonic() + wait_s
     while time.monotonic() < deadline:
         pid = running_pid(home)

@@ -21,8 +21,6 @@ from corral.sdk.integrations.hf import (  # noqa: E402
     last_complete_checkpoint,
 )
 
-pytestmark = pytest.mark.slow
-
 
 class TinyData(torch.utils.data.Dataset):
     def __len__(self) -> int:

@@ -237,7 +237,9 @@ class CorralCallback(TrainerCallback):
             self._write_state(path)
             saved_state = _trainer_state(path) or {}
             trackers.checkpoint(
-                step, str(path), {**_metric_at(saved_state, step, self.metric), **self._cost()}
+                step,
+                str(path.resolve()),
+                {**_metric_at(saved_state, step, self.metric), **self._cost()},
             )
         self.apply_retention(args.output_dir, best=state.best_model_checkpoint)
         return control

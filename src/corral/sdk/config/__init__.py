@@ -1,0 +1,228 @@
+"""Typed training configs: a dataclass, experiment files, ``--set key=value`` overrides.
+
+A config is a dataclass that subclasses :class:`TrainingConfig`; every field needs a default
+(nested dataclasses via ``field(default_factory=...)``)::
+
+    @dataclass
+    class Model:
+        layers: int = 2
+
+    @dataclass
+    class Config(TrainingConfig):
+        lr: float = 1e-3
+        model: Model = field(default_factory=Model)
+
+    cfg = load_config(Config, argv=sys.argv[1:])  # --experiment small --set model.layers=4
+
+Resolution order (later wins): the dataclass defaults, then the experiment file, then
+``overrides=``, then ``--set`` items from ``argv``.
+
+**Experiment files** live in ``configs/experiments/<name>.py`` (``experiments_dir=`` changes the
+folder; ``experiment=`` may also be a path to a ``.py`` file). One may define either or both of:
+
+* ``overrides = {"lr": 3e-4, "model.layers": 4}``: dotted keys, Python values (or strings,
+  parsed like ``--set``), applied first;
+* ``def configure(cfg): ...``: called with the config, may change it in place or return a new
+  one; the result is type-checked like every other value.
+
+**Values** are checked against the field types: ``int``, ``float`` (an int is fine), ``bool``
+(``true/false/yes/no/on/off/1/0``), ``str``, ``Path``, ``Optional[X]`` (``none``/``null``),
+unions (tried in order), ``list[X]``/``tuple[X, ...]`` (a JSON array or ``a,b,c``),
+``dict[str, X]`` (a JSON object), ``Literal[...]``, enums (by name or value) and nested
+dataclasses (``model.layers=4``, or ``model={"layers": 4}``). An unknown key or a wrong type is a
+:class:`corral.errors.BadInput` naming the key, with a "did you mean" suggestion.
+
+**Where the resolved config goes**: ``load_config`` writes it as JSON to
+:func:`config_path` (``$CORRAL_CHECKPOINT_DIR/../config.json`` under corral, else
+``./corral-run/config.json``), and the checkpoint carries it when the script passes
+``config=cfg.to_dict()`` to ``training_state(...)``.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import importlib.util
+import json
+import os
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+from corral.constants import ENV_CHECKPOINT_DIR
+from corral.errors import BadInput
+from corral.sdk.config.values import check_all, default_instance, plain, set_key, suggest
+
+__all__ = [
+    "TrainingConfig",
+    "apply_overrides",
+    "config_path",
+    "load_config",
+    "parse_argv",
+    "run_dir",
+]
+
+C = TypeVar("C", bound="TrainingConfig")
+
+
+def run_dir() -> Path:
+    """This run's directory: the parent of ``$CORRAL_CHECKPOINT_DIR`` when corral runs the
+    script, else ``./corral-run`` (not created here)."""
+    ckpt = os.environ.get(ENV_CHECKPOINT_DIR)
+    if ckpt:
+        return Path(ckpt).expanduser().resolve().parent
+    return Path.cwd() / "corral-run"
+
+
+def config_path() -> Path:
+    """Where ``load_config`` saves the resolved config: ``run_dir() / "config.json"``."""
+    return run_dir() / "config.json"
+
+
+@dataclasses.dataclass
+class TrainingConfig:
+    """Base class of a training config; subclass it as a ``@dataclass`` with typed fields."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return plain(self)
+
+    def save(self, path: str | os.PathLike[str]) -> Path:
+        """Write the config as JSON (atomically: a temporary file, then a rename)."""
+        target = Path(path)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_name(target.name + ".tmp")
+        tmp.write_text(json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n")
+        os.replace(tmp, target)
+        return target
+
+    @classmethod
+    def from_dict(cls: type[C], data: dict[str, Any]) -> C:
+        """Build a config from a (possibly partial) dict such as ``to_dict()`` wrote; unknown
+        keys and wrong types are :class:`BadInput`."""
+        cfg = default_instance(cls)
+        for key, value in data.items():
+            set_key(cfg, key, value, parse_text=False)
+        return cfg
+
+
+def apply_overrides(cfg: C, overrides: Iterable[str] | dict[str, Any]) -> C:
+    """A copy of ``cfg`` with ``["lr=3e-4", "model.layers=4"]`` (strings, parsed) or
+    ``{"lr": 3e-4}`` (Python values) applied; ``cfg`` itself is left unchanged."""
+    out = copy.deepcopy(cfg)
+    if isinstance(overrides, dict):
+        for key, value in overrides.items():
+            set_key(out, str(key), value, parse_text=isinstance(value, str))
+        return out
+    for item in overrides:
+        key, sep, value = str(item).partition("=")
+        if not sep or not key.strip():
+            raise BadInput(f"override {item!r}: expected KEY=VALUE, e.g. lr=3e-4")
+        set_key(out, key.strip(), value, parse_text=True)
+    return out
+
+
+def parse_argv(argv: Sequence[str]) -> tuple[str | None, list[str]]:
+    """``(experiment, overrides)`` from ``--experiment NAME`` and ``--set K=V`` items (also
+    ``--experiment=NAME``/``--set=K=V``); other items are left for the script's own parser."""
+    experiment: str | None = None
+    sets: list[str] = []
+    items = list(argv)
+    i = 0
+    while i < len(items):
+        arg = items[i]
+        for flag in ("--experiment", "--set"):
+            if arg == flag:
+                if i + 1 >= len(items):
+                    raise BadInput(f"{flag} needs a value")
+                value = items[i + 1]
+                i += 1
+            elif arg.startswith(flag + "="):
+                value = arg[len(flag) + 1 :]
+            else:
+                continue
+            if flag == "--set":
+                sets.append(value)
+            else:
+                experiment = value
+            break
+        i += 1
+    return experiment, sets
+
+
+def _experiment_file(name: str, experiments_dir: str | os.PathLike[str]) -> Path:
+    path = Path(name)
+    if path.suffix == ".py":
+        if not path.is_file():
+            raise BadInput(f"experiment file {path} does not exist")
+        return path
+    folder = Path(experiments_dir)
+    path = folder / f"{name}.py"
+    if not path.is_file():
+        known = sorted(p.stem for p in folder.glob("*.py")) if folder.is_dir() else []
+        hint = suggest(name, known) or (f" (known: {', '.join(known)})" if known else "")
+        raise BadInput(f"experiment '{name}' not found: no {path}{hint}")
+    return path
+
+
+def _apply_experiment(cfg: C, name: str, experiments_dir: str | os.PathLike[str]) -> C:
+    path = _experiment_file(name, experiments_dir)
+    spec = importlib.util.spec_from_file_location(f"corral_experiment_{path.stem}", path)
+    if spec is None or spec.loader is None:
+        raise BadInput(f"experiment file {path} cannot be loaded")
+    module = importlib.util.module_from_spec(spec)
+    try:
+        spec.loader.exec_module(module)
+    except Exception as e:
+        raise BadInput(f"experiment file {path} failed to load: {type(e).__name__}: {e}")
+    overrides = getattr(module, "overrides", None)
+    configure = getattr(module, "configure", None)
+    if overrides is None and configure is None:
+        raise BadInput(f"experiment file {path} defines neither 'overrides' nor 'configure'")
+    if overrides is not None:
+        if not isinstance(overrides, dict):
+            raise BadInput(f"experiment file {path}: 'overrides' must be a dict")
+        try:
+            cfg = apply_overrides(cfg, overrides)
+        except BadInput as e:
+            raise BadInput(f"experiment '{name}': {e}")
+    if configure is not None:
+        result = configure(cfg)
+        if result is not None:
+            if not isinstance(result, type(cfg)):
+                raise BadInput(f"experiment '{name}': configure() returned {type(result)!r}")
+            cfg = result
+        try:
+            check_all(cfg)
+        except BadInput as e:
+            raise BadInput(f"experiment '{name}': {e}")
+    return cfg
+
+
+def load_config(
+    cls: type[C],
+    *,
+    experiment: str | None = None,
+    overrides: Iterable[str] | dict[str, Any] = (),
+    argv: Sequence[str] | None = None,
+    experiments_dir: str | os.PathLike[str] = "configs/experiments",
+    save: bool = True,
+) -> C:
+    """The resolved config: defaults, experiment, ``overrides``, then ``argv``'s ``--set``
+    (``--experiment`` in ``argv`` replaces ``experiment=``). Saved to :func:`config_path`
+    unless ``save=False``."""
+    if not (isinstance(cls, type) and dataclasses.is_dataclass(cls)):
+        raise BadInput(f"load_config needs a dataclass type, got {cls!r}")
+    argv_sets: list[str] = []
+    if argv is not None:
+        argv_experiment, argv_sets = parse_argv(argv)
+        experiment = argv_experiment or experiment
+    cfg = default_instance(cls)
+    if experiment:
+        cfg = _apply_experiment(cfg, experiment, experiments_dir)
+    cfg = apply_overrides(cfg, overrides)
+    cfg = apply_overrides(cfg, argv_sets)
+    if save:
+        if not hasattr(cfg, "save"):
+            raise BadInput(f"{cls.__name__} must subclass TrainingConfig to be saved")
+        cfg.save(config_path())
+    return cfg

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 
 import pytest
 
-from corral.sdk import MlflowTracker, WandbTracker, report
+from corral.sdk import MlflowTracker, WandbTracker, report, signals
 from corral.sdk import trackers as trackers_mod
 
 from .wandb_reader import history, run_ids, wait_until_written
@@ -63,6 +65,8 @@ def test_mlflow_sqlite_logs_metrics_and_tables_and_resumes_the_same_run(tmp_path
     first.log({"loss": 2.0, "note": "text is skipped"}, step=1)
     first.log_table("worst", [{"id": "a", "loss": 9.5}], step=1)
     first.finish()
+    client = MlflowClient(tracking_uri=uri)
+    assert client.get_run(first.run_id).info.status == "FINISHED"
 
     # the next attempt, configured the way the agent does it: CORRAL_TRACKERS + report()
     spec = [{"type": "mlflow", "tracking_uri": uri, "project": "exp"}]
@@ -71,13 +75,15 @@ def test_mlflow_sqlite_logs_metrics_and_tables_and_resumes_the_same_run(tmp_path
     report(2, total=10, loss=1.5, acc=0.5)
     (second,) = trackers_mod.default_tracker().trackers[1:]
     assert second.run_id == first.run_id
+    assert client.get_run(first.run_id).info.status == "RUNNING"  # resumed
+    signals.install_signal_handlers()
+    os.kill(os.getpid(), signal.SIGTERM)  # preempted: the run ends as KILLED, not FINISHED
     trackers_mod.finish()
 
-    client = MlflowClient(tracking_uri=uri)
     run = client.get_run(first.run_id)
     assert run.info.run_name == "r-42"
     assert run.data.tags["corral.run_id"] == "r-42"
-    assert run.info.status == "FINISHED"
+    assert run.info.status == "KILLED"
     losses = [(m.step, m.value) for m in client.get_metric_history(first.run_id, "loss")]
     assert sorted(losses) == [(1, 2.0), (2, 1.5)]
     assert [(m.step, m.value) for m in client.get_metric_history(first.run_id, "acc")] == [(2, 0.5)]

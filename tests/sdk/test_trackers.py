@@ -192,3 +192,15 @@ def test_progress_writes_only_the_progress_record(tmp_path, monkeypatch):
     assert (rec["kind"], rec["step"], rec["total"]) == ("progress", 3, 9)
     assert rec["metrics"] == {"cost_usd": 0.5} and "loss" not in rec
     assert extra.metrics == []
+
+
+def test_init_builds_extras_from_specs(tmp_path):
+    target = tmp_path / "from-spec.jsonl"
+    whole = trackers_mod.init(specs=[{"type": "jsonl", "path": str(target)}])
+    assert [type(t) for t in whole.trackers] == [JsonlTracker, JsonlTracker]
+    log({"loss": 0.25}, step=4)
+    assert records(target)[0]["metrics"] == {"loss": 0.25}
+    with pytest.raises(BadInput, match="tensorboard"):
+        trackers_mod.init(specs=[{"type": "tensorboard"}])
+    log({"loss": 0.5}, step=5)  # the set configured before is still in use
+    assert [r["step"] for r in records(target)] == [4, 5]

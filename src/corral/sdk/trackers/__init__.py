@@ -104,13 +104,13 @@ def init(
     """Configure the default tracker set: ``trackers`` (built by you) plus those ``specs``
     describe. Replaces (and finishes) the extras configured before. Returns the whole set."""
     global _extras, _jsonl
+    chosen = list(trackers or ())
+    if specs is not None:  # built first: a bad spec leaves the current set as it was
+        built = make_trackers(specs)
+        chosen += built.trackers if isinstance(built, CompositeTracker) else []
     with _lock:
         if _extras is not None:
             _extras.finish()
-        chosen = list(trackers or ())
-        if specs is not None:
-            built = make_trackers(specs)
-            chosen += built.trackers if isinstance(built, CompositeTracker) else []
         _extras = CompositeTracker(chosen)
         _jsonl = JsonlTracker(jsonl_path)
         _register_atexit()

@@ -30,7 +30,6 @@ import threading
 import time
 import warnings
 import weakref
-from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
@@ -38,7 +37,8 @@ from pydantic import BaseModel, ConfigDict
 from corral import __version__
 from corral.constants import ENV_CHECKPOINT_DIR, ENV_PROGRESS_FILE
 from corral.errors import BadInput
-from corral.sdk.deserialize import load_state, read_verified
+from corral.sdk.deserialize import load_state, read_all_verified
+from corral.sdk.layout import Found, Layout
 from corral.sdk.manifest import (
     FORMAT_VERSION,
     MANIFEST_NAME,
@@ -46,10 +46,10 @@ from corral.sdk.manifest import (
     CheckpointWarning,
     Manifest,
     clean_metrics,
-    parse_manifest,
 )
 from corral.sdk.retention import rank_best, select_to_keep, validate_policy
-from corral.sdk.serialize import Snapshot, StagingPool, snapshot, write_snapshot
+from corral.sdk.serialize import Snapshot, snapshot, write_snapshot
+from corral.sdk.staging import StagingPool
 from corral.sdk.storage import Storage, resolve_location
 
 __all__ = ["CheckpointError", "CheckpointInfo", "CheckpointWarning", "Checkpointer"]
@@ -68,13 +68,6 @@ class CheckpointInfo(BaseModel):
     size_bytes: int
     corral_version: str
     format_version: int
-
-
-@dataclass(frozen=True)
-class _Found:
-    step: int | None  # None: a directory given by path whose name carries no step
-    name: str  # ckpt-<step> (the label in messages)
-    path: str  # the directory (ckpt-<step>, or ckpt-<step>.old after an interrupted replace)
 
 
 class Checkpointer:
@@ -108,7 +101,7 @@ class Checkpointer:
         self.async_save = async_save
         self.grace_seconds = grace_seconds
         self.last_saved_step: int | None = None
-        self._name_re = re.compile(rf"{re.escape(prefix)}-(0|[1-9][0-9]*)(\.tmp|\.old|\.trash)?")
+        self._layout = Layout(self.storage, self.dir, prefix)
         self._pool = StagingPool() if async_save else None
         self._lock = threading.RLock()
         self._thread: threading.Thread | None = None
@@ -200,15 +193,9 @@ class Checkpointer:
     def _write_checkpoint(self, snap: Snapshot, step: int, name: str, metrics: dict) -> str:
         st = self.storage
         if not self._cleaned:
-            self._cleanup()
-        final = st.join(self.dir, name)
-        if st.atomic_rename:
-            work = st.join(self.dir, name + ".tmp")
-            st.rmtree(work)
-        else:  # no atomic rename: write in place; the manifest written last makes it exist
-            self._drop(final)
-            work = final
-        st.makedirs(work)
+            self._layout.cleanup()
+            self._cleaned = True
+        work, final = self._layout.begin(step)
         try:
             files = write_snapshot(snap, st, work)
             manifest = Manifest(
@@ -222,62 +209,12 @@ class Checkpointer:
             raw = manifest.to_bytes()
             st.write_bytes(st.join(work, MANIFEST_NAME), raw)
             st.fsync_dir(work)
-            if st.atomic_rename:
-                self._publish(work, final)
+            self._layout.publish(work, final)
         except BaseException:
             st.rmtree(work)
             raise
         self._verified[name] = hashlib.sha256(raw).hexdigest()
         return final
-
-    def _publish(self, work: str, final: str) -> None:
-        st = self.storage
-        if st.isdir(final):
-            old = final + ".old"
-            st.rmtree(old)
-            st.rename(final, old)  # readers fall back to .old until the new one is in place
-            st.rename(work, final)
-            st.fsync_dir(self.dir)
-            st.rmtree(old)
-        else:
-            st.rename(work, final)
-            st.fsync_dir(self.dir)
-
-    def _cleanup(self) -> None:
-        """Remove what a crashed writer left: .tmp/.trash dirs; finish interrupted replaces."""
-        st = self.storage
-        st.makedirs(self.dir)
-        for entry in st.listdir(self.dir):
-            m = self._name_re.fullmatch(entry)
-            if not m:
-                continue
-            path = st.join(self.dir, entry)
-            final = st.join(self.dir, f"{self.prefix}-{m.group(1)}")
-            if m.group(2) in (".tmp", ".trash"):
-                st.rmtree(path)
-            elif m.group(2) == ".old":
-                if st.isdir(final):
-                    st.rmtree(path)
-                else:
-                    st.rename(path, final)
-                    st.fsync_dir(self.dir)
-            elif not st.atomic_rename and not st.isfile(st.join(path, MANIFEST_NAME)):
-                st.rmtree(path)  # an interrupted in-place write
-        self._cleaned = True
-
-    def _drop(self, path: str) -> None:
-        """Delete a checkpoint so that no reader ever sees it half-deleted."""
-        st = self.storage
-        if st.atomic_rename:
-            if not st.isdir(path):
-                return
-            trash = path + ".trash"
-            st.rmtree(trash)
-            st.rename(path, trash)
-            st.rmtree(trash)
-        else:
-            st.remove(st.join(path, MANIFEST_NAME))
-            st.rmtree(path)
 
     def _apply_retention(self) -> None:
         try:
@@ -291,7 +228,7 @@ class Checkpointer:
             )
             for found, _ in complete:
                 if found.step not in keep:
-                    self._drop(found.path)
+                    self._layout.drop(found.path)
                     self._verified.pop(found.name, None)
         except (OSError, CheckpointError) as exc:
             warnings.warn(
@@ -300,46 +237,17 @@ class Checkpointer:
 
     # --- listing and restoring ------------------------------------------------------------
 
-    def _scan(self) -> list[_Found]:
-        """Checkpoint directories by step (ascending); ``.old`` only where no final exists."""
-        by_step: dict[int, _Found] = {}
-        for entry in self.storage.listdir(self.dir):
-            m = self._name_re.fullmatch(entry)
-            if not m or m.group(2) in (".tmp", ".trash"):
-                continue
-            step = int(m.group(1))
-            if m.group(2) == ".old" and step in by_step:
-                continue
-            name = f"{self.prefix}-{step}"
-            by_step[step] = _Found(step, name, self.storage.join(self.dir, entry))
-        return [by_step[s] for s in sorted(by_step)]
-
-    def _manifest(self, found: _Found) -> tuple[Manifest, bytes]:
-        path = self.storage.join(found.path, MANIFEST_NAME)
-        try:
-            raw = self.storage.read_bytes(path)
-        except FileNotFoundError:
-            raise CheckpointError(f"checkpoint {found.name} is incomplete (no COMPLETE manifest)")
-        except OSError as exc:
-            raise CheckpointError(f"checkpoint {found.name}: cannot read COMPLETE ({exc})")
-        manifest = parse_manifest(raw, found.name)
-        if found.step is not None and manifest.step != found.step:
-            raise CheckpointError(
-                f"checkpoint {found.name}: COMPLETE says step {manifest.step} (moved or renamed?)"
-            )
-        return manifest, raw
-
-    def _complete(self, *, warn: bool) -> list[tuple[_Found, Manifest]]:
+    def _complete(self, *, warn: bool) -> list[tuple[Found, Manifest]]:
         out = []
-        for found in self._scan():
+        for found in self._layout.scan():
             try:
-                out.append((found, self._manifest(found)[0]))
+                out.append((found, self._layout.read_manifest(found)[0]))
             except CheckpointError as exc:
                 if warn:
                     _warn_skip(exc)
         return out
 
-    def _verify(self, found: _Found, manifest: Manifest, raw: bytes) -> None:
+    def _verify(self, found: Found, manifest: Manifest, raw: bytes) -> None:
         key = hashlib.sha256(raw).hexdigest()
         st = self.storage
         if self._verified.get(found.name) == key and all(
@@ -347,12 +255,11 @@ class Checkpointer:
             for n, e in manifest.files.items()
         ):
             return  # this process wrote or already verified it, and the sizes still match
-        for fname, entry in manifest.files.items():
-            read_verified(st, found.path, fname, entry, found.name, keep=False)
+        read_all_verified(st, found.path, manifest.files, found.name, keep=False)
         self._verified[found.name] = key
 
-    def _checked(self, found: _Found, verify: bool) -> CheckpointInfo:
-        manifest, raw = self._manifest(found)
+    def _checked(self, found: Found, verify: bool) -> CheckpointInfo:
+        manifest, raw = self._layout.read_manifest(found)
         if verify:
             try:
                 self._verify(found, manifest, raw)
@@ -371,7 +278,7 @@ class Checkpointer:
         Incomplete or corrupt ones are skipped with a :class:`CheckpointWarning` naming them.
         """
         self._join(raise_error=False)
-        for found in reversed(self._scan()):
+        for found in reversed(self._layout.scan()):
             try:
                 return self._checked(found, verify)
             except CheckpointError as exc:
@@ -405,16 +312,17 @@ class Checkpointer:
         """
         self._join(raise_error=False)
         if path is not None:
-            return self._load(self._locate(path), map_location)
-        for found in reversed(self._scan()):
+            text = path.path if isinstance(path, CheckpointInfo) else os.fspath(path)
+            return self._load(self._layout.locate(text), map_location)
+        for found in reversed(self._layout.scan()):
             try:
                 return self._load(found, map_location)
             except CheckpointError as exc:
                 _warn_skip(exc)
         return None
 
-    def _load(self, found: _Found, map_location: Any) -> Any:
-        manifest, raw = self._manifest(found)
+    def _load(self, found: Found, map_location: Any) -> Any:
+        manifest, raw = self._layout.read_manifest(found)
         try:
             state = load_state(self.storage, found.path, manifest.files, found.name, map_location)
         except OSError as exc:
@@ -422,24 +330,11 @@ class Checkpointer:
         self._verified[found.name] = hashlib.sha256(raw).hexdigest()
         return state
 
-    def _locate(self, path: str | os.PathLike[str] | CheckpointInfo) -> _Found:
-        text = path.path if isinstance(path, CheckpointInfo) else os.fspath(path)
-        st = self.storage
-        for candidate in (text, st.join(self.dir, text)):
-            if st.isdir(candidate):
-                base = os.path.basename(candidate.rstrip("/"))
-                m = self._name_re.fullmatch(base)
-                if m and m.group(2) in (None, ".old"):
-                    step = int(m.group(1))
-                    return _Found(step, f"{self.prefix}-{step}", candidate)
-                return _Found(None, base, candidate)  # any directory holding a checkpoint
-        raise CheckpointError(f"checkpoint {text} does not exist")
-
     def __repr__(self) -> str:
         return f"Checkpointer({self.dir!r}, keep_last={self.keep_last}, keep_best={self.keep_best})"
 
 
-def _info(found: _Found, manifest: Manifest) -> CheckpointInfo:
+def _info(found: Found, manifest: Manifest) -> CheckpointInfo:
     return CheckpointInfo(
         step=manifest.step,
         path=found.path,

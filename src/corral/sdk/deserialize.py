@@ -1,8 +1,12 @@
 """Reading checkpoint files back (the inverse of :mod:`corral.sdk.serialize`), verifying sha256.
 
-Files are read in large chunks into one buffer and hashed as they arrive; tensors and arrays are
-then views into that buffer (no second copy). See :mod:`corral.sdk.serialize` for the format and
-the trust model (``state.pkl`` is a pickle: only restore checkpoints your own jobs wrote).
+Every file is checked against the size and sha256 in the manifest before anything is built
+from it. Files are hashed in parallel, one thread per file up to the number of CPUs (hashlib
+releases the GIL). On a local filesystem a tensor file is memory-mapped copy-on-write and hashed
+straight from the page cache; the restored tensors and arrays are views of that mapping (writing
+to them copies the touched pages privately, the file never changes). Elsewhere files are read in
+large chunks into memory. See :mod:`corral.sdk.serialize` for the format and the trust model
+(``state.pkl`` is a pickle: only restore checkpoints your own jobs wrote).
 """
 
 from __future__ import annotations
@@ -10,24 +14,28 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import os
 import pickle
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from corral.sdk.manifest import CheckpointError, FileEntry
-from corral.sdk.serialize import _NUMPY_CODES, _TORCH_CODES, STATE_FILE, TENSORS_FILE
+from corral.sdk.serialize import _NUMPY_CODES, _TORCH_CODES, STATE_FILE, is_tensor_file
 from corral.sdk.storage import CHUNK_BYTES, Storage
 
 _ITEMSIZE = {"F64": 8, "I64": 8, "U64": 8, "C64": 8, "F32": 4, "I32": 4, "U32": 4}
 _ITEMSIZE |= {"F16": 2, "BF16": 2, "I16": 2, "U16": 2}
 _ITEMSIZE |= {"I8": 1, "U8": 1, "BOOL": 1, "F8_E4M3": 1, "F8_E5M2": 1}
 
+Buffer = bytearray | Any  # a bytearray, or an mmap.mmap from Storage.map_file
+
 
 def _check_size(storage: Storage, path: str, fname: str, entry: FileEntry, label: str) -> None:
     try:
         actual = storage.size(path)
     except FileNotFoundError:
-        raise CheckpointError(f"checkpoint {label}: {fname} is missing")
+        raise CheckpointError(f"checkpoint {label}: {fname} is missing") from None
     if actual != entry.size:
         raise CheckpointError(
             f"checkpoint {label}: {fname} has {actual} bytes, the manifest says {entry.size} "
@@ -35,16 +43,35 @@ def _check_size(storage: Storage, path: str, fname: str, entry: FileEntry, label
         )
 
 
+def _mismatch(label: str, fname: str) -> CheckpointError:
+    return CheckpointError(f"checkpoint {label}: {fname} does not match its sha256 (corrupt)")
+
+
 def read_verified(
     storage: Storage, directory: str, fname: str, entry: FileEntry, label: str, *, keep: bool = True
-) -> bytearray | None:
-    """Read one file in large chunks, hashing as it arrives; raise if it does not match.
+) -> Buffer | None:
+    """The bytes of one file, checked against its size and sha256 (CheckpointError if not).
 
-    With ``keep=False`` the bytes are only verified (a reused chunk buffer, nothing returned).
+    With ``keep=False`` the file is only checked and nothing is returned.
     """
     path = storage.join(directory, fname)
     _check_size(storage, path, fname, entry, label)
     size = entry.size
+    map_file = getattr(storage, "map_file", None)
+    if map_file is not None and size > 0:
+        mapped = map_file(path)
+        if len(mapped) != size:
+            raise CheckpointError(f"checkpoint {label}: {fname} changed size while read")
+        view = memoryview(mapped)
+        try:
+            digest = hashlib.sha256()
+            for start in range(0, size, CHUNK_BYTES):
+                digest.update(view[start : start + CHUNK_BYTES])
+        finally:
+            view.release()
+        if digest.hexdigest() != entry.sha256:
+            raise _mismatch(label, fname)
+        return mapped if keep else None
     buf = bytearray(size if keep else min(size, CHUNK_BYTES))
     view = memoryview(buf)
     digest = hashlib.sha256()
@@ -58,12 +85,28 @@ def read_verified(
             digest.update(view[at : at + n])
             pos += n
     if digest.hexdigest() != entry.sha256:
-        raise CheckpointError(f"checkpoint {label}: {fname} does not match its sha256 (corrupt)")
+        raise _mismatch(label, fname)
     return buf if keep else None
 
 
-def _parse_header(buf: bytearray, label: str) -> tuple[int, dict[str, tuple[str, tuple, int, int]]]:
-    bad = f"checkpoint {label}: {TENSORS_FILE} has an invalid header"
+def read_all_verified(
+    storage: Storage, directory: str, files: dict[str, FileEntry], label: str, *, keep: bool
+) -> dict[str, Buffer | None]:
+    """:func:`read_verified` for every file, in parallel; the first failure is raised."""
+    names = sorted(files, key=lambda n: -files[n].size)
+    workers = min(len(names), os.cpu_count() or 1)
+    if workers <= 1:
+        return {n: read_verified(storage, directory, n, files[n], label, keep=keep) for n in names}
+    with ThreadPoolExecutor(workers, thread_name_prefix="corral-verify") as pool:
+        futures = {
+            n: pool.submit(read_verified, storage, directory, n, files[n], label, keep=keep)
+            for n in names
+        }
+        return {n: f.result() for n, f in futures.items()}
+
+
+def _parse_header(buf: Buffer, fname: str, label: str) -> dict[str, tuple[str, tuple, int, int]]:
+    bad = f"checkpoint {label}: {fname} has an invalid header"
     if len(buf) < 8:
         raise CheckpointError(bad)
     hlen = int.from_bytes(buf[:8], "little")
@@ -72,11 +115,11 @@ def _parse_header(buf: bytearray, label: str) -> tuple[int, dict[str, tuple[str,
     try:
         header = json.loads(bytes(buf[8 : 8 + hlen]))
     except (UnicodeDecodeError, json.JSONDecodeError):
+        raise CheckpointError(bad) from None
+    if not isinstance(header, dict):
         raise CheckpointError(bad)
     base, data_len = 8 + hlen, len(buf) - 8 - hlen
     table: dict[str, tuple[str, tuple, int, int]] = {}
-    if not isinstance(header, dict):
-        raise CheckpointError(bad)
     for name, info in header.items():
         if name == "__metadata__":
             continue
@@ -96,7 +139,7 @@ def _parse_header(buf: bytearray, label: str) -> tuple[int, dict[str, tuple[str,
         if not ok:
             raise CheckpointError(f"{bad} (entry {name!r})")
         table[name] = (code, shape, base + start, base + end)
-    return base, table
+    return table
 
 
 class _Unpickler(pickle.Unpickler):
@@ -111,17 +154,20 @@ class _Unpickler(pickle.Unpickler):
 def load_state(
     storage: Storage, directory: str, files: dict[str, FileEntry], label: str, map_location: Any
 ) -> Any:
-    """Read, verify and rebuild the state written by :func:`write_snapshot`."""
+    """Read, verify and rebuild the state written by :func:`~corral.sdk.serialize.write_snapshot`."""
     if STATE_FILE not in files:
         raise CheckpointError(f"checkpoint {label}: the manifest lists no {STATE_FILE}")
-    raw = None
-    table: dict[str, tuple[str, tuple, int, int]] = {}
-    if TENSORS_FILE in files:
-        raw = read_verified(storage, directory, TENSORS_FILE, files[TENSORS_FILE], label)
-        _, table = _parse_header(raw, label)
-    skeleton = read_verified(storage, directory, STATE_FILE, files[STATE_FILE], label)
+    unknown = [n for n in files if n != STATE_FILE and not is_tensor_file(n)]
+    if unknown:
+        raise CheckpointError(f"checkpoint {label}: unknown file {unknown[0]} in the manifest")
+    buffers = read_all_verified(storage, directory, files, label, keep=True)
+    skeleton = buffers.pop(STATE_FILE)
+    table: dict[str, tuple[str, str, tuple, int, int]] = {}  # name -> file, code, shape, span
+    for fname, buf in buffers.items():
+        for name, (code, shape, start, end) in _parse_header(buf, fname, label).items():
+            table[name] = (fname, code, shape, start, end)
     cache: dict[str, Any] = {}
-    torch_base: list[Any] = []
+    torch_bases: dict[str, Any] = {}
 
     def materialize(pid: Any) -> Any:
         if not (isinstance(pid, tuple) and len(pid) == 5 and pid[0] == "corral"):
@@ -129,11 +175,14 @@ def load_state(
         _, kind, name, is_param, requires_grad = pid
         if name in cache:
             return cache[name]
-        if name not in table or raw is None:
+        if name not in table:
             raise CheckpointError(f"checkpoint {label}: tensor {name!r} is missing")
-        code, shape, start, end = table[name]
+        fname, code, shape, start, end = table[name]
         if kind == "torch":
-            obj = _torch_tensor(raw, torch_base, code, shape, start, end, label)
+            base = torch_bases.get(fname)
+            if base is None:
+                base = torch_bases[fname] = _torch_base(buffers[fname], label)
+            obj = _torch_tensor(base, code, shape, start, end)
             if map_location not in (None, "cpu"):
                 obj = obj.to(map_location)
             if is_param:
@@ -141,7 +190,7 @@ def load_state(
             elif requires_grad:
                 obj.requires_grad_(True)
         else:
-            obj = _numpy_array(raw, code, shape, start, end, label)
+            obj = _numpy_array(buffers[fname], code, shape, start, end, label)
         cache[name] = obj
         return obj
 
@@ -150,30 +199,35 @@ def load_state(
     except CheckpointError:
         raise
     except Exception as exc:  # a pickle of anything can fail in many ways
-        raise CheckpointError(f"checkpoint {label}: {STATE_FILE} cannot be loaded ({exc})")
+        raise CheckpointError(f"checkpoint {label}: {STATE_FILE} cannot be loaded ({exc})") from exc
 
 
-def _torch_tensor(
-    raw: bytearray, base: list[Any], code: str, shape: tuple, start: int, end: int, label: str
-) -> Any:
+def _torch_base(buf: Buffer, label: str) -> Any:
     try:
         import torch
     except ImportError:
-        raise CheckpointError(f"checkpoint {label} holds torch tensors but torch is not installed")
-    if not base:
-        base.append(torch.frombuffer(raw, dtype=torch.uint8))
+        raise CheckpointError(
+            f"checkpoint {label} holds torch tensors but torch is not installed"
+        ) from None
+    return torch.frombuffer(buf, dtype=torch.uint8)
+
+
+def _torch_tensor(base: Any, code: str, shape: tuple, start: int, end: int) -> Any:
+    torch = sys.modules["torch"]
     dtype = getattr(torch, {v: k for k, v in _TORCH_CODES.items()}[code])
-    data = base[0][start:end]
+    data = base[start:end]
     if start % _ITEMSIZE[code]:
         data = data.clone()  # not aligned for an in-place view
     return data.view(dtype).reshape(shape)
 
 
-def _numpy_array(raw: bytearray, code: str, shape: tuple, start: int, end: int, label: str) -> Any:
+def _numpy_array(raw: Buffer, code: str, shape: tuple, start: int, end: int, label: str) -> Any:
     try:
         import numpy as np
     except ImportError:
-        raise CheckpointError(f"checkpoint {label} holds numpy arrays but numpy is not installed")
+        raise CheckpointError(
+            f"checkpoint {label} holds numpy arrays but numpy is not installed"
+        ) from None
     names = {v: k for k, v in _NUMPY_CODES.items()}
     if code not in names:
         raise CheckpointError(f"checkpoint {label}: dtype {code} has no numpy equivalent")

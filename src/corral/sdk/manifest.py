@@ -5,7 +5,7 @@ It is JSON::
     {"format": "corral-checkpoint", "format_version": 1, "corral_version": "0.1.0",
      "step": 1200, "time": 1767225600.0, "metrics": {"val_loss": 0.41},
      "files": {"state.pkl": {"size": 5123, "sha256": "..."},
-               "tensors.safetensors": {"size": 1073741880, "sha256": "..."}}}
+               "tensors-00000.safetensors": {"size": 134217800, "sha256": "..."}, ...}}
 
 ``time`` is unix seconds when the checkpoint became durable; ``metrics`` are the values given to
 ``save`` (non-finite floats are stored as ``null``).

@@ -1,11 +1,12 @@
 """Turning a training state into checkpoint files and back.
 
-A state (any picklable object, usually a dict) becomes two files:
+A state (any picklable object, usually a dict) becomes these files:
 
-* ``tensors.safetensors``: every torch tensor and numpy array in the state, in the safetensors
-  format (an 8-byte header length, a JSON header, then the raw bytes), written by corral itself so
-  it can stream large sequential writes and hash while writing. Readable by the ``safetensors``
-  library too (tensor names are the dotted paths in the state). No pickle involved.
+* ``tensors-00000.safetensors``, ``tensors-00001...``: every torch tensor and numpy array in the
+  state, in files of about 128 MiB in the safetensors format (an 8-byte header length, a JSON
+  header, then the raw bytes), written by corral itself so it can stream large sequential
+  writes and hash while writing. Readable by the ``safetensors`` library too (tensor names are
+  the dotted paths in the state). No pickle involved.
 * ``state.pkl``: everything else, pickled, with each tensor/array replaced by a reference into
   the tensors file (pickle's persistent ids), so the structure of the state is kept exactly.
 
@@ -24,16 +25,22 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import os
 import pickle
 import sys
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
 from corral.sdk.manifest import CheckpointError, FileEntry
+from corral.sdk.staging import StagingPool
 from corral.sdk.storage import CHUNK_BYTES, Storage
 
-TENSORS_FILE = "tensors.safetensors"
+#: Tensors go to files of about this many bytes (``tensors-00000.safetensors``, ...).
+SHARD_BYTES = 128 * 1024 * 1024
+#: Threads writing tensor files at once.
+WRITE_THREADS = min(4, max(2, os.cpu_count() or 1))
 STATE_FILE = "state.pkl"
 
 _TORCH_CODES = {
@@ -92,53 +99,6 @@ class Snapshot:
     @property
     def nbytes(self) -> int:
         return len(self.skeleton) + sum(e.nbytes for e in self.entries)
-
-
-class StagingPool:
-    """CPU buffers reused from one asynchronous save to the next.
-
-    Copying into memory that is already mapped runs at memory bandwidth; fresh allocations pay a
-    page fault per 4 KiB first. The pool holds one copy of the last saved state's tensors.
-    Buffers are reused only once the previous save is durable (one save in flight at a time).
-    """
-
-    def __init__(self) -> None:
-        self._slots: list[Any] = []
-
-    def take(self, index: int, src: Any, kind: str) -> Any:
-        buf = self._slots[index] if index < len(self._slots) else None
-        if kind == "torch":
-            torch = sys.modules["torch"]
-            pin = src.device.type == "cuda"
-            fits = (
-                buf is not None
-                and isinstance(buf, torch.Tensor)
-                and buf.dtype == src.dtype
-                and tuple(buf.shape) == tuple(src.shape)
-                and buf.is_pinned() == pin
-            )
-            if not fits:
-                buf = torch.empty(tuple(src.shape), dtype=src.dtype, pin_memory=pin)
-            buf.copy_(src, non_blocking=pin)
-        else:
-            np = sys.modules["numpy"]
-            fits = (
-                buf is not None
-                and isinstance(buf, np.ndarray)
-                and buf.dtype == src.dtype
-                and buf.shape == src.shape
-            )
-            if not fits:
-                buf = np.empty(src.shape, dtype=src.dtype)
-            np.copyto(buf, src)
-        if index < len(self._slots):
-            self._slots[index] = buf
-        else:
-            self._slots.append(buf)
-        return buf
-
-    def trim(self, used: int) -> None:
-        del self._slots[used:]
 
 
 def _tensor_code(obj: Any) -> tuple[str, str] | None:
@@ -242,10 +202,14 @@ def snapshot(state: Any, pool: StagingPool | None) -> Snapshot:
     pickler = _Pickler(buf, persistent_id)
     try:
         pickler.dump(state)
-    except (pickle.PicklingError, TypeError, AttributeError) as exc:
-        raise CheckpointError(f"the state cannot be saved: {exc}") from exc
+    except BaseException as exc:
+        if pool is not None:
+            pool.abandon()
+        if isinstance(exc, (pickle.PicklingError, TypeError, AttributeError)):
+            raise CheckpointError(f"the state cannot be saved: {exc}") from exc
+        raise
     if pool is not None:
-        pool.trim(len(entries))
+        pool.finish(len(entries))
     if any_cuda:
         sys.modules["torch"].cuda.synchronize()
     return Snapshot(buf.getvalue(), entries)
@@ -259,18 +223,33 @@ def _byte_view(entry: _Entry) -> memoryview:
     return memoryview(data.reshape(-1).view("uint8"))
 
 
-def _header(entries: list[_Entry]) -> tuple[bytes, list[_Entry]]:
-    # Larger elements first: every tensor then starts at a multiple of its element size (the
-    # format allows no gaps), so restore can view the bytes in place without copying.
-    ordered = sorted(entries, key=lambda e: -e.itemsize)
+def _shard(entries: list[_Entry]) -> list[list[_Entry]]:
+    """Split into files of about ``SHARD_BYTES`` (a bigger tensor gets a file of its own).
+
+    Larger elements come first: every tensor then starts at a multiple of its element size (the
+    format allows no gaps), so restore can view the bytes in place without copying. Several
+    files let writing and sha256 checking use several cores.
+    """
+    shards: list[list[_Entry]] = [[]]
+    size = 0
+    for e in sorted(entries, key=lambda e: -e.itemsize):
+        if shards[-1] and size + e.nbytes > SHARD_BYTES:
+            shards.append([])
+            size = 0
+        shards[-1].append(e)
+        size += e.nbytes
+    return shards
+
+
+def _header(entries: list[_Entry]) -> bytes:
     header: dict[str, Any] = {
         "__metadata__": {
-            "format": "pt" if any(e.kind == "torch" for e in ordered) else "np",
+            "format": "pt" if any(e.kind == "torch" for e in entries) else "np",
             "writer": "corral",
         }
     }
     offset = 0
-    for e in ordered:
+    for e in entries:
         header[e.name] = {
             "dtype": e.code,
             "shape": list(e.shape),
@@ -278,8 +257,8 @@ def _header(entries: list[_Entry]) -> tuple[bytes, list[_Entry]]:
         }
         offset += e.nbytes
     text = json.dumps(header, separators=(",", ":")).encode()
-    text += b" " * (-(8 + len(text)) % 8)
-    return len(text).to_bytes(8, "little") + text, ordered
+    text += b" " * (-(8 + len(text)) % 8)  # the data starts 8-byte aligned
+    return len(text).to_bytes(8, "little") + text
 
 
 def _write_file(storage: Storage, path: str, pieces: Iterator[memoryview | bytes]) -> FileEntry:
@@ -306,20 +285,41 @@ def _write_file(storage: Storage, path: str, pieces: Iterator[memoryview | bytes
     return FileEntry(size=size, sha256=digest.hexdigest())
 
 
+def _shard_pieces(entries: list[_Entry]) -> Iterator[memoryview | bytes]:
+    yield _header(entries)
+    for e in entries:
+        if e.nbytes:
+            yield _byte_view(e)
+
+
 def write_snapshot(snap: Snapshot, storage: Storage, directory: str) -> dict[str, FileEntry]:
-    """Write the snapshot's files into ``directory``; returns their sizes and sha256s."""
-    files: dict[str, FileEntry] = {}
+    """Write the snapshot's files into ``directory``; returns their sizes and sha256s.
+
+    Tensor files are written by up to ``WRITE_THREADS`` threads at once (hashing and
+    ``write`` release the GIL), each file with one fsync.
+    """
+    jobs = {
+        STATE_FILE: lambda: _write_file(
+            storage, storage.join(directory, STATE_FILE), iter([snap.skeleton])
+        )
+    }
     if snap.entries:
-        head, ordered = _header(snap.entries)
+        for index, shard in enumerate(_shard(snap.entries)):
+            name = tensor_file_name(index)
+            path = storage.join(directory, name)
+            jobs[name] = lambda path=path, shard=shard: _write_file(
+                storage, path, _shard_pieces(shard)
+            )
+    if len(jobs) <= 2:
+        return {name: job() for name, job in jobs.items()}
+    with ThreadPoolExecutor(WRITE_THREADS, thread_name_prefix="corral-write") as pool:
+        futures = {name: pool.submit(job) for name, job in jobs.items()}
+        return {name: future.result() for name, future in futures.items()}
 
-        def pieces() -> Iterator[memoryview | bytes]:
-            yield head
-            for e in ordered:
-                if e.nbytes:
-                    yield _byte_view(e)
 
-        files[TENSORS_FILE] = _write_file(storage, storage.join(directory, TENSORS_FILE), pieces())
-    files[STATE_FILE] = _write_file(
-        storage, storage.join(directory, STATE_FILE), iter([snap.skeleton])
-    )
-    return files
+def tensor_file_name(index: int) -> str:
+    return f"tensors-{index:05d}.safetensors"
+
+
+def is_tensor_file(name: str) -> bool:
+    return name.startswith("tensors-") and name.endswith(".safetensors")

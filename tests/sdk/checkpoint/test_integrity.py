@@ -31,9 +31,9 @@ def flip_byte(path: Path, offset: int) -> None:
 
 
 def test_flipped_byte_in_tensors_is_skipped_with_a_warning_and_previous_used(ck: Path):
-    flip_byte(ck / "ckpt-3" / "tensors.safetensors", 20_000)
+    flip_byte(ck / "ckpt-3" / "tensors-00000.safetensors", 20_000)
     cp = Checkpointer(ck)
-    with pytest.warns(CheckpointWarning, match=r"ckpt-3: tensors.safetensors does not match"):
+    with pytest.warns(CheckpointWarning, match=r"ckpt-3: tensors-00000.safetensors does not match"):
         state = cp.restore()
     assert state["step"] == 2
     assert np.all(state["w"] == 2)
@@ -48,9 +48,9 @@ def test_flipped_byte_in_pickled_state_is_detected(ck: Path):
 
 
 def test_truncated_file_is_skipped_with_a_warning(ck: Path):
-    target = ck / "ckpt-3" / "tensors.safetensors"
+    target = ck / "ckpt-3" / "tensors-00000.safetensors"
     os.truncate(target, target.stat().st_size // 2)
-    with pytest.warns(CheckpointWarning, match=r"ckpt-3: tensors.safetensors has \d+ bytes"):
+    with pytest.warns(CheckpointWarning, match=r"ckpt-3: tensors-00000.safetensors has \d+ bytes"):
         assert Checkpointer(ck).restore()["step"] == 2
 
 
@@ -76,15 +76,15 @@ def test_nothing_valid_returns_none_and_fresh_directory_returns_none(ck: Path, t
     assert Checkpointer(tmp_path / "empty").restore() is None
     assert Checkpointer(tmp_path / "empty").latest() is None
     for step in (1, 2, 3):
-        flip_byte(ck / f"ckpt-{step}" / "tensors.safetensors", 100)
+        flip_byte(ck / f"ckpt-{step}" / "tensors-00000.safetensors", 100)
     with pytest.warns(CheckpointWarning):
         assert Checkpointer(ck).restore() is None
 
 
 def test_restore_of_a_corrupt_path_raises_checkpoint_error(ck: Path):
-    flip_byte(ck / "ckpt-2" / "tensors.safetensors", 3000)
+    flip_byte(ck / "ckpt-2" / "tensors-00000.safetensors", 3000)
     cp = Checkpointer(ck)
-    with pytest.raises(CheckpointError, match=r"ckpt-2: tensors.safetensors does not match"):
+    with pytest.raises(CheckpointError, match=r"ckpt-2: tensors-00000.safetensors does not match"):
         cp.restore(ck / "ckpt-2")
     with pytest.raises(CheckpointError, match="does not exist"):
         cp.restore("ckpt-99")

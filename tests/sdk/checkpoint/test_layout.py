@@ -39,7 +39,7 @@ def test_save_writes_files_and_complete_manifest_with_sizes_and_sha256(tmp_path:
     assert manifest["corral_version"] == __version__
     assert manifest["metrics"] == {"loss": 0.5, "nan": None, "n": 2.0}
     assert manifest["time"] > 1.6e9
-    assert set(manifest["files"]) == {"state.pkl", "tensors.safetensors"}
+    assert set(manifest["files"]) == {"state.pkl", "tensors-00000.safetensors"}
     for name, entry in manifest["files"].items():
         data = (d / name).read_bytes()
         assert entry["size"] == len(data)

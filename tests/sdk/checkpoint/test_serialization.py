@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from corral.sdk import Checkpointer
+from corral.sdk import Checkpointer, CheckpointError, LocalStorage
 
 pytestmark = pytest.mark.torch
 
@@ -148,12 +148,12 @@ def test_tensors_file_is_readable_by_the_safetensors_library(tmp_path: Path):
     model = torch.nn.Linear(3, 2)
     cp = Checkpointer(tmp_path / "ck", async_save=False)
     cp.save({"model": model.state_dict(), "extra": np.arange(3, dtype=np.int32)}, 1)
-    tensors = load_file(tmp_path / "ck" / "ckpt-1" / "tensors.safetensors")
+    tensors = load_file(tmp_path / "ck" / "ckpt-1" / "tensors-00000.safetensors")
     assert set(tensors) == {"model.weight", "model.bias", "extra"}
     assert torch.equal(tensors["model.weight"], model.weight.detach())
     cp.save({"a": np.ones((2, 2), dtype=np.float32)}, 2)
     assert np.array_equal(
-        load_np(tmp_path / "ck" / "ckpt-2" / "tensors.safetensors")["a"], np.ones((2, 2))
+        load_np(tmp_path / "ck" / "ckpt-2" / "tensors-00000.safetensors")["a"], np.ones((2, 2))
     )
 
 
@@ -197,3 +197,70 @@ def test_importing_the_sdk_checkpoint_modules_does_not_import_torch():
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.stdout.strip() == "False", done.stderr
+
+
+def test_large_states_are_split_into_several_verified_tensor_files(tmp_path: Path, monkeypatch):
+    from corral.sdk import serialize
+
+    monkeypatch.setattr(serialize, "SHARD_BYTES", 64 * 1024)
+    state = {f"w{i}": torch.full((10_000,), float(i)) for i in range(8)}  # 40 KB each
+    state["small"] = np.arange(10, dtype=np.int16)
+    out = roundtrip(tmp_path, state)
+    for key, value in state.items():
+        assert (np.array_equal if key == "small" else torch.equal)(out[key], value)
+    files = sorted(p.name for p in (tmp_path / "ck" / "ckpt-1").iterdir())
+    assert files[-1] == "tensors-00007.safetensors" and "state.pkl" in files  # one per 40 KB
+    data = bytearray((tmp_path / "ck" / "ckpt-1" / "tensors-00003.safetensors").read_bytes())
+    data[-1] ^= 0xFF
+    (tmp_path / "ck" / "ckpt-1" / "tensors-00003.safetensors").write_bytes(bytes(data))
+    with pytest.raises(CheckpointError, match=r"tensors-00003.safetensors does not match"):
+        Checkpointer(tmp_path / "ck").restore("ckpt-1")
+
+
+def test_parallel_chunked_snapshot_copies_are_exact(tmp_path: Path, monkeypatch):
+    from corral.sdk import staging
+
+    monkeypatch.setattr(staging, "PARALLEL_COPY_BYTES", 0)
+    monkeypatch.setattr(staging, "COPY_CHUNK_BYTES", 4096 + 8)  # chunks not aligned to anything
+    g = torch.Generator().manual_seed(1)
+    state = {"a": torch.randn(50_001, generator=g), "b": np.random.default_rng(2).random(9_999)}
+    expected = {"a": state["a"].clone(), "b": state["b"].copy()}
+    cp = Checkpointer(tmp_path / "ck")
+    cp.save(state, 1)
+    state["a"].zero_()
+    state["b"][:] = 0
+    cp.wait()
+    out = cp.restore()
+    assert torch.equal(out["a"], expected["a"]) and np.array_equal(out["b"], expected["b"])
+
+
+class NoMapStorage(LocalStorage):
+    """A storage without the optional map_file capability: restore reads into memory."""
+
+    map_file = None
+
+
+def test_restore_without_memory_mapping_reads_and_verifies(tmp_path: Path):
+    state = {"w": torch.arange(1000.0), "n": np.ones(3)}
+    cp = Checkpointer(str(tmp_path / "ck"), storage=NoMapStorage())
+    cp.save(state, 1)
+    cp.wait()
+    out = cp.restore()
+    assert torch.equal(out["w"], state["w"]) and np.array_equal(out["n"], state["n"])
+    out["w"] += 1  # restored tensors are writable
+    target = tmp_path / "ck" / "ckpt-1" / "tensors-00000.safetensors"
+    data = bytearray(target.read_bytes())
+    data[100] ^= 1
+    target.write_bytes(bytes(data))
+    with pytest.raises(CheckpointError, match="does not match its sha256"):
+        Checkpointer(str(tmp_path / "ck"), storage=NoMapStorage()).restore("ckpt-1")
+
+
+def test_restored_tensors_are_private_copies_of_the_mapped_file(tmp_path: Path):
+    cp = Checkpointer(tmp_path / "ck")
+    cp.save({"w": torch.zeros(4096)}, 1)
+    cp.wait()
+    first = cp.restore()
+    first["w"] += 7  # copy-on-write: the file and later restores are unaffected
+    assert torch.all(cp.restore()["w"] == 0)
+    assert Checkpointer(tmp_path / "ck").latest().step == 1  # still verifies

@@ -19,6 +19,8 @@ ENV_PROGRESS_FILE = "CORRAL_PROGRESS_FILE"
 #: Cost of earlier attempts in USD, so the SDK's cost meter can continue from it.
 ENV_COST_OFFSET = "CORRAL_COST_OFFSET_USD"
 ENV_BUDGET_USD = "CORRAL_BUDGET_USD"
+#: JSON list of the spec's ``trackers`` (type, project, tracking_uri, ...); the SDK reads it.
+ENV_TRACKERS = "CORRAL_TRACKERS"
 
 ENV_HOME = "CORRAL_HOME"
 ENV_DATABASE_URL = "CORRAL_DATABASE_URL"

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
 from corral import paths
 from corral.agent.plan import AgentPlan, StagePlan
-from corral.constants import DEFAULT_GRACE_SECONDS
+from corral.constants import DEFAULT_GRACE_SECONDS, ENV_TRACKERS
 from corral.providers.base import Offer
 
 
@@ -36,11 +37,14 @@ def build_plan(
         for s in spec.stage_list()
     ]
     budget = spec.budget.max_cost_usd if spec.budget else None
+    env = dict(spec.env)
+    if spec.trackers:
+        env.setdefault(ENV_TRACKERS, json.dumps([t.model_dump(mode="json") for t in spec.trackers]))
     return AgentPlan(
         run_id=run_id,
         attempt=attempt,
         workdir=str(spec.workdir),
-        env=dict(spec.env),
+        env=env,
         setup=list(spec.setup),
         stages=stages,
         devices=None,

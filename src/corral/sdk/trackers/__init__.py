@@ -31,6 +31,7 @@ import threading
 from collections.abc import Iterable
 from typing import Any
 
+from corral.constants import ENV_TRACKERS  # the JSON list of the spec's trackers
 from corral.errors import BadInput
 from corral.sdk.trackers.base import CompositeTracker, NullTracker, Tracker
 from corral.sdk.trackers.factory import TrackerSpec, make_trackers
@@ -57,9 +58,6 @@ __all__ = [
     "progress",
     "report",
 ]
-
-#: JSON list of tracker specs (``[{"type": "wandb", "project": "x", "mode": "offline"}]``).
-ENV_TRACKERS = "CORRAL_TRACKERS"
 
 log_ = logging.getLogger("corral.sdk.trackers")
 _lock = threading.RLock()

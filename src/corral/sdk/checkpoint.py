@@ -228,7 +228,7 @@ class Checkpointer:
             )
             for found, _ in complete:
                 if found.step not in keep:
-                    self._layout.drop(found.path)
+                    self._layout.drop(found)
                     self._verified.pop(found.name, None)
         except (OSError, CheckpointError) as exc:
             warnings.warn(

@@ -140,7 +140,7 @@ class CostMeter:
         budget warning already given is not repeated while it still applies."""
         if not isinstance(state, dict) or "cost_usd" not in state:
             raise BadInput("CostMeter.load_state_dict needs a dict with 'cost_usd'")
-        saved = _number(state["cost_usd"], "saved cost_usd") or 0.0
+        saved = 0.0 if state["cost_usd"] is None else _number(state["cost_usd"], "saved cost_usd")
         self.offset_usd = max(saved, self._initial_offset)
         if state.get("warned"):
             frac = self.fraction()

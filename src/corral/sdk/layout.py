@@ -111,7 +111,7 @@ class Layout:
             work = final + ".tmp"
             st.rmtree(work)
         else:  # no atomic rename: write in place; the manifest written last makes it exist
-            self.drop(final)
+            self.drop(Found(step, self.name(step), final))
             work = final
         st.makedirs(work)
         return work, final
@@ -132,16 +132,16 @@ class Layout:
             st.rename(work, final)
             st.fsync_dir(self.root)
 
-    def drop(self, path: str) -> None:
+    def drop(self, found: Found) -> None:
         """Delete a checkpoint so that no reader ever sees it half-deleted."""
         st = self.storage
         if st.atomic_rename:
-            if not st.isdir(path):
+            if not st.isdir(found.path):
                 return
-            trash = path + ".trash"
+            trash = st.join(self.root, found.name + ".trash")
             st.rmtree(trash)
-            st.rename(path, trash)
+            st.rename(found.path, trash)
             st.rmtree(trash)
         else:
-            st.remove(st.join(path, MANIFEST_NAME))
-            st.rmtree(path)
+            st.remove(st.join(found.path, MANIFEST_NAME))
+            st.rmtree(found.path)

@@ -169,7 +169,7 @@ def test_sigterm_mid_training_saves_the_current_step_and_exits_75(tmp_path: Path
     done, ck = run_training(tmp_path, grace="30")
     assert done.returncode == EXIT_PREEMPTED, done.stderr
     step = exit_step(done.stdout)
-    assert step > 25
+    assert step >= 25  # "ready" is printed at step 25
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         state = Checkpointer(ck).restore()
@@ -180,8 +180,9 @@ def test_sigterm_mid_training_saves_the_current_step_and_exits_75(tmp_path: Path
 def test_sigterm_with_too_short_grace_exits_75_without_a_torn_checkpoint(tmp_path: Path):
     done, ck = run_training(tmp_path, grace="0")
     assert done.returncode == EXIT_PREEMPTED, done.stderr
-    assert "not enough for a checkpoint" in done.stderr
     step = exit_step(done.stdout)
+    if step % 20:  # (at a multiple of 20 the step was already saved: nothing to decide)
+        assert "not enough for a checkpoint" in done.stderr
     entries = sorted(os.listdir(ck))
     assert all(re.fullmatch(r"ckpt-\d+", e) for e in entries), entries  # no .tmp left over
     with warnings.catch_warnings():

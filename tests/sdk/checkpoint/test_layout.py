@@ -6,6 +6,8 @@ import hashlib
 import json
 import os
 import shutil
+import subprocess
+import sys
 import warnings
 from pathlib import Path
 
@@ -178,3 +180,18 @@ def test_storage_without_atomic_rename_writes_in_place_with_the_manifest_last(ck
         assert Checkpointer(str(ck), storage=st).restore()["step"] == 3
     Checkpointer(str(ck), storage=st, keep_last=5, async_save=False).save(state_for(4), 4)
     assert sorted(os.listdir(ck)) == ["ckpt-2", "ckpt-3", "ckpt-4"]
+
+
+def test_a_pending_save_is_flushed_at_interpreter_exit(ck: Path):
+    script = (
+        "import numpy as np\n"
+        "from corral.sdk import Checkpointer\n"
+        f"cp = Checkpointer({str(ck)!r})\n"
+        "cp.save({'w': np.full(2_000_000, 3.0)}, 8)\n"  # 16 MB: still writing when we leave
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    state = Checkpointer(ck).restore()
+    assert state is not None and np.all(state["w"] == 3.0)

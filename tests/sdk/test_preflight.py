@@ -12,7 +12,7 @@ from rich.console import Console
 
 from corral.errors import BadInput
 from corral.sdk import preflight
-from corral.sdk.preflight import PreflightReport, safe_uri
+from corral.sdk.preflight_checks import PreflightReport, safe_uri
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from corral.sdk import retry
-from corral.sdk.retry import backoff_delay
+from corral.sdk.retrying import backoff_delay
 
 
 class Flaky:
@@ -113,7 +113,7 @@ def test_bad_arguments_are_value_errors():
 
 def test_decorator_from_the_package_works_after_the_module_was_imported_by_name():
     code = (
-        "import corral.sdk.retry, corral.sdk.preflight\n"
+        "import corral.sdk.retrying, corral.sdk.preflight_checks\n"
         "from corral.sdk import retry, preflight\n"
         "@retry(attempts=2, sleep=lambda s: None)\n"
         "def f():\n"

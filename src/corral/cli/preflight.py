@@ -41,7 +41,7 @@ def _spec_checks(spec: Any) -> tuple[dict[str, Any], list[Any], list[Any]]:
     """The ``preflight(...)`` arguments for ``spec``, and the checks shown before and after
     the ones it runs."""
     from corral.constants import ENV_RUN_ID
-    from corral.sdk.preflight import Check, check_readable, check_storage
+    from corral.sdk.preflight_checks import Check, check_readable, check_storage
 
     workdir = Path(spec.workdir)
     env = {str(k): str(v) for k, v in (spec.env or {}).items()}
@@ -83,7 +83,7 @@ def preflight(
     """Check a job spec's dataset, directories, disk, tracker credentials and GPUs."""
     from corral.cli.output import console, print_json
     from corral.errors import EXIT_BAD_INPUT
-    from corral.sdk.preflight import preflight as run_checks
+    from corral.sdk.preflight_checks import preflight as run_checks
     from corral.spec import load_spec
 
     spec = load_spec(file, list(set_))

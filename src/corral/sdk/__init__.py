@@ -15,6 +15,7 @@ _EXPORTS: dict[str, str] = {
     "Checkpointer": "corral.sdk.checkpoint",
     "CheckpointInfo": "corral.sdk.checkpoint",
     "CheckpointError": "corral.sdk.checkpoint",
+    "CheckpointWarning": "corral.sdk.checkpoint",
     "Storage": "corral.sdk.storage",
     "LocalStorage": "corral.sdk.storage",
     "open_storage": "corral.sdk.storage",
@@ -30,9 +31,12 @@ _EXPORTS: dict[str, str] = {
     "request_stop": "corral.sdk.signals",
     "install_signal_handlers": "corral.sdk.signals",
     "exit_if_preempted": "corral.sdk.signals",
+    "stop_reason": "corral.sdk.signals",
+    "uninstall_signal_handlers": "corral.sdk.signals",
     "EXIT_PREEMPTED": "corral.constants",
     # cost
     "CostMeter": "corral.sdk.cost",
+    "BudgetWarning": "corral.sdk.cost",
     # metrics and evaluation
     "cer": "corral.sdk.metrics",
     "wer": "corral.sdk.metrics",
@@ -45,8 +49,8 @@ _EXPORTS: dict[str, str] = {
     "load_config": "corral.sdk.config",
     "apply_overrides": "corral.sdk.config",
     # pre-flight and retry
-    "preflight": "corral.sdk.preflight",
-    "retry": "corral.sdk.retry",
+    "preflight": "corral.sdk.preflight_checks",
+    "retry": "corral.sdk.retrying",
     # trackers and progress
     "log": "corral.sdk.trackers",
     "report": "corral.sdk.trackers",

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import atexit
 import hashlib
-import json
 import os
 import re
 import sys
@@ -35,8 +34,9 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from corral import __version__
-from corral.constants import ENV_CHECKPOINT_DIR, ENV_PROGRESS_FILE
+from corral.constants import ENV_CHECKPOINT_DIR
 from corral.errors import BadInput
+from corral.sdk import progress_file
 from corral.sdk.deserialize import load_state, read_all_verified
 from corral.sdk.layout import Found, Layout
 from corral.sdk.manifest import (
@@ -187,7 +187,7 @@ class Checkpointer:
             del snap
         self._save_seconds = time.perf_counter() - started
         self.last_saved_step = step
-        _emit_checkpoint(step, path, metrics)
+        progress_file.emit("checkpoint", step=step, path=path, metrics=metrics)
         self._apply_retention()
 
     def _write_checkpoint(self, snap: Snapshot, step: int, name: str, metrics: dict) -> str:
@@ -349,30 +349,6 @@ def _info(found: Found, manifest: Manifest) -> CheckpointInfo:
 
 def _warn_skip(exc: CheckpointError) -> None:
     warnings.warn(f"skipping {exc}", CheckpointWarning, stacklevel=3)
-
-
-_emit_lock = threading.Lock()
-
-
-def _emit_checkpoint(step: int, path: str, metrics: dict[str, Any]) -> None:
-    """Append the ``checkpoint`` record of the progress-file contract (never raises).
-
-    Written here rather than through ``progress_file.emit`` because that function's ``path``
-    parameter (the progress file) collides with the record's ``path`` field.
-    """
-    target = os.environ.get(ENV_PROGRESS_FILE)
-    if not target:
-        return
-    record = {"ts": time.time(), "kind": "checkpoint", "step": step, "path": path}
-    record["metrics"] = metrics
-    line = json.dumps(record, separators=(",", ":")) + "\n"
-    try:
-        with _emit_lock:
-            os.makedirs(os.path.dirname(os.path.abspath(target)), exist_ok=True)
-            with open(target, "a", encoding="utf-8") as f:
-                f.write(line)
-    except OSError:
-        pass
 
 
 _LIVE: weakref.WeakSet[Checkpointer] = weakref.WeakSet()

@@ -6,6 +6,9 @@ Record kinds (every record has ``ts``, unix seconds, and ``kind``):
   ``metrics`` (dict).
 * ``metrics``: ``step``, ``metrics`` (dict).
 * ``checkpoint``: ``step``, ``path``, ``metrics`` (dict) once a checkpoint is durable.
+* ``table``: ``name``, ``step``, ``rows`` (list of dicts), e.g. the worst samples of an eval.
+
+Readers ignore kinds they do not know.
 
 Writing never raises into the training loop: a failure to write progress is not a reason to
 lose a training run.
@@ -42,9 +45,10 @@ def _clean(value: Any) -> Any:
     return str(value)
 
 
-def emit(kind: str, path: str | None = None, **fields: Any) -> bool:
-    """Append one record; returns False (and does nothing) when no progress file is set."""
-    target = path or os.environ.get(ENV_PROGRESS_FILE)
+def emit(kind: str, /, *, file: str | None = None, **fields: Any) -> bool:
+    """Append one record to ``file`` (default: ``$CORRAL_PROGRESS_FILE``); returns False (and
+    does nothing) when there is no file to write to or the write failed."""
+    target = file or os.environ.get(ENV_PROGRESS_FILE)
     if not target:
         return False
     record = {"ts": time.time(), "kind": kind, **_clean(fields)}

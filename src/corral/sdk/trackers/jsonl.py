@@ -9,9 +9,7 @@ which tails it for ``/status`` and events), else ``<run dir>/metrics.jsonl`` (se
 
 from __future__ import annotations
 
-import json
 import os
-import time
 from typing import Any
 
 from corral.constants import ENV_PROGRESS_FILE
@@ -37,10 +35,10 @@ class JsonlTracker(Tracker):
         return str(run_dir() / "metrics.jsonl")
 
     def log(self, metrics: dict[str, Any], step: int) -> None:
-        progress_file.emit("metrics", path=self.target(), step=step, metrics=dict(metrics))
+        progress_file.emit("metrics", file=self.target(), step=step, metrics=dict(metrics))
 
     def log_table(self, name: str, rows: list[dict[str, Any]], step: int) -> None:
-        progress_file.emit("table", path=self.target(), name=name, step=step, rows=list(rows))
+        progress_file.emit("table", file=self.target(), name=name, step=step, rows=list(rows))
 
     def progress(
         self,
@@ -59,29 +57,13 @@ class JsonlTracker(Tracker):
             fields["loss"] = loss
         if epoch is not None:
             fields["epoch"] = epoch
-        progress_file.emit("progress", path=self.target(), **fields)
+        progress_file.emit("progress", file=self.target(), **fields)
 
     def checkpoint(self, step: int, path: str, metrics: dict[str, Any] | None = None) -> bool:
-        """A ``checkpoint`` record (the agent turns it into a ``checkpoint.saved`` event).
-
-        Written here rather than with ``progress_file.emit``, whose ``path`` parameter (the
-        file to write) collides with the record's ``path`` field."""
-        record = {
-            "ts": time.time(),
-            "kind": "checkpoint",
-            "step": step,
-            "path": path,
-            "metrics": progress_file._clean(dict(metrics or {})),
-        }
-        line = json.dumps(record, separators=(",", ":")) + "\n"
-        target = self.target()
-        try:
-            os.makedirs(os.path.dirname(os.path.abspath(target)), exist_ok=True)
-            with progress_file._lock, open(target, "a", encoding="utf-8") as f:
-                f.write(line)
-            return True
-        except OSError:
-            return False
+        """A ``checkpoint`` record (the agent turns it into a ``checkpoint.saved`` event)."""
+        return progress_file.emit(
+            "checkpoint", file=self.target(), step=step, path=path, metrics=dict(metrics or {})
+        )
 
     def __repr__(self) -> str:
         return f"JsonlTracker(path={self.path!r})"

@@ -22,8 +22,6 @@ from __future__ import annotations
 import os
 import shutil
 import sqlite3
-import sys
-import types
 import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
@@ -358,15 +356,3 @@ def preflight(
     if raise_on_fail:
         report.raise_if_failed()
     return report
-
-
-class _CallableModule(types.ModuleType):
-    """``corral.sdk.preflight`` names both this module and its function. Once something
-    imports the module by name, ``from corral.sdk import preflight`` yields the module; calling
-    it then calls the function."""
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return preflight(*args, **kwargs)
-
-
-sys.modules[__name__].__class__ = _CallableModule

@@ -19,9 +19,7 @@ from __future__ import annotations
 import functools
 import logging
 import random
-import sys
 import time
-import types
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -111,15 +109,3 @@ def retry(
     if fn is not None:
         return decorate(fn)
     return decorate
-
-
-class _CallableModule(types.ModuleType):
-    """``corral.sdk.retry`` names both this module and its function. Once something imports
-    the module by name, ``from corral.sdk import retry`` yields the module; calling it then
-    calls the function, so ``@retry(...)`` works either way."""
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return retry(*args, **kwargs)
-
-
-sys.modules[__name__].__class__ = _CallableModule

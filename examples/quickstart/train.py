@@ -14,6 +14,7 @@ from __future__ import annotations
 print("quickstart: loading corpus", flush=True)  # first line before the slow imports
 
 import dataclasses  # noqa: E402
+import difflib  # noqa: E402
 import os  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
@@ -79,13 +80,20 @@ class Config(TrainingConfig):
 
 
 def env_overrides(cls: type[Config], environ: dict[str, str]) -> dict[str, str]:
-    """``QUICKSTART_<FIELD>`` variables as config overrides (``--set`` still wins)."""
+    """``QUICKSTART_<FIELD>`` variables as config overrides (``--set`` still wins); a variable
+    with this prefix that names no field is an error, so a typo is not silently ignored."""
     fields = {f.name for f in dataclasses.fields(cls)}
     out = {}
     for key, value in environ.items():
+        if not key.startswith(ENV_PREFIX):
+            continue
         name = key[len(ENV_PREFIX) :].lower()
-        if key.startswith(ENV_PREFIX) and name in fields:
-            out[name] = value
+        if name not in fields:
+            known = [ENV_PREFIX + f.upper() for f in fields]
+            close = difflib.get_close_matches(key, known, n=1)
+            hint = f" (did you mean {close[0]}?)" if close else ""
+            raise BadInput(f"unknown setting {key}{hint}")
+        out[name] = value
     return out
 
 
@@ -235,6 +243,6 @@ def main(argv: list[str]) -> int:
 if __name__ == "__main__":
     try:
         sys.exit(main(sys.argv[1:]))
-    except BadInput as e:  # a bad --set or QUICKSTART_* value: one clear line, exit 2
+    except BadInput as e:  # a bad --set or QUICKSTART_* setting: one clear line, exit 2
         print(f"quickstart: {e}", file=sys.stderr)
         sys.exit(2)

@@ -219,12 +219,13 @@ def test_evaluate_without_a_model_or_checkpoint_says_to_train_first(tmp_path: Pa
 
 @pytest.mark.slow
 @pytest.mark.torch
-def test_train_rejects_an_unknown_override_in_one_line(tmp_path: Path) -> None:
-    env = quickstart_env(tmp_path)
-    result = run_script(TRAIN, "--set", "stepz=5", cwd=tmp_path, env=env)
+def test_train_rejects_a_misspelt_setting_in_one_line(tmp_path: Path) -> None:
+    env = quickstart_env(tmp_path) | {"QUICKSTART_STPES": "5"}
+    result = run_script(TRAIN, cwd=tmp_path, env=env)
     assert result.returncode == 2
-    assert "unknown config key 'stepz'" in result.stderr and "steps" in result.stderr
+    assert "unknown setting QUICKSTART_STPES (did you mean QUICKSTART_STEPS?)" in result.stderr
     assert "Traceback" not in result.stderr
+    assert not Path(env["CORRAL_CHECKPOINT_DIR"]).exists()
 
 
 @pytest.mark.slow

@@ -19,6 +19,11 @@ ENV_PROGRESS_FILE = "CORRAL_PROGRESS_FILE"
 #: Cost of earlier attempts in USD, so the SDK's cost meter can continue from it.
 ENV_COST_OFFSET = "CORRAL_COST_OFFSET_USD"
 ENV_BUDGET_USD = "CORRAL_BUDGET_USD"
+#: The spec's checkpoint retention, the defaults of the SDK's Checkpointer.
+ENV_CKPT_KEEP_LAST = "CORRAL_CHECKPOINT_KEEP_LAST"
+ENV_CKPT_KEEP_BEST = "CORRAL_CHECKPOINT_KEEP_BEST"
+ENV_CKPT_METRIC = "CORRAL_CHECKPOINT_METRIC"
+ENV_CKPT_MODE = "CORRAL_CHECKPOINT_MODE"
 #: JSON list of the spec's ``trackers`` (type, project, tracking_uri, ...); the SDK reads it.
 ENV_TRACKERS = "CORRAL_TRACKERS"
 

@@ -78,6 +78,24 @@ class LogTailer:
         yield from batch
 
 
+def stage_width(run: Any) -> int:
+    """Width of the stage-name column: the longest stage name of the run's spec."""
+    names = [s.get("name", "") for s in ((run.spec or {}).get("stages") or [])] or ["main"]
+    return min(24, max(len(n) for n in names))
+
+
+def format_line(
+    stage: str, ts: str, text: str, colors: dict[str, str], width: int, timestamps: bool = False
+) -> str:
+    from rich.markup import escape
+
+    c = colors.setdefault(stage, COLORS[len(colors) % len(COLORS)])
+    prefix = f"[{c}]{stage:<{width}}[/] [dim]|[/] "
+    if timestamps and ts:
+        prefix += f"[dim]{ts}[/] "
+    return prefix + escape(text)
+
+
 def _status_line(run: Any, attempt: Any | None) -> str:
     from corral.cli.output import fmt_cost, fmt_duration, run_duration, styled_state
 
@@ -117,12 +135,12 @@ def follow(
 ) -> Any:
     """Print new log lines until the run ends; returns the final run record."""
     from rich.live import Live
-    from rich.markup import escape
 
     from corral.cli.output import console
 
     tailer = LogTailer(run_id, stages=stages, from_end=from_end)
     color: dict[str, str] = {}
+    width = stage_width(store.get_run(run_id))
     last_attempt = [0]
 
     def emit(printer: Any) -> None:
@@ -131,11 +149,7 @@ def follow(
                 if last_attempt[0]:
                     printer(f"[bold]── attempt {attempt} ──[/]")
                 last_attempt[0] = attempt
-            c = color.setdefault(stage, COLORS[len(color) % len(COLORS)])
-            prefix = f"[{c}]{stage}[/] [dim]|[/] "
-            if timestamps and ts:
-                prefix += f"[dim]{ts}[/] "
-            printer(prefix + escape(text))
+            printer(format_line(stage, ts, text, color, width, timestamps))
 
     def snapshot() -> tuple[Any, Any]:
         run = store.get_run(run_id)

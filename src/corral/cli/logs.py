@@ -13,9 +13,7 @@ def logs(
     timestamps: bool = typer.Option(False, "--timestamps", "-t", help="Show each line's UTC time."),
 ) -> None:
     """Print a run's stage logs, prefixed by stage name."""
-    from rich.markup import escape
-
-    from corral.cli.follow import COLORS, LogTailer, follow
+    from corral.cli.follow import LogTailer, follow, format_line, stage_width
     from corral.cli.output import console
     from corral.errors import NotFound
     from corral.store import Store
@@ -33,12 +31,11 @@ def logs(
         follow(store, run.id, stages=stage or None, timestamps=timestamps, live=False)
         return
     colors: dict[str, str] = {}
+    width = stage_width(run)
     current = 0
     for att, st, ts, text in LogTailer(run.id, stages=stage or None, attempt=attempt).read():
         if att != current:
             if current:
                 console.print(f"[bold]── attempt {att} ──[/]")
             current = att
-        c = colors.setdefault(st, COLORS[len(colors) % len(COLORS)])
-        prefix = f"[{c}]{st}[/] [dim]|[/] " + (f"[dim]{ts}[/] " if timestamps and ts else "")
-        console.print(prefix + escape(text))
+        console.print(format_line(st, ts, text, colors, width, timestamps))

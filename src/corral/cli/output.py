@@ -9,7 +9,7 @@ from typing import Any
 
 from rich.console import Console
 
-console = Console(highlight=False, soft_wrap=False)
+console = Console(highlight=False, soft_wrap=True)  # log lines are never re-wrapped
 err_console = Console(stderr=True, highlight=False)
 
 STATE_STYLE = {

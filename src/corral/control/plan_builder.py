@@ -8,7 +8,14 @@ from typing import Any
 
 from corral import paths
 from corral.agent.plan import AgentPlan, StagePlan
-from corral.constants import DEFAULT_GRACE_SECONDS, ENV_TRACKERS
+from corral.constants import (
+    DEFAULT_GRACE_SECONDS,
+    ENV_CKPT_KEEP_BEST,
+    ENV_CKPT_KEEP_LAST,
+    ENV_CKPT_METRIC,
+    ENV_CKPT_MODE,
+    ENV_TRACKERS,
+)
 from corral.providers.base import Offer
 
 
@@ -38,6 +45,12 @@ def build_plan(
     ]
     budget = spec.budget.max_cost_usd if spec.budget else None
     env = dict(spec.env)
+    ck = spec.checkpoints
+    env.setdefault(ENV_CKPT_KEEP_LAST, str(ck.keep_last))
+    env.setdefault(ENV_CKPT_KEEP_BEST, str(ck.keep_best))
+    env.setdefault(ENV_CKPT_MODE, ck.mode)
+    if ck.metric:
+        env.setdefault(ENV_CKPT_METRIC, ck.metric)
     if spec.trackers:
         env.setdefault(ENV_TRACKERS, json.dumps([t.model_dump(mode="json") for t in spec.trackers]))
     return AgentPlan(

@@ -34,7 +34,13 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from corral import __version__
-from corral.constants import ENV_CHECKPOINT_DIR
+from corral.constants import (
+    ENV_CHECKPOINT_DIR,
+    ENV_CKPT_KEEP_BEST,
+    ENV_CKPT_KEEP_LAST,
+    ENV_CKPT_METRIC,
+    ENV_CKPT_MODE,
+)
 from corral.errors import BadInput
 from corral.sdk import progress_file
 from corral.sdk.deserialize import load_state, read_all_verified
@@ -78,14 +84,15 @@ class Checkpointer:
         dir: str | os.PathLike[str] | None = None,
         *,
         storage: Storage | None = None,
-        keep_last: int = 3,
-        keep_best: int = 0,
+        keep_last: int | None = None,
+        keep_best: int | None = None,
         metric: str | None = None,
-        mode: str = "min",
+        mode: str | None = None,
         prefix: str = "ckpt",
         async_save: bool = True,
         grace_seconds: float | None = None,
     ):
+        keep_last, keep_best, metric, mode = _policy_defaults(keep_last, keep_best, metric, mode)
         validate_policy(keep_last, keep_best, metric, mode)
         if not prefix or not re.fullmatch(r"[A-Za-z0-9_.-]+", prefix):
             raise BadInput(f"checkpoint prefix must be letters, digits, '_', '.', '-': {prefix!r}")
@@ -349,6 +356,33 @@ def _info(found: Found, manifest: Manifest) -> CheckpointInfo:
 
 def _warn_skip(exc: CheckpointError) -> None:
     warnings.warn(f"skipping {exc}", CheckpointWarning, stacklevel=3)
+
+
+def _policy_defaults(
+    keep_last: int | None, keep_best: int | None, metric: str | None, mode: str | None
+) -> tuple[int, int, str | None, str]:
+    """Arguments win; then the job spec's ``checkpoints`` section, which the agent passes as
+    ``CORRAL_CHECKPOINT_KEEP_LAST/KEEP_BEST/METRIC/MODE``; then 3, 0, None, "min"."""
+    env = os.environ
+
+    def _int(name: str, default: int) -> int:
+        raw = env.get(name)
+        if raw is None or raw == "":
+            return default
+        try:
+            return int(raw)
+        except ValueError:
+            raise BadInput(f"{name}={raw!r} is not an integer") from None
+
+    if keep_last is None:
+        keep_last = _int(ENV_CKPT_KEEP_LAST, 3)
+    if keep_best is None:
+        keep_best = _int(ENV_CKPT_KEEP_BEST, 0)
+    if metric is None:
+        metric = env.get(ENV_CKPT_METRIC) or None
+    if mode is None:
+        mode = env.get(ENV_CKPT_MODE) or "min"
+    return keep_last, keep_best, metric, mode
 
 
 _LIVE: weakref.WeakSet[Checkpointer] = weakref.WeakSet()

@@ -5,9 +5,9 @@ from __future__ import annotations
 import traceback
 from typing import Any
 
+import click
 import typer
 import typer.core
-from typer import _click as click  # typer bundles its own click
 
 from corral.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, CorralError
 

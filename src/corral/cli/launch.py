@@ -45,8 +45,11 @@ def launch(
         spec_path=str(Path(file).resolve()),
         workdir=str(spec.workdir),
     )
-    start_background(wait_s=0)  # boots in parallel with the first launch below
+    # launch the first attempt here (the fast path to the first line of user code), then make
+    # sure a controller babysits it; the compare-and-set in start_attempt means the two never
+    # both launch it
     launching.start_attempt(Context(store=store, providers=providers), run)
+    start_background(wait_s=0)
 
     if detach or (json_ and not wait):
         run = store.get_run(run.id)

@@ -7,10 +7,11 @@ import sys
 from datetime import UTC, datetime
 from typing import Any
 
-from rich.console import Console
+from corral.cli.lazy import LazyConsole
 
-console = Console(highlight=False, soft_wrap=True)  # log lines are never re-wrapped
-err_console = Console(stderr=True, highlight=False)
+#: rich is imported on first use, so `--json` paths never pay for it
+console = LazyConsole(highlight=False, soft_wrap=True)  # log lines are never re-wrapped
+err_console = LazyConsole(stderr=True, highlight=False)
 
 STATE_STYLE = {
     "PENDING": "yellow",

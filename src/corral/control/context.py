@@ -7,13 +7,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from corral import paths
-from corral.control.agent_client import AgentClient
 from corral.control.tokens import agent_token
 from corral.errors import BadInput
 from corral.providers.base import Instance, Provider
+
+if TYPE_CHECKING:
+    from corral.control.agent_client import AgentClient
 
 log = logging.getLogger("corral.controller")
 
@@ -43,7 +45,9 @@ class Context:
     clock: Callable[[], datetime] = utcnow
     settings: Settings = field(default_factory=Settings)
     home: Path = field(default_factory=paths.home)
-    client_factory: Callable[[str, str], AgentClient] = AgentClient
+    #: builds the agent API client (default: httpx, imported on first use: the launch path
+    #: of the CLI never talks to an agent and should not pay for the import)
+    client_factory: Callable[[str, str], AgentClient] | None = None
     #: in-memory notes that do not need to survive a restart (first unreachable time, ...)
     memo: dict[str, Any] = field(default_factory=dict)
     _spec_cache: dict[str, tuple[str, Any]] = field(default_factory=dict)
@@ -70,7 +74,10 @@ class Context:
         key = (f"{run_id}:{attempt}", endpoint)
         client = self._clients.get(key)
         if client is None:
-            client = self.client_factory(endpoint, agent_token(run_id, attempt, self.home))
+            factory = self.client_factory
+            if factory is None:
+                from corral.control.agent_client import AgentClient as factory
+            client = factory(endpoint, agent_token(run_id, attempt, self.home))
             self._clients[key] = client
         return client
 

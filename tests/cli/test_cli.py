@@ -179,8 +179,9 @@ def test_stop_is_graceful_and_ends_stopped(tmp_path: Path) -> None:
         "--json",
     )
     run_id = json.loads(out)["id"]
-    wait_state(run_id, {"RUNNING"})
-    time.sleep(0.5)
+    deadline = time.monotonic() + 30
+    while "up" not in cli("logs", run_id)[1] and time.monotonic() < deadline:
+        time.sleep(0.1)  # the stage is running and its trap is set
     code, out, _ = cli("stop", run_id, "--wait", "--json")
     assert code == 0
     run = json.loads(out)

@@ -211,7 +211,12 @@ def test_stop_is_graceful_the_stage_sees_sigterm(tmp_path: Path) -> None:
     store = Store.open()
     try:
         wait_for(store, run_id, {"RUNNING"})
-        time.sleep(1.0)
+        log = Path(os.environ["CORRAL_HOME"]) / "runs" / run_id / "logs" / "a1" / "main.log"
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and "ready" not in (
+            log.read_text() if log.exists() else ""
+        ):
+            time.sleep(0.05)  # the job is up and its SIGTERM handler is installed
         store.request_action(run_id, "stop")
         run = wait_for(store, run_id, {"CANCELLED", "FAILED", "SUCCEEDED", "STOPPED"})
     finally:

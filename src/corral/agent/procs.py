@@ -84,8 +84,8 @@ def graceful_signal(pgid: int, sig: int = signal.SIGTERM) -> None:
     if not others:
         signal_group(pgid, sig)
         return
-    if _catches(pgid, sig):  # the leader has its own handler (a shell `trap`): it gets it too
-        others.append(pgid)
+    if _catches(pgid, sig):  # the leader has its own handler (a shell `trap`): it gets it
+        others.insert(0, pgid)  # first, so its trap is pending before its children exit
     for pid in others:
         try:
             os.kill(pid, sig)

@@ -47,8 +47,11 @@ def _wait_file(path: Path, timeout: float = 60.0) -> float:
 def measure_direct(work: Path, i: int) -> float:
     out = work / f"direct-{i}.txt"
     t0 = time.time()
-    subprocess.run([sys.executable, str(work / "first_line.py"), str(out)], check=True,
-                   stdout=subprocess.DEVNULL)
+    subprocess.run(
+        [sys.executable, str(work / "first_line.py"), str(out)],
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
     return _wait_file(out) - t0
 
 
@@ -57,8 +60,13 @@ def measure_corral(work: Path, env: dict[str, str], i: int) -> float:
     spec = work / f"spec-{i}.yaml"
     spec.write_text(f"name: bench-{i}\nrun: {sys.executable} first_line.py {out}\n")
     t0 = time.time()
-    subprocess.run([sys.executable, "-m", "corral.cli", "launch", str(spec), "--detach"],
-                   check=True, env=env, stdout=subprocess.DEVNULL, cwd=work)
+    subprocess.run(
+        [sys.executable, "-m", "corral.cli", "launch", str(spec), "--detach"],
+        check=True,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        cwd=work,
+    )
     return _wait_file(out) - t0
 
 
@@ -66,8 +74,12 @@ def measure_ls(env: dict[str, str], repeat: int) -> float:
     times = []
     for _ in range(repeat):
         t0 = time.perf_counter()
-        subprocess.run([sys.executable, "-m", "corral.cli", "ls", "--json"], check=True, env=env,
-                       stdout=subprocess.DEVNULL)
+        subprocess.run(
+            [sys.executable, "-m", "corral.cli", "ls", "--json"],
+            check=True,
+            env=env,
+            stdout=subprocess.DEVNULL,
+        )
         times.append(time.perf_counter() - t0)
     return statistics.median(times)
 
@@ -82,8 +94,13 @@ def fill_store(home: Path, n: int, spec_path: Path) -> None:
     dumped = spec.model_dump(mode="json")
     h = spec_hash(spec)
     for _ in range(n):
-        store.create_run(name=spec.name, spec=dumped, spec_hash=h, spec_path=str(spec_path),
-                         workdir=str(spec.workdir))
+        store.create_run(
+            name=spec.name,
+            spec=dumped,
+            spec_hash=h,
+            spec_path=str(spec_path),
+            workdir=str(spec.workdir),
+        )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -101,8 +118,12 @@ def main(argv: list[str] | None = None) -> int:
         env.pop("CORRAL_DATABASE_URL", None)
         direct = statistics.median(measure_direct(work, i) for i in range(args.repeat))
         corral = statistics.median(measure_corral(work, env, i) for i in range(args.repeat))
-        subprocess.run([sys.executable, "-m", "corral.cli", "controller", "stop"], env=env,
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        subprocess.run(
+            [sys.executable, "-m", "corral.cli", "controller", "stop"],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         ls_home = tmp / "ls-home"
         fill_store(ls_home, 1000, work / "spec-0.yaml")
         ls_1000 = measure_ls(dict(env, CORRAL_HOME=str(ls_home)), args.repeat)
@@ -110,22 +131,35 @@ def main(argv: list[str] | None = None) -> int:
         subprocess.run(["pkill", "-f", f"corral.agent --plan {tmp}"], check=False)
         shutil.rmtree(tmp, ignore_errors=True)
 
-    result = {"overhead_s": round(corral - direct, 4), "direct_s": round(direct, 4),
-              "corral_s": round(corral, 4), "ls_1000_s": round(ls_1000, 4)}
+    result = {
+        "overhead_s": round(corral - direct, 4),
+        "direct_s": round(direct, 4),
+        "corral_s": round(corral, 4),
+        "ls_1000_s": round(ls_1000, 4),
+    }
     if args.json:
         print(json.dumps(result))
         return 0
     from rich.console import Console
     from rich.table import Table
 
-    t = Table(title="launch overhead (median of %d)" % args.repeat)
+    t = Table(title=f"launch overhead (median of {args.repeat})")
     for col in ("figure", "corral", "baseline", "target", "ok"):
         t.add_column(col)
-    t.add_row("launch -> first line of user code", f"{corral:.3f} s",
-              f"plain python {direct:.3f} s", f"overhead < {TARGET_OVERHEAD_S:.1f} s",
-              "yes" if corral - direct < TARGET_OVERHEAD_S else "NO")
-    t.add_row("corral ls --json, 1,000 runs", f"{ls_1000 * 1000:.0f} ms", "-",
-              f"< {TARGET_LS_S * 1000:.0f} ms", "yes" if ls_1000 < TARGET_LS_S else "NO")
+    t.add_row(
+        "launch -> first line of user code",
+        f"{corral:.3f} s",
+        f"plain python {direct:.3f} s",
+        f"overhead < {TARGET_OVERHEAD_S:.1f} s",
+        "yes" if corral - direct < TARGET_OVERHEAD_S else "NO",
+    )
+    t.add_row(
+        "corral ls --json, 1,000 runs",
+        f"{ls_1000 * 1000:.0f} ms",
+        "-",
+        f"< {TARGET_LS_S * 1000:.0f} ms",
+        "yes" if ls_1000 < TARGET_LS_S else "NO",
+    )
     Console().print(t)
     return 0
 

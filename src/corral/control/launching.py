@@ -15,6 +15,7 @@ from typing import Any
 from corral.control import planner
 from corral.control.context import Context, log
 from corral.control.plan_builder import build_plan
+from corral.control.strategies import get_strategy
 from corral.control.tokens import agent_token
 from corral.errors import Conflict, NoCapacity, NotFound, ProviderError
 from corral.providers.base import Bootstrap, Offer
@@ -56,6 +57,8 @@ def start_attempt(ctx: Context, run: Any) -> None:
             _note_waiting(ctx, run, f"waiting for an offer: {why}")
         return
     offers = result.available
+    if offers and run.state == RunState.RECOVERING:
+        offers = get_strategy(spec.recovery.strategy).order(offers, ctx.store.attempts(run.id))
     if not offers:
         _note_waiting(
             ctx,

@@ -30,6 +30,12 @@ EVENT_TYPES = frozenset(
         "checkpoint.saved",
         "attempt.finished",
         "stop.requested",
+        "agent.error",  # a hook failed (data: hook, message)
+        "checkpoint.uploaded",  # a complete checkpoint is in object storage (data: step, uri)
+        "checkpoint.restored",  # restored from object storage at attempt start (data: step, uri)
+        "artifacts.uploaded",  # data: uri, files, bytes
+        "manifest.written",  # data: uri
+        "eval.acceptance",  # data: criteria [{metric, op, value, observed, passed}], all_pass
     }
 )
 

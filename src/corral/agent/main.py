@@ -21,6 +21,7 @@ from pydantic import ValidationError
 from corral.agent import dag
 from corral.agent.events import EventLog
 from corral.agent.fsutil import atomic_write_json, iso
+from corral.agent.hooks import AttemptHook, build_hooks
 from corral.agent.plan import AgentPlan
 from corral.agent.progress import ProgressTailer
 from corral.agent.runner import Runner
@@ -43,6 +44,7 @@ class Agent:
         now: Callable[[], float] = time.time,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
+        hooks: list[AttemptHook] | None = None,
     ):
         if not token:
             raise BadInput(f"the agent needs a token: set {ENV_AGENT_TOKEN}")
@@ -59,6 +61,7 @@ class Agent:
         self.tailer = ProgressTailer(
             self.state_dir / "progress", self.events, plan.progress_event_interval, clock=clock
         )
+        self.hooks = build_hooks(plan, self.events) if hooks is None else hooks
         self.runner = Runner(
             plan,
             self.events,
@@ -68,6 +71,7 @@ class Agent:
             now=now,
             clock=clock,
             sleep=sleep,
+            hooks=self.hooks,
         )
         self.api = AgentApi(
             self.runner, self.events, self.tailer, devices, usage, os.getpid(), clock=clock
@@ -115,6 +119,11 @@ class Agent:
             self.stop("agent shutting down")
             self.wait(timeout)
         self.tailer.close()
+        for hook in self.hooks:
+            try:
+                hook.close()
+            except Exception:
+                pass
         if self.server is not None:
             self.server.shutdown()
             self.server.server_close()

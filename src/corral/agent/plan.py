@@ -32,6 +32,25 @@ class StagePlan(_Model):
     env: dict[str, str] = Field(default_factory=dict)
 
 
+class AcceptancePlan(_Model):
+    metric: str
+    op: Literal["<=", "<", ">=", ">", "=="]
+    value: float
+
+
+class ArtifactsPlan(_Model):
+    paths: list[str] = Field(default_factory=list, description="Globs relative to the workdir.")
+    storage: str | None = Field(None, description="Storage URI the artifacts go to.")
+
+
+class EvalPlan(_Model):
+    report: str | None = Field(
+        None, description="JSON report the eval stage writes (workdir-relative)."
+    )
+    acceptance: list[AcceptancePlan] = Field(default_factory=list)
+    fail_run_on_reject: bool = False
+
+
 class AgentPlan(_Model):
     run_id: str
     attempt: int = Field(ge=1)
@@ -55,6 +74,18 @@ class AgentPlan(_Model):
     port: int = Field(0, ge=0, le=65535, description="0 picks a free port.")
     progress_event_interval: float = Field(
         10.0, gt=0, description="Seconds between two 'progress' events of one stage."
+    )
+    run_name: str = Field("", description="The job's name (for the manifest).")
+    spec_hash: str = Field("", description="sha256 of the resolved spec (for the manifest).")
+    checkpoint_storage: str | None = Field(
+        None, description="Storage URI checkpoints are mirrored to and restored from."
+    )
+    artifacts: ArtifactsPlan = Field(default_factory=ArtifactsPlan)
+    eval: EvalPlan = Field(default_factory=EvalPlan)
+    controller_timeout_s: float | None = Field(
+        None,
+        gt=0,
+        description="After the job ended, exit if no controller call came for this long.",
     )
 
     @classmethod

@@ -29,6 +29,7 @@ from corral import constants as C
 from corral.agent.events import EventLog
 from corral.agent.fsutil import atomic_write_json, iso
 from corral.agent.gpus import GpuPool
+from corral.agent.hooks import AttemptHook
 from corral.agent.plan import AgentPlan, StagePlan
 from corral.agent.procs import Child
 from corral.agent.progress import ProgressTailer
@@ -63,8 +64,10 @@ class Runner:
         now: Callable[[], float] = time.time,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
+        hooks: list[AttemptHook] | None = None,
     ):
         self.plan = plan
+        self.hooks = list(hooks or [])
         self.state_dir = Path(plan.state_dir)
         self.logs_dir = self.state_dir / "logs"
         self._events = events
@@ -134,7 +137,13 @@ class Runner:
             }
         for stage in stages:
             stage["progress"] = self._tailer.latest(stage["name"])
-        return {**out, "stages": stages}
+        extra: dict[str, Any] = {}
+        for hook in self.hooks:
+            try:
+                extra.update(hook.status())
+            except Exception:  # a status call never fails because of a hook
+                pass
+        return {**extra, **out, "stages": stages}
 
     def stage_finished(self, name: str) -> bool:
         """No more output will go to this stage's (or ``_setup``'s) log."""
@@ -159,6 +168,8 @@ class Runner:
             if self._outcome is None and self.plan.setup:
                 self._run_setup()
             self.setup_done.set()
+            if self._outcome is None:
+                self._call_hooks("before_stages")
             if self._outcome is None:
                 self._set_phase("running")
                 self._run_stages()
@@ -323,6 +334,11 @@ class Runner:
             if stage.state in ("pending", "waiting"):
                 self._finish_stage(name, "cancelled", None)
         phase, failed_stage, code, reason = self._outcome or ("succeeded", None, None, "")
+        if self.hooks:
+            self._set_phase("finishing")  # not terminal: the controller keeps the machine
+            problem = self._call_hooks("after_stages", phase)
+            if problem and phase == "succeeded":
+                phase, reason = "failed", problem
         with self._lock:
             self._outcome = (phase, failed_stage, code, reason)
             self.phase, self.finished_at = phase, self._now()
@@ -330,6 +346,23 @@ class Runner:
         data = {"phase": phase, "failed_stage": failed_stage, "exit_code": code, "reason": reason}
         self._events.emit("attempt.finished", data=data)
         self.finished.set()
+
+    def _call_hooks(self, point: str, *args: Any) -> str | None:
+        """Call every hook at ``point``; the first failure reason (or exception) is returned
+        and, before the stages, fails the attempt."""
+        first = None
+        for hook in self.hooks:
+            try:
+                problem = getattr(hook, point)(self, *args)
+            except Exception as exc:
+                problem = f"{hook.name}: {type(exc).__name__}: {exc}"
+                self._events.emit("agent.error", data={"hook": hook.name, "message": problem})
+            if problem and first is None:
+                first = problem
+                if point == "before_stages":
+                    self._shutdown("failed", None, None, problem)
+                    break
+        return first
 
     def _set_phase(self, phase: str) -> None:
         with self._lock:

@@ -1,0 +1,83 @@
+"""Attempt hooks: work around the stages (checkpoint restore/upload, artifacts)."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+from .helpers import make_plan
+
+
+class Recorder:
+    name = "recorder"
+
+    def __init__(
+        self,
+        fail_before: str | None = None,
+        fail_after: str | None = None,
+        hold: threading.Event | None = None,
+    ):
+        self.calls: list[tuple[str, str | None]] = []
+        self.fail_before, self.fail_after, self.hold = fail_before, fail_after, hold
+        self.closed = False
+
+    def before_stages(self, runner):
+        self.calls.append(("before", None))
+        return self.fail_before
+
+    def after_stages(self, runner, phase):
+        self.calls.append(("after", phase))
+        if self.hold is not None:
+            self.hold.wait(10)
+        return self.fail_after
+
+    def status(self):
+        return {"recorder": {"calls": len(self.calls)}}
+
+    def close(self):
+        self.closed = True
+
+
+def test_hooks_run_around_the_stages_and_add_to_status(tmp_path: Path, start_agent) -> None:
+    hook = Recorder()
+    plan = make_plan(tmp_path, [{"name": "train", "run": "echo hi"}])
+    client = start_agent(plan, hooks=[hook])
+    status = client.wait_finished()
+    assert status["phase"] == "succeeded"
+    assert hook.calls == [("before", None), ("after", "succeeded")]
+    assert status["recorder"] == {"calls": 2}
+
+
+def test_a_failing_before_hook_fails_the_attempt_before_any_stage(tmp_path, start_agent) -> None:
+    hook = Recorder(fail_before="no checkpoint storage")
+    plan = make_plan(tmp_path, [{"name": "train", "run": "touch ran"}])
+    client = start_agent(plan, hooks=[hook])
+    status = client.wait_finished()
+    assert status["phase"] == "failed" and status["reason"] == "no checkpoint storage"
+    assert not (Path(plan.workdir) / "ran").exists()
+    assert status["stages"][0]["state"] == "cancelled"
+
+
+def test_the_phase_reads_finishing_while_after_hooks_work(tmp_path, start_agent) -> None:
+    hold = threading.Event()
+    hook = Recorder(fail_after="artifact upload failed", hold=hold)
+    plan = make_plan(tmp_path, [{"name": "train", "run": "true"}])
+    client = start_agent(plan, hooks=[hook])
+    client.wait_until(lambda s: s["phase"] == "finishing")
+    hold.set()
+    status = client.wait_finished()
+    assert status["phase"] == "failed" and status["reason"] == "artifact upload failed"
+
+
+def test_a_hook_that_raises_is_a_failure_with_its_name(tmp_path, start_agent) -> None:
+    class Broken(Recorder):
+        name = "broken"
+
+        def before_stages(self, runner):
+            raise RuntimeError("boom")
+
+    plan = make_plan(tmp_path, [{"name": "train", "run": "true"}])
+    client = start_agent(plan, hooks=[Broken()])
+    status = client.wait_finished()
+    assert status["phase"] == "failed" and "broken: RuntimeError: boom" in status["reason"]
+    assert "agent.error" in [e["type"] for e in client.events()]

@@ -95,6 +95,7 @@ def _bootstrap(ctx: Context, run: Any, number: int, offer: Offer) -> Bootstrap:
         offer=offer,
         skip_stages=list(run.completed_stages or []),
         cost_offset_usd=float(run.cost_usd or 0.0),
+        spec_hash=run.spec_hash,
     )
     return Bootstrap(plan=plan.model_dump(mode="json"), token=agent_token(run.id, number, ctx.home))
 

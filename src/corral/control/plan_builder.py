@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from corral import paths
-from corral.agent.plan import AgentPlan, StagePlan
+from corral.agent.plan import AcceptancePlan, AgentPlan, ArtifactsPlan, EvalPlan, StagePlan
 from corral.constants import (
     DEFAULT_GRACE_SECONDS,
     ENV_CKPT_KEEP_BEST,
@@ -38,6 +38,8 @@ def build_plan(
     skip_stages: list[str] | None = None,
     cost_offset_usd: float = 0.0,
     grace_seconds: float = DEFAULT_GRACE_SECONDS,
+    spec_hash: str = "",
+    controller_timeout_s: float | None = None,
 ) -> AgentPlan:
     stages = [
         StagePlan(name=s.name, run=s.run, gpus=s.gpus, needs=list(s.needs), env=dict(s.env))
@@ -68,4 +70,17 @@ def build_plan(
         hourly_price=offer.price_per_hour,
         cost_offset_usd=cost_offset_usd,
         budget_usd=budget,
+        run_name=spec.name,
+        spec_hash=spec_hash,
+        checkpoint_storage=spec.checkpoints.storage,
+        artifacts=ArtifactsPlan(paths=list(spec.artifacts.paths), storage=spec.artifacts.storage),
+        eval=EvalPlan(
+            report=spec.eval.report,
+            acceptance=[
+                AcceptancePlan(metric=a.metric, op=a.op, value=a.value)
+                for a in spec.eval.acceptance
+            ],
+            fail_run_on_reject=spec.eval.fail_run_on_reject,
+        ),
+        controller_timeout_s=controller_timeout_s,
     )

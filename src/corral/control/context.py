@@ -36,6 +36,11 @@ class Settings:
     stop_margin_s: float = 30.0
     #: bytes of log copied per stage per tick (the rest follows on the next tick).
     log_chunk: int = 1024 * 1024
+    #: what a graceful budget stop is expected to take (checkpoint + teardown): the budget
+    #: watcher stops this much early so the final cost lands on the cap, not above it.
+    budget_stop_estimate_s: float = 10.0
+    #: a GPU at or above this utilisation counts as work for the idle watcher.
+    idle_gpu_threshold_pct: float = 5.0
 
 
 @dataclass

@@ -15,7 +15,7 @@ import time
 import traceback
 from typing import Any
 
-from corral.control import actions, finishing, launching, monitor
+from corral.control import actions, finishing, launching, monitor, watchers
 from corral.control.context import Context, log
 from corral.errors import CorralError
 from corral.store.states import RunState
@@ -38,6 +38,8 @@ class Controller:
 
     def reconcile(self, run: Any) -> None:
         if actions.handle_request(self.ctx, run):
+            return
+        if watchers.run_watchers(self.ctx, run):
             return
         handler = HANDLERS.get(RunState(run.state))
         if handler is not None:

@@ -1,0 +1,165 @@
+"""Budget, deadline and idle watchers, with an in-process controller over real agents."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from corral import paths
+from corral.control.context import Context, Settings
+from corral.control.controller import Controller
+from corral.control.watchers import _activity
+from corral.providers.local.provider import LocalProvider
+from corral.store import Store
+
+from .helpers import submit, write_spec
+
+pytestmark = pytest.mark.slow
+
+
+def drive(
+    store: Store,
+    run_id: str,
+    *,
+    price: float = 0.0,
+    settings: Settings | None = None,
+    timeout: float = 60.0,
+):
+    provider = LocalProvider(price_per_hour=price)
+    controller = Controller(
+        Context(
+            store=store,
+            providers={"local": provider},
+            settings=settings or Settings(tick_seconds=0.1),
+        )
+    )
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        controller.tick()
+        run = store.get_run(run_id)
+        if run.terminal:
+            return run
+        time.sleep(0.1)
+    raise AssertionError(f"run still {store.get_run(run_id).state}")
+
+
+TRAP_SCRIPT = """\
+import signal, sys, time
+def on_term(*_):
+    print("saving", flush=True)
+    sys.exit(75)
+signal.signal(signal.SIGTERM, on_term)
+print("up", flush=True)
+time.sleep(120)
+"""
+
+
+def trap_job(tmp_path: Path) -> str:
+    script = tmp_path / "job.py"
+    script.write_text(TRAP_SCRIPT)
+    return f"{sys.executable} {script}"
+
+
+def test_budget_warns_once_then_stops_gracefully_at_the_cap(tmp_path: Path) -> None:
+    spec = write_spec(
+        tmp_path,
+        f"""
+        name: capped
+        budget: {{max_cost_usd: 4.0, warn_at: 0.5}}
+        run: {trap_job(tmp_path)}
+    """,
+    )
+    run_id = submit(spec)
+    store = Store.open()
+    settings = Settings(tick_seconds=0.1, budget_stop_estimate_s=0.5)
+    run = drive(store, run_id, price=3600.0, settings=settings)  # $1 a second
+    assert run.state == "STOPPED" and run.reason == "budget"
+    warnings = store.events(run_id, types=["budget.warning"])
+    assert len(warnings) == 1 and warnings[0].data["fraction"] >= 0.5
+    # the stop was graceful: the job saw SIGTERM and said so before the machine went away
+    text = (paths.run_dir(run_id) / "logs" / "a1" / "main.log").read_text()
+    assert "saving" in text
+    # final cost lands on the cap: within one tick plus the stop estimate (at $1/s)
+    assert 4.0 - 1.0 <= run.cost_usd <= 4.0 + 1.0, run.cost_usd
+
+
+def test_deadline_stops_the_run_with_reason_deadline(tmp_path: Path) -> None:
+    spec = write_spec(
+        tmp_path,
+        f"""
+        name: late
+        limits: {{max_runtime: 2s}}
+        run: {trap_job(tmp_path)}
+    """,
+    )
+    run_id = submit(spec)
+    store = Store.open()
+    started = time.monotonic()
+    run = drive(store, run_id)
+    assert run.state == "STOPPED" and run.reason == "deadline"
+    assert time.monotonic() - started < 30
+    assert [e.type for e in store.events(run_id, types=["deadline.stop"])] == ["deadline.stop"]
+
+
+def test_a_stalled_gpu_job_is_stopped_as_idle(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("CORRAL_FAKE_GPUS", "L40S:1")  # fake GPUs report 0% utilisation
+    spec = write_spec(
+        tmp_path,
+        f"""
+        name: stalled
+        resources: {{gpus: "L40S:1"}}
+        limits: {{idle_timeout: 2s}}
+        stages:
+          - name: train
+            gpus: 1
+            run: {sys.executable} -c "from corral.sdk import report; report(step=1, total=9); import time; time.sleep(120)"
+    """,
+    )
+    run_id = submit(spec)
+    store = Store.open()
+    run = drive(store, run_id)
+    assert run.state == "STOPPED" and run.reason == "idle"
+
+
+def test_progress_resets_the_idle_timer(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("CORRAL_FAKE_GPUS", "L40S:1")
+    loop = (
+        "from corral.sdk import report; import time\\n"
+        "for i in range(12):\\n    report(step=i, total=12); time.sleep(0.4)"
+    )
+    script = tmp_path / "steady.py"
+    script.write_text(loop.replace("\\n", "\n"))
+    spec = write_spec(
+        tmp_path,
+        f"""
+        name: steady
+        resources: {{gpus: "L40S:1"}}
+        limits: {{idle_timeout: 2s}}
+        stages:
+          - name: train
+            gpus: 1
+            run: {sys.executable} {script}
+    """,
+    )
+    run_id = submit(spec)
+    store = Store.open()
+    # progress events reach the controller every second: one per agent progress interval
+    run = drive(store, run_id)
+    assert run.state == "SUCCEEDED", run.reason
+
+
+def test_activity_rules() -> None:
+    idle_gpu = {
+        "stages": [{"name": "t", "state": "running", "progress": {"step": 3}}],
+        "gpus": [{"id": "0", "utilization_pct": 0.0}],
+    }
+    assert _activity(idle_gpu, 5.0)["busy"] is False
+    busy_gpu = {**idle_gpu, "gpus": [{"id": "0", "utilization_pct": 80.0}]}
+    assert _activity(busy_gpu, 5.0)["busy"] is True
+    nothing_running = {"stages": [{"name": "t", "state": "succeeded"}], "gpus": []}
+    assert _activity(nothing_running, 5.0)["busy"] is False
+    cpu_no_reports = {"stages": [{"name": "t", "state": "running", "progress": None}], "gpus": []}
+    assert _activity(cpu_no_reports, 5.0)["busy"] is True

@@ -115,3 +115,28 @@ def test_main_rejects_an_invalid_plan_with_one_clear_line(tmp_path, monkeypatch,
     monkeypatch.setenv("CORRAL_AGENT_TOKEN", TOKEN)
     assert main(["--plan", str(tmp_path / "cycle.json")]) == 2
     assert "needs itself" in capsys.readouterr().err
+
+
+def test_agent_exits_when_no_controller_calls_after_the_job_ended(tmp_path):
+    """A lost controller never leaves the machine running: after the job ends the agent waits
+    controller_timeout_s for a call, then exits and runs the shutdown command."""
+    marker = tmp_path / "powered-off"
+    plan = make_plan(
+        tmp_path,
+        [{"name": "train", "run": "echo done"}],
+        controller_timeout_s=1.0,
+        shutdown_command=f"touch {marker}",
+    )
+    plan_path = tmp_path / "plan.json"
+    plan.dump(plan_path)
+    env = dict(os.environ, CORRAL_AGENT_TOKEN=TOKEN)
+    proc = subprocess.run(
+        [sys.executable, "-m", "corral.agent", "--plan", str(plan_path)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert proc.returncode == 0
+    assert "no controller called" in proc.stderr
+    assert marker.exists()

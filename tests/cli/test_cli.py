@@ -244,3 +244,23 @@ def test_every_command_has_help(command: str) -> None:
 def test_bad_state_filter_is_bad_input() -> None:
     code, _, err = cli("ls", "--state", "RUNING")
     assert code == EXIT_BAD_INPUT and "RUNING" in err
+
+
+def test_launch_warns_when_max_runtime_at_the_price_exceeds_the_budget(tmp_path, monkeypatch):
+    monkeypatch.setenv("CORRAL_LOCAL_PRICE_PER_HOUR", "2.0")
+    code, _, err = cli(
+        "launch",
+        spec(
+            tmp_path,
+            """
+        name: pricey
+        budget: {max_cost_usd: 5}
+        limits: {max_runtime: 6h}
+        run: echo hi
+    """,
+        ),
+        "--wait",
+        "--json",
+    )
+    assert code == 0
+    assert "warning" in err and "$12.00" in err and "$5.00" in err

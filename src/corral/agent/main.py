@@ -78,6 +78,8 @@ class Agent:
         )
         self._token = token
         self._now = now
+        self.clock = clock
+        self.finished_seen_at: float | None = None
         self.server: AgentServer | None = None
         self.url = ""
 
@@ -131,11 +133,37 @@ class Agent:
 
 
 def should_exit(agent: Agent, signalled: bool) -> bool:
-    """Whether the agent process ends now. After the attempt ends the agent keeps serving its
-    API (the controller still reads status, logs and events) and exits only after a signal
-    stopped it. The place for a later rule such as "the job ended and the controller has not
-    called for X" (``agent.api.last_request_at`` is the time of the last call)."""
-    return signalled and agent.runner.finished.is_set()
+    """Whether the agent process ends now.
+
+    After the attempt ends the agent keeps serving its API (the controller still reads status,
+    logs and events) and exits when a signal stopped it, or - so that a paid machine cannot run
+    on forever - when ``plan.controller_timeout_s`` has passed since the later of the attempt's
+    end and the controller's last call."""
+    if not agent.runner.finished.is_set():
+        return False
+    if signalled:
+        return True
+    timeout = agent.plan.controller_timeout_s
+    if not timeout:
+        return False
+    now = agent.clock()
+    if agent.finished_seen_at is None:
+        agent.finished_seen_at = now
+    last = max(agent.finished_seen_at, agent.api.last_request_at or 0.0)
+    return now - last >= timeout
+
+
+def shutdown_machine(plan: AgentPlan) -> None:
+    """Run the plan's shutdown command (a cloud provider sets one that powers the machine off;
+    instance-initiated shutdown is set to terminate). Never raises."""
+    if not plan.shutdown_command:
+        return
+    import subprocess
+
+    try:
+        subprocess.run(["bash", "-c", plan.shutdown_command], timeout=60, check=False)
+    except Exception as exc:  # the agent is exiting anyway
+        print(f"corral agent: shutdown command failed: {exc}", file=sys.stderr)
 
 
 def _gpu_usage(ids: list[str]) -> list[Any]:
@@ -189,5 +217,14 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGINT, on_signal)
     while not should_exit(agent, signalled.is_set()):
         (agent.runner.finished if signalled.is_set() else signalled).wait(0.5)
+    lost_controller = not signalled.is_set()
     agent.close(timeout=5)
+    if lost_controller:
+        print(
+            "corral agent: the job ended and no controller called for "
+            f"{agent.plan.controller_timeout_s:.0f}s: exiting",
+            file=sys.stderr,
+            flush=True,
+        )
+        shutdown_machine(agent.plan)
     return 0

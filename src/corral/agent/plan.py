@@ -87,6 +87,10 @@ class AgentPlan(_Model):
         gt=0,
         description="After the job ended, exit if no controller call came for this long.",
     )
+    shutdown_command: str | None = Field(
+        None,
+        description="Run when the agent exits for lack of a controller (powers a cloud machine off).",
+    )
 
     @classmethod
     def load(cls, path: str | Path) -> AgentPlan:

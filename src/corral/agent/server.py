@@ -2,7 +2,8 @@
 
 Every request needs ``Authorization: Bearer <token>`` (else 401). Endpoints: ``GET /health``,
 ``GET /ready``, ``GET /status``, ``GET /events?after=N``, ``GET /logs``,
-``GET /logs?stage=S&offset=N&limit=L``, ``POST /stop``. ``docs/agent.md`` is the reference.
+``GET /logs?stage=S&offset=N&limit=L``, ``POST /stop``, ``GET /artifacts/<name>.tar.gz`` (a
+file a hook packaged, streamed). ``docs/agent.md`` is the reference.
 Responses never contain the token or any environment value.
 """
 
@@ -10,10 +11,13 @@ from __future__ import annotations
 
 import hmac
 import json
+import re
+import shutil
 import threading
 import time
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
@@ -25,6 +29,8 @@ from corral.agent.runner import SETUP, Runner
 
 GPU_USAGE_TTL = 5.0
 MAX_EVENTS_PAGE = 1000
+#: what a name under /artifacts/ may look like (no separators, no "..")
+_PACKAGE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*\.tar\.gz$")
 
 
 class HttpError(Exception):
@@ -130,6 +136,17 @@ class AgentApi:
         self.runner.request_stop("stop requested through the API")
         return {"stopping": True}
 
+    def package(self, name: str) -> Path:
+        """The packaged file ``name`` a hook built (``hook.package(name) -> Path | None``)."""
+        if not _PACKAGE_NAME.match(name):
+            raise HttpError(400, "invalid artifact name")
+        for hook in self.runner.hooks:
+            find = getattr(hook, "package", None)
+            path = find(name) if find is not None else None
+            if path is not None:
+                return path
+        raise HttpError(404, f"{name} is not packaged (yet)")
+
 
 def _int_param(query: dict[str, list[str]], name: str, default: int, low: int, high: int) -> int:
     raw = query.get(name, [None])[-1]
@@ -176,10 +193,19 @@ class _Handler(BaseHTTPRequestHandler):
             status, body = exc.status, {"error": exc.message}
         except Exception as exc:  # never let a bug take the API down
             status, body = 500, {"error": f"internal error: {type(exc).__name__}"}
-        self._send(status, body)
+        if isinstance(body, Path):
+            self._send_file(body)
+        else:
+            self._send(status, body)
 
-    def _route(self, method: str, path: str, query: dict[str, list[str]]) -> tuple[int, dict]:
+    def _route(
+        self, method: str, path: str, query: dict[str, list[str]]
+    ) -> tuple[int, dict | Path]:
         api = self.server.api
+        if path.startswith("/artifacts/"):
+            if method != "GET":
+                raise HttpError(405, "method not allowed")
+            return 200, api.package(path[len("/artifacts/") :])
         routes = {"/health", "/ready", "/status", "/events", "/logs", "/stop"}
         if path not in routes:
             raise HttpError(404, "not found")
@@ -221,6 +247,24 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_header("WWW-Authenticate", "Bearer")
         self.end_headers()
         self.wfile.write(payload)
+
+    def _send_file(self, path: Path) -> None:
+        """Stream a file (opened first: a later replace of the path does not matter)."""
+        try:
+            f = open(path, "rb")  # noqa: SIM115 - closed below
+        except OSError:
+            self._send(404, {"error": f"{path.name} is not available"})
+            return
+        with f:
+            size = f.seek(0, 2)
+            f.seek(0)
+            self.send_response(200)
+            self.send_header("Content-Type", "application/gzip")
+            self.send_header("Content-Length", str(size))
+            self.send_header("Content-Disposition", f'attachment; filename="{path.name}"')
+            self.send_header("Cache-Control", "no-store")
+            self.end_headers()
+            shutil.copyfileobj(f, self.wfile, 1024 * 1024)
 
 
 class AgentServer(ThreadingHTTPServer):

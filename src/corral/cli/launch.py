@@ -37,6 +37,8 @@ def launch(
     if not result.offers:
         raise InfeasibleRequest(f"no provider can run {file}: {result.explain() or 'none enabled'}")
 
+    _warn_if_over_budget(spec, result.available or result.offers)
+
     store = Store.open()
     run = store.create_run(
         name=spec.name,
@@ -86,3 +88,24 @@ def launch(
         print_summary(store, run)
     if run.state != "SUCCEEDED":
         raise typer.Exit(EXIT_RUN_NOT_SUCCEEDED)
+
+
+def _warn_if_over_budget(spec: object, offers: list) -> None:
+    """Warn (not refuse) when the cheapest offer for the whole max_runtime exceeds the budget."""
+    from corral.cli.output import err_console, fmt_cost
+
+    cap = spec.budget.max_cost_usd  # type: ignore[attr-defined]
+    hours = (spec.limits.max_runtime or 0) / 3600.0  # type: ignore[attr-defined]
+    if not cap or not hours or not offers:
+        return
+    price = offers[0].price_per_hour
+    worst = price * hours
+    if worst > cap:
+        err_console.print(
+            f"[yellow]warning:[/] {offers[0].provider} at {fmt_cost(price)}/h for the full "
+            f"max_runtime ({hours:g} h) costs {fmt_cost(worst)}, more than the "
+            f"{fmt_cost(cap)} budget: the run will be stopped at the budget "
+            f"(after {cap / price:.1f} h)"
+            if price
+            else ""
+        )

@@ -39,6 +39,9 @@ class Settings:
     #: what a graceful budget stop is expected to take (checkpoint + teardown): the budget
     #: watcher stops this much early so the final cost lands on the cap, not above it.
     budget_stop_estimate_s: float = 10.0
+    #: an agent whose job has ended exits (and powers its machine off, on a cloud) when no
+    #: controller has called for this long: a lost controller never leaves a paid machine on.
+    agent_controller_timeout_s: float = 1800.0
     #: a GPU at or above this utilisation counts as work for the idle watcher.
     idle_gpu_threshold_pct: float = 5.0
 

@@ -96,6 +96,7 @@ def _bootstrap(ctx: Context, run: Any, number: int, offer: Offer) -> Bootstrap:
         skip_stages=list(run.completed_stages or []),
         cost_offset_usd=float(run.cost_usd or 0.0),
         spec_hash=run.spec_hash,
+        controller_timeout_s=ctx.settings.agent_controller_timeout_s,
     )
     return Bootstrap(plan=plan.model_dump(mode="json"), token=agent_token(run.id, number, ctx.home))
 

@@ -204,10 +204,22 @@ class SupportsLogs:
         raise NotImplementedError
 
 
+class SupportsSimulatedPreemption:
+    """The provider can preempt one of its instances on request, the way its market would
+    (``corral debug preempt``, tests, demos): the machine's processes get SIGTERM, then SIGKILL
+    after ``grace`` seconds, and :meth:`Provider.status` says PREEMPTED from then on."""
+
+    def preempt(self, instance: Instance, grace: float = 5.0) -> None:  # pragma: no cover
+        """Preempt ``instance``. :class:`~corral.errors.NotFound` if the provider does not know
+        it, :class:`~corral.errors.Conflict` if it is already terminated."""
+        raise NotImplementedError
+
+
 CAPABILITY_MIXINS: tuple[type, ...] = (
     SupportsSpot,
     SupportsStop,
     SupportsVolumes,
     SupportsPreemptionNotice,
     SupportsLogs,
+    SupportsSimulatedPreemption,
 )

@@ -32,6 +32,7 @@ from corral.providers.base import (
     Provider,
     Requirements,
     SupportsLogs,
+    SupportsSimulatedPreemption,
 )
 from corral.providers.local import inventory, process
 from corral.providers.local.agent_files import agent_endpoint, stage_groups, tail_logs
@@ -48,7 +49,7 @@ from corral.providers.local.state import (
 )
 
 
-class LocalProvider(Provider, SupportsLogs):
+class LocalProvider(Provider, SupportsLogs, SupportsSimulatedPreemption):
     """This machine. One offer (``offer_id="local"``); GPUs are shared between local runs."""
 
     name: ClassVar[str] = "local"

@@ -116,6 +116,31 @@ class ResourceRecord(_Record):
         return self.state != "gone"
 
 
+@dataclass(frozen=True, slots=True)
+class WebhookCursorRecord(_Record):
+    """How far the events of a run went out to one of its webhooks (see ``docs/webhooks.md``)."""
+
+    run_id: str
+    #: index of the webhook in the run's ``notify.webhooks``
+    webhook: int
+    #: every event of the run up to this id was delivered or given up on (0: none yet)
+    event_id: int
+    #: event time of the last ``progress`` event sent (progress throttling)
+    progress_ts: datetime | None
+    delivered: int
+    failed: int
+    updated_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class EventPositionRecord(_Record):
+    """How far a consumer of the global event feed has handled it."""
+
+    consumer: str
+    event_id: int
+    updated_at: datetime
+
+
 def _names(cls: type) -> tuple[str, ...]:
     return tuple(f.name for f in fields(cls))
 
@@ -124,6 +149,8 @@ RUN_COLUMNS = _names(RunRecord)
 ATTEMPT_COLUMNS = _names(AttemptRecord)
 EVENT_COLUMNS = _names(EventRecord)
 RESOURCE_COLUMNS = _names(ResourceRecord)
+WEBHOOK_CURSOR_COLUMNS = _names(WebhookCursorRecord)
+EVENT_POSITION_COLUMNS = _names(EventPositionRecord)
 
 #: Columns that need converting between Python and the database, per table.
 TIMESTAMPS = {
@@ -133,16 +160,22 @@ TIMESTAMPS = {
     "attempts": frozenset({"started_at", "running_at", "ended_at", "billed_until"}),
     "events": frozenset({"ts"}),
     "resources": frozenset({"created_at", "updated_at"}),
+    "webhook_cursors": frozenset({"progress_ts", "updated_at"}),
+    "event_positions": frozenset({"updated_at"}),
 }
 JSONS = {
     "runs": frozenset({"spec", "completed_stages"}),
     "attempts": frozenset({"offer", "log_offsets", "data"}),
     "events": frozenset({"data"}),
     "resources": frozenset({"instance", "data"}),
+    "webhook_cursors": frozenset(),
+    "event_positions": frozenset(),
 }
 COLUMNS = {
     "runs": RUN_COLUMNS,
     "attempts": ATTEMPT_COLUMNS,
     "events": EVENT_COLUMNS,
     "resources": RESOURCE_COLUMNS,
+    "webhook_cursors": WEBHOOK_CURSOR_COLUMNS,
+    "event_positions": EVENT_POSITION_COLUMNS,
 }

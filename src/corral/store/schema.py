@@ -111,3 +111,34 @@ resources = sa.Table(
     sa.Index(None, "run_id"),
     sa.Index(None, "state"),
 )
+
+# Webhook delivery progress, per (run, webhook): all events of the run up to ``event_id`` were
+# delivered or given up on. ``webhook`` is the index in the run's ``notify.webhooks`` (a run's
+# spec never changes). ``progress_ts``: the event time of the last progress event that went
+# out, so progress throttling survives a restart.
+webhook_cursors = sa.Table(
+    "webhook_cursors",
+    metadata,
+    sa.Column(
+        "run_id",
+        sa.String,
+        sa.ForeignKey("runs.id", ondelete="CASCADE"),
+        primary_key=True,
+    ),
+    sa.Column("webhook", sa.Integer, primary_key=True, autoincrement=False),
+    sa.Column("event_id", sa.BigInteger, nullable=False),
+    sa.Column("progress_ts", TS),
+    sa.Column("delivered", sa.Integer, nullable=False),
+    sa.Column("failed", sa.Integer, nullable=False),
+    sa.Column("updated_at", TS, nullable=False),
+)
+
+# How far a consumer of the global event feed (the webhook dispatcher: "webhooks") has
+# looked: every event up to ``event_id`` has been handled, so a restart scans from there.
+event_positions = sa.Table(
+    "event_positions",
+    metadata,
+    sa.Column("consumer", sa.String, primary_key=True),
+    sa.Column("event_id", sa.BigInteger, nullable=False),
+    sa.Column("updated_at", TS, nullable=False),
+)

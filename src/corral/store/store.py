@@ -20,6 +20,7 @@ from corral.store.records import EVENT_COLUMNS, RUN_COLUMNS, EventRecord, RunRec
 from corral.store.resources import ResourceOps
 from corral.store.states import ACTIONS, RUN_STATES, TERMINAL_STATES, RunState
 from corral.store.urls import parse_url
+from corral.store.webhooks import WebhookOps
 
 _RUNS = f"SELECT {select_list(RUN_COLUMNS)} FROM runs"
 #: The spec can be large: listing selects NULL in its place (RunRecord.spec is None).
@@ -32,7 +33,7 @@ _FIXED_RUN_FIELDS = {"id", "state", "created_at", "updated_at"}
 _AMBIGUOUS_SHOWN = 10
 
 
-class Store(AttemptOps, ResourceOps):
+class Store(AttemptOps, ResourceOps, WebhookOps):
     """corral's database. Open with :meth:`Store.open`; safe to share between threads."""
 
     @classmethod

@@ -6,7 +6,8 @@
 2. collect the files ``plan.artifacts.paths`` name (``corral.agent.collect``), plus the eval
    report, and hash them (sha256, size);
 3. with ``plan.artifacts.storage``: upload each file to ``<storage>/<run_id>/artifacts/<path>``
-   (through the SDK storage protocol, so ``s3://`` works like a local path), skipping a file
+   (through the SDK storage protocol, so ``s3://`` works like a local path; a storage's
+   optional ``upload_file`` is used when it has one), skipping a file
    the previous manifest in storage already lists with the same sha256 and size; event
    ``artifacts.uploaded``. Before the first changed file is written, a previous manifest is
    removed, so a manifest in storage always describes the files beside it;
@@ -277,7 +278,8 @@ class _Upload:
                 retry(lambda: storage.remove(self.manifest_path))
                 removed_manifest = True
             parent = storage.join(self.artifacts_root, *rel.split("/")[:-1])
-            retry(lambda d=dest, p=parent, r=real: _copy(storage, r, d, p))
+            sha = entries[rel]["sha256"]
+            retry(lambda d=dest, p=parent, r=real, h=sha: _copy(storage, r, d, p, h))
             self.uploaded += 1
 
     @staticmethod
@@ -295,8 +297,14 @@ class _Upload:
         retry(lambda: storage.write_bytes(self.manifest_path, data))
 
 
-def _copy(storage: Storage, src: Path, dest: str, parent: str) -> None:
+def _copy(storage: Storage, src: Path, dest: str, parent: str, sha256: str) -> None:
+    """Write ``src`` to ``dest``. A storage with the optional ``upload_file(local, path,
+    sha256=)`` (S3: parallel multipart, checked against ``sha256``) does it its own way."""
     storage.makedirs(parent)
+    upload_file = getattr(storage, "upload_file", None)
+    if upload_file is not None:
+        upload_file(str(src), dest, sha256=sha256)
+        return
     writer = storage.open_write(dest)
     try:
         with open(src, "rb", buffering=0) as f:

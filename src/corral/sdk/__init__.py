@@ -15,6 +15,7 @@ _EXPORTS: dict[str, str] = {
     "Checkpointer": "corral.sdk.checkpoint",
     "CheckpointInfo": "corral.sdk.checkpoint",
     "CheckpointError": "corral.sdk.checkpoint",
+    "CheckpointLoadError": "corral.sdk.checkpoint",
     "CheckpointWarning": "corral.sdk.checkpoint",
     "Storage": "corral.sdk.storage",
     "LocalStorage": "corral.sdk.storage",

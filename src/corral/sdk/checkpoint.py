@@ -49,6 +49,7 @@ from corral.sdk.manifest import (
     FORMAT_VERSION,
     MANIFEST_NAME,
     CheckpointError,
+    CheckpointLoadError,
     CheckpointWarning,
     Manifest,
     clean_metrics,
@@ -58,7 +59,13 @@ from corral.sdk.serialize import Snapshot, snapshot, write_snapshot
 from corral.sdk.staging import StagingPool
 from corral.sdk.storage import Storage, resolve_location
 
-__all__ = ["CheckpointError", "CheckpointInfo", "CheckpointWarning", "Checkpointer"]
+__all__ = [
+    "CheckpointError",
+    "CheckpointInfo",
+    "CheckpointLoadError",
+    "CheckpointWarning",
+    "Checkpointer",
+]
 
 
 class CheckpointInfo(BaseModel):
@@ -312,10 +319,14 @@ class Checkpointer:
         """The state saved in ``path``, or in the newest valid checkpoint when ``path`` is None.
 
         Every file is checked against its size and sha256 while it is read. Without ``path``,
-        incomplete or corrupt checkpoints are skipped with a :class:`CheckpointWarning` naming
-        them and the previous one is tried; None is returned when no valid checkpoint exists
-        (a fresh start). With ``path``, a missing, incomplete or corrupt checkpoint raises
-        :class:`CheckpointError`. ``map_location`` moves torch tensors (default: CPU).
+        incomplete or corrupt checkpoints (missing, short or corrupt files, a bad manifest) are
+        skipped with a :class:`CheckpointWarning` naming them and the previous one is tried;
+        None is returned when no valid checkpoint exists (a fresh start). A checkpoint whose
+        files verified but that cannot be loaded (a class moved or renamed, torch missing, an
+        unusable ``map_location``, no permission to read) raises :class:`CheckpointLoadError`
+        instead: falling back would silently throw training away. With ``path``, a missing,
+        incomplete or corrupt checkpoint raises :class:`CheckpointError`. ``map_location``
+        moves torch tensors (default: CPU).
         """
         self._join(raise_error=False)
         if path is not None:
@@ -324,6 +335,8 @@ class Checkpointer:
         for found in reversed(self._layout.scan()):
             try:
                 return self._load(found, map_location)
+            except CheckpointLoadError:
+                raise
             except CheckpointError as exc:
                 _warn_skip(exc)
         return None
@@ -332,6 +345,8 @@ class Checkpointer:
         manifest, raw = self._layout.read_manifest(found)
         try:
             state = load_state(self.storage, found.path, manifest.files, found.name, map_location)
+        except PermissionError as exc:
+            raise CheckpointLoadError(f"checkpoint {found.name}: cannot be read ({exc})") from exc
         except OSError as exc:
             raise CheckpointError(f"checkpoint {found.name}: cannot be read ({exc})")
         self._verified[found.name] = hashlib.sha256(raw).hexdigest()

@@ -20,7 +20,7 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from corral.sdk.manifest import CheckpointError, FileEntry
+from corral.sdk.manifest import CheckpointError, CheckpointLoadError, FileEntry
 from corral.sdk.serialize import _NUMPY_CODES, _TORCH_CODES, STATE_FILE, is_tensor_file
 from corral.sdk.storage import CHUNK_BYTES, Storage
 
@@ -198,15 +198,25 @@ def load_state(
         return _Unpickler(io.BytesIO(skeleton), materialize).load()
     except CheckpointError:
         raise
-    except Exception as exc:  # a pickle of anything can fail in many ways
-        raise CheckpointError(f"checkpoint {label}: {STATE_FILE} cannot be loaded ({exc})") from exc
+    except Exception as exc:  # the files verified: this is not corruption, so never skip it
+        raise _load_error(label, exc) from exc
+
+
+def _load_error(label: str, exc: BaseException) -> CheckpointLoadError:
+    hint = ""
+    if isinstance(exc, (ImportError, AttributeError)):
+        hint = " (a class moved or renamed since the save, or a package is missing?)"
+    return CheckpointLoadError(
+        f"checkpoint {label}: its files verified but {STATE_FILE} cannot be loaded: "
+        f"{type(exc).__name__}: {exc}{hint}"
+    )
 
 
 def _torch_base(buf: Buffer, label: str) -> Any:
     try:
         import torch
     except ImportError:
-        raise CheckpointError(
+        raise CheckpointLoadError(
             f"checkpoint {label} holds torch tensors but torch is not installed"
         ) from None
     return torch.frombuffer(buf, dtype=torch.uint8)
@@ -225,12 +235,12 @@ def _numpy_array(raw: Buffer, code: str, shape: tuple, start: int, end: int, lab
     try:
         import numpy as np
     except ImportError:
-        raise CheckpointError(
+        raise CheckpointLoadError(
             f"checkpoint {label} holds numpy arrays but numpy is not installed"
         ) from None
     names = {v: k for k, v in _NUMPY_CODES.items()}
     if code not in names:
-        raise CheckpointError(f"checkpoint {label}: dtype {code} has no numpy equivalent")
+        raise CheckpointLoadError(f"checkpoint {label}: dtype {code} has no numpy equivalent")
     data = np.frombuffer(raw, dtype=np.uint8, count=end - start, offset=start)
     if start % _ITEMSIZE[code]:
         data = data.copy()

@@ -18,7 +18,13 @@ import os
 import re
 from dataclasses import dataclass
 
-from corral.sdk.manifest import MANIFEST_NAME, CheckpointError, Manifest, parse_manifest
+from corral.sdk.manifest import (
+    MANIFEST_NAME,
+    CheckpointError,
+    CheckpointLoadError,
+    Manifest,
+    parse_manifest,
+)
 from corral.sdk.storage import Storage
 
 
@@ -58,6 +64,10 @@ class Layout:
             raise CheckpointError(
                 f"checkpoint {found.name} is incomplete (no COMPLETE manifest)"
             ) from None
+        except PermissionError as exc:  # not corruption: restore() must not skip it
+            raise CheckpointLoadError(
+                f"checkpoint {found.name}: cannot read COMPLETE ({exc})"
+            ) from exc
         except OSError as exc:
             raise CheckpointError(f"checkpoint {found.name}: cannot read COMPLETE ({exc})") from exc
         manifest = parse_manifest(raw, found.name)

@@ -32,6 +32,15 @@ class CheckpointError(CorralError):
     code = "checkpoint_error"
 
 
+class CheckpointLoadError(CheckpointError):
+    """A checkpoint whose files verified (sizes and sha256 match) cannot be loaded: a class in
+    it moved or was renamed, a package it needs (torch, numpy) is missing, a tensor cannot go to
+    ``map_location``. Not corruption, so ``restore()`` raises it instead of falling back to an
+    older checkpoint (which would silently throw away training)."""
+
+    code = "checkpoint_load_error"
+
+
 class CheckpointWarning(UserWarning):
     """A checkpoint was skipped because it is incomplete or corrupt (the message names it)."""
 

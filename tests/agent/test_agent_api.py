@@ -274,3 +274,25 @@ def test_stop_keeps_the_exit_code_of_a_compound_commands_job(tmp_path, start_age
     status = client.wait_finished(timeout=10)
     [train] = status["stages"]
     assert (train["state"], train["exit_code"]) == ("preempted", 75)
+
+
+def test_stop_ends_a_multi_command_run_and_does_not_count_it_succeeded(tmp_path, start_agent):
+    """`a; sleep; b`: the stop ends the whole command at once (b never runs), and a stage that
+    was stopped is "stopped" even if its command ends with code 0."""
+    plan = make_plan(
+        tmp_path,
+        [
+            {"name": "seq", "run": "echo first; sleep 20; echo second; sleep 2"},
+            {"name": "polite", "run": "trap 'exit 0' TERM; sleep 20 & wait"},
+        ],
+    )
+    client = start_agent(plan)
+    client.wait_until(lambda s: all(st["state"] == "running" for st in s["stages"]))
+    time.sleep(0.5)
+    began = time.monotonic()
+    client.post("/stop")
+    status = client.wait_finished(timeout=10)
+    assert time.monotonic() - began < 3  # no waiting for the grace period's SIGKILL
+    states = {s["name"]: s["state"] for s in status["stages"]}
+    assert states == {"seq": "stopped", "polite": "stopped"}
+    assert "second" not in (Path(plan.state_dir) / "logs" / "seq.log").read_text()

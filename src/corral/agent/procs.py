@@ -1,7 +1,8 @@
 """Child processes of the agent: each setup command and stage runs in its own process group.
 
-A :class:`Child` is one ``bash -c`` process started with ``start_new_session`` (so its pid is
-its process-group id), its output pumped into a log, and a watcher thread that
+A :class:`Child` is one ``bash -c`` command under the stage shim (``shim.py``: it keeps the
+job's exit code, e.g. 75, through a stop), started with ``start_new_session`` (so the shim's pid
+is the process-group id), its output pumped into a log, and a watcher thread that
 
 1. waits for the leader to exit and records its exit code (a signal death is ``128+signum``);
 2. gives whatever the leader left in its group the same grace: SIGTERM, then SIGKILL at the
@@ -16,6 +17,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -23,6 +25,8 @@ from pathlib import Path
 
 from corral.agent.logs import LogPump
 
+#: the group leader of every child: bash under a shim that keeps the exit code through a stop
+SHIM = str(Path(__file__).with_name("shim.py"))
 WATCH_SECONDS = 0.05  # how often the leader is checked
 LINGER_SECONDS = 0.1  # how often a group whose leader is gone is checked (a /proc scan)
 LOG_DRAIN_SECONDS = 5.0
@@ -69,42 +73,6 @@ def live_members(pgid: int) -> list[int] | None:
     return out
 
 
-def graceful_signal(pgid: int, sig: int = signal.SIGTERM) -> None:
-    """Send ``sig`` to a stage's group so that its exit code survives.
-
-    A compound ``run`` (``cd x && python train.py``) leaves bash as the group leader, waiting
-    for its child. SIGTERM to bash kills it at once (143) and the job's own exit code (75,
-    "preempted, resume me") would be lost; so while the leader has other live processes in its
-    group, they get the signal and bash is left to report how its command ended. A leader
-    alone in its group (``exec``, or a single simple command) gets it directly, and so does a
-    leader that handles the signal itself (a shell ``trap ... TERM``).
-    """
-    members = live_members(pgid)
-    others = [p for p in members or [] if p != pgid]
-    if not others:
-        signal_group(pgid, sig)
-        return
-    if _catches(pgid, sig):  # the leader has its own handler (a shell `trap`): it gets it
-        others.insert(0, pgid)  # first, so its trap is pending before its children exit
-    for pid in others:
-        try:
-            os.kill(pid, sig)
-        except (ProcessLookupError, PermissionError):
-            pass
-
-
-def _catches(pid: int, sig: int) -> bool:
-    """Whether ``pid`` has a handler installed for ``sig`` (the SigCgt mask in procfs)."""
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                if line.startswith("SigCgt:"):
-                    return bool(int(line.split()[1], 16) & (1 << (sig - 1)))
-    except (OSError, ValueError):
-        pass
-    return False
-
-
 def signal_group(pgid: int, sig: int) -> None:
     try:
         os.killpg(pgid, sig)
@@ -139,7 +107,7 @@ class Child:
         self._kill_at: float | None = None
         self._killed = False
         self.proc = subprocess.Popen(
-            ["bash", "-c", command],
+            [sys.executable, "-S", "-I", SHIM, command],
             cwd=cwd,
             env=env,
             stdin=subprocess.DEVNULL,
@@ -161,7 +129,7 @@ class Child:
                 return
             self.terminated = True
             self._kill_at = self._clock() + self.grace
-        graceful_signal(self.pgid, signal.SIGTERM)
+        signal_group(self.pgid, signal.SIGTERM)
 
     def _watch(self) -> None:
         try:

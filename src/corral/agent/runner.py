@@ -291,7 +291,7 @@ class Runner:
         self._pool.release(child.name)
         self._tailer.poll([child.name])  # what the stage wrote last comes before its end
         code = child.exit_code
-        if code == 0:
+        if code == 0 and not child.stopped:
             state = "succeeded"
         elif code == C.EXIT_PREEMPTED:
             state = "preempted"

@@ -1,0 +1,66 @@
+"""The leader of every stage's process group: runs ``bash -c COMMAND`` and keeps its exit code
+meaningful when the stage is stopped.
+
+Why: a stop sends SIGTERM to the whole group. With ``cd x && python train.py`` bash dies at
+once (143) while python saves a checkpoint and exits 75 ("preempted, resume me"); the 75 would
+be lost. This shim ignores the SIGTERM itself, is a child subreaper (orphaned descendants are
+reparented to it), and after a stop waits for every descendant: if one of them exited 75, so
+does the shim; otherwise it exits with bash's code. Without a stop it exits as soon as bash
+does, with bash's code (leftovers are the agent's business).
+
+It runs as ``python -S -I shim.py COMMAND`` (no site, no corral imports: fast to start).
+"""
+
+import os
+import signal
+import sys
+
+PREEMPTED = 75  # corral.constants.EXIT_PREEMPTED (not imported: this file stands alone)
+PR_SET_CHILD_SUBREAPER = 36
+
+
+def _become_subreaper() -> None:
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    except Exception:  # not Linux: descendants go to init; bash's code is still reported
+        pass
+
+
+def main() -> int:
+    command = sys.argv[1]
+    _become_subreaper()
+    stopped = []
+    signal.signal(signal.SIGTERM, lambda *_: stopped.append(True))
+    signal.signal(signal.SIGINT, lambda *_: stopped.append(True))
+    pid = os.fork()
+    if pid == 0:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        os.execvp("bash", ["bash", "-c", command])
+    bash_code = None
+    preempted = False
+    while True:
+        try:
+            child, status = os.waitpid(-1, 0)
+        except ChildProcessError:
+            break
+        code = os.waitstatus_to_exitcode(status)
+        if child == pid:
+            bash_code = code
+            if not stopped:
+                break
+        elif code == PREEMPTED:
+            preempted = True
+    if bash_code is None:
+        bash_code = 1
+    code = 128 - bash_code if bash_code < 0 else bash_code
+    if stopped and (preempted or code == PREEMPTED):
+        code = PREEMPTED
+    return code
+
+
+if __name__ == "__main__":
+    sys.stdout.flush()
+    os._exit(main())

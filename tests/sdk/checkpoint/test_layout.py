@@ -125,8 +125,8 @@ def test_open_storage_accepts_paths_and_file_uris_and_rejects_other_schemes(tmp_
     storage, path = resolve_location(f"file://{tmp_path}/x")
     assert isinstance(storage, LocalStorage)
     assert path == f"{tmp_path}/x"
-    with pytest.raises(BadInput, match="'s3://' is not supported yet"):
-        open_storage("s3://bucket/run")
+    with pytest.raises(BadInput, match="'gs://' is not supported"):
+        open_storage("gs://bucket/run")
     with pytest.raises(BadInput, match="remote host"):
         open_storage("file://otherhost/x")
 

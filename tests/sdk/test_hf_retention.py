@@ -81,3 +81,18 @@ def test_no_checkpoint_means_start_fresh(tmp_path):
     tmp_path.mkdir()
     assert last_complete_checkpoint(tmp_path / "missing") is None
     assert last_complete_checkpoint(tmp_path) is None
+
+
+def test_a_checkpoint_without_an_evaluation_at_its_own_step_is_not_ranked_by_an_earlier_one(
+    tmp_path,
+):
+    out = tmp_path / "out"
+    make_checkpoint(out, 10, eval_loss=0.1)  # evaluated at step 10: the best so far
+    for step in (20, 30, 40):
+        # trainer_state.json of a later save carries the whole history, eval at 10 included
+        path = make_checkpoint(out, step)
+        history = [{"step": 10, "eval_loss": 0.1}, {"step": step, "loss": 1.0}]
+        (path / "trainer_state.json").write_text(json.dumps({"log_history": history}))
+    CorralCallback(keep_last=1, keep_best=1, metric="eval_loss").apply_retention(out)
+    # checkpoint-20/30 must not inherit step 10's eval_loss (a tie that the newer would win)
+    assert names(out) == ["checkpoint-10", "checkpoint-40"]

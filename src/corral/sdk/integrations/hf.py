@@ -18,8 +18,9 @@ What the callback does (on the main process only):
   ``cost_usd``. The :class:`~corral.sdk.cost.CostMeter` budget is checked every step.
 * **Retention**: after each save, the ``checkpoint-<step>`` dirs of ``output_dir`` are pruned
   with :func:`corral.sdk.retention.select_to_keep` (newest ``keep_last`` plus best
-  ``keep_best`` by ``metric`` from each checkpoint's ``trainer_state.json``; the Trainer's
-  best checkpoint is kept too). A checkpoint counts as complete once its
+  ``keep_best`` by ``metric`` from each checkpoint's ``trainer_state.json``, counting only an
+  evaluation logged at exactly the checkpoint's step; the Trainer's best checkpoint is kept
+  too). A checkpoint counts as complete once its
   ``trainer_state.json`` (the last file the Trainer writes) parses; incomplete ones, left by a
   kill during a save, are deleted and never resumed from. Leave ``save_total_limit`` unset.
 * **Preemption** (SIGTERM/SIGUSR1, handlers installed at train begin): at the next step end the
@@ -97,11 +98,14 @@ def last_complete_checkpoint(output_dir: str | os.PathLike[str]) -> str | None:
 
 
 def _metric_at(state: dict[str, Any], step: int, metric: str | None) -> dict[str, Any]:
-    """``{metric: value}`` from the latest log entry at or before ``step`` that has it."""
+    """``{metric: value}`` from the latest log entry of exactly ``step`` that has it, else ``{}``.
+
+    Only an evaluation at the checkpoint's own step describes its weights: an earlier value
+    would rank a checkpoint by a model it no longer holds."""
     if not metric:
         return {}
     for entry in reversed(state.get("log_history") or []):
-        if isinstance(entry, dict) and metric in entry and entry.get("step", step) <= step:
+        if isinstance(entry, dict) and metric in entry and entry.get("step") == step:
             return {metric: entry[metric]}
     return {}
 

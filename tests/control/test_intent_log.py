@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from corral.control.context import Context
+from corral.control.context import Context, Settings
 from corral.control.controller import Controller
 from corral.control.launching import attempt_key
 from corral.providers.local.provider import LocalProvider
@@ -34,7 +34,8 @@ def _setup(tmp_path: Path) -> tuple[Store, CountingProvider, Controller, str]:
     store = Store.open()
     provider = CountingProvider(gpus=[])
     provider.launches = []
-    ctx = Context(store=store, providers={"local": provider})
+    # intent_grace_s=0: these tests play the part of a controller restarted long after the crash
+    ctx = Context(store=store, providers={"local": provider}, settings=Settings(intent_grace_s=0))
     return store, provider, Controller(ctx), run_id
 
 
@@ -95,3 +96,39 @@ def test_cancelled_run_leaves_no_instance_and_no_open_resource(tmp_path: Path) -
     assert provider.list_instances() == []  # nothing left running
     [res] = store.resources(run_id=run_id)
     assert res.state == "gone"
+
+
+def test_a_young_intent_is_left_to_the_process_that_is_launching_it(tmp_path: Path) -> None:
+    """The CLI launches first attempts itself: while its intent is young, a controller neither
+    launches it a second time nor closes it (a cancel waits until the launch is recorded)."""
+    store, provider, controller, run_id = _setup(tmp_path)
+    controller.ctx.settings.intent_grace_s = 3600
+    from corral.providers.base import Requirements
+
+    offer = provider.offers(Requirements())[0]
+    store.transition(
+        run_id,
+        "PROVISIONING",
+        "launching attempt 1",
+        expect={"PENDING"},
+        attempt=1,
+        provider="local",
+    )
+    store.create_attempt(
+        run_id, 1, provider="local", offer=offer.model_dump(mode="json"), price_per_hour=0.0
+    )
+    key = attempt_key(run_id, 1)
+    store.record_intent(
+        run_id=run_id,
+        attempt=1,
+        provider="local",
+        key=key,
+        data={"offer": offer.model_dump(mode="json")},
+    )
+    controller.tick()
+    assert provider.launches == []  # not launched twice
+    store.request_action(run_id, "cancel")
+    controller.tick()
+    [res] = store.resources(run_id=run_id)
+    assert res.state == "intent"  # not closed while the launch may be in flight
+    assert store.get_run(run_id).state == "STOPPING"

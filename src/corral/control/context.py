@@ -36,6 +36,9 @@ class Settings:
     stop_margin_s: float = 30.0
     #: bytes of log copied per stage per tick (the rest follows on the next tick).
     log_chunk: int = 1024 * 1024
+    #: an ``intent`` row younger than this may belong to a launch still in flight in another
+    #: process (the CLI launches first attempts itself): it is neither relaunched nor closed.
+    intent_grace_s: float = 30.0
     #: what a graceful budget stop is expected to take (checkpoint + teardown): the budget
     #: watcher stops this much early so the final cost lands on the cap, not above it.
     budget_stop_estimate_s: float = 10.0

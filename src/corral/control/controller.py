@@ -58,8 +58,10 @@ class Controller:
                 self._errors.pop(run.id, None)
             except Exception as e:  # one run's trouble never kills the loop
                 text = e.message if isinstance(e, CorralError) else f"{type(e).__name__}: {e}"
-                log.error("run %s: reconcile failed: %s\n%s", run.id, text, traceback.format_exc())
-                if self._errors.get(run.id) != text:  # one event per distinct error
+                if self._errors.get(run.id) != text:  # one traceback and event per distinct error
+                    log.error(
+                        "run %s: reconcile failed: %s\n%s", run.id, text, traceback.format_exc()
+                    )
                     self._errors[run.id] = text
                     try:
                         self.ctx.store.add_event(run.id, "controller.error", text)

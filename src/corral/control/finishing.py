@@ -10,6 +10,7 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
+from corral.constants import DEFAULT_GRACE_SECONDS
 from corral.control import launching, recovery, sync
 from corral.control.context import Context, instance_of, log
 from corral.errors import AgentError, Conflict, NotYetTerminated, ProviderError
@@ -49,8 +50,7 @@ def begin_finish(
         if inst and inst.endpoint:
             try:
                 ctx.agent(run.id, run.attempt, inst.endpoint).stop()
-                spec = ctx.spec(run)
-                grace = getattr(getattr(spec, "limits", None), "stop_grace", None) or 30.0
+                grace = DEFAULT_GRACE_SECONDS  # what the plan gave the agent
                 deadline = ctx.clock() + timedelta(seconds=grace + ctx.settings.stop_margin_s)
             except AgentError as e:
                 log.info("run %s: graceful stop not delivered: %s", run.id, e.message)
@@ -167,6 +167,10 @@ def teardown(ctx: Context, run: Any) -> bool:
                 all_gone = False
                 continue
             if inst is None:
+                young = (ctx.clock() - res.updated_at).total_seconds() < ctx.settings.intent_grace_s
+                if young:  # a launch may still be in flight elsewhere: look again later
+                    all_gone = False
+                    continue
                 ctx.store.update_resource(res.key, state="gone")
                 continue
         if res.state != "terminating":

@@ -17,7 +17,7 @@ from corral.control.context import Context, log
 from corral.control.plan_builder import build_plan
 from corral.control.strategies import get_strategy
 from corral.control.tokens import agent_token
-from corral.errors import Conflict, NoCapacity, NotFound, ProviderError
+from corral.errors import Conflict, CorralError, NoCapacity, NotFound, ProviderError
 from corral.providers.base import Bootstrap, Offer
 from corral.store.states import RunState
 
@@ -47,11 +47,16 @@ def start_attempt(ctx: Context, run: Any) -> None:
     if not result.offers:
         why = result.explain() or "no provider is enabled"
         if run.state == RunState.PENDING:
-            ctx.store.transition(
+            reason = f"no provider can run this job: {why}"
+            try:
+                ctx.store.transition(run.id, RunState.FAILED, reason, expect={RunState.PENDING})
+            except Conflict:
+                return
+            ctx.store.add_event(
                 run.id,
-                RunState.FAILED,
-                f"no provider can run this job: {why}",
-                expect={RunState.PENDING},
+                "run.finished",
+                f"failed: {reason}",
+                data={"state": "FAILED", "cost_usd": 0.0},
             )
         else:
             _note_waiting(ctx, run, f"waiting for an offer: {why}")
@@ -138,8 +143,11 @@ def launch_offers(ctx: Context, run: Any, offers: list[Offer]) -> bool:
             data={"offer": offer.model_dump(mode="json")},
         )
         ctx.store.update_resource(key, state="intent")
-        if launch_key(ctx, run, number, key, offer):
+        outcome = launch_key(ctx, run, number, key, offer)
+        if outcome == LAUNCHED:
             return True
+        if outcome == FATAL:
+            return False
         reasons.append(f"{offer.provider}: no capacity")
     # nothing could be had: go back to waiting, and reuse this attempt number next time
     ctx.store.update_attempt(
@@ -159,8 +167,15 @@ def launch_offers(ctx: Context, run: Any, offers: list[Offer]) -> bool:
     return False
 
 
-def launch_key(ctx: Context, run: Any, number: int, key: str, offer: Offer) -> bool:
-    """Call the provider for one resource key. Idempotent; safe to repeat after a crash."""
+LAUNCHED, NEXT, FATAL = "launched", "next", "fatal"
+
+
+def launch_key(ctx: Context, run: Any, number: int, key: str, offer: Offer) -> str:
+    """Call the provider for one resource key. Idempotent; safe to repeat after a crash.
+
+    Returns LAUNCHED; NEXT when this offer cannot be had (try the next one or wait); FATAL when
+    the launch can never succeed (bad input such as a missing workdir): the run has been failed.
+    """
     provider = ctx.provider(offer.provider)
     try:
         instance = provider.launch(offer, _bootstrap(ctx, run, number, offer), key)
@@ -174,7 +189,7 @@ def launch_key(ctx: Context, run: Any, number: int, key: str, offer: Offer) -> b
             attempt=number,
             data={"provider": offer.provider, "offer_id": offer.offer_id},
         )
-        return False
+        return NEXT
     except ProviderError as e:
         ctx.store.update_resource(key, state="gone")
         ctx.store.add_event(
@@ -184,7 +199,16 @@ def launch_key(ctx: Context, run: Any, number: int, key: str, offer: Offer) -> b
             attempt=number,
             data={"provider": offer.provider, "code": e.code},
         )
-        return False
+        return NEXT
+    except CorralError as e:  # the plan itself is wrong: no retry can fix it
+        ctx.store.update_resource(key, state="gone")
+        run = ctx.store.get_run(run.id)
+        from corral.control import finishing
+
+        finishing.begin_finish(
+            ctx, run, RunState.FAILED, f"launch failed: {e.message}", graceful=False
+        )
+        return FATAL
     ctx.store.update_resource(
         key,
         state="active",
@@ -205,4 +229,4 @@ def launch_key(ctx: Context, run: Any, number: int, key: str, offer: Offer) -> b
         attempt=number,
         data={"provider": offer.provider, "instance_id": instance.instance_id},
     )
-    return True
+    return LAUNCHED

@@ -47,8 +47,10 @@ def handle_provisioning(ctx: Context, run: Any) -> None:
         intents = [r for r in open_resources(ctx, run) if r.state == "intent"]
         if intents:  # a launch was interrupted: repeat it with the same key (idempotent)
             r = intents[0]
+            if (ctx.clock() - r.updated_at).total_seconds() < ctx.settings.intent_grace_s:
+                return  # another process (the CLI) may be inside that launch right now
             offer = Offer.model_validate(r.data["offer"])
-            if not launching.launch_key(ctx, run, run.attempt, r.key, offer):
+            if launching.launch_key(ctx, run, run.attempt, r.key, offer) == launching.NEXT:
                 launching.launch_offers(ctx, run, [])
             return
         offers = planner.plan(

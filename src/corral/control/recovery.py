@@ -7,7 +7,8 @@ Rules (spec ``recovery``):
   have been recovered for this run;
 - an error (a stage exited non-zero, the machine failed) is recovered while fewer than
   ``max_error_restarts`` errors have been recovered, and, when ``recover_on_exit_codes`` is
-  non-empty, only for those exit codes.
+  non-empty, only for those exit codes (a machine failure, which has no exit code, is always
+  eligible).
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ def decide(spec: Any, attempts: list[Any], kind: str, exit_code: int | None) -> 
     used = sum(1 for a in ended if a.exit_reason == FAILED) - 1
     limit = rec.max_error_restarts
     codes = list(rec.recover_on_exit_codes or [])
-    if codes and exit_code not in codes:
+    if codes and exit_code is not None and exit_code not in codes:  # None: the machine failed
         return Decision(False, f"exit code {exit_code} is not in recovery.recover_on_exit_codes")
     if used < limit:
         return Decision(True, f"error: restart {used + 1} of {limit}")

@@ -1,7 +1,7 @@
 """Where checkpoints live: a small storage protocol and its local-filesystem implementation.
 
 The :class:`~corral.sdk.checkpoint.Checkpointer` never touches ``os`` directly; it goes through a
-:class:`Storage`, so an object store (``s3://...``, a later issue) is the same to it as a local
+:class:`Storage`, so an object store (``s3://...``, :mod:`corral.storage.s3`) is the same to it as a local
 path. Paths are full strings in the storage's own syntax (a local path, or ``s3://bucket/key``);
 :meth:`Storage.join` builds them.
 
@@ -243,21 +243,31 @@ class LocalStorage:
         return "LocalStorage()"
 
 
-def open_storage(uri: str | os.PathLike[str]) -> Storage:
-    """The storage that holds ``uri``: a :class:`LocalStorage` for plain paths and ``file://``.
+def open_storage(uri: str | os.PathLike[str], **options: Any) -> Storage:
+    """The storage that holds ``uri``: a :class:`LocalStorage` for plain paths and ``file://``,
+    an :class:`~corral.storage.s3.S3Storage` for ``s3://bucket/prefix``.
 
-    Other schemes (``s3://``, ``gs://``, ...) are not supported yet and raise
+    ``options`` go to the S3 storage (``endpoint_url`` for S3-compatible stores such as
+    Cloudflare R2 or MinIO, ``region``, ``part_size``, ``concurrency``, ``client``); credentials
+    come from the environment (``AWS_ACCESS_KEY_ID``, ...). Other schemes (``gs://``, ...) raise
     :class:`~corral.errors.BadInput`.
     """
-    return resolve_location(uri)[0]
+    return resolve_location(uri, **options)[0]
 
 
-def resolve_location(uri: str | os.PathLike[str]) -> tuple[Storage, str]:
+def resolve_location(uri: str | os.PathLike[str], **options: Any) -> tuple[Storage, str]:
     """The storage for ``uri`` and the full path inside it (local paths made absolute)."""
     text = os.fspath(uri)
     if not text:
         raise BadInput("checkpoint location is empty")
     parsed = urlparse(text)
+    if parsed.scheme == "s3":
+        from corral.storage.s3 import S3Storage, split_uri
+
+        bucket, key = split_uri(text)
+        return S3Storage(**options), f"s3://{bucket}/{key}" if key else f"s3://{bucket}"
+    if options:
+        raise BadInput(f"storage options ({', '.join(sorted(options))}) apply to s3:// only")
     if parsed.scheme == "file":
         if parsed.netloc not in ("", "localhost"):
             raise BadInput(f"file:// URI with a remote host is not supported: {text!r}")
@@ -265,6 +275,6 @@ def resolve_location(uri: str | os.PathLike[str]) -> tuple[Storage, str]:
     if parsed.scheme == "" or "://" not in text:
         return LocalStorage(), os.path.abspath(os.path.expanduser(text))
     raise BadInput(
-        f"checkpoint storage scheme {parsed.scheme + '://'!r} is not supported yet "
-        "(use a local path or file://)"
+        f"checkpoint storage scheme {parsed.scheme + '://'!r} is not supported "
+        "(use a local path, file:// or s3://)"
     )

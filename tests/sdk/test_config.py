@@ -243,3 +243,36 @@ def test_a_field_without_default_is_a_clear_error():
 
     with pytest.raises(BadInput, match="every config field needs a default"):
         load_config(NoDefault, save=False)
+
+
+def _config_with_a_local_section():
+    # This module uses `from __future__ import annotations`, so the annotation "Local" is a
+    # string that names a class defined in this function: it cannot be resolved.
+    @dataclass
+    class Local:
+        x: int = 1
+
+    @dataclass
+    class Cfg(TrainingConfig):
+        lr: float = 0.1
+        local: Local = field(default_factory=Local)
+
+    return Cfg
+
+
+def test_a_field_whose_type_cannot_be_resolved_is_bad_input_naming_it():
+    cfg_cls = _config_with_a_local_section()
+    with pytest.raises(BadInput, match=r"config key 'local': its type 'Local' cannot be resolved"):
+        load_config(cfg_cls, save=False)
+    with pytest.raises(BadInput, match=r"config key 'local': its type 'Local' cannot be"):
+        apply_overrides(cfg_cls(), {"local": {"x": 2}})
+
+
+def test_other_fields_stay_type_checked_when_one_type_cannot_be_resolved():
+    cfg_cls = _config_with_a_local_section()
+    with pytest.raises(BadInput, match=r"config key 'lr': expected a number"):
+        apply_overrides(cfg_cls(), ["lr=fast"])
+    assert apply_overrides(cfg_cls(), ["lr=0.5", "local.x=3"]).to_dict() == {
+        "lr": 0.5,
+        "local": {"x": 3},
+    }

@@ -30,7 +30,9 @@ folder; ``experiment=`` may also be a path to a ``.py`` file). One may define ei
 unions (tried in order), ``list[X]``/``tuple[X, ...]`` (a JSON array or ``a,b,c``),
 ``dict[str, X]`` (a JSON object), ``Literal[...]``, enums (by name or value) and nested
 dataclasses (``model.layers=4``, or ``model={"layers": 4}``). An unknown key or a wrong type is a
-:class:`corral.errors.BadInput` naming the key, with a "did you mean" suggestion.
+:class:`corral.errors.BadInput` naming the key, with a "did you mean" suggestion. Each field's
+type is resolved on its own; one that cannot be resolved (a type defined inside a function
+under ``from __future__ import annotations``) is a ``BadInput`` naming the field, never "any".
 
 **Where the resolved config goes**: ``load_config`` writes it as JSON to
 :func:`config_path` (``$CORRAL_CHECKPOINT_DIR/../config.json`` under corral, else
@@ -51,7 +53,14 @@ from typing import Any, TypeVar
 
 from corral.constants import ENV_CHECKPOINT_DIR
 from corral.errors import BadInput
-from corral.sdk.config.values import check_all, default_instance, plain, set_key, suggest
+from corral.sdk.config.values import (
+    check_all,
+    check_types,
+    default_instance,
+    plain,
+    set_key,
+    suggest,
+)
 
 __all__ = [
     "TrainingConfig",
@@ -212,6 +221,7 @@ def load_config(
     unless ``save=False``."""
     if not (isinstance(cls, type) and dataclasses.is_dataclass(cls)):
         raise BadInput(f"load_config needs a dataclass type, got {cls!r}")
+    check_types(cls)  # a field whose type cannot be resolved is an error now, not "any"
     argv_sets: list[str] = []
     if argv is not None:
         argv_experiment, argv_sets = parse_argv(argv)

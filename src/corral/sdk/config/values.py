@@ -6,8 +6,10 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import enum
+import inspect
 import json
 import os
+import sys
 import types
 import typing
 from collections.abc import Iterable, Sequence
@@ -19,8 +21,10 @@ from corral.errors import BadInput
 __all__ = [
     "Mismatch",
     "check_all",
+    "check_types",
     "coerce",
     "default_instance",
+    "field_type",
     "field_types",
     "plain",
     "set_key",
@@ -55,13 +59,79 @@ def default_instance(cls: type[T]) -> T:
         raise BadInput(f"{cls.__name__}: every config field needs a default ({e})")
 
 
-def field_types(obj: Any) -> dict[str, Any]:
-    cls = type(obj)
+def _owners(cls: type) -> dict[str, type]:
+    """Field name -> the class whose annotation declares it (the last one in the MRO wins)."""
+    owners: dict[str, type] = {}
+    for base in reversed(cls.__mro__):
+        owners.update(dict.fromkeys(_annotations(base), base))
+    return owners
+
+
+def _resolve(owner: type, name: str) -> Any:
+    """The annotation of ``name`` in ``owner``, evaluated like ``typing.get_type_hints`` does
+    (in ``owner``'s module, then its class namespace), but for this one field only."""
+    module = sys.modules.get(owner.__module__)
+    annotation = _annotations(owner)[name]
+    stub = type(owner.__name__, (), {"__annotations__": {name: annotation}})
+    hints = typing.get_type_hints(
+        stub,
+        globalns=dict(vars(owner)),
+        localns=dict(getattr(module, "__dict__", {})),
+        include_extras=True,
+    )
+    return hints[name]
+
+
+def field_types(obj: Any, prefix: str = "") -> dict[str, Any]:
+    """The type of every field of the dataclass ``obj`` (or class), each resolved on its own.
+
+    A field whose annotation cannot be resolved (e.g. a name defined inside a function of a
+    module with ``from __future__ import annotations``) is a :class:`BadInput` naming the field
+    (``prefix`` + its name): it is never taken as "any type"."""
+    cls = obj if isinstance(obj, type) else type(obj)
+    owners = _owners(cls)
+    return {f.name: _field_type(cls, f, owners, prefix) for f in dataclasses.fields(cls)}
+
+
+def field_type(obj: Any, name: str, prefix: str = "") -> Any:
+    """The resolved type of the one field ``name`` of ``obj`` (see :func:`field_types`)."""
+    cls = obj if isinstance(obj, type) else type(obj)
+    match = [f for f in dataclasses.fields(cls) if f.name == name]
+    if not match:
+        raise KeyError(name)
+    return _field_type(cls, match[0], _owners(cls), prefix)
+
+
+def _field_type(cls: type, f: dataclasses.Field, owners: dict[str, type], prefix: str) -> Any:
+    owner = owners.get(f.name, cls)
     try:
-        hints = typing.get_type_hints(cls)
-    except Exception:
-        hints = {}
-    return {f.name: hints.get(f.name, f.type) for f in dataclasses.fields(cls)}
+        if f.name not in _annotations(owner):  # no annotation in the MRO to evaluate
+            if isinstance(f.type, (str, typing.ForwardRef)):
+                raise NameError(f"no annotation of {f.name!r} to evaluate it in")
+            return f.type
+        return _resolve(owner, f.name)
+    except Exception as e:
+        raise BadInput(
+            f"config key '{prefix}{f.name}': its type {_annotation_text(f.type)} cannot be "
+            f"resolved ({type(e).__name__}: {e}); define or import it at the top level of the "
+            f"module of {owner.__qualname__}"
+        ) from None
+
+
+def _annotations(cls: type) -> dict[str, Any]:
+    return inspect.get_annotations(cls)  # the class's own, not inherited
+
+
+def check_types(cls: type, prefix: str = "") -> None:
+    """Resolve the type of every field of ``cls`` and of its nested dataclasses (BadInput
+    naming the first field that cannot be resolved)."""
+    for name, tp in field_types(cls, prefix).items():
+        if isinstance(tp, type) and dataclasses.is_dataclass(tp):
+            check_types(tp, f"{prefix}{name}.")
+
+
+def _annotation_text(annotation: Any) -> str:
+    return repr(annotation) if isinstance(annotation, str) else type_name(annotation)
 
 
 def suggest(word: str, options: Iterable[str]) -> str:
@@ -81,7 +151,9 @@ class Mismatch(Exception):
 
 def coerce(value: Any, tp: Any, parse_text: bool) -> Any:
     """``value`` converted to ``tp``; strings are parsed when ``parse_text`` (CLI input)."""
-    if tp is Any or tp is object or isinstance(tp, (str, typing.ForwardRef)):
+    if isinstance(tp, (str, typing.ForwardRef)):  # field_types resolves them: never "any"
+        raise Mismatch(f"a resolvable type, not the unresolved annotation {tp!r}")
+    if tp is Any or tp is object:
         return _parse_json_or_text(value) if parse_text and isinstance(value, str) else value
     origin = typing.get_origin(tp)
     args = typing.get_args(tp)
@@ -217,11 +289,11 @@ def set_key(cfg: Any, key: str, value: Any, parse_text: bool) -> None:
     parts = key.split(".")
     obj = cfg
     for depth, name in enumerate(parts):
-        hints = field_types(obj)
+        names = [f.name for f in dataclasses.fields(obj)]
         here = ".".join(parts[: depth + 1])
-        if name not in hints:
+        if name not in names:
             parent = ".".join(parts[:depth])
-            options = [f"{parent}.{n}" if parent else n for n in hints]
+            options = [f"{parent}.{n}" if parent else n for n in names]
             raise BadInput(f"unknown config key '{here}'{suggest(here, options)}")
         if depth < len(parts) - 1:
             child = getattr(obj, name)
@@ -229,7 +301,7 @@ def set_key(cfg: Any, key: str, value: Any, parse_text: bool) -> None:
                 raise BadInput(f"config key '{here}' is not a section, so '{key}' does not exist")
             obj = child
             continue
-        tp = hints[name]
+        tp = field_type(obj, name, "".join(p + "." for p in parts[:depth]))
         try:
             coerced = coerce(value, tp, parse_text)
         except Mismatch as e:
@@ -241,7 +313,7 @@ def set_key(cfg: Any, key: str, value: Any, parse_text: bool) -> None:
 
 def check_all(cfg: Any, prefix: str = "") -> None:
     """Type-check every field (after ``configure()`` may have assigned anything)."""
-    for name, tp in field_types(cfg).items():
+    for name, tp in field_types(cfg, prefix).items():
         value = getattr(cfg, name)
         key = f"{prefix}{name}"
         if dataclasses.is_dataclass(value) and not isinstance(value, type):

@@ -1,0 +1,83 @@
+"""``corral webhook verify``: check a webhook request's signature the way a receiver should."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import typer
+
+from corral.cli.errors import CorralGroup
+
+app = typer.Typer(
+    cls=CorralGroup,
+    help="Webhooks: check the signature of a request corral sent.",
+    no_args_is_help=True,
+    add_completion=False,
+)
+
+
+@app.callback()
+def _group() -> None:
+    """Webhooks: check the signature of a request corral sent (see docs/webhooks.md)."""
+
+
+@app.command("verify")
+def verify(
+    secret_env: str = typer.Option(
+        ..., "--secret-env", metavar="NAME", help="Environment variable that holds the secret."
+    ),
+    timestamp: str = typer.Option(
+        ..., "--timestamp", metavar="T", help="The X-Corral-Timestamp header (unix seconds)."
+    ),
+    signature: str = typer.Option(
+        ..., "--signature", metavar="S", help="The X-Corral-Signature header (sha256=<hex>)."
+    ),
+    body: str = typer.Option(
+        "-", "--body", metavar="FILE", help="File with the raw request body; '-' reads stdin."
+    ),
+    tolerance: float = typer.Option(
+        300.0,
+        "--tolerance",
+        metavar="SECONDS",
+        help="Largest difference between the timestamp and now, in seconds (0: no check).",
+    ),
+    json_: bool = typer.Option(False, "--json", help="Print the result as JSON."),
+) -> None:
+    """Exit 0 if SIGNATURE is the HMAC-SHA256 of "<timestamp>.<body>" with the secret and the
+    timestamp is recent enough; 1 if not; 2 if the secret or the body cannot be read.
+    The body must be the exact bytes received (do not re-encode the JSON)."""
+    from corral.cli.output import console, print_json
+    from corral.errors import BadInput
+    from corral.notify.signing import SignatureInvalid, verify
+
+    secret = os.environ.get(secret_env)
+    if not secret:
+        raise BadInput(f"the environment variable {secret_env} (the webhook secret) is not set")
+    data = _read_body(body)
+    try:
+        verify(secret, timestamp, data, signature, tolerance=tolerance)
+    except SignatureInvalid as e:
+        if not json_:
+            raise
+        print_json({"valid": False, "reason": e.message})
+        raise typer.Exit(e.exit_code) from None
+    age = time.time() - int(timestamp.strip())
+    if json_:
+        print_json({"valid": True, "age_s": round(age, 1), "bytes": len(data)})
+    else:
+        console.print(f"signature valid ({len(data)} bytes, timestamp {age:.0f}s old)")
+
+
+def _read_body(source: str) -> bytes:
+    from corral.errors import BadInput
+
+    if source == "-":
+        import sys
+
+        return sys.stdin.buffer.read()
+    try:
+        return Path(source).read_bytes()
+    except OSError as e:
+        raise BadInput(f"cannot read the body from {source}: {e.strerror or e}") from None

@@ -1,0 +1,149 @@
+"""From store events to webhook payloads.
+
+Only the events named in the spec (``corral.spec.models.EVENTS``) become webhooks, and each
+payload carries a fixed list of fields per event type: nothing else from an event's data (no
+commands, no environment, no paths of the controller's machine) can reach a receiver.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+from urllib.parse import urlsplit
+
+from corral.spec.models import ALL_EVENTS, EVENTS
+from corral.store.records import EventRecord
+
+log = logging.getLogger("corral.notify")
+
+WEBHOOK_EVENTS = frozenset(EVENTS)
+#: Delivery ids are uuid5 of "<run>/<webhook>/<event>" in this namespace: the same for every
+#: retry and after a restart, so a receiver can drop the duplicates at-least-once may bring.
+DELIVERY_NAMESPACE = uuid.uuid5(uuid.NAMESPACE_URL, "https://corral.dev/webhooks")
+
+#: The fields of an event's data that a payload carries, per event type.
+FIELDS: dict[str, tuple[str, ...]] = {
+    "run.started": (),
+    "stage.started": ("stage", "gpus"),
+    "stage.finished": ("stage", "state", "exit_code", "duration_s"),
+    "progress": ("stage", "step", "total", "percent", "loss", "metrics"),
+    "checkpoint.saved": ("stage", "step", "metrics"),
+    "run.recovering": ("kind", "exit_code"),
+    "budget.warning": ("cost_usd", "budget_usd", "fraction"),
+    "run.finished": ("state", "cost_usd"),
+}
+GPU_FIELDS = ("id", "utilization_pct", "memory_used_mb", "memory_total_mb")
+
+
+@dataclass(frozen=True)
+class Hook:
+    """One entry of a run's ``notify.webhooks``."""
+
+    index: int
+    url: str
+    secret: str | None  # the secret's NAME
+    events: frozenset[str]
+    progress_interval: float
+
+    def wants(self, event_type: str) -> bool:
+        return ALL_EVENTS in self.events or event_type in self.events
+
+    @property
+    def label(self) -> str:
+        """How the webhook is named in events and logs: its index and scheme://host only (a
+        URL's path or query may hold a token, as Slack's and Discord's do)."""
+        return f"webhook #{self.index} ({redact_url(self.url)})"
+
+
+def hooks_of(spec: dict[str, Any] | None) -> list[Hook]:
+    """The webhooks of a run's resolved spec (as stored on the run)."""
+    from corral.spec.models import Webhook
+
+    raw = ((spec or {}).get("notify") or {}).get("webhooks") or []
+    hooks = []
+    for i, entry in enumerate(raw):
+        try:
+            w = Webhook.model_validate(entry)
+        except Exception as e:  # validated at launch; a newer or hand-edited spec is skipped
+            log.warning("webhook #%d of the run is invalid, skipped: %s", i, type(e).__name__)
+            continue
+        hooks.append(Hook(i, w.url, w.secret, frozenset(w.events), float(w.progress_interval)))
+    return hooks
+
+
+def redact_url(url: str) -> str:
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname or "?"
+        port = f":{parts.port}" if parts.port else ""
+    except ValueError:
+        return "?"
+    return f"{parts.scheme}://{host}{port}"
+
+
+def delivery_id(run_id: str, webhook: int, event_id: int) -> str:
+    return str(uuid.uuid5(DELIVERY_NAMESPACE, f"{run_id}/{webhook}/{event_id}"))
+
+
+def iso(ts: datetime) -> str:
+    return ts.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def build(
+    event: EventRecord,
+    *,
+    run_name: str,
+    webhook: int,
+    live: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The JSON payload of one webhook delivery. ``live`` (progress only): ``cost_usd`` and
+    ``gpus`` from the run and its latest agent status."""
+    fields = FIELDS[event.type]
+    data = {k: event.data.get(k) for k in fields if k in event.data}
+    if event.type == "progress":
+        live = live or {}
+        data["cost_usd"] = live.get("cost_usd")
+        data["gpus"] = live.get("gpus") or []
+    return {
+        "id": delivery_id(event.run_id, webhook, event.id),
+        "type": event.type,
+        "ts": iso(event.ts),
+        "run": {"id": event.run_id, "name": run_name},
+        "attempt": event.attempt,
+        "reason": event.reason,
+        "data": data,
+    }
+
+
+def live_status(run: Any, attempt: Any | None) -> dict[str, Any]:
+    """What a progress payload adds from the store: the run's cost so far and per-GPU usage
+    from the attempt's cached agent status (``attempt.data["status"]["gpus"]``)."""
+    gpus = []
+    status = ((attempt.data or {}).get("status") or {}) if attempt is not None else {}
+    for g in status.get("gpus") or []:
+        if isinstance(g, dict):
+            gpus.append({k: g.get(k) for k in GPU_FIELDS})
+    return {"cost_usd": round(float(run.cost_usd or 0.0), 6), "gpus": gpus}
+
+
+def scrub(value: Any, secret: str) -> Any:
+    """``value`` with every occurrence of ``secret`` in its strings replaced by ``***``."""
+    if isinstance(value, str):
+        return value.replace(secret, "***")
+    if isinstance(value, dict):
+        return {scrub(k, secret): scrub(v, secret) for k, v in value.items()}
+    if isinstance(value, list):
+        return [scrub(v, secret) for v in value]
+    return value
+
+
+def encode(payload: dict[str, Any], secret: str | None) -> bytes:
+    """The request body. A payload never carries a secret value: the webhook's own secret is
+    scrubbed from it should a reason or a metric name ever contain it."""
+    if secret and len(secret) >= 4:
+        payload = scrub(payload, secret)
+    return json.dumps(payload, separators=(",", ":"), sort_keys=True).encode("utf-8")

@@ -1,0 +1,100 @@
+"""Durability: a new dispatcher (a restarted controller) resumes from the store's cursors."""
+
+from __future__ import annotations
+
+from hookkit import hooked_run, simulate_run
+
+from corral.notify.dispatcher import Dispatcher
+
+
+def test_restart_resumes_from_the_cursor_without_duplicating_delivered_events(
+    store, clock, receivers
+):
+    rx = receivers(statuses=[200, 200, 500])  # the 3rd delivery fails once, then we "crash"
+    run_id = hooked_run(store, {"url": rx.url})
+    expected = simulate_run(store, run_id, clock)
+    first = Dispatcher(store, clock=clock)
+    first.tick()
+    first.run_pending()  # 2 delivered, the 3rd waits for a retry: the controller dies here
+    assert len(rx.accepted()) == 2
+    store.add_event(run_id, "run.started", "a late event")  # written while nobody dispatches
+    second = Dispatcher(store, clock=clock)
+    second.tick()
+    second.run_pending()
+    assert rx.types() == [*expected, "run.started"]  # nothing delivered twice, nothing lost
+    ids = [r.headers["x-corral-delivery"] for r in rx.accepted()]
+    assert len(set(ids)) == len(ids)
+    # only the in-flight one was sent again (its first try got the 500)
+    assert [r.type for r in rx.requests].count(expected[2]) == 2
+
+
+def test_events_of_a_run_nobody_dispatched_yet_are_delivered_after_a_restart(
+    store, clock, receivers
+):
+    rx = receivers()
+    first = Dispatcher(store, clock=clock)
+    early = hooked_run(store, {"url": rx.url}, name="early")
+    store.add_event(early, "run.started", "go")
+    first.tick()
+    first.run_pending()
+    first.tick()  # saves the feed position past run "early"
+    late = hooked_run(store, {"url": rx.url}, name="late")
+    store.add_event(late, "run.started", "go")  # the controller crashed before its next tick
+    second = Dispatcher(store, clock=clock)
+    second.tick()
+    second.run_pending()
+    assert [r.json["run"]["id"] for r in rx.accepted()] == [early, late]
+
+
+def test_the_feed_position_never_passes_an_undelivered_event(store, clock, receivers):
+    down = receivers(statuses=[500] * 10)
+    up = receivers()
+    slow_run = hooked_run(store, {"url": down.url}, name="down")
+    fast_run = hooked_run(store, {"url": up.url}, name="up")
+    store.add_event(slow_run, "run.started", "go")
+    stuck = store.events()[-1].id
+    for _ in range(5):
+        store.add_event(fast_run, "run.started", "go")
+    d = Dispatcher(store, clock=clock)
+    d.tick()
+    d.run_pending()
+    d.tick()
+    assert len(up.accepted()) == 5
+    assert store.event_position("webhooks") == stuck - 1
+    clock.advance(10)  # past the first backoff: now it goes through
+    down.statuses.clear()
+    d.run_pending()
+    d.tick()
+    assert store.event_position("webhooks") == store.events()[-1].id
+
+
+def test_progress_throttling_survives_a_restart(store, clock, receivers):
+    rx = receivers()
+    run_id = hooked_run(store, {"url": rx.url, "events": ["progress"], "progress_interval": 60})
+    store.add_event(run_id, "progress", "p1", data={"stage": "train", "step": 1})
+    d = Dispatcher(store, clock=clock)
+    d.tick()
+    d.run_pending()
+    clock.advance(30)
+    store.add_event(run_id, "progress", "p2", data={"stage": "train", "step": 2})
+    clock.advance(31)
+    store.add_event(run_id, "progress", "p3", data={"stage": "train", "step": 3})
+    again = Dispatcher(store, clock=clock)
+    again.tick()
+    again.run_pending()
+    assert [r.json["data"]["step"] for r in rx.accepted()] == [1, 3]
+
+
+def test_a_small_queue_reads_the_rest_from_the_store_in_order(store, clock, receivers):
+    rx = receivers()
+    run_id = hooked_run(store, {"url": rx.url})
+    for i in range(12):
+        store.add_event(run_id, "stage.started", f"s{i}", data={"stage": f"s{i}"})
+    d = Dispatcher(store, clock=clock, queue_size=3)
+    for _ in range(6):
+        d.tick()
+        assert d.pending() <= 3
+        d.run_pending()
+    assert [r.json["data"]["stage"] for r in rx.accepted()] == [f"s{i}" for i in range(12)]
+    d.tick()
+    assert store.event_position("webhooks") == store.events()[-1].id

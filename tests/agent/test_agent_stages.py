@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from pathlib import Path
 
 import psutil
@@ -288,3 +289,11 @@ def test_a_stage_that_cannot_be_started_fails_with_127(tmp_path, start_agent):
     log = (Path(plan.state_dir) / "logs" / "train.log").read_text()
     assert "corral: could not start: No such file or directory" in log
     assert status["reason"] == "stage 'train' could not start: No such file or directory"
+
+
+def test_a_bare_python_in_a_stage_is_the_interpreter_running_corral(tmp_path, start_agent):
+    plan = make_plan(tmp_path, [{"name": "which", "run": "command -v python > which.txt"}])
+    client = start_agent(plan, environ={"PATH": "/usr/bin:/bin"})
+    assert client.wait_finished()["phase"] == "succeeded"
+    found = (Path(plan.workdir) / "which.txt").read_text().strip()
+    assert os.path.dirname(found) == os.path.dirname(sys.executable)

@@ -264,3 +264,79 @@ def test_launch_warns_when_max_runtime_at_the_price_exceeds_the_budget(tmp_path,
     )
     assert code == 0
     assert "warning" in err and "$12.00" in err and "$5.00" in err
+
+
+def test_a_missing_workdir_is_refused_before_anything_is_recorded(tmp_path: Path) -> None:
+    code, _, err = cli(
+        "launch",
+        spec(
+            tmp_path,
+            """
+        name: nowhere
+        workdir: /nonexistent/dir
+        run: echo hi
+    """,
+        ),
+    )
+    assert code == EXIT_BAD_INPUT and "/nonexistent/dir" in err
+    assert json.loads(cli("ls", "--json")[1]) == []
+
+
+def test_logs_of_an_attempt_that_does_not_exist_is_not_found(tmp_path: Path) -> None:
+    code, out, _ = cli("launch", spec(tmp_path, HELLO), "--wait", "--json")
+    run_id = json.loads(out)["id"]
+    code, _, err = cli("logs", run_id, "--attempt", "9")
+    assert code == EXIT_NOT_FOUND and "attempt 9" in err
+
+
+def test_a_waiting_cli_restarts_a_controller_that_died(tmp_path: Path) -> None:
+    import os
+    import signal
+
+    from corral.control.lock import running_pid
+
+    code, out, _ = cli(
+        "launch",
+        spec(
+            tmp_path,
+            """
+        name: orphaned
+        run: sleep 2; echo finished
+    """,
+        ),
+        "--detach",
+        "--json",
+    )
+    run_id = json.loads(out)["id"]
+    deadline = time.monotonic() + 10
+    while running_pid() in (None, -1) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    os.kill(running_pid(), signal.SIGKILL)
+    code, out, _err = cli("logs", run_id, "--follow")  # waits for the end: a controller is needed
+    assert code == 0
+    assert "finished" in out
+    assert wait_state(run_id, {"SUCCEEDED"}, timeout=5)["state"] == "SUCCEEDED"
+
+
+def test_a_controller_started_with_other_settings_is_restarted(tmp_path: Path, monkeypatch) -> None:
+    from corral.control.lock import running_pid
+
+    cli("controller", "start")
+    first = running_pid()
+    monkeypatch.setenv("CORRAL_FAKE_GPUS", "L40S:2")
+    code, _out, err = cli(
+        "launch",
+        spec(
+            tmp_path,
+            """
+        name: gpu-job
+        resources: {gpus: "L40S:2"}
+        run: echo "gpus=$CUDA_VISIBLE_DEVICES"
+    """,
+        ),
+        "--wait",
+        "--json",
+    )
+    assert code == 0, err
+    assert "CORRAL_FAKE_GPUS changed" in err
+    assert running_pid() not in (None, first)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import queue
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -402,4 +403,16 @@ class Runner:
         else:
             env.pop(C.ENV_PROGRESS_FILE, None)
         env.pop(C.ENV_AGENT_TOKEN, None)
+        env["PATH"] = _with_interpreter_first(env.get("PATH", ""))
         return env
+
+
+def _with_interpreter_first(path: str) -> str:
+    """Put the directory of the Python running corral first on PATH, so a stage's bare
+    ``python`` is the interpreter corral (and its venv's packages) runs under, even when the venv
+    is not activated or the system has no ``python`` command."""
+    bindir = os.path.dirname(sys.executable)
+    parts = [p for p in path.split(os.pathsep) if p]
+    if parts and parts[0] == bindir:
+        return path
+    return os.pathsep.join([bindir, *[p for p in parts if p != bindir]])

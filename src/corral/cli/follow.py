@@ -81,6 +81,8 @@ class LogTailer:
 def stage_width(run: Any) -> int:
     """Width of the stage-name column: the longest stage name of the run's spec."""
     names = [s.get("name", "") for s in ((run.spec or {}).get("stages") or [])] or ["main"]
+    if (run.spec or {}).get("setup"):
+        names.append("_setup")
     return min(24, max(len(n) for n in names))
 
 
@@ -132,6 +134,7 @@ def follow(
     live: bool = True,
     timestamps: bool = False,
     from_end: bool = False,
+    status_lines: bool = True,
 ) -> Any:
     """Print new log lines until the run ends; returns the final run record."""
     from rich.live import Live
@@ -161,14 +164,25 @@ def follow(
                 attempt = None
         return run, attempt
 
+    from corral.cli.output import err_console
+    from corral.cli.waiting import ControllerGuard
+
+    guard = ControllerGuard(notify=lambda m: err_console.print(f"[dim]{m}[/]"))
     run, attempt = snapshot()
     use_live = live and console.is_terminal
     if not use_live:
+        # no live line in a pipe: print each state change (with its reason) as a line instead
+        last_state = None
         while True:
+            if status_lines and run.state != last_state and not run.terminal:
+                last_state = run.state
+                reason = f": {run.reason}" if run.reason else ""
+                err_console.print(f"[dim]{run.id} {run.state}{reason}[/]")
             emit(console.print)
             if run.terminal:
                 emit(console.print)
                 return run
+            guard.check(run)
             time.sleep(poll_s)
             run, attempt = snapshot()
     with Live(
@@ -180,5 +194,6 @@ def follow(
             if run.terminal:
                 emit(lv.console.print)
                 return run
+            guard.check(run)
             time.sleep(poll_s)
             run, attempt = snapshot()

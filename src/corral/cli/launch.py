@@ -30,6 +30,10 @@ def launch(
     from corral.store import Store
 
     spec = load_spec(file, list(set_))
+    if not Path(spec.workdir).is_dir():
+        from corral.errors import BadInput
+
+        raise BadInput(f"{file}: workdir {spec.workdir} does not exist or is not a directory")
     providers, skipped = load_providers()
     result = planner.plan(providers, planner.requirements_from_spec(spec))
     for name, why in skipped.items():
@@ -51,7 +55,7 @@ def launch(
     # sure a controller babysits it; the compare-and-set in start_attempt means the two never
     # both launch it
     launching.start_attempt(Context(store=store, providers=providers), run)
-    start_background(wait_s=0)
+    start_background(wait_s=0, notify=lambda m: err_console.print(f"[dim]{m}[/]"))
 
     if detach or (json_ and not wait):
         run = store.get_run(run.id)

@@ -27,8 +27,17 @@ def logs(
                 raise NotFound(
                     f"run {run.id} has no stage {s!r} (stages: {', '.join(sorted(known))})"
                 )
+    if attempt is not None and not 1 <= attempt <= max(run.attempt, 1):
+        raise NotFound(f"run {run.id} has no attempt {attempt} (attempts: 1..{run.attempt})")
     if follow_:
-        follow(store, run.id, stages=stage or None, timestamps=timestamps, live=False)
+        follow(
+            store,
+            run.id,
+            stages=stage or None,
+            timestamps=timestamps,
+            live=False,
+            status_lines=False,
+        )
         return
     colors: dict[str, str] = {}
     width = stage_width(run)

@@ -23,10 +23,12 @@ def ls(
         if s not in RUN_STATES:
             raise BadInput(f"--state {s!r}: expected one of {', '.join(sorted(RUN_STATES))}")
     store = Store.open()
-    runs = store.list_runs(states=states, limit=limit)
+    runs = store.list_runs(states=states)
     if not all_ and not states and not json_:
         active = [r for r in runs if r.active]
         runs = active or runs
+    if limit is not None:
+        runs = runs[:limit]
     if json_:
         import json
         import sys

@@ -19,8 +19,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--log-file", type=Path, default=None)
     args = parser.parse_args(argv)
     from corral.control.daemon import run_foreground
+    from corral.errors import Conflict
 
-    return run_foreground(idle_exit_s=args.idle_exit, tick_seconds=args.tick, log_to=args.log_file)
+    try:
+        return run_foreground(
+            idle_exit_s=args.idle_exit, tick_seconds=args.tick, log_to=args.log_file
+        )
+    except Conflict as e:  # lost the race to another controller: nothing to do
+        print(e.message, file=sys.stderr)
+        return 0
 
 
 if __name__ == "__main__":

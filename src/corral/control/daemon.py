@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from corral import paths
@@ -16,6 +17,35 @@ from corral.control.lock import ControllerLock, running_pid
 from corral.errors import ControllerError
 
 LOG_FILE = "controller.log"
+ENV_FILE = "controller.env.json"
+#: what a controller (and the agents it launches) takes from its environment: a CLI whose
+#: values differ restarts the background controller so that the latest one wins
+CONTROLLER_ENV = (
+    "CORRAL_FAKE_GPUS",
+    "CORRAL_LOCAL_PRICE_PER_HOUR",
+    "CORRAL_PROVIDERS",
+    "CORRAL_FAKE_CLOUD",
+    "CORRAL_DATABASE_URL",
+    "CUDA_VISIBLE_DEVICES",
+    "PATH",
+    "VIRTUAL_ENV",
+)
+
+
+def env_snapshot(environ: dict[str, str] | None = None) -> dict[str, str | None]:
+    env = os.environ if environ is None else environ
+    return {name: env.get(name) for name in CONTROLLER_ENV}
+
+
+def _recorded_env(home: Path) -> dict[str, str | None] | None:
+    import json
+
+    try:
+        return json.loads((home / ENV_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+
+
 ENV_IDLE_EXIT = "CORRAL_CONTROLLER_IDLE_EXIT"
 DEFAULT_IDLE_EXIT_S = 600.0
 
@@ -36,8 +66,8 @@ def run_foreground(
     tick_seconds: float | None = None,
     log_to: Path | None = None,
 ) -> int:
-    """Hold the lock and tick until stopped. Returns an exit code (1 if another controller
-    already runs for this home)."""
+    """Hold the lock and tick until stopped; returns 0. Raises Conflict if another controller
+    already runs for this home."""
     from corral.control.context import Context, Settings
     from corral.control.controller import Controller
     from corral.control.providers import load_providers
@@ -46,8 +76,9 @@ def run_foreground(
     home = paths.home()
     lock = ControllerLock(home)
     if not lock.acquire():
-        print(f"a controller already runs for {home} (pid {running_pid(home)})", file=sys.stderr)
-        return 1
+        from corral.errors import Conflict
+
+        raise Conflict(f"a controller already runs for {home} (pid {running_pid(home)})")
     handler: logging.Handler = (
         logging.FileHandler(log_to) if log_to else logging.StreamHandler(sys.stderr)
     )
@@ -56,6 +87,11 @@ def run_foreground(
     logger.addHandler(handler)
     logger.setLevel(logging.INFO)
     try:
+        import json
+
+        tmp = home / (ENV_FILE + ".tmp")
+        tmp.write_text(json.dumps(env_snapshot()))
+        os.replace(tmp, home / ENV_FILE)
         store = Store.open()
         providers, skipped = load_providers()
         for name, why in skipped.items():
@@ -75,14 +111,25 @@ def run_foreground(
         logger.removeHandler(handler)
 
 
-def start_background(*, wait_s: float = 5.0) -> int:
+def start_background(*, wait_s: float = 5.0, notify: Callable[[str], None] | None = None) -> int:
     """Start a background controller unless one runs; wake it either way. Returns its pid.
-    With ``wait_s=0`` it does not wait for the new controller to take the lock."""
+    With ``wait_s=0`` it does not wait for the new controller to take the lock.
+
+    A running controller whose environment (``CONTROLLER_ENV``: fake GPUs, local price,
+    providers, PATH, ...) differs from this process's is restarted, so the latest CLI's
+    settings apply (a restart is safe: runs are re-attached, nothing is launched twice)."""
     home = paths.home()
     pid = running_pid(home)
     if pid and pid > 0:
-        wake(pid)
-        return pid
+        recorded = _recorded_env(home)
+        current = env_snapshot()
+        if recorded is None or recorded == current:
+            wake(pid)
+            return pid
+        changed = sorted(k for k in current if recorded.get(k) != current[k])
+        if notify:
+            notify(f"restarting the controller: {', '.join(changed)} changed")
+        stop_background()
     log_path = home / LOG_FILE
     with open(log_path, "ab") as out, open(os.devnull, "rb") as devnull:
         proc = subprocess.Popen(

@@ -36,7 +36,7 @@ under ``from __future__ import annotations``) is a ``BadInput`` naming the field
 
 **Where the resolved config goes**: ``load_config`` writes it as JSON to
 :func:`config_path` (``$CORRAL_CHECKPOINT_DIR/../config.json`` under corral, else
-``./corral-run/config.json``), and the checkpoint carries it when the script passes
+``./corral-run/config.json``; from rank 0 only, see :func:`is_rank_zero`), and the checkpoint carries it when the script passes
 ``config=cfg.to_dict()`` to ``training_state(...)``.
 """
 
@@ -47,7 +47,8 @@ import dataclasses
 import importlib.util
 import json
 import os
-from collections.abc import Iterable, Sequence
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -66,6 +67,7 @@ __all__ = [
     "TrainingConfig",
     "apply_overrides",
     "config_path",
+    "is_rank_zero",
     "load_config",
     "parse_argv",
     "run_dir",
@@ -83,6 +85,20 @@ def run_dir() -> Path:
     return Path.cwd() / "corral-run"
 
 
+def is_rank_zero(environ: Mapping[str, str] | None = None) -> bool:
+    """False when ``RANK`` (else ``LOCAL_RANK``), as torchrun/accelerate set them, names a
+    process other than rank 0; True otherwise (also outside distributed training)."""
+    env = os.environ if environ is None else environ
+    for name in ("RANK", "LOCAL_RANK"):
+        raw = (env.get(name) or "").strip()
+        if raw:
+            try:
+                return int(raw) == 0
+            except ValueError:
+                continue
+    return True
+
+
 def config_path() -> Path:
     """Where ``load_config`` saves the resolved config: ``run_dir() / "config.json"``."""
     return run_dir() / "config.json"
@@ -96,12 +112,17 @@ class TrainingConfig:
         return plain(self)
 
     def save(self, path: str | os.PathLike[str]) -> Path:
-        """Write the config as JSON (atomically: a temporary file, then a rename)."""
+        """Write the config as JSON, atomically: a temporary file with a name of its own (so
+        several processes may save at once, the last rename wins), then a rename."""
         target = Path(path)
         target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = target.with_name(target.name + ".tmp")
-        tmp.write_text(json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n")
-        os.replace(tmp, target)
+        tmp = target.with_name(f".{target.name}.{os.getpid()}.{uuid.uuid4().hex[:12]}.tmp")
+        try:
+            tmp.write_text(json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n")
+            os.replace(tmp, target)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
         return target
 
     @classmethod
@@ -218,7 +239,7 @@ def load_config(
 ) -> C:
     """The resolved config: defaults, experiment, ``overrides``, then ``argv``'s ``--set``
     (``--experiment`` in ``argv`` replaces ``experiment=``). Saved to :func:`config_path`
-    unless ``save=False``."""
+    unless ``save=False`` or this is not rank 0 (:func:`is_rank_zero`)."""
     if not (isinstance(cls, type) and dataclasses.is_dataclass(cls)):
         raise BadInput(f"load_config needs a dataclass type, got {cls!r}")
     check_types(cls)  # a field whose type cannot be resolved is an error now, not "any"
@@ -231,7 +252,7 @@ def load_config(
         cfg = _apply_experiment(cfg, experiment, experiments_dir)
     cfg = apply_overrides(cfg, overrides)
     cfg = apply_overrides(cfg, argv_sets)
-    if save:
+    if save and is_rank_zero():  # one writer: with DDP every rank loads the config
         if not hasattr(cfg, "save"):
             raise BadInput(f"{cls.__name__} must subclass TrainingConfig to be saved")
         cfg.save(config_path())

@@ -111,11 +111,24 @@ class LocalProvider(Provider, SupportsLogs, SupportsSimulatedPreemption):
                     "gpus_total": len(inventory.of_type(self.gpus, gpu_type)),
                     "gpus_free": len(free),
                     "inventory": describe(self.gpus),
+                    **(
+                        {}
+                        if available
+                        else {
+                            "unavailable_reason": self._waiting_reason(count, len(free), gpu_type)
+                        }
+                    ),
                 },
             )
         ]
 
     # --- launch -----------------------------------------------------------------------------
+
+    def _waiting_reason(self, count: int, free: int, gpu_type: str | None) -> str:
+        total = len(inventory.of_type(self.gpus, gpu_type))
+        holders = sorted({h["run_id"] for h in self.gpu_holders() if h.get("run_id")})
+        held_by = f" (held by {', '.join(holders[:3])})" if holders else ""
+        return f"local: {count} GPUs needed, {free} of {total} free{held_by}"
 
     def launch(self, offer: Offer, bootstrap: Bootstrap, key: str) -> Instance:
         check_key(key)

@@ -44,8 +44,9 @@ def build_hooks(plan: AgentPlan, events: EventLog) -> list[AttemptHook]:
         from corral.agent.checkpoint_sync import CheckpointSync
 
         hooks.append(CheckpointSync(plan, events))
-    if plan.artifacts.paths or plan.eval.report:
-        from corral.agent.artifacts import ArtifactsHook
+    # always: every attempt ends with a manifest (stage timings, cost, git commit), even when
+    # there are no artifacts to upload
+    from corral.agent.artifacts import ArtifactsHook
 
-        hooks.append(ArtifactsHook(plan, events))
+    hooks.append(ArtifactsHook(plan, events))
     return hooks

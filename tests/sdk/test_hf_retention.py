@@ -96,3 +96,12 @@ def test_a_checkpoint_without_an_evaluation_at_its_own_step_is_not_ranked_by_an_
     CorralCallback(keep_last=1, keep_best=1, metric="eval_loss").apply_retention(out)
     # checkpoint-20/30 must not inherit step 10's eval_loss (a tie that the newer would win)
     assert names(out) == ["checkpoint-10", "checkpoint-40"]
+
+
+def test_the_checkpoint_just_saved_is_kept_even_below_newer_ones(tmp_path):
+    out = tmp_path / "out"
+    for step in (4, 10):
+        make_checkpoint(out, step)
+    make_checkpoint(out, 6)  # saved by a run that resumed from checkpoint-4
+    CorralCallback(keep_last=1).apply_retention(out, just_saved=6)
+    assert names(out) == ["checkpoint-6", "checkpoint-10"]

@@ -202,7 +202,7 @@ class Checkpointer:
         self._save_seconds = time.perf_counter() - started
         self.last_saved_step = step
         progress_file.emit("checkpoint", step=step, path=path, metrics=metrics)
-        self._apply_retention()
+        self._apply_retention(just_written=step)
 
     def _write_checkpoint(self, snap: Snapshot, step: int, name: str, metrics: dict) -> str:
         st = self.storage
@@ -230,7 +230,7 @@ class Checkpointer:
         self._verified[name] = hashlib.sha256(raw).hexdigest()
         return final
 
-    def _apply_retention(self) -> None:
+    def _apply_retention(self, just_written: int) -> None:
         try:
             complete = self._complete(warn=False)
             keep = select_to_keep(
@@ -239,6 +239,7 @@ class Checkpointer:
                 self.keep_best,
                 self.metric,
                 self.mode,
+                protected=(just_written,),
             )
             for found, _ in complete:
                 if found.step not in keep:

@@ -8,15 +8,19 @@ The rule, for complete checkpoints given as ``(step, metrics)``:
    a finite real number (``None``, NaN, inf, a string, a bool), is never a "best" candidate;
 3. among equal metric values the newer step counts as better (a later checkpoint has seen more
    training), so ties resolve the same way on every run;
-4. the newest step is always kept, even with ``keep_last=0``.
+4. the newest step is always kept, even with ``keep_last=0``;
+5. the ``protected`` steps are kept: the Checkpointer passes the step it has just written, so
+   a run that resumed from an older checkpoint and saves step 6 while ``ckpt-10`` exists never
+   deletes the checkpoint it has just made durable (and reported).
 
-The result is the union of (1), (2) and (4); everything else may be deleted.
+The result is the union of (1), (2), (4) and (5) (only steps in ``checkpoints``); everything
+else may be deleted.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from corral.errors import BadInput
@@ -72,13 +76,18 @@ def select_to_keep(
     keep_best: int,
     metric: str | None,
     mode: str,
+    *,
+    protected: Iterable[int] = (),
 ) -> set[int]:
-    """The steps to keep among ``checkpoints`` (see the module docstring for the rule)."""
+    """The steps to keep among ``checkpoints`` (see the module docstring for the rule);
+    ``protected`` steps (e.g. the one just written) are kept whatever the policy says."""
     validate_policy(keep_last, keep_best, metric, mode)
     if not checkpoints:
         return set()
-    newest_first = sorted({step for step, _ in checkpoints}, reverse=True)
+    steps = {step for step, _ in checkpoints}
+    newest_first = sorted(steps, reverse=True)
     keep = set(newest_first[: max(keep_last, 1)])
     if keep_best:
         keep.update(rank_best(checkpoints, metric, mode)[:keep_best])
+    keep.update(steps.intersection(protected))
     return keep

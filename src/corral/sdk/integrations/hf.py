@@ -245,7 +245,7 @@ class CorralCallback(TrainerCallback):
                 str(path.resolve()),
                 {**_metric_at(saved_state, step, self.metric), **self._cost()},
             )
-        self.apply_retention(args.output_dir, best=state.best_model_checkpoint)
+        self.apply_retention(args.output_dir, best=state.best_model_checkpoint, just_saved=step)
         return control
 
     # --- public --------------------------------------------------------------------------
@@ -256,17 +256,28 @@ class CorralCallback(TrainerCallback):
         os.replace(tmp, path / STATE_FILE)
 
     def apply_retention(
-        self, output_dir: str | os.PathLike[str], best: str | None = None
+        self,
+        output_dir: str | os.PathLike[str],
+        best: str | None = None,
+        just_saved: int | None = None,
     ) -> list[Path]:
         """Delete the checkpoints the policy does not keep, and incomplete ones; returns the
-        deleted paths."""
+        deleted paths. ``best`` (the Trainer's best checkpoint) and the step ``just_saved`` are
+        always kept."""
         all_dirs = _checkpoint_dirs(output_dir)
         complete: list[tuple[int, dict[str, Any]]] = []
         for step, path in all_dirs:
             saved = _trainer_state(path)
             if saved is not None:
                 complete.append((step, _metric_at(saved, step, self.metric)))
-        keep = select_to_keep(complete, self.keep_last, self.keep_best, self.metric, self.mode)
+        keep = select_to_keep(
+            complete,
+            self.keep_last,
+            self.keep_best,
+            self.metric,
+            self.mode,
+            protected=() if just_saved is None else (just_saved,),
+        )
         if best:
             match = _CKPT_RE.match(Path(best).name)
             if match:

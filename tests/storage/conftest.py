@@ -79,3 +79,22 @@ def bucket(s3_env: str) -> Bucket:
 def assert_no_secret(text: str) -> None:
     for value in (ACCESS_KEY, SECRET_KEY, SESSION_TOKEN):
         assert value not in text, f"a credential leaked: ...{text[:300]}"
+
+
+@pytest.fixture
+def start_agent():
+    """``start_agent(plan) -> Client`` for an agent running in this process (hooks from the
+    plan, as ``corral agent`` builds them)."""
+    from agent.helpers import TOKEN, Client
+    from corral.agent.main import Agent
+
+    agents: list[Agent] = []
+
+    def start(plan: Any, **kw: Any) -> Client:
+        agent = Agent(plan, TOKEN, **kw)
+        agents.append(agent)
+        return Client(agent.start(), TOKEN, agent)
+
+    yield start
+    for agent in agents:
+        agent.close(timeout=10)

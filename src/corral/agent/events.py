@@ -33,6 +33,7 @@ EVENT_TYPES = frozenset(
         "agent.error",  # a hook failed (data: hook, message)
         "checkpoint.uploaded",  # a complete checkpoint is in object storage (data: step, uri)
         "checkpoint.restored",  # restored from object storage at attempt start (data: step, uri)
+        "checkpoint.skipped",  # corrupt: not restored/uploaded (data: step, name, uri, reason)
         "artifacts.uploaded",  # data: uri, files, bytes
         "manifest.written",  # data: uri
         "eval.acceptance",  # data: criteria [{metric, op, value, observed, passed}], all_pass

@@ -224,7 +224,8 @@ def translate(exc: BaseException, action: str, path: str, settings: S3Settings) 
             f"{where}: cannot reach the object store at {settings.endpoint_label} "
             f"({type(exc).__name__})"
         )
-    return StorageError(f"{where} failed ({type(exc).__name__}: {redact(str(exc))})")
+    detail = " ".join(redact(str(exc)).split())  # one line
+    return StorageError(f"{where} failed ({type(exc).__name__}: {detail})")
 
 
 def is_boto_error(exc: BaseException) -> bool:

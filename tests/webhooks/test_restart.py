@@ -98,3 +98,41 @@ def test_a_small_queue_reads_the_rest_from_the_store_in_order(store, clock, rece
     assert [r.json["data"]["stage"] for r in rx.accepted()] == [f"s{i}" for i in range(12)]
     d.tick()
     assert store.event_position("webhooks") == store.events()[-1].id
+
+
+class FlakyStore:
+    """The real store, but ``get_run`` fails the first ``failures`` times (a database hiccup)."""
+
+    def __init__(self, store, failures: int):
+        self._store = store
+        self.failures = failures
+
+    def get_run(self, ref):
+        if self.failures:
+            self.failures -= 1
+            from corral.errors import StoreError
+
+            raise StoreError("database is busy")
+        return self._store.get_run(ref)
+
+    def __getattr__(self, name):
+        return getattr(self._store, name)
+
+
+def test_a_store_failure_during_a_tick_loses_and_repeats_nothing(store, clock, receivers):
+    rx = receivers()
+    a = hooked_run(store, {"url": rx.url}, name="a")
+    store.add_event(a, "run.started", "go")
+    d = Dispatcher(FlakyStore(store, failures=0), clock=clock)
+    d.tick()
+    d.run_pending()
+    b = hooked_run(store, {"url": rx.url}, name="b")
+    store.add_event(a, "stage.started", "a", data={"stage": "x"})
+    store.add_event(b, "run.started", "go")
+    d.store.failures = 1  # discovering run b fails once, after a's event was queued
+    assert d.tick() == 0
+    d.tick()
+    d.run_pending()
+    got = [(r.json["run"]["id"], r.type) for r in rx.accepted()]
+    assert [t for run, t in got if run == a] == ["run.started", "stage.started"]
+    assert [t for run, t in got if run == b] == ["run.started"]

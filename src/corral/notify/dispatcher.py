@@ -29,6 +29,7 @@ from typing import Any
 
 from corral import __version__
 from corral.notify import payloads, sending
+from corral.notify.feed import FeedReader
 from corral.notify.keys import Item, Key, Run
 from corral.notify.signing import (
     HEADER_ATTEMPT,
@@ -38,11 +39,9 @@ from corral.notify.signing import (
     HEADER_TIMESTAMP,
     sign,
 )
-from corral.store.records import EventRecord
 
 log = logging.getLogger("corral.notify")
 
-CONSUMER = "webhooks"
 USER_AGENT = f"corral-webhooks/{__version__}"
 
 
@@ -53,14 +52,15 @@ def env_secret(name: str) -> str | None:
     return os.environ.get(name) or None
 
 
-class Dispatcher:
+class Dispatcher(FeedReader):
     """Deliver the webhooks of every run in ``store``.
 
     ``http``: an ``httpx.Client`` to send with (default: one of its own); ``clock``: unix
     seconds, for the signature timestamp and retry times; ``secret_resolver(name)``: a secret's
     value or None; ``policy``: retries and timeout; ``workers``: sender threads;
     ``queue_size``: deliveries held in memory per (run, webhook) (more wait in the store);
-    ``poll_interval``: seconds between ticks of the background thread.
+    ``poll_interval``: seconds between ticks of the background thread; ``page_size`` and
+    ``max_pages``: events read from the feed per query and per tick.
     """
 
     def __init__(
@@ -75,6 +75,7 @@ class Dispatcher:
         queue_size: int = 100,
         poll_interval: float = 1.0,
         page_size: int = 500,
+        max_pages: int = 20,
         rng: random.Random | None = None,
     ):
         self.store = store
@@ -85,6 +86,7 @@ class Dispatcher:
         self.queue_size = max(1, int(queue_size))
         self.poll_interval = poll_interval
         self.page_size = page_size
+        self.max_pages = max(1, int(max_pages))
         self._http = http
         self._own_http = http is None
         self._rng = rng or random.Random()
@@ -165,141 +167,6 @@ class Dispatcher:
         """Deliveries queued in memory (including those waiting for a retry)."""
         with self._cond:
             return sum(len(k.queue) for r in self._runs.values() for k in r.keys)
-
-    # --- scanning ----------------------------------------------------------------------------
-
-    def _tick(self) -> int:
-        if self._scan is None:
-            self._scan = self._saved = self.store.event_position(CONSUMER)
-        queued, live = 0, {}
-        while True:
-            batch = self.store.events(after_id=self._scan, limit=self.page_size)
-            if not batch:
-                break
-            queued += self._take(batch, live)
-            if len(batch) < self.page_size:
-                break
-        for run in list(self._runs.values()):
-            for key in run.keys:
-                if key.queued_upto < run.max_event and len(key.queue) < self.queue_size:
-                    queued += self._catch_up(run, key, live)
-        self._forget_finished()
-        self._save_position()
-        if queued:
-            with self._cond:
-                self._cond.notify_all()
-        return queued
-
-    def _take(self, batch: list[EventRecord], live: dict[str, Any]) -> int:
-        before = self._scan or 0
-        by_run: dict[str, list[EventRecord]] = {}
-        for e in batch:
-            by_run.setdefault(e.run_id, []).append(e)
-        self._scan = batch[-1].id
-        queued = 0
-        for run_id, events in by_run.items():
-            run = self._runs.get(run_id) or self._discover(run_id, before)
-            if run is None:
-                continue
-            caught_up = run.max_event
-            run.max_event = events[-1].id
-            run.finished = run.finished or any(e.type == "run.finished" for e in events)
-            for key in run.keys:
-                if key.queued_upto >= caught_up:  # nothing of this run left unread before
-                    queued += self._feed(run, key, events, live)
-        return queued
-
-    def _discover(self, run_id: str, before: int) -> Run | None:
-        if run_id in self._plain:
-            return None
-        from corral.errors import NotFound
-
-        try:
-            record = self.store.get_run(run_id)
-        except NotFound:
-            return None
-        if record.id != run_id:  # get_run also matches prefixes and names
-            return None
-        hooks = payloads.hooks_of(record.spec)
-        if not hooks:
-            if len(self._plain) > 50_000:
-                self._plain.clear()
-            self._plain.add(run_id)
-            return None
-        cursors = {c.webhook: c for c in self.store.webhook_cursors(run_id)}
-        # Events of this run up to ``before`` were all handled already: either they are
-        # behind the saved feed position, or this dispatcher saw them and forgot the run only
-        # once everything had gone out.
-        run = Run(run_id, record.name, finished=record.terminal, max_event=before)
-        run.keys = [Key(run, h, cursors.get(h.index), before) for h in hooks]
-        with self._cond:
-            self._runs[run_id] = run
-        return run
-
-    def _catch_up(self, run: Run, key: Key, live: dict[str, Any]) -> int:
-        scan = self._scan or 0
-        events = self.store.events(run.id, after_id=key.queued_upto, limit=self.page_size)
-        return self._feed(run, key, [e for e in events if e.id <= scan], live)
-
-    def _feed(self, run: Run, key: Key, events: list[EventRecord], live: dict[str, Any]) -> int:
-        queued = 0
-        for e in events:
-            if e.id <= key.queued_upto:
-                continue
-            if len(key.queue) >= self.queue_size:
-                break  # read again from the store once the queue has room
-            item = self._item(run, key, e, live)
-            if item is not None:
-                with self._cond:
-                    key.queue.append(item)
-                queued += 1
-            key.queued_upto = e.id
-        return queued
-
-    def _item(self, run: Run, key: Key, e: EventRecord, live: dict[str, Any]) -> Item | None:
-        if e.type not in payloads.WEBHOOK_EVENTS or not key.hook.wants(e.type):
-            return None
-        extra = None
-        if e.type == "progress":
-            last = key.progress_ts
-            if last is not None and (e.ts - last).total_seconds() < key.hook.progress_interval:
-                return None
-            key.progress_ts = e.ts
-            if run.id not in live:
-                live[run.id] = self._live(run.id)
-            extra = live[run.id]
-        payload = payloads.build(e, run_name=run.name, webhook=key.hook.index, live=extra)
-        return Item(e.id, e.type, payload, e.ts if e.type == "progress" else None)
-
-    def _live(self, run_id: str) -> dict[str, Any]:
-        try:
-            record = self.store.get_run(run_id)
-            attempt = self.store.get_attempt(run_id, record.attempt) if record.attempt else None
-        except Exception as e:
-            log.warning("run %s: no live status for a progress webhook: %s", run_id, e)
-            return {}
-        return payloads.live_status(record, attempt)
-
-    def _forget_finished(self) -> None:
-        with self._cond:
-            for run_id, run in list(self._runs.items()):
-                if run.finished and all(
-                    k.idle and k.queued_upto >= run.max_event for k in run.keys
-                ):
-                    del self._runs[run_id]
-
-    def _save_position(self) -> None:
-        """Write the feed position below which everything is handled."""
-        low = self._scan or 0
-        with self._cond:
-            for run in self._runs.values():
-                for key in run.keys:
-                    if key.queue:
-                        low = min(low, key.queue[0].event_id - 1)
-                    elif key.queued_upto < run.max_event:
-                        low = min(low, key.queued_upto)
-        if low > self._saved:
-            self._saved = self.store.set_event_position(CONSUMER, low)
 
     # --- sending -----------------------------------------------------------------------------
 

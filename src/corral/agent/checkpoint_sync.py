@@ -322,7 +322,11 @@ class CheckpointSync:
         )
         try:
             remaining, _ = mirror.apply_retention(
-                self.storage, self.root, self.policy, ignore=frozenset(self._corrupt_remote)
+                self.storage,
+                self.root,
+                self.policy,
+                ignore=set(self._corrupt_remote),
+                protect=[entry.name],
             )
         except Exception as exc:
             self._report(f"remote checkpoint retention failed: {type(exc).__name__}: {exc}")

@@ -20,7 +20,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -66,9 +66,11 @@ class Policy:
     metric: str | None = None
     mode: str = "min"
 
-    def keep(self, entries: list[Entry]) -> set[int]:
+    def keep(self, entries: list[Entry], protected: Iterable[int] = ()) -> set[int]:
         pairs = [(e.step, e.manifest.metrics) for e in entries]
-        return select_to_keep(pairs, self.keep_last, self.keep_best, self.metric, self.mode)
+        return select_to_keep(
+            pairs, self.keep_last, self.keep_best, self.metric, self.mode, protected=protected
+        )
 
 
 def policy_from_env(env: Mapping[str, str]) -> Policy:
@@ -257,16 +259,22 @@ def _get_file(storage: Storage, src: str, dst: str, fentry: FileEntry) -> None:
 
 
 def apply_retention(
-    storage: Storage, root: str, policy: Policy, *, ignore: set[str] | frozenset[str] = frozenset()
+    storage: Storage,
+    root: str,
+    policy: Policy,
+    *,
+    ignore: Iterable[str] = (),
+    protect: Iterable[str] = (),
 ) -> tuple[list[Entry], list[str]]:
     """Delete the checkpoints in ``root`` that ``policy`` does not keep (each series on its own;
-    names in ``ignore`` are neither counted nor deleted). Returns the complete checkpoints left
-    and the names deleted."""
+    names in ``ignore`` are neither counted nor deleted, names in ``protect`` always kept).
+    Returns the complete checkpoints left and the names deleted."""
+    ignore, protect = set(ignore), set(protect)
     complete, _ = scan(storage, root)
     dropped: list[str] = []
     for prefix in sorted({e.prefix for e in complete}):
         series = [e for e in complete if e.prefix == prefix and e.name not in ignore]
-        keep = policy.keep(series)
+        keep = policy.keep(series, protected=[e.step for e in series if e.name in protect])
         layout = Layout(storage, root, prefix)
         for e in series:
             if e.step not in keep:

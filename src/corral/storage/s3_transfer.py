@@ -7,14 +7,16 @@ Rules kept for both AWS S3 and Cloudflare R2 (see ``shared/providers/s3-r2.md``)
   ``max(part_size, ceil(size / 9000))`` rounded up to a MiB (:func:`part_size_for`);
 * every request carries a plain ``x-amz-checksum-sha256`` header (base64 of the raw digest) of
   its own body; a multipart upload is created with ``ChecksumAlgorithm=SHA256`` and completed
-  with each part's checksum. A ``BadDigest`` answer is retried (the body is in memory);
+  with each part's checksum;
 * the object's hex sha256 is stored as ``x-amz-meta-sha256`` when it is known before the upload
   starts (single PUTs, :func:`upload_file`), the portable copy where a server keeps no checksum;
 * stores are not trusted to check any of it (moto accepts wrong checksums; whether R2 checks is
   not confirmed), so every upload is verified afterwards by ``HEAD``: size, ETag (MD5 of the
   body, or MD5 of the parts' MD5s + ``-N``; skipped under SSE-KMS/SSE-C, where the ETag is not an
   MD5), the stored SHA-256 checksum when the server returns one (whole, or composite for
-  multipart), and the sha256 metadata. A mismatch raises :class:`StorageIntegrityError`.
+  multipart), and the sha256 metadata. A single PUT that the store reports (``BadDigest``) or
+  holds corrupted is sent again (its body is in memory), up to 3 times; then, as for a
+  multipart upload, the bad object is deleted and :class:`StorageIntegrityError` raised.
 
 A failed multipart upload is aborted, so it leaves no parts behind.
 """
@@ -325,6 +327,20 @@ class S3Writer:
             self.abort()
 
 
+def _read_full(f: Any, n: int) -> bytes:
+    """Up to ``n`` bytes, fewer only at the end of the file (a raw read may return less, e.g.
+    Linux caps one read at ~2 GiB): parts must all have the same size."""
+    chunks = []
+    left = n
+    while left > 0:
+        chunk = f.read(left)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        left -= len(chunk)
+    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+
 def file_sha256(path: str) -> str:
     digest = hashlib.sha256()
     with open(path, "rb", buffering=0) as f:
@@ -351,7 +367,7 @@ def upload_file(
     where = f"{local_path}"
     if size <= part_size:
         with open(local_path, "rb") as f:
-            body = f.read()
+            body = f.read(size + 1)
         got = hashlib.sha256(body).hexdigest()
         if len(body) != size or got != expected:
             raise SourceMismatch(f"{where} does not match its expected sha256")
@@ -367,7 +383,7 @@ def upload_file(
             with open(local_path, "rb", buffering=0) as f:
                 number = 0
                 while True:
-                    chunk = f.read(part)
+                    chunk = _read_full(f, part)
                     if not chunk:
                         break
                     digest.update(chunk)

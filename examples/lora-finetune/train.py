@@ -19,13 +19,17 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from corral.sdk import TrainingConfig, load_config, preflight
+from corral.sdk import TrainingConfig, load_config, preflight, retention_policy
 
 # Before transformers is imported (in main): never reach the Hub.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 HERE = Path(__file__).resolve().parent
+
+#: Checkpoints kept when the script runs without corral. Under corral the spec's `checkpoints:`
+#: section decides (passed as CORRAL_CHECKPOINT_KEEP_LAST, ...); keep the two equal.
+RETENTION = {"keep_last": 2}
 
 
 @dataclass
@@ -51,7 +55,6 @@ class Config(TrainingConfig):
     seq_len: int = 64  # bytes per sequence
     lr: float = 3e-3  # peak learning rate
     save_steps: int = 20  # a checkpoint every N steps (and one on SIGTERM)
-    keep_last: int = 2  # checkpoints kept
     seed: int = 0  # base-model init and data order
     threads: int = 2  # torch CPU threads
     data: str = "data/corpus.txt"  # text file, relative to this folder
@@ -153,7 +156,7 @@ def main(argv: list[str]) -> int:
         disable_tqdm=True,
         dataloader_num_workers=0,
     )
-    callback = CorralCallback(keep_last=cfg.keep_last, progress_every_s=5.0)
+    callback = CorralCallback(**retention_policy(fallback=RETENTION), progress_every_s=5.0)
     trainer = Trainer(model=model, args=args, train_dataset=dataset, callbacks=[callback])
 
     resume = last_complete_checkpoint(ckpt_dir)

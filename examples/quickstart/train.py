@@ -33,6 +33,7 @@ from corral.sdk import (  # noqa: E402
     load_config,
     report,
     restore_training_state,
+    retention_policy,
     should_stop,
     training_state,
 )
@@ -72,11 +73,22 @@ class Config(TrainingConfig):
     eval_every: int = 100  # steps between val-loss evaluations (each one saves a checkpoint)
     eval_batches: int = 20  # batches per val-loss estimate
     log_every: int = 10  # steps between progress reports
-    keep_last: int = 2  # checkpoints kept: the newest N ...
-    keep_best: int = 1  # ... plus the best N by val_loss
     seed: int = 1337
     threads: int = 2  # torch intra-op threads
     out_dir: str = "out"  # the final model goes to <out_dir>/model/
+
+
+@dataclass(frozen=True)
+class Retention:
+    """Checkpoints kept when the script runs without corral. Under corral the spec's
+    ``checkpoints:`` section decides (the agent passes it as ``CORRAL_CHECKPOINT_KEEP_LAST``,
+    ``_KEEP_BEST``, ``_METRIC``, ``_MODE``, which also work on a direct run); keep these equal
+    to the spec's so both behave the same."""
+
+    keep_last: int = 2  # the newest N ...
+    keep_best: int = 1  # ... plus the best N by metric
+    metric: str = "val_loss"
+    mode: str = "min"
 
 
 def env_overrides(cls: type[Config], environ: dict[str, str]) -> dict[str, str]:
@@ -159,9 +171,8 @@ def main(argv: list[str]) -> int:
     n_params = sum(p.numel() for p in model.parameters())
     print(f"quickstart: model {n_params / 1e6:.2f}M parameters", flush=True)
 
-    checkpointer = Checkpointer(
-        keep_last=cfg.keep_last, keep_best=cfg.keep_best, metric="val_loss", mode="min"
-    )
+    # Retention: the spec's `checkpoints:` under corral, else this script's own choice.
+    checkpointer = Checkpointer(**retention_policy(fallback=dataclasses.asdict(Retention())))
     meter = CostMeter()
     install_signal_handlers()
 

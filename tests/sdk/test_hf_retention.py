@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from corral.errors import BadInput
+
 pytest.importorskip("transformers")
 
 from corral.sdk.integrations.hf import (
@@ -105,3 +107,21 @@ def test_the_checkpoint_just_saved_is_kept_even_below_newer_ones(tmp_path):
     make_checkpoint(out, 6)  # saved by a run that resumed from checkpoint-4
     CorralCallback(keep_last=1).apply_retention(out, just_saved=6)
     assert names(out) == ["checkpoint-6", "checkpoint-10"]
+
+
+def test_callback_retention_comes_from_arguments_then_the_spec_environment(monkeypatch):
+    for name in ("KEEP_LAST", "KEEP_BEST", "METRIC", "MODE"):
+        monkeypatch.delenv(f"CORRAL_CHECKPOINT_{name}", raising=False)
+    plain = CorralCallback()
+    assert (plain.keep_last, plain.keep_best, plain.metric, plain.mode) == (3, 0, None, "min")
+    monkeypatch.setenv("CORRAL_CHECKPOINT_KEEP_LAST", "2")
+    monkeypatch.setenv("CORRAL_CHECKPOINT_KEEP_BEST", "1")
+    monkeypatch.setenv("CORRAL_CHECKPOINT_METRIC", "eval_loss")
+    monkeypatch.setenv("CORRAL_CHECKPOINT_MODE", "max")
+    spec = CorralCallback()
+    assert (spec.keep_last, spec.keep_best, spec.metric, spec.mode) == (2, 1, "eval_loss", "max")
+    explicit = CorralCallback(keep_last=5, keep_best=0, mode="min")
+    assert (explicit.keep_last, explicit.keep_best, explicit.mode) == (5, 0, "min")
+    monkeypatch.setenv("CORRAL_CHECKPOINT_KEEP_BEST", "lots")
+    with pytest.raises(BadInput, match="CORRAL_CHECKPOINT_KEEP_BEST"):
+        CorralCallback()

@@ -21,6 +21,7 @@ _EXPORTS: dict[str, str] = {
     "LocalStorage": "corral.sdk.storage",
     "open_storage": "corral.sdk.storage",
     "select_to_keep": "corral.sdk.retention",
+    "retention_policy": "corral.sdk.retention",
     # exact resume
     "training_state": "corral.sdk.resume",
     "restore_training_state": "corral.sdk.resume",

@@ -34,13 +34,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from corral import __version__
-from corral.constants import (
-    ENV_CHECKPOINT_DIR,
-    ENV_CKPT_KEEP_BEST,
-    ENV_CKPT_KEEP_LAST,
-    ENV_CKPT_METRIC,
-    ENV_CKPT_MODE,
-)
+from corral.constants import ENV_CHECKPOINT_DIR
 from corral.errors import BadInput
 from corral.sdk import progress_file
 from corral.sdk.deserialize import load_state, read_all_verified
@@ -54,7 +48,7 @@ from corral.sdk.manifest import (
     Manifest,
     clean_metrics,
 )
-from corral.sdk.retention import rank_best, select_to_keep, validate_policy
+from corral.sdk.retention import rank_best, retention_policy, select_to_keep
 from corral.sdk.serialize import Snapshot, snapshot, write_snapshot
 from corral.sdk.staging import StagingPool
 from corral.sdk.storage import Storage, resolve_location
@@ -99,8 +93,7 @@ class Checkpointer:
         async_save: bool = True,
         grace_seconds: float | None = None,
     ):
-        keep_last, keep_best, metric, mode = _policy_defaults(keep_last, keep_best, metric, mode)
-        validate_policy(keep_last, keep_best, metric, mode)
+        policy = retention_policy(keep_last, keep_best, metric, mode)
         if not prefix or not re.fullmatch(r"[A-Za-z0-9_.-]+", prefix):
             raise BadInput(f"checkpoint prefix must be letters, digits, '_', '.', '-': {prefix!r}")
         if grace_seconds is not None and not grace_seconds >= 0:
@@ -110,7 +103,8 @@ class Checkpointer:
             self.storage, self.dir = resolve_location(location)
         else:
             self.storage, self.dir = storage, os.fspath(location)
-        self.keep_last, self.keep_best, self.metric, self.mode = keep_last, keep_best, metric, mode
+        self.keep_last, self.keep_best = policy["keep_last"], policy["keep_best"]
+        self.metric, self.mode = policy["metric"], policy["mode"]
         self.prefix = prefix
         self.async_save = async_save
         self.grace_seconds = grace_seconds
@@ -372,33 +366,6 @@ def _info(found: Found, manifest: Manifest) -> CheckpointInfo:
 
 def _warn_skip(exc: CheckpointError) -> None:
     warnings.warn(f"skipping {exc}", CheckpointWarning, stacklevel=3)
-
-
-def _policy_defaults(
-    keep_last: int | None, keep_best: int | None, metric: str | None, mode: str | None
-) -> tuple[int, int, str | None, str]:
-    """Arguments win; then the job spec's ``checkpoints`` section, which the agent passes as
-    ``CORRAL_CHECKPOINT_KEEP_LAST/KEEP_BEST/METRIC/MODE``; then 3, 0, None, "min"."""
-    env = os.environ
-
-    def _int(name: str, default: int) -> int:
-        raw = env.get(name)
-        if raw is None or raw == "":
-            return default
-        try:
-            return int(raw)
-        except ValueError:
-            raise BadInput(f"{name}={raw!r} is not an integer") from None
-
-    if keep_last is None:
-        keep_last = _int(ENV_CKPT_KEEP_LAST, 3)
-    if keep_best is None:
-        keep_best = _int(ENV_CKPT_KEEP_BEST, 0)
-    if metric is None:
-        metric = env.get(ENV_CKPT_METRIC) or None
-    if mode is None:
-        mode = env.get(ENV_CKPT_MODE) or "min"
-    return keep_last, keep_best, metric, mode
 
 
 _LIVE: weakref.WeakSet[Checkpointer] = weakref.WeakSet()

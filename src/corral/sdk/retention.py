@@ -20,10 +20,19 @@ else may be deleted.
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from corral.constants import ENV_CKPT_KEEP_BEST, ENV_CKPT_KEEP_LAST, ENV_CKPT_METRIC, ENV_CKPT_MODE
 from corral.errors import BadInput
+
+_ENV = {
+    "keep_last": ENV_CKPT_KEEP_LAST,
+    "keep_best": ENV_CKPT_KEEP_BEST,
+    "metric": ENV_CKPT_METRIC,
+    "mode": ENV_CKPT_MODE,
+}
 
 
 def metric_value(metrics: Mapping[str, Any] | None, metric: str | None) -> float | None:
@@ -54,6 +63,47 @@ def validate_policy(keep_last: int, keep_best: int, metric: str | None, mode: st
         raise BadInput(f"mode must be 'min' or 'max', got {mode!r}")
     if keep_best > 0 and not metric:
         raise BadInput("keep_best > 0 needs a metric to rank checkpoints by")
+
+
+def retention_policy(
+    keep_last: int | None = None,
+    keep_best: int | None = None,
+    metric: str | None = None,
+    mode: str | None = None,
+    *,
+    fallback: Mapping[str, Any] | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    """The retention policy as ``{"keep_last", "keep_best", "metric", "mode"}``, each part from
+    the first that gives it: the argument; the job spec's ``checkpoints`` section, which the
+    agent passes as ``CORRAL_CHECKPOINT_KEEP_LAST/_KEEP_BEST/_METRIC/_MODE``; ``fallback`` (a
+    script's own choice for runs without corral); then 3, 0, None, ``"min"``. Validated.
+
+    ``Checkpointer`` and the HF ``CorralCallback`` use it for arguments left out; a script that
+    wants its own defaults below the spec's passes ``Checkpointer(**retention_policy(
+    fallback={"keep_last": 2, "keep_best": 1, "metric": "val_loss"}))``."""
+    env = os.environ if environ is None else environ
+    given = {"keep_last": keep_last, "keep_best": keep_best, "metric": metric, "mode": mode}
+    unknown = sorted(set(fallback or {}) - set(given))
+    if unknown:
+        raise BadInput(f"retention fallback has unknown keys: {', '.join(unknown)}")
+    builtin = {"keep_last": 3, "keep_best": 0, "metric": None, "mode": "min"}
+    policy: dict[str, Any] = {}
+    for key, value in given.items():
+        if value is None:
+            raw = env.get(_ENV[key]) or None
+            if raw is not None and key in ("keep_last", "keep_best"):
+                try:
+                    value = int(raw)
+                except ValueError:
+                    raise BadInput(f"{_ENV[key]}={raw!r} is not an integer") from None
+            else:
+                value = raw
+        if value is None:
+            value = (fallback or {}).get(key, builtin[key])
+        policy[key] = value
+    validate_policy(policy["keep_last"], policy["keep_best"], policy["metric"], policy["mode"])
+    return policy
 
 
 def rank_best(

@@ -46,3 +46,30 @@ def test_the_plan_carries_the_specs_retention(tmp_path):
     assert plan.env["CORRAL_CHECKPOINT_KEEP_BEST"] == "2"
     assert plan.env["CORRAL_CHECKPOINT_METRIC"] == "cer"
     assert plan.env["CORRAL_CHECKPOINT_MODE"] == "min"
+
+
+def test_retention_policy_takes_arguments_then_environment_then_fallback(monkeypatch):
+    from corral.sdk import retention_policy
+
+    for name in ("KEEP_LAST", "KEEP_BEST", "METRIC", "MODE"):
+        monkeypatch.delenv(f"CORRAL_CHECKPOINT_{name}", raising=False)
+    fallback = {"keep_last": 2, "keep_best": 1, "metric": "val_loss"}
+    assert retention_policy(fallback=fallback) == {
+        "keep_last": 2,
+        "keep_best": 1,
+        "metric": "val_loss",
+        "mode": "min",
+    }
+    monkeypatch.setenv("CORRAL_CHECKPOINT_KEEP_LAST", "5")
+    monkeypatch.setenv("CORRAL_CHECKPOINT_METRIC", "cer")
+    assert retention_policy(fallback=fallback) == {
+        "keep_last": 5,
+        "keep_best": 1,
+        "metric": "cer",
+        "mode": "min",
+    }
+    assert retention_policy(keep_last=0, fallback=fallback)["keep_last"] == 0
+    with pytest.raises(BadInput, match="unknown keys: keep"):
+        retention_policy(fallback={"keep": 1})
+    with pytest.raises(BadInput, match="mode must be"):
+        retention_policy(mode="biggest")

@@ -4,7 +4,7 @@
 
     from corral.sdk.integrations.hf import CorralCallback, last_complete_checkpoint
 
-    callback = CorralCallback(keep_last=2, keep_best=1, metric="eval_loss")
+    callback = CorralCallback()   # retention: the spec's `checkpoints:` (or keep_last=..., ...)
     args = TrainingArguments(output_dir=ckpt_dir, save_steps=50, save_total_limit=None, ...)
     trainer = Trainer(model=model, args=args, ..., callbacks=[callback])
     trainer.train(resume_from_checkpoint=last_complete_checkpoint(ckpt_dir))
@@ -16,13 +16,17 @@ What the callback does (on the main process only):
   ``progress_every_s`` seconds; each Trainer log with a ``loss`` goes through
   :func:`corral.sdk.trackers.report`, other logs (evaluation) through ``log``, both with
   ``cost_usd``. The :class:`~corral.sdk.cost.CostMeter` budget is checked every step.
-* **Retention**: after each save, the ``checkpoint-<step>`` dirs of ``output_dir`` are pruned
-  with :func:`corral.sdk.retention.select_to_keep` (newest ``keep_last`` plus best
-  ``keep_best`` by ``metric`` from each checkpoint's ``trainer_state.json``, counting only an
-  evaluation logged at exactly the checkpoint's step; the Trainer's best checkpoint is kept
-  too). A checkpoint counts as complete once its
-  ``trainer_state.json`` (the last file the Trainer writes) parses; incomplete ones, left by a
-  kill during a save, are deleted and never resumed from. Leave ``save_total_limit`` unset.
+* **Retention**: ``keep_last``, ``keep_best``, ``metric`` and ``mode`` left out come from the
+  job spec's ``checkpoints`` section (``CORRAL_CHECKPOINT_KEEP_LAST/_KEEP_BEST/_METRIC/_MODE``,
+  set by the agent), else 3, 0, none, ``min``, as for the ``Checkpointer``
+  (:func:`corral.sdk.retention.retention_policy`). After each save, the ``checkpoint-<step>``
+  dirs of ``output_dir`` are pruned with :func:`corral.sdk.retention.select_to_keep` (newest
+  ``keep_last`` plus best ``keep_best`` by ``metric`` from each checkpoint's
+  ``trainer_state.json``, counting only an evaluation logged at exactly the checkpoint's step;
+  the checkpoint just saved and the Trainer's best checkpoint are kept too). A checkpoint
+  counts as complete once its ``trainer_state.json`` (the last file the Trainer writes)
+  parses; incomplete ones, left by a kill during a save, are deleted and never resumed from.
+  Leave ``save_total_limit`` unset.
 * **Preemption** (SIGTERM/SIGUSR1, handlers installed at train begin): at the next step end the
   Trainer is told to save, if the grace period left fits the last measured save, and to stop;
   ``exit_if_preempted()`` after ``trainer.train()`` returns exits with
@@ -51,7 +55,7 @@ from transformers import TrainerCallback
 from corral.constants import EXIT_PREEMPTED
 from corral.sdk import signals, trackers
 from corral.sdk.cost import CostMeter
-from corral.sdk.retention import select_to_keep, validate_policy
+from corral.sdk.retention import retention_policy, select_to_keep
 
 __all__ = ["STATE_FILE", "CorralCallback", "complete_checkpoints", "last_complete_checkpoint"]
 
@@ -123,20 +127,20 @@ class CorralCallback(TrainerCallback):
     def __init__(
         self,
         *,
-        keep_last: int = 3,
-        keep_best: int = 0,
+        keep_last: int | None = None,
+        keep_best: int | None = None,
         metric: str | None = None,
-        mode: str = "min",
+        mode: str | None = None,
         cost_meter: CostMeter | None = None,
         progress_every_s: float = 10.0,
         install_signals: bool = True,
         clock: Callable[[], float] = time.monotonic,
     ):
-        validate_policy(keep_last, keep_best, metric, mode)
-        self.keep_last = keep_last
-        self.keep_best = keep_best
-        self.metric = metric
-        self.mode = mode
+        policy = retention_policy(keep_last, keep_best, metric, mode)
+        self.keep_last: int = policy["keep_last"]
+        self.keep_best: int = policy["keep_best"]
+        self.metric: str | None = policy["metric"]
+        self.mode: str = policy["mode"]
         self.cost_meter = cost_meter
         self.progress_every_s = progress_every_s
         self.install_signals = install_signals

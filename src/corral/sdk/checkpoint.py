@@ -135,6 +135,7 @@ class Checkpointer:
         clean = clean_metrics(metrics)
         with self._lock:
             self._join(raise_error=True)
+            _LIVE.add(self)  # flushed at exit, also when saving again after close()
             started = time.perf_counter()
             snap = snapshot(state, self._pool)
             if not self.async_save:
@@ -155,7 +156,8 @@ class Checkpointer:
             self._join(raise_error=True)
 
     def close(self) -> None:
-        """Wait for the save in flight and release the snapshot buffers."""
+        """Wait for the save in flight and release the snapshot buffers. The Checkpointer stays
+        usable: a later ``save()`` allocates new buffers and is flushed at exit again."""
         try:
             self.wait()
         finally:

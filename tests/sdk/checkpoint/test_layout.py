@@ -195,3 +195,23 @@ def test_a_pending_save_is_flushed_at_interpreter_exit(ck: Path):
     assert done.returncode == 0, done.stderr
     state = Checkpointer(ck).restore()
     assert state is not None and np.all(state["w"] == 3.0)
+
+
+def test_a_save_after_close_is_still_flushed_at_interpreter_exit(ck: Path):
+    script = (
+        "import time\n"
+        "import numpy as np\n"
+        "from corral.sdk import Checkpointer\n"
+        f"cp = Checkpointer({str(ck)!r})\n"
+        "cp.save({'w': np.zeros(4)}, 1)\n"
+        "cp.close()\n"
+        "fsync_dir = cp.storage.fsync_dir\n"
+        "cp.storage.fsync_dir = lambda p: (time.sleep(0.3), fsync_dir(p))\n"  # a slow disk
+        "cp.save({'w': np.full(1000, 3.0)}, 8)\n"  # still writing when the script ends
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    state = Checkpointer(ck).restore()
+    assert state is not None and np.all(state["w"] == 3.0)

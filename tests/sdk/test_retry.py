@@ -123,3 +123,32 @@ def test_decorator_from_the_package_works_after_the_module_was_imported_by_name(
         "assert r.ok and r.checks == []\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+@pytest.mark.parametrize(
+    "exc",
+    [
+        FileNotFoundError(2, "No such file", "data/x"),
+        PermissionError(13, "Permission denied", "data/x"),
+        IsADirectoryError(21, "Is a directory", "data"),
+        NotADirectoryError(20, "Not a directory", "data/x/y"),
+    ],
+)
+def test_oserrors_that_are_not_transient_are_not_retried_by_default(exc):
+    sleeps: list[float] = []
+    flaky = Flaky(failures=1, exc=exc)
+    with pytest.raises(type(exc)):
+        retry(sleep=sleeps.append)(flaky)(1)
+    assert flaky.calls == 1 and sleeps == []
+
+
+def test_a_not_transient_error_named_in_on_is_retried_and_not_on_can_be_set():
+    sleeps: list[float] = []
+    waiting = Flaky(failures=2, exc=FileNotFoundError(2, "not yet", "done.flag"))
+    assert retry(on=FileNotFoundError, jitter=False, sleep=sleeps.append)(waiting)(2) == 4
+    assert waiting.calls == 3
+    flaky = Flaky(failures=1, exc=PermissionError(13, "denied"))
+    assert retry(not_on=(), sleep=sleeps.append)(flaky)(1) == 2  # nothing excluded
+    refused = Flaky(failures=1, exc=ConnectionRefusedError("refused"))
+    with pytest.raises(ConnectionRefusedError):
+        retry(not_on=ConnectionRefusedError, sleep=sleeps.append)(refused)(1)

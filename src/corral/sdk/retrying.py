@@ -8,8 +8,11 @@
 The wait before retry ``n`` (1-based) is ``min(max_delay, base * 2 ** (n - 1))`` seconds; with
 ``jitter=True`` it is drawn uniformly from the upper half of that, ``[d/2, d]`` ("equal
 jitter": workers that failed together do not retry together, and the backoff still grows).
-Only exceptions of the types in ``on`` are retried; anything else, and the last failure once
-``attempts`` calls have failed, propagates unchanged. Each retry is logged as a warning on the
+Only exceptions of the types in ``on`` are retried, except those in ``not_on``: by default the
+``OSError`` subclasses that no retry cures (:data:`NOT_TRANSIENT`: ``FileNotFoundError``,
+``PermissionError``, ``IsADirectoryError``, ``NotADirectoryError``), unless ``on`` names one
+of them (or a subclass) itself, e.g. ``on=FileNotFoundError`` to wait for a file to appear.
+Anything else, and the last failure once ``attempts`` calls have failed, propagates unchanged. Each retry is logged as a warning on the
 ``corral.sdk.retry`` logger. ``sleep`` is injectable so tests never wait for real. Works as
 ``@retry`` and ``@retry(...)``; synchronous functions only.
 """
@@ -25,7 +28,15 @@ from typing import Any, TypeVar
 
 import tenacity
 
-__all__ = ["backoff_delay", "retry"]
+__all__ = ["NOT_TRANSIENT", "backoff_delay", "retry"]
+
+#: OSErrors that a retry does not cure: not retried by default, even though ``on`` has OSError.
+NOT_TRANSIENT: tuple[type[BaseException], ...] = (
+    FileNotFoundError,
+    PermissionError,
+    IsADirectoryError,
+    NotADirectoryError,
+)
 
 log = logging.getLogger("corral.sdk.retry")
 F = TypeVar("F", bound=Callable[..., Any])
@@ -59,15 +70,24 @@ def retry(
         ConnectionError,
         TimeoutError,
     ),
+    not_on: tuple[type[BaseException], ...] | type[BaseException] | None = None,
     sleep: Callable[[float], Any] = time.sleep,
     rng: random.Random | None = None,
 ) -> Any:
-    """Decorate ``fn`` to retry on ``on`` exceptions, up to ``attempts`` calls in total."""
+    """Decorate ``fn`` to retry on ``on`` exceptions but not on ``not_on`` ones (None: the
+    :data:`NOT_TRANSIENT` types that ``on`` does not name), up to ``attempts`` calls."""
     if attempts < 1:
         raise ValueError(f"retry: attempts must be >= 1, got {attempts}")
     if base < 0 or max_delay < 0:
         raise ValueError("retry: base and max_delay must be >= 0")
     kinds = on if isinstance(on, tuple) else (on,)
+    if not_on is None:
+        skip = tuple(t for t in NOT_TRANSIENT if not any(issubclass(k, t) for k in kinds))
+    else:
+        skip = not_on if isinstance(not_on, tuple) else (not_on,)
+
+    def transient(exc: BaseException) -> bool:
+        return isinstance(exc, kinds) and not isinstance(exc, skip)
 
     def wait(state: tenacity.RetryCallState) -> float:
         return backoff_delay(
@@ -94,7 +114,7 @@ def retry(
             sleep=sleep,
             stop=tenacity.stop_after_attempt(attempts),
             wait=wait,
-            retry=tenacity.retry_if_exception_type(kinds),
+            retry=tenacity.retry_if_exception(transient),
             before_sleep=before_sleep,
             reraise=True,
         )

@@ -65,7 +65,7 @@ def test_everything_in_place_passes_and_prints_a_table(tmp_path, dataset, monkey
     ]
     assert "pre-flight checks" in table and table.count("PASS") == 7
     assert "2 visible: L4, L4" in table
-    assert (tmp_path / "ckpt").is_dir() and list((tmp_path / "ckpt").iterdir()) == []
+    assert not (tmp_path / "ckpt").exists()  # created for the check, removed after it
 
 
 def test_failures_are_named_in_one_bad_input_error(tmp_path, home, monkeypatch):
@@ -186,3 +186,29 @@ def test_unknown_tracker_type_fails():
 def test_safe_uri_hides_only_the_password():
     assert safe_uri("https://bob:hunter2@host:8080/p?q=1") == "https://bob:***@host:8080/p?q=1"
     assert safe_uri("sqlite:///tmp/x.db") == "sqlite:///tmp/x.db"
+
+
+def test_directories_created_for_the_check_are_removed_and_existing_ones_kept(tmp_path):
+    tmp_path = tmp_path / "root"
+    tmp_path.mkdir()
+    existing = tmp_path / "existing"
+    existing.mkdir()
+    (existing / "keep.txt").write_text("mine")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    report, _ = run(
+        output_dir=existing / "out" / "run-1",
+        checkpoint_dir=empty,
+        storage=(tmp_path / "store" / "ckpts").as_uri(),
+        trackers=[{"type": "mlflow", "tracking_uri": f"sqlite:///{tmp_path}/ml/db/mlflow.db"}],
+    )
+    assert report.ok, report.checks
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["empty", "existing"]
+    assert sorted(p.name for p in existing.iterdir()) == ["keep.txt"]
+    assert empty.is_dir() and not any(empty.iterdir())
+
+
+def test_a_failed_check_also_removes_what_it_created(tmp_path):
+    report, _ = run(checkpoint_dir=tmp_path / "a" / "b", min_free_gb=10**9)
+    assert report.get("checkpoint_dir").status == "fail"
+    assert not (tmp_path / "a").exists()

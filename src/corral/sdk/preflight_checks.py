@@ -9,8 +9,8 @@ raises :class:`corral.errors.BadInput` naming every failed check. Each check end
   when the run starts).
 
 Checks: dataset readable (a local file is opened, a directory listed); output and checkpoint
-dirs writable (created, a probe file written, read back and deleted) with ``min_free_gb`` GB
-(GiB) free; checkpoint ``storage`` (a local path or ``file://``: writable; ``s3://``: not
+dirs writable (created if missing, a probe file written, read back and deleted, and the
+directories the check created removed again) with ``min_free_gb`` GB (GiB) free; checkpoint ``storage`` (a local path or ``file://``: writable; ``s3://``: not
 checked); trackers' credentials (W&B: ``WANDB_API_KEY``, a ``~/.netrc`` login or offline mode;
 MLflow: a usable ``sqlite:///`` file, a writable ``file:`` store, or an ``http(s)`` server that
 answers ``/health``); model path present; GPUs visible (:func:`corral.gpu.detect`). Details
@@ -143,8 +143,37 @@ def check_readable(name: str, target: str | os.PathLike[str]) -> Check:
         return Check(name, "fail", f"{path} is not readable: {e.strerror or e}")
 
 
+def _missing_dirs(path: Path) -> list[Path]:
+    """``path`` and its ancestors that do not exist yet, deepest first."""
+    missing = []
+    for candidate in (path, *path.parents):
+        if candidate.exists() or candidate.is_symlink():
+            break
+        missing.append(candidate)
+    return missing
+
+
+def _remove_created(created: list[Path]) -> None:
+    """Remove the directories this check created, deepest first, if they are still empty."""
+    for directory in created:
+        try:
+            directory.rmdir()
+        except OSError:
+            return  # not empty (something else wrote there meanwhile) or gone: leave the rest
+
+
 def check_writable(name: str, directory: str | os.PathLike[str], min_free_gb: float) -> Check:
+    """Create ``directory`` if needed, write, read back and delete a probe file, check the free
+    space; then remove the directories this check created (and only those)."""
     path = Path(directory).expanduser()
+    created = _missing_dirs(path.absolute())
+    try:
+        return _probe(name, path, min_free_gb)
+    finally:
+        _remove_created(created)
+
+
+def _probe(name: str, path: Path, min_free_gb: float) -> Check:
     probe = path / f".corral-preflight-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     try:
         path.mkdir(parents=True, exist_ok=True)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from hookkit import SECRET, FakeClock, hooked_run, simulate_run
 
 from corral.notify.dispatcher import Dispatcher
@@ -209,3 +210,17 @@ def test_a_secret_resolver_that_raises_does_not_stop_the_dispatcher(store, clock
 def test_delivery_ids_are_stable_for_a_run_webhook_and_event():
     assert delivery_id("r-1", 0, 7) == delivery_id("r-1", 0, 7)
     assert len({delivery_id("r-1", 0, 7), delivery_id("r-1", 1, 7), delivery_id("r-1", 0, 8)}) == 3
+
+
+@pytest.mark.postgres
+def test_a_run_is_delivered_in_order_from_a_postgres_store(postgres_url, clock, receivers):
+    rx = receivers(secret=SECRET)
+    with Store.open(postgres_url, clock=clock.dt) as pg:
+        run_id = hooked_run(pg, {"url": rx.url, "secret": "HOOK_SECRET"})
+        expected = simulate_run(pg, run_id, clock)
+        d = _dispatcher(pg, clock)
+        d.tick()
+        d.run_pending()
+        d.tick()
+        assert rx.types() == expected and all(r.signature_ok for r in rx.accepted())
+        assert pg.event_position("webhooks") == pg.events()[-1].id

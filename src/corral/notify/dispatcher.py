@@ -299,7 +299,9 @@ class Dispatcher(FeedReader):
                 progress_ts=item.progress_ts,
             )
         except Exception as e:  # it went out (or was given up on) all the same
-            log.warning("run %s: saving the webhook cursor failed: %s", key.run.id, e)
+            # after stop() the owner may have closed the store: expected, not a warning
+            level = logging.INFO if self._stopping.is_set() else logging.WARNING
+            log.log(level, "run %s: saving the webhook cursor failed: %s", key.run.id, e)
         with self._cond:
             if key.queue and key.queue[0] is item:
                 key.queue.popleft()

@@ -59,8 +59,9 @@ def preempt_run(run_ref: str, grace: float) -> dict[str, Any]:
         )
         raise UnsupportedCapability(provider.name, "simulated preemption", reason)
     provider.preempt(instance, grace=grace)
+    # The controller is not woken with SIGUSR1: one that is still starting has no handler
+    # yet and would die of it; it sees the preemption on its next tick (< 1 s).
     state = provider.status(instance)
-    _wake_controller()
     return {
         "run_id": run.id,
         "attempt": run.attempt,
@@ -71,16 +72,6 @@ def preempt_run(run_ref: str, grace: float) -> dict[str, Any]:
         "instance_state": state.state.value,
         "detail": state.detail,
     }
-
-
-def _wake_controller() -> None:
-    """Let the controller notice at once rather than on its next tick."""
-    from corral.control.daemon import wake
-    from corral.control.lock import running_pid
-
-    pid = running_pid()
-    if pid and pid > 0:
-        wake(pid)
 
 
 @app.command("preempt")

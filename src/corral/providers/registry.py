@@ -16,6 +16,7 @@ from corral.providers.base import Provider
 
 _PROVIDERS: dict[str, str] = {
     "local": "corral.providers.local:LocalProvider",
+    "fake": "corral.providers.fake:FakeProvider",
 }
 
 

@@ -1,5 +1,6 @@
-"""SDK test isolation: a scratch working directory, no corral/tracker environment leaking in,
-the SDK's default tracker set and the preemption flags reset after each test."""
+"""SDK test isolation: a scratch working directory, no corral/tracker/rank environment leaking
+in, the SDK's default tracker set, the last loaded config and the preemption flags reset after
+each test."""
 
 from __future__ import annotations
 
@@ -20,6 +21,12 @@ _ENV = (
     "WANDB_API_KEY",
     "WANDB_MODE",
     "MLFLOW_TRACKING_URI",
+    "CORRAL_CHECKPOINT_KEEP_LAST",
+    "CORRAL_CHECKPOINT_KEEP_BEST",
+    "CORRAL_CHECKPOINT_METRIC",
+    "CORRAL_CHECKPOINT_MODE",
+    "RANK",
+    "LOCAL_RANK",
 )
 
 
@@ -33,6 +40,9 @@ def sdk_sandbox(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     yield work
     import sys
 
+    config = sys.modules.get("corral.sdk.config")
+    if config is not None:
+        config._last_loaded = None  # no config "loaded" by an earlier test
     trackers = sys.modules.get("corral.sdk.trackers")
     if trackers is not None:
         trackers.init()  # back to "JSONL only, nothing configured"

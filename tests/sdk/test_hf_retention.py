@@ -125,3 +125,37 @@ def test_callback_retention_comes_from_arguments_then_the_spec_environment(monke
     monkeypatch.setenv("CORRAL_CHECKPOINT_KEEP_BEST", "lots")
     with pytest.raises(BadInput, match="CORRAL_CHECKPOINT_KEEP_BEST"):
         CorralCallback()
+
+
+def _save_event(callback: CorralCallback, out: Path, step: int) -> None:
+    from types import SimpleNamespace
+
+    make_checkpoint(out, step)
+    args = SimpleNamespace(output_dir=str(out))
+    state = SimpleNamespace(
+        global_step=step, is_world_process_zero=True, best_model_checkpoint=None
+    )
+    callback.on_save(args, state, SimpleNamespace())
+
+
+def test_each_checkpoint_gets_the_resolved_config_as_corral_config_json(tmp_path):
+    from dataclasses import dataclass
+
+    from corral.sdk import TrainingConfig, load_config
+    from corral.sdk.integrations.hf import CONFIG_FILE
+
+    @dataclass
+    class Cfg(TrainingConfig):
+        lr: float = 0.1
+
+    out = tmp_path / "out"
+    _save_event(CorralCallback(keep_last=5), out, 1)
+    assert not (out / "checkpoint-1" / CONFIG_FILE).exists()  # no config loaded: no file
+
+    load_config(Cfg, argv=["--set", "lr=0.25"])
+    callback = CorralCallback(keep_last=5)
+    for step in (2, 3):
+        _save_event(callback, out, step)
+        assert json.loads((out / f"checkpoint-{step}" / CONFIG_FILE).read_text()) == {"lr": 0.25}
+    _save_event(CorralCallback(keep_last=5, config=Cfg(lr=1.0)), out, 4)
+    assert json.loads((out / "checkpoint-4" / CONFIG_FILE).read_text()) == {"lr": 1.0}

@@ -3,11 +3,12 @@
 :func:`training_state` gathers, in one dict: the model, optimizer, LR scheduler and AMP scaler
 state dicts, the RNG states (python ``random``, numpy's global RNG, torch CPU and CUDA), the
 data-loader position and the loop state (step, epoch, best metric, elapsed time, cost so far,
-anything else in ``loop``) and the resolved config. :func:`restore_training_state` puts it all
-back and returns the loop information. With fixed seeds, a run resumed from a checkpoint at step
-N/2 reaches step N with bitwise-identical parameters to a run that never stopped, provided the
-data position is enough to rebuild the data order (e.g. epoch + batch index with a seeded
-shuffle, or a sampler's ``state_dict()``).
+anything else in ``loop``) and the resolved config (by default the one ``load_config``
+returned). :func:`restore_training_state` puts it all back and returns the loop information.
+With fixed seeds, a run resumed from a checkpoint at step N/2 reaches step N with
+bitwise-identical parameters to a run that never stopped, provided the data position is enough
+to rebuild the data order (e.g. epoch + batch index with a seeded shuffle, or a sampler's
+``state_dict()``).
 
 RNG states are captured only for the libraries the script has imported (torch is never
 imported here). numpy ``Generator`` objects the script owns are not global: put them in ``loop``
@@ -81,7 +82,14 @@ def _state_of(obj: Any) -> Any:
     return obj.state_dict() if obj is not None and hasattr(obj, "state_dict") else obj
 
 
-def _plain_config(config: Any) -> Any:
+def loaded_config() -> dict[str, Any] | None:
+    """The config last returned by ``corral.sdk.load_config`` in this process, as a plain
+    dict, or None (also when the config module was never imported: nothing was loaded)."""
+    module = sys.modules.get("corral.sdk.config")
+    return None if module is None else plain_config(module.last_loaded())
+
+
+def plain_config(config: Any) -> Any:
     if config is None or isinstance(config, dict):
         return config
     if hasattr(config, "to_dict"):
@@ -113,7 +121,8 @@ def training_state(
     Objects with ``state_dict()`` (model, optimizer, scheduler, scaler, a sampler given as
     ``data_position``, a :class:`~corral.sdk.cost.CostMeter` given as ``cost_usd``) are saved by
     their state dict; ``model`` may also be a plain dict (e.g. numpy arrays). ``config`` is
-    stored as a plain dict (``to_dict()``, pydantic ``model_dump()`` or ``dataclasses.asdict``).
+    stored as a plain dict (``to_dict()``, pydantic ``model_dump()`` or ``dataclasses.asdict``);
+    left out (None), it is the config last loaded by ``corral.sdk.load_config``, if any.
     Call it right before ``save``: the tensors are copied by the save, not here.
     """
     if hasattr(cost_usd, "cost_usd") and callable(cost_usd.cost_usd):
@@ -133,7 +142,7 @@ def training_state(
         "cost_usd": None if cost_usd is None else float(cost_usd),
         "elapsed_s": None if elapsed_s is None else float(elapsed_s),
         "best_metric": best_metric,
-        "config": _plain_config(config),
+        "config": loaded_config() if config is None else plain_config(config),
     }
 
 

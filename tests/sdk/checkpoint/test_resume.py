@@ -207,3 +207,24 @@ def test_restore_training_state_rejects_foreign_or_incomplete_state():
     state = training_state(model, step=1)
     with pytest.raises(CheckpointError, match="no optimizer state"):
         restore_training_state(state, model, torch.optim.SGD(model.parameters(), lr=0.1))
+
+
+def test_training_state_stores_the_config_load_config_returned_unless_given_one(tmp_path):
+    from dataclasses import dataclass
+
+    from corral.sdk import Checkpointer, TrainingConfig, load_config
+
+    @dataclass
+    class Cfg(TrainingConfig):
+        lr: float = 0.1
+        steps: int = 10
+
+    assert training_state({"w": np.zeros(1)}, step=0)["config"] is None  # nothing loaded yet
+    cfg = load_config(Cfg, argv=["--set", "lr=0.5"], save=False)
+    cfg.steps = 99  # a later change to the script's object is not the resolved config
+    cp = Checkpointer(tmp_path / "ck", async_save=False)
+    cp.save(training_state({"w": np.zeros(1)}, step=1), 1)
+    info = restore_training_state(cp.restore(), {"w": np.zeros(1)})
+    assert info["config"] == {"lr": 0.5, "steps": 10}
+    explicit = training_state({"w": np.zeros(1)}, step=2, config={"lr": 1.0})
+    assert explicit["config"] == {"lr": 1.0}

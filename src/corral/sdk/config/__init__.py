@@ -36,8 +36,9 @@ under ``from __future__ import annotations``) is a ``BadInput`` naming the field
 
 **Where the resolved config goes**: ``load_config`` writes it as JSON to
 :func:`config_path` (``$CORRAL_CHECKPOINT_DIR/../config.json`` under corral, else
-``./corral-run/config.json``; from rank 0 only, see :func:`is_rank_zero`), and the checkpoint carries it when the script passes
-``config=cfg.to_dict()`` to ``training_state(...)``.
+``./corral-run/config.json``; from rank 0 only, see :func:`is_rank_zero`), and every
+checkpoint carries it: ``training_state(...)`` without ``config=`` stores the config last loaded
+(:func:`last_loaded`), and the HF callback writes ``corral_config.json`` into each checkpoint.
 """
 
 from __future__ import annotations
@@ -68,6 +69,7 @@ __all__ = [
     "apply_overrides",
     "config_path",
     "is_rank_zero",
+    "last_loaded",
     "load_config",
     "parse_argv",
     "run_dir",
@@ -256,4 +258,15 @@ def load_config(
         if not hasattr(cfg, "save"):
             raise BadInput(f"{cls.__name__} must subclass TrainingConfig to be saved")
         cfg.save(config_path())
+    global _last_loaded
+    _last_loaded = copy.deepcopy(cfg)
     return cfg
+
+
+_last_loaded: Any = None
+
+
+def last_loaded() -> Any:
+    """A copy of the config most recently returned by :func:`load_config` in this process, or
+    None. ``training_state(config=None)`` and the HF callback put it into every checkpoint."""
+    return copy.deepcopy(_last_loaded)

@@ -33,7 +33,10 @@ What the callback does (on the main process only):
   :data:`corral.constants.EXIT_PREEMPTED`. A stop asked by the budget or by
   :class:`~corral.sdk.early_stop.EarlyStopping` saves and stops too, but does not exit.
 * Each save writes ``corral_state.json`` (cost so far) into the checkpoint and a ``checkpoint``
-  record to the progress file; the cost continues from it on resume.
+  record to the progress file; the cost continues from it on resume. It also writes the
+  resolved config as ``corral_config.json`` into the checkpoint: ``config=`` (a
+  ``TrainingConfig``, dataclass, pydantic model or dict), else the config last returned by
+  :func:`corral.sdk.load_config` (none loaded: no file).
 """
 
 from __future__ import annotations
@@ -55,13 +58,21 @@ from transformers import TrainerCallback
 from corral.constants import EXIT_PREEMPTED
 from corral.sdk import signals, trackers
 from corral.sdk.cost import CostMeter
+from corral.sdk.resume import loaded_config, plain_config
 from corral.sdk.retention import retention_policy, select_to_keep
 
-__all__ = ["STATE_FILE", "CorralCallback", "complete_checkpoints", "last_complete_checkpoint"]
+__all__ = [
+    "CONFIG_FILE",
+    "STATE_FILE",
+    "CorralCallback",
+    "complete_checkpoints",
+    "last_complete_checkpoint",
+]
 
 log = logging.getLogger("corral.sdk.integrations.hf")
 
 STATE_FILE = "corral_state.json"
+CONFIG_FILE = "corral_config.json"
 _CKPT_RE = re.compile(r"^checkpoint-(\d+)$")
 
 
@@ -114,6 +125,12 @@ def _metric_at(state: dict[str, Any], step: int, metric: str | None) -> dict[str
     return {}
 
 
+def _write_json(target: Path, data: Any) -> None:
+    tmp = target.with_name(target.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=1, sort_keys=True, default=str) + "\n")
+    os.replace(tmp, target)
+
+
 def _numbers(logs: dict[str, Any]) -> dict[str, float]:
     out = {}
     for key, value in logs.items():
@@ -132,6 +149,7 @@ class CorralCallback(TrainerCallback):
         metric: str | None = None,
         mode: str | None = None,
         cost_meter: CostMeter | None = None,
+        config: Any = None,
         progress_every_s: float = 10.0,
         install_signals: bool = True,
         clock: Callable[[], float] = time.monotonic,
@@ -142,6 +160,7 @@ class CorralCallback(TrainerCallback):
         self.metric: str | None = policy["metric"]
         self.mode: str = policy["mode"]
         self.cost_meter = cost_meter
+        self.config = config
         self.progress_every_s = progress_every_s
         self.install_signals = install_signals
         self._clock = clock
@@ -255,9 +274,10 @@ class CorralCallback(TrainerCallback):
     # --- public --------------------------------------------------------------------------
 
     def _write_state(self, path: Path) -> None:
-        tmp = path / (STATE_FILE + ".tmp")
-        tmp.write_text(json.dumps(self._meter().state_dict()))
-        os.replace(tmp, path / STATE_FILE)
+        _write_json(path / STATE_FILE, self._meter().state_dict())
+        config = loaded_config() if self.config is None else plain_config(self.config)
+        if config is not None:
+            _write_json(path / CONFIG_FILE, config)
 
     def apply_retention(
         self,

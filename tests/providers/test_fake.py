@@ -326,6 +326,37 @@ def test_preempt_on_request_kills_after_the_grace_and_refuses_a_terminated_one(
         p.preempt(ghost)
 
 
+def timer_procs(key: str) -> list[psutil.Process]:
+    out = []
+    for proc in psutil.process_iter(["cmdline"]):
+        cmd = proc.info["cmdline"] or []
+        if "corral.providers.fake.timer" in cmd and key in cmd:
+            out.append(proc)
+    return out
+
+
+def test_on_the_wall_clock_a_timer_boots_notices_and_kills_without_provider_calls(
+    corral_home, tmp_path
+) -> None:
+    spec = cloud(launch_delay_s=0.3, notice_s=0.5, preemptions=[{"launch": 0, "after_s": 1.5}])
+    p = FakeProvider(spec, home=corral_home)  # time.time: the market keeps its own time
+    assert p.timers
+    inst = p.launch(offer(p), bootstrap(tmp_path, "wall-a1"), "wall-a1")
+    record = Path(inst.data["dir"]) / "instance.json"
+
+    def state() -> str:
+        return json.loads(record.read_text())["state"]
+
+    assert state() == "provisioning" and timer_procs("wall-a1")
+    wait_until(lambda: state() == "running", what="the boot")
+    wait_until(lambda: state() in ("preempting", "preempted"), what="the notice")
+    wait_until(lambda: state() == "preempted", what="the kill")
+    rec = json.loads(record.read_text())
+    assert rec["ended_at"] == pytest.approx(rec["launched_at"] + 2.0)
+    assert not alive(p.find("wall-a1").data["pid"])
+    wait_until(lambda: not timer_procs("wall-a1"), what="the timer to exit")
+
+
 # --- restart safety, configuration, capabilities ----------------------------------------------
 
 

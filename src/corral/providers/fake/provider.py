@@ -7,9 +7,12 @@ preempted on a schedule or at a seeded random rate: the agent gets SIGTERM (the 
 every process of the machine SIGKILL ``notice_s`` later. ``status`` says PREEMPTED from the
 notice on, so the controller recovers the run as soon as the agent has stopped.
 
-Time comes from the injected ``clock`` and the simulation moves only when the provider is
-called (``offers``, ``launch``, ``status``, ``terminate``, ``list_instances``): no thread, and
-a test decides when things happen by setting its clock. All state is in files under
+Time comes from the injected ``clock`` and the simulation moves when the provider is called
+(``offers``, ``launch``, ``status``, ``terminate``, ``list_instances``): no thread, and a test
+decides when things happen by setting its clock. On the wall clock (the default) a small timer
+process per instance (:mod:`corral.providers.fake.timer`) also calls it when an event is due,
+because the controller does not ask for ``status`` while the agent answers, and a cloud does
+not wait to be asked before it reclaims a machine. All state is in files under
 ``CORRAL_HOME/fake/`` (:mod:`corral.providers.fake.state`), changed under a file lock, so a
 new provider object - a restarted controller - sees the same instances.
 """
@@ -46,10 +49,10 @@ from corral.providers.base import (
     SupportsSimulatedPreemption,
     SupportsSpot,
 )
-from corral.providers.fake import market, timer
+from corral.providers.fake import market
 from corral.providers.fake.cloud import FakeCloud, load_cloud
 from corral.providers.fake.machine import Machine
-from corral.providers.fake.state import TIMER_OUT, FakeRecord, Layout
+from corral.providers.fake.state import TIMER_OUT, FakeRecord, Layout, next_event
 from corral.providers.local import process as procs
 from corral.providers.local.settings import plan_error
 from corral.providers.local.state import check_key
@@ -234,7 +237,7 @@ class FakeProvider(
 
     def _start_timer(self, rec: FakeRecord, now: float) -> None:
         """On the wall clock, a process that applies ``rec``'s scheduled events on time."""
-        if not self.timers or timer.next_event(rec, now) is None:
+        if not self.timers or next_event(rec, now) is None:
             return
         argv = [self.python, "-m", "corral.providers.fake.timer", "--home", str(self.home)]
         argv += ["--key", rec.key, "--instance-id", rec.instance_id, "--python", self.python]

@@ -151,6 +151,22 @@ class Layout:
         except ValidationError:
             return None
 
+    def has_bootstrap(self, key: str) -> bool:
+        return (self.dir(key) / BOOTSTRAP_FILE).is_file()
+
     def drop_bootstrap(self, key: str) -> None:
         with contextlib.suppress(FileNotFoundError):
             (self.dir(key) / BOOTSTRAP_FILE).unlink()
+
+
+def next_event(rec: FakeRecord, now: float, *, can_boot: bool = True) -> float | None:
+    """Clock time of the next thing the market does to ``rec`` (maybe already past), or None if
+    nothing more is scheduled. A machine whose bootstrap is lost (``can_boot`` False: a launch
+    interrupted before it was saved) does not boot until launched again with its key."""
+    if rec.state == "provisioning" and (can_boot or now < rec.ready_at):
+        return min(t for t in (rec.ready_at, rec.preempt_at) if t is not None)
+    if rec.state in ("provisioning", "running"):
+        return rec.preempt_at
+    if rec.state == "preempting":
+        return rec.kill_at
+    return None

@@ -18,22 +18,10 @@ import sys
 import time
 from pathlib import Path
 
-from corral.providers.fake.state import FakeRecord, Layout
+from corral.providers.fake.state import Layout, next_event
 
 #: Longest sleep between two looks at the record (a terminate is noticed within this).
 POLL_S = 1.0
-
-
-def next_event(rec: FakeRecord, now: float) -> float | None:
-    """Clock time of the next thing the market does to ``rec`` (maybe already past), or None
-    if nothing more is scheduled."""
-    if rec.state == "provisioning" and now < rec.ready_at:
-        return min(t for t in (rec.ready_at, rec.preempt_at) if t is not None)
-    if rec.state in ("provisioning", "running"):
-        return rec.preempt_at
-    if rec.state == "preempting":
-        return rec.kill_at
-    return None
 
 
 def run(home: Path, key: str, instance_id: str, python: str = sys.executable) -> int:
@@ -46,14 +34,14 @@ def run(home: Path, key: str, instance_id: str, python: str = sys.executable) ->
         if rec is None or rec.instance_id != instance_id:
             return 0
         now = time.time()
-        due = next_event(rec, now)
+        due = next_event(rec, now, can_boot=layout.has_bootstrap(key))
         if due is None:
             return 0
         wait = due - now
         if wait > 0:
             time.sleep(min(wait, POLL_S))
             continue
-        if provider is None:  # built only when needed: it reads CORRAL_FAKE_CLOUD
+        if provider is None:  # the catalog does not matter: the record holds what is needed
             provider = FakeProvider({}, home=home, python=python, timers=False)
         instance = provider.find(key)
         if instance is None or instance.instance_id != instance_id:

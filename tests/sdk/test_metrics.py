@@ -97,3 +97,12 @@ def test_no_samples_is_an_error_for_corpus_and_empty_for_per_sample():
 def test_tuples_and_single_pairs_are_accepted():
     assert wer(("a b",), ("a c",)) == pytest.approx(0.5)
     assert wer_per_sample("a b", "a b") == [0.0]
+
+
+def test_tabs_newlines_and_other_whitespace_separate_words():
+    ref = "the cat\tsat\non the\r\nmat"
+    assert wer(ref, "the cat sat on the mat") == 0.0
+    assert wer(" the\u00a0cat  \t", "the cat") == 0.0  # no-break space, trailing tab
+    assert wer_per_sample(["a\tb c"], ["a b"]) == [pytest.approx(1 / 3)]  # 3 words, 1 deleted
+    assert wer(["a\nb", "c"], ["a b", "d"]) == pytest.approx(1 / 3)
+    assert cer("a\tb", "a b") == pytest.approx(1 / 3)  # characters: a tab is a character

@@ -1,9 +1,11 @@
 """Character and word error rates (CER, WER), corpus-level and per sample, on top of jiwer.
 
 Both sides are Unicode NFC-normalised first, so an ``"é"`` typed as one code point and one
-written as ``"e"`` + combining accent are the same character. jiwer's default transforms then
-apply: for words, runs of spaces collapse and the ends are stripped before splitting on spaces;
-for characters, the ends are stripped and every remaining character (spaces included) counts.
+written as ``"e"`` + combining accent are the same character. Then, for words, any run of
+whitespace separates two words (spaces, tabs, newlines, carriage returns and other Unicode
+spaces such as a no-break space, as ``str.split()`` does) and leading/trailing whitespace is
+ignored; for characters (jiwer's default), the ends are stripped and every remaining character
+(spaces, tabs and newlines included) counts.
 
 Rules:
 
@@ -68,9 +70,17 @@ def _counts(pairs: list[tuple], unit: str) -> list[_Counts]:
 
     refs = [r for r, _ in pairs]
     hyps = [h for _, h in pairs]
-    out = (
-        jiwer.process_words(refs, hyps) if unit == "word" else jiwer.process_characters(refs, hyps)
-    )
+    if unit == "word":
+        words = jiwer.Compose(
+            [
+                jiwer.SubstituteRegexes({r"\s+": " "}),  # any whitespace run separates words
+                jiwer.Strip(),
+                jiwer.ReduceToListOfListOfWords(),
+            ]
+        )
+        out = jiwer.process_words(refs, hyps, reference_transform=words, hypothesis_transform=words)
+    else:
+        out = jiwer.process_characters(refs, hyps)
     counts = []
     for ref_units, hyp_units, chunks in zip(
         out.references, out.hypotheses, out.alignments, strict=True

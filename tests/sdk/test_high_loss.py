@@ -83,3 +83,13 @@ def test_flush_without_a_tracker_writes_a_table_record_to_the_progress_file(tmp_
 def test_n_must_be_positive():
     with pytest.raises(ValueError):
         HighLossLogger(n=0)
+
+
+def test_nan_ranks_above_plus_infinity_whatever_the_order_added():
+    for order in ([math.inf, math.nan], [math.nan, math.inf]):
+        hl = HighLossLogger(n=1)
+        hl.add(["first", "second"], order)
+        assert [math.isnan(r["loss"]) for r in hl.worst()] == [True]
+    hl = HighLossLogger(n=4)
+    hl.add(["fin", "ninf", "inf", "nan", "nan2"], [3.0, -math.inf, math.inf, math.nan, math.nan])
+    assert [r["id"] for r in hl.worst()] == ["nan", "nan2", "inf", "fin"]

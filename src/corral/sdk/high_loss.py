@@ -9,8 +9,9 @@
     worst.flush(step)      # a table for W&B, a JSON artifact for MLflow, a JSONL record
 
 Memory stays O(n) whatever the size of the evaluation (a heap of the n highest losses). A NaN
-loss ranks above every number: a sample that produces NaN is the first one to look at. Ties
-keep the sample added first. Rows are ``{"id", "loss"}`` plus ``"input"``/``"output"`` when
+loss ranks above every number, ``+inf`` included (a sample that produces NaN is the first one to
+look at), then ``+inf``, then the finite losses; ``-inf`` ranks last. Ties (equal losses, or two
+NaNs) keep the sample added first. Rows are ``{"id", "loss"}`` plus ``"input"``/``"output"`` when
 given, worst first.
 """
 
@@ -46,7 +47,7 @@ class HighLossLogger:
         self.n = n
         self.tracker = tracker
         self.name = name
-        self._heap: list[tuple[float, int, dict[str, Any]]] = []
+        self._heap: list[tuple[tuple[int, float], int, dict[str, Any]]] = []
         self._seq = 0
 
     def __len__(self) -> int:
@@ -70,7 +71,7 @@ class HighLossLogger:
             if len(values) != len(id_list):
                 raise ValueError(f"HighLossLogger.add: {len(id_list)} ids but {len(values)} {what}")
         for i, (sample_id, loss) in enumerate(zip(id_list, loss_list, strict=True)):
-            key = math.inf if math.isnan(loss) else loss
+            key = (1, 0.0) if math.isnan(loss) else (0, loss)  # NaN above everything, +inf too
             self._seq += 1
             # (key, -seq): among equal losses the newest is the smallest, so it is evicted first.
             entry = (key, -self._seq, {"id": sample_id, "loss": loss})
@@ -85,7 +86,7 @@ class HighLossLogger:
 
     def worst(self) -> list[dict[str, Any]]:
         """The kept samples, highest loss first (a copy)."""
-        ordered = sorted(self._heap, key=lambda e: (-e[0], -e[1]))  # loss desc, then seq asc
+        ordered = sorted(self._heap, key=lambda e: (e[0], e[1]), reverse=True)  # worst, then oldest
         return [dict(e[2]) for e in ordered]
 
     def clear(self) -> None:

@@ -45,6 +45,18 @@ def _cleanup_home(home: Path) -> None:
                     pass
         except Exception:
             pass
+    if (home / "fake").exists():
+        try:
+            from corral.providers.fake import FakeProvider
+
+            fake = FakeProvider({}, home=home, clock=lambda: 0.0, timers=False)
+            for inst in fake.list_instances():
+                try:
+                    fake.terminate(inst)
+                except Exception:
+                    pass
+        except Exception:
+            pass
 
 
 @pytest.fixture

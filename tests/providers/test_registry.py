@@ -29,7 +29,11 @@ def test_an_unknown_name_is_bad_input_with_a_suggestion():
     assert err.value.fields["known"] == registry.provider_names()
     with pytest.raises(BadInput) as err:
         registry.provider_class("zzzzzz")
-    assert "did you mean" not in str(err.value) and "known: local" in str(err.value)
+    assert (
+        "did you mean" not in str(err.value)
+        and "local" in str(err.value)
+        and "known:" in str(err.value)
+    )
 
 
 def test_every_registered_provider_is_a_provider_subclass_named_as_registered():

@@ -42,6 +42,7 @@ def _register() -> None:
         agent,
         cancel,
         controller,
+        debug,
         gpus,
         launch,
         logs,
@@ -50,6 +51,7 @@ def _register() -> None:
         status,
         stop,
         validate,
+        webhook,
     )
 
     app.command("launch")(launch.launch)
@@ -61,6 +63,8 @@ def _register() -> None:
     app.command("gpus")(gpus.gpus)
     app.add_typer(controller.app, name="controller")
     app.command("validate")(validate.validate)
+    app.add_typer(webhook.app, name="webhook")
+    app.add_typer(debug.app, name="debug")
     app.command("preflight")(preflight.preflight)
     app.command(
         "agent", context_settings={"ignore_unknown_options": True, "allow_extra_args": True}

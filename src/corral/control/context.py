@@ -27,6 +27,9 @@ def utcnow() -> datetime:
 @dataclass
 class Settings:
     tick_seconds: float = 0.5
+    #: how often the provider is asked about a machine whose agent answers (the preemption
+    #: watcher: notices and machines killed under a live agent)
+    provider_poll_s: float = 5.0
     #: an agent that does not answer for this long, while its provider says the machine runs,
     #: is reported (event) but never "recovered": a slow agent is not a dead one.
     unreachable_grace_s: float = 60.0

@@ -13,6 +13,7 @@ import signal
 import threading
 import time
 import traceback
+from collections.abc import Callable
 from typing import Any
 
 from corral.control import actions, finishing, launching, monitor, watchers
@@ -35,6 +36,8 @@ class Controller:
         self.wake = threading.Event()
         self.stopping = threading.Event()
         self._errors: dict[str, str] = {}
+        #: other work that keeps the controller from exiting when idle (webhook deliveries)
+        self.busy: Callable[[], bool] = lambda: False
 
     def reconcile(self, run: Any) -> None:
         if actions.handle_request(self.ctx, run):
@@ -84,7 +87,7 @@ class Controller:
                 log.error("controller tick failed: %s", e)
                 active = 1
             now = time.monotonic()
-            if active:
+            if active or self.busy():
                 idle_since = None
             elif idle_since is None:
                 idle_since = now

@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -74,6 +75,10 @@ def run_foreground(
     from corral.store import Store
 
     home = paths.home()
+    if threading.current_thread() is threading.main_thread():
+        # a CLI wakes a running controller with SIGUSR1: ignore it until serve() handles it,
+        # or a wake-up during start-up would kill this process (SIGUSR1's default action)
+        signal.signal(signal.SIGUSR1, signal.SIG_IGN)
     lock = ControllerLock(home)
     if not lock.acquire():
         from corral.errors import Conflict
@@ -102,8 +107,16 @@ def run_foreground(
         controller = Controller(
             Context(store=store, providers=providers, settings=settings, home=home)
         )
+        from corral.notify import Dispatcher
+
+        # webhooks go out from their own threads: a slow receiver never slows the loop
+        dispatcher = Dispatcher(store).start()
+        controller.busy = lambda: dispatcher.pending() > 0  # idle exit waits for deliveries
         logger.info("controller %d started for %s", os.getpid(), home)
-        controller.serve(idle_exit_s=idle_exit_s)
+        try:
+            controller.serve(idle_exit_s=idle_exit_s)
+        finally:
+            dispatcher.stop()
         logger.info("controller %d stopped", os.getpid())
         return 0
     finally:

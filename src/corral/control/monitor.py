@@ -115,6 +115,8 @@ def handle_running(ctx: Context, run: Any) -> None:
         return
     if ctx.memo.pop(memo_key, None) is not None:
         ctx.store.add_event(run.id, "agent.reachable", "agent answers again", attempt=run.attempt)
+    if _provider_says_gone(ctx, run, res, client, status):
+        return
     poll_agent(ctx, run, client, status)
     if status.get("phase") in TERMINAL_PHASES:
         finishing.agent_finished(ctx, run, status)
@@ -162,3 +164,41 @@ def _agent_unreachable(ctx: Context, run: Any, res: Any, memo_key: str, err: Exc
             f"but {res.provider} reports the machine {st.state.value}: waiting",
             attempt=run.attempt,
         )
+
+
+def _provider_says_gone(
+    ctx: Context, run: Any, res: Any, client: Any, status: dict[str, Any]
+) -> bool:
+    """The preemption watcher: every ``provider_poll_s`` ask the provider about a machine whose
+    agent still answers. Preempted (a notice period): ask the agent for a graceful stop so the
+    job checkpoints before the kill; the recovery follows when the agent reports its end.
+    Terminated or failed under a live agent: the attempt is lost. True if the run moved on."""
+    key = f"{run.id}:{run.attempt}:provider-polled"
+    now = ctx.clock()
+    last = ctx.memo.get(key)
+    if last is not None and (now - last).total_seconds() < ctx.settings.provider_poll_s:
+        return False
+    ctx.memo[key] = now
+    try:
+        st = ctx.provider(res.provider).status(instance_of(res))
+    except ProviderError as e:
+        log.info("run %s: provider status failed: %s", run.id, e.message)
+        return False
+    if st.state == InstanceState.PREEMPTED:
+        if status.get("phase") not in TERMINAL_PHASES and not ctx.memo.get(key + ":stop"):
+            ctx.memo[key + ":stop"] = True
+            ctx.store.add_event(
+                run.id,
+                "instance.preempting",
+                f"{res.provider} is preempting the machine: stopping gracefully",
+                attempt=run.attempt,
+            )
+            try:
+                client.stop()
+            except AgentError:
+                pass
+        return False
+    if st.state in (InstanceState.TERMINATED, InstanceState.FAILED):
+        finishing.attempt_lost(ctx, run, st.state, st.detail)
+        return True
+    return False

@@ -300,15 +300,8 @@ class CheckpointSync:
         return True
 
     def _uploaded_ok(self, entry: mirror.Entry, size: int, seconds: float) -> None:
-        with self._cond:
-            self._uploaded[entry.name] = entry.digest
-            self._remote[entry.name] = entry
-            self._failures.pop((entry.name, entry.digest), None)
-            self._next_try = 0.0
-            if self.last_uploaded_step is None or entry.step >= self.last_uploaded_step:
-                self.last_uploaded_step = entry.step
-            self.last_error = None
-            self._last_reported = ""
+        # the event first: once the upload counts as done, after_stages may end the attempt
+        # and the controller's last read of the events must already include it
         self._events.emit(
             "checkpoint.uploaded",
             data={
@@ -320,6 +313,15 @@ class CheckpointSync:
                 "duration_s": round(seconds, 3),
             },
         )
+        with self._cond:
+            self._uploaded[entry.name] = entry.digest
+            self._remote[entry.name] = entry
+            self._failures.pop((entry.name, entry.digest), None)
+            self._next_try = 0.0
+            if self.last_uploaded_step is None or entry.step >= self.last_uploaded_step:
+                self.last_uploaded_step = entry.step
+            self.last_error = None
+            self._last_reported = ""
         try:
             remaining, _ = mirror.apply_retention(
                 self.storage,

@@ -83,3 +83,27 @@ def test_pipeline_runs_parallel_stages_on_disjoint_gpus(tmp_path: Path, monkeypa
     first_three = ["detection", "recognition", "lm"]
     assert max(started[s] for s in first_three) < min(finished[s] for s in first_three)
     assert started["evaluate"] >= max(finished[s] for s in first_three)
+
+
+def test_status_shows_the_acceptance_verdict_and_the_manifest(tmp_path: Path) -> None:
+    work = tmp_path / "job"
+    work.mkdir()
+    (work / "report.json.in").write_text('{"cer": 0.02, "latency_ms": 250}')
+    (work / "corral.yaml").write_text(
+        "name: judged\n"
+        "run: cp report.json.in report.json\n"
+        "eval:\n  report: report.json\n  acceptance: ['cer <= 0.03', 'latency_ms <= 200']\n"
+    )
+    result = runner.invoke(app, ["launch", str(work / "corral.yaml"), "--wait", "--json"])
+    run = json.loads(result.stdout)
+    assert run["state"] == "SUCCEEDED"  # fail_run_on_reject is off by default
+    status = json.loads(runner.invoke(app, ["status", run["id"], "--json"]).stdout)
+    acc = status["acceptance"]
+    assert acc["all_pass"] is False
+    assert [(c["metric"], c["passed"]) for c in acc["criteria"]] == [
+        ("cer", True),
+        ("latency_ms", False),
+    ]
+    assert status["manifest"]["path"].endswith("manifest.json")
+    human = runner.invoke(app, ["status", run["id"]]).stdout
+    assert "acceptance" in human and "fail" in human

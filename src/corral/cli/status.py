@@ -7,14 +7,15 @@ from typing import Any
 import typer
 
 
-def _stages(store: Any, run: Any) -> list[dict[str, Any]]:
+def _agent_status(store: Any, run: Any) -> dict[str, Any]:
+    """The agent's last status as the controller cached it on the current attempt."""
     if not run.attempt:
-        return []
+        return {}
     try:
         attempt = store.get_attempt(run.id, run.attempt)
     except Exception:
-        return []
-    return list(((attempt.data or {}).get("status") or {}).get("stages") or [])
+        return {}
+    return dict((attempt.data or {}).get("status") or {})
 
 
 def run_details(store: Any, run: Any) -> dict[str, Any]:
@@ -29,7 +30,11 @@ def run_details(store: Any, run: Any) -> dict[str, Any]:
         ad.pop("data", None)
         ad.pop("log_offsets", None)
         d["attempts"].append(ad)
-    d["stages"] = _stages(store, run)
+    agent = _agent_status(store, run)
+    d["stages"] = list(agent.get("stages") or [])
+    d["acceptance"] = agent.get("acceptance")
+    d["manifest"] = agent.get("manifest")
+    d["checkpoint_sync"] = agent.get("checkpoint_sync")
     d["logs_dir"] = str(paths.home() / "runs" / run.id / "logs")
     try:
         from corral.spec import JobSpec
@@ -122,6 +127,16 @@ def status(
                 f"  attempt {a['number']}: {a['provider']} {a.get('exit_reason') or a['state']}"
                 f" · {fmt_cost(a.get('cost_usd'))}"
             )
+    acc = details.get("acceptance")
+    if acc and acc.get("criteria"):
+        verdict = "[green]pass[/]" if acc.get("all_pass") else "[red]fail[/]"
+        checks = ", ".join(
+            f"{c['metric']} {c['op']} {c['value']:g} ({c.get('observed')})" for c in acc["criteria"]
+        )
+        console.print(f"  acceptance  {verdict}: {checks}")
+    man = details.get("manifest")
+    if man and man.get("uri"):
+        console.print(f"  manifest    {man['uri']} ({man.get('files', 0)} files)")
     if details.get("checkpoint_dir"):
         console.print(f"  checkpoints {details['checkpoint_dir']}")
     console.print(f"  logs        corral logs {run.id}")

@@ -22,41 +22,31 @@ def corral_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.Mo
 
 
 def _cleanup_home(home: Path) -> None:
-    """Kill what a test left running under its CORRAL_HOME: the controller and local agents."""
+    """Kill what a test left running under its CORRAL_HOME: the controller, local agents and
+    fake-cloud machines. Best effort: a teardown must reach every one of them."""
     import signal
+    from contextlib import suppress
 
     from corral.control.lock import running_pid
 
     pid = running_pid(home)  # only a pid whose process still holds the controller lock
     if pid and pid > 0:
-        try:
+        with suppress(OSError):
             os.kill(pid, signal.SIGKILL)
-        except OSError:
-            pass
+    providers = []
     if (home / "local" / "instances").exists():
-        try:
-            from corral.providers.local.provider import LocalProvider
+        from corral.providers.local.provider import LocalProvider
 
-            provider = LocalProvider(home=home, gpus=[])
-            for inst in provider.list_instances():
-                try:
-                    provider.terminate(inst)
-                except Exception:
-                    pass
-        except Exception:
-            pass
+        providers.append(LocalProvider(home=home, gpus=[]))
     if (home / "fake").exists():
-        try:
-            from corral.providers.fake import FakeProvider
+        from corral.providers.fake import FakeProvider
 
-            fake = FakeProvider({}, home=home, clock=lambda: 0.0, timers=False)
-            for inst in fake.list_instances():
-                try:
-                    fake.terminate(inst)
-                except Exception:
-                    pass
-        except Exception:
-            pass
+        providers.append(FakeProvider({}, home=home, clock=lambda: 0.0, timers=False))
+    for provider in providers:
+        with suppress(Exception):
+            for inst in provider.list_instances():
+                with suppress(Exception):
+                    provider.terminate(inst)
 
 
 @pytest.fixture

@@ -140,3 +140,26 @@ def test_agent_exits_when_no_controller_calls_after_the_job_ended(tmp_path):
     assert proc.returncode == 0
     assert "no controller called" in proc.stderr
     assert marker.exists()
+
+
+def test_stages_die_with_their_agent(tmp_path):
+    """kill -9 of the agent takes its stages with it: nothing runs on unwatched, and a new
+    attempt cannot run the same job twice on one machine."""
+    plan = make_plan(tmp_path, [{"name": "train", "run": "echo $$ > shell.pid; sleep 60"}])
+    plan_path = tmp_path / "plan.json"
+    plan.dump(plan_path)
+    proc = _spawn_agent(plan_path)
+    pid_file = Path(plan.workdir) / "shell.pid"
+    try:
+        _wait_for_agent_json(Path(plan.state_dir), proc)
+        deadline = time.monotonic() + 10
+        while not pid_file.exists() or not pid_file.read_text().strip():
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        shell = psutil.Process(int(pid_file.read_text()))
+        group = [shell, *shell.children(recursive=True)]
+    finally:
+        proc.kill()
+        proc.wait(10)
+    _, alive = psutil.wait_procs(group, timeout=5)
+    assert alive == []

@@ -27,7 +27,7 @@ from corral.providers.base import (
     Provider,
     Requirements,
 )
-from corral.providers.fake import ENV_FAKE_CLOUD, FakeProvider
+from corral.providers.fake import ENV_FAKE_CLOUD
 from corral.store import Store
 
 runner = CliRunner()
@@ -70,17 +70,6 @@ def wait_file(path: Path, timeout: float = 60.0) -> None:
     while not path.exists():
         assert time.monotonic() < deadline, f"{path} never appeared"
         time.sleep(0.05)
-
-
-@pytest.fixture(autouse=True)
-def no_fake_machine_left(corral_home: Path):
-    yield
-    p = FakeProvider({}, home=corral_home, clock=lambda: 0.0, timers=False)
-    for inst in p.list_instances():
-        try:
-            p.terminate(inst)
-        except Exception:  # teardown must reach every instance
-            pass
 
 
 SPOTTY = """

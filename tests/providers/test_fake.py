@@ -105,19 +105,6 @@ def clock() -> Clock:
     return Clock()
 
 
-@pytest.fixture(autouse=True)
-def no_machine_left(corral_home: Path):
-    """Whatever a test launched on the fake cloud of its CORRAL_HOME is terminated after it."""
-    yield
-    # a clock before every launch: listing and terminating apply no scheduled event
-    p = FakeProvider({}, home=corral_home, clock=lambda: 0.0, timers=False)
-    for inst in p.list_instances():
-        try:
-            p.terminate(inst)
-        except Exception:  # teardown must reach every instance
-            pass
-
-
 @pytest.fixture
 def make_fake(corral_home: Path, clock: Clock):
     """Fake providers on the test's CORRAL_HOME and the test's clock."""

@@ -107,7 +107,7 @@ class Child:
         self._kill_at: float | None = None
         self._killed = False
         self.proc = subprocess.Popen(
-            [sys.executable, "-S", "-I", SHIM, command],
+            [sys.executable, "-S", "-I", SHIM, command, str(os.getpid())],
             cwd=cwd,
             env=env,
             stdin=subprocess.DEVNULL,

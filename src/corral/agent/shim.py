@@ -8,7 +8,11 @@ reparented to it), and after a stop waits for every descendant: if one of them e
 does the shim; otherwise it exits with bash's code. Without a stop it exits as soon as bash
 does, with bash's code (leftovers are the agent's business).
 
-It runs as ``python -S -I shim.py COMMAND`` (no site, no corral imports: fast to start).
+It also dies with its agent: if the agent process goes away (killed, crashed), the shim kills
+its whole group, so a stage never runs on unwatched (a new attempt could otherwise run the same
+job twice on one machine).
+
+It runs as ``python -S -I shim.py COMMAND [AGENT_PID]`` (no site, no corral imports: fast).
 """
 
 import os
@@ -16,28 +20,42 @@ import signal
 import sys
 
 PREEMPTED = 75  # corral.constants.EXIT_PREEMPTED (not imported: this file stands alone)
+PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
 
 
-def _become_subreaper() -> None:
+def _prctl(option: int, value: int) -> None:
     try:
         import ctypes
 
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
-    except Exception:  # not Linux: descendants go to init; bash's code is still reported
+        ctypes.CDLL(None, use_errno=True).prctl(option, value, 0, 0, 0)
+    except Exception:  # not Linux: no subreaper, no death signal; bash's code is still reported
         pass
+
+
+def _die_with_group(*_: object) -> None:
+    os.killpg(os.getpgrp(), signal.SIGKILL)
+
+
+def _follow_agent(agent_pid: int | None) -> None:
+    """SIGUSR2 when the agent dies (the parent-death signal), and the group goes with it."""
+    signal.signal(signal.SIGUSR2, _die_with_group)
+    _prctl(PR_SET_PDEATHSIG, signal.SIGUSR2)
+    if agent_pid is not None and os.getppid() != agent_pid:  # it died before we asked
+        _die_with_group()
 
 
 def main() -> int:
     command = sys.argv[1]
-    _become_subreaper()
+    _follow_agent(int(sys.argv[2]) if len(sys.argv) > 2 else None)
+    _prctl(PR_SET_CHILD_SUBREAPER, 1)
     stopped = []
     signal.signal(signal.SIGTERM, lambda *_: stopped.append(True))
     signal.signal(signal.SIGINT, lambda *_: stopped.append(True))
     pid = os.fork()
     if pid == 0:
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR2):
+            signal.signal(sig, signal.SIG_DFL)
         os.execvp("bash", ["bash", "-c", command])
     bash_code = None
     preempted = False

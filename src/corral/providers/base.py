@@ -215,6 +215,19 @@ class SupportsSimulatedPreemption:
         raise NotImplementedError
 
 
+class SupportsPriceRefresh:
+    """Some of the provider's prices come from a live API it caches (spot prices, say).
+    ``corral offers --refresh`` calls :meth:`refresh_prices`; a provider whose prices are all
+    in a dated catalog, or are read live on every ``offers`` call, does not need this."""
+
+    def refresh_prices(self) -> str | None:  # pragma: no cover - interface
+        """Drop cached prices and load them from the provider now; the next ``offers`` call
+        uses them. Returns when the prices now in use were published or fetched (ISO 8601
+        date or time), or None if unknown. Raise a :class:`~corral.errors.ProviderError`
+        (``AuthFailed``, ``RateLimited``, ``ProviderUnavailable``...) if it cannot."""
+        raise NotImplementedError
+
+
 CAPABILITY_MIXINS: tuple[type, ...] = (
     SupportsSpot,
     SupportsStop,

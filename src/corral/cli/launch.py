@@ -34,6 +34,10 @@ def launch(
         from corral.errors import BadInput
 
         raise BadInput(f"{file}: workdir {spec.workdir} does not exist or is not a directory")
+    if spec.secrets:  # every secret must resolve before anything is created or launched
+        from corral.secrets import resolve_many
+
+        resolve_many(spec.secrets)
     providers, skipped = load_providers()
     result = planner.plan(providers, planner.requirements_from_spec(spec))
     for name, why in skipped.items():

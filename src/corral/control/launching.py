@@ -103,7 +103,15 @@ def _bootstrap(ctx: Context, run: Any, number: int, offer: Offer) -> Bootstrap:
         spec_hash=run.spec_hash,
         controller_timeout_s=ctx.settings.agent_controller_timeout_s,
     )
-    return Bootstrap(plan=plan.model_dump(mode="json"), token=agent_token(run.id, number, ctx.home))
+    from corral.secrets import register_names, resolve_many
+
+    # spec `secrets:` go to the job through the bootstrap env only (never the plan, the run
+    # row or an event); a missing one fails the launch (BadInput naming it) before any call
+    register_names(spec.secrets)
+    env = resolve_many(spec.secrets)
+    return Bootstrap(
+        plan=plan.model_dump(mode="json"), token=agent_token(run.id, number, ctx.home), env=env
+    )
 
 
 def _ensure_attempt(ctx: Context, run: Any, number: int, offer: Offer) -> None:

@@ -38,8 +38,10 @@ def _write_offset(path: Path, offset: int) -> None:
 
 def sync_logs(ctx: Context, run_id: str, attempt: int, client: AgentClient) -> None:
     """Append new log bytes of every stage. The remote offset is kept beside each file (a
-    crash between the append and the offset update repeats at most one chunk)."""
+    crash between the append and the offset update repeats at most one chunk). Secret
+    values are ``***`` in the copy (corral.secrets)."""
     target = logs_dir(run_id, attempt)
+    redactor = None
     for stage, remote_size in client.log_sizes().items():
         path = target / f"{Path(stage).name}.log"
         offset = _read_offset(path)
@@ -49,12 +51,24 @@ def sync_logs(ctx: Context, run_id: str, attempt: int, client: AgentClient) -> N
             nxt = int(chunk.get("next_offset", offset))
             if nxt <= offset:
                 break
-            data = chunk.get("data", "").encode("utf-8")
+            if redactor is None:
+                redactor = _redactor(ctx, run_id)
+            # chunks end at a line end, so a secret value is never split across two of them
+            data = redactor.redact(chunk.get("data", "")).encode("utf-8")
             with open(path, "ab") as f:
                 f.write(data)
             _write_offset(path, nxt)
             budget -= nxt - offset
             offset = nxt
+
+
+def _redactor(ctx: Context, run_id: str) -> Any:
+    """Every secret value in play, the run's spec ``secrets:`` included (for a controller
+    restarted since the launch, which has not resolved them itself)."""
+    from corral.secrets import current_redactor, register_names
+
+    register_names(ctx.spec(ctx.store.get_run(run_id)).secrets)
+    return current_redactor()
 
 
 def _describe(ev: dict[str, Any]) -> str:

@@ -46,10 +46,18 @@ USER_AGENT = f"corral-webhooks/{__version__}"
 
 
 def env_secret(name: str) -> str | None:
-    """The default secret resolver: the environment variable ``name``."""
+    """A secret resolver that reads only the environment variable ``name``."""
     import os
 
     return os.environ.get(name) or None
+
+
+def stored_secret(name: str) -> str | None:
+    """The default secret resolver: the secret store, then the environment
+    (:func:`corral.secrets.resolve`)."""
+    from corral.secrets import resolve
+
+    return resolve(name)
 
 
 class Dispatcher(FeedReader):
@@ -69,7 +77,7 @@ class Dispatcher(FeedReader):
         *,
         http: Any | None = None,
         clock: Callable[[], float] = time.time,
-        secret_resolver: Callable[[str], str | None] = env_secret,
+        secret_resolver: Callable[[str], str | None] = stored_secret,
         policy: sending.RetryPolicy | None = None,
         workers: int = 4,
         queue_size: int = 100,

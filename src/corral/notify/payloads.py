@@ -143,7 +143,11 @@ def scrub(value: Any, secret: str) -> Any:
 
 def encode(payload: dict[str, Any], secret: str | None) -> bytes:
     """The request body. A payload never carries a secret value: the webhook's own secret is
-    scrubbed from it should a reason or a metric name ever contain it."""
+    scrubbed from it should a reason or a metric name ever contain it, and so is every secret
+    value in play (``corral.secrets.redact_data``: the store, credentials, resolved secrets)."""
+    from corral.secrets.redact import redact_data
+
     if secret and len(secret) >= 4:
         payload = scrub(payload, secret)
+    payload = redact_data(payload)
     return json.dumps(payload, separators=(",", ":"), sort_keys=True).encode("utf-8")

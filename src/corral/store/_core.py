@@ -121,13 +121,16 @@ class StoreBase:
         attempt: int | None = None,
         ts: datetime | None = None,
     ) -> EventRecord:
+        from corral.secrets.redact import current_redactor
+
+        redactor = current_redactor()  # no secret value is ever written into an event
         values = {
             "run_id": run_id,
             "attempt": attempt,
             "ts": aware_utc(ts) if ts else self._now(),
             "type": type,
-            "reason": reason or "",
-            "data": dict(data or {}),
+            "reason": redactor.redact(reason or ""),
+            "data": redactor.redact_data(dict(data or {})),
         }
         self._db.dialect.lock_events(tx.cur)
         event_id = self._insert(tx, "events", values)

@@ -1,0 +1,348 @@
+"""The RunPod provider: GPU pods (on-demand and spot) running corral's agent.
+
+* **Offers** (:mod:`.offers`): GraphQL GPU types and prices, cached ``price_cache_s``.
+* **Launch** is idempotent on the key, which the pod's name carries (``corral-<key>``):
+  before creating, and after any ambiguous create (a timeout or a 5xx: RunPod has answered
+  500 to a create whose pod then existed and billed), the pod is looked up by name and
+  adopted; only when none exists is the create tried again (``create_attempts`` in all).
+  On-demand pods are created through REST (``POST /pods``), spot pods through GraphQL
+  (``podRentInterruptable``, bidding the offer's price per GPU). Should two pods ever carry
+  one key, the provider keeps one and terminates the others.
+* **Status** maps every pod state (:mod:`.pods`); a spot pod RunPod stopped is PREEMPTED.
+* **Terminate** deletes the pod (and any other pod named for the key); a missing pod is
+  success; a pod whose name is not corral's for the key is never touched.
+* **The agent** is reached through RunPod's HTTP proxy:
+  ``https://<pod-id>-<port>.proxy.runpod.net`` (``proxy_url`` overrides it).
+* **Stop/start** (SupportsStop) and **network volumes** (SupportsVolumes): a configured
+  volume (``network_volume_id``) is mounted in every pod for checkpoints, and pins pods to
+  its data center.
+
+The API key is ``RUNPOD_API_KEY`` from corral's secret store or the environment; it is sent
+only in the Authorization header and never appears in a log line, an event or an error.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, ClassVar
+
+import httpx
+from pydantic import ValidationError
+
+from corral import paths
+from corral.agent.plan import AgentPlan
+from corral.errors import AuthFailed, BadInput, NotYetTerminated, ProviderError, ProviderUnavailable
+from corral.providers.base import (
+    Bootstrap,
+    Instance,
+    InstanceState,
+    InstanceStatus,
+    Offer,
+    Provider,
+    Requirements,
+    SupportsPriceRefresh,
+    SupportsSpot,
+    SupportsStop,
+    SupportsVolumes,
+)
+from corral.providers.http import RetryPolicy
+from corral.providers.local.settings import plan_error
+from corral.providers.local.state import check_key
+from corral.providers.runpod import bootstrap as boot
+from corral.providers.runpod.api import RunPodAPI
+from corral.providers.runpod.gpus import canonical_name
+from corral.providers.runpod.marks import StoppedMarks
+from corral.providers.runpod.offers import build_offers, gpu_count
+from corral.providers.runpod.pods import Pod, pod_state
+from corral.providers.runpod.settings import ENV_API_KEY, RunPodSettings
+
+log = logging.getLogger("corral.providers.runpod")
+
+_SHOWS_ENDPOINT = (InstanceState.PROVISIONING, InstanceState.RUNNING)
+
+
+def _api_key() -> str | None:
+    from corral.secrets import resolve
+
+    return resolve(ENV_API_KEY)
+
+
+class RunPodProvider(Provider, SupportsSpot, SupportsStop, SupportsVolumes, SupportsPriceRefresh):
+    name: ClassVar[str] = "runpod"
+    unsupported: ClassVar[dict[str, str]] = {
+        "SupportsPreemptionNotice": "RunPod has no interruption notice to poll: a spot pod "
+        "gets SIGTERM at most 5 s before SIGKILL, so jobs must checkpoint often",
+        "SupportsLogs": "RunPod's REST v1 API keeps no pod logs; corral's agent serves them",
+        "SupportsSimulatedPreemption": "RunPod cannot be asked to interrupt a pod; simulate "
+        "preemptions with the fake provider",
+    }
+
+    def __init__(
+        self,
+        api_key: str | None = None,
+        *,
+        settings: RunPodSettings | None = None,
+        client: httpx.Client | None = None,
+        home: Path | None = None,
+        retry: RetryPolicy | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+        clock: Callable[[], float] = time.monotonic,
+    ):
+        key = api_key or _api_key()
+        if not key:
+            raise AuthFailed(
+                f"runpod: no API key: `corral secret set {ENV_API_KEY}` or export {ENV_API_KEY}"
+            )
+        self.settings = settings if settings is not None else RunPodSettings.from_env()
+        self.api = RunPodAPI(
+            key, self.settings, client=client, retry=retry, sleep=sleep, clock=clock
+        )
+        self.home = Path(home) if home is not None else paths.home()
+        self.marks = StoppedMarks(self.home / "runpod")
+        self._sleep = sleep
+        self._clock = clock
+        self._prices: dict[int, tuple[float, str, list[dict[str, Any]]]] = {}
+        self._volume_dc: str | None = None
+
+    def close(self) -> None:
+        self.api.close()
+
+    # --- offers -----------------------------------------------------------------------------
+
+    def offers(self, req: Requirements) -> list[Offer]:
+        if req.providers is not None and self.name not in req.providers:
+            return []
+        fetched_at, types = self._gpu_types(gpu_count(req))
+        return build_offers(
+            types,
+            req,
+            cloud_types=list(self.settings.cloud_types),
+            container_disk_gb=self.settings.container_disk_gb,
+            volume_dc=self._volume_data_center(),
+            fetched_at=fetched_at,
+            provider=self.name,
+        )
+
+    def refresh_prices(self) -> str | None:
+        """Drop the cached prices and fetch them now; returns when they were fetched."""
+        self._prices.clear()
+        fetched_at, _ = self._gpu_types(1)
+        return fetched_at
+
+    def _gpu_types(self, count: int) -> tuple[str, list[dict[str, Any]]]:
+        cached = self._prices.get(count)
+        now = self._clock()
+        if cached is not None and now - cached[0] < self.settings.price_cache_s:
+            return cached[1], cached[2]
+        types = self.api.gpu_types(count)
+        fetched_at = datetime.now(UTC).isoformat(timespec="seconds")
+        self._prices[count] = (now, fetched_at, types)
+        return fetched_at, types
+
+    def _volume_data_center(self) -> str | None:
+        volume_id = self.settings.network_volume_id
+        if not volume_id:
+            return None
+        if self._volume_dc is None:
+            volume = self.api.get_volume(volume_id)
+            if volume is None:
+                raise BadInput(f"runpod: network volume {volume_id!r} does not exist")
+            self._volume_dc = str(volume.get("dataCenterId") or "") or None
+        return self._volume_dc
+
+    # --- launch -----------------------------------------------------------------------------
+
+    def launch(self, offer: Offer, bootstrap: Bootstrap, key: str) -> Instance:
+        check_key(key)
+        if offer.provider != self.name:
+            raise BadInput(f"offer of provider {offer.provider!r} given to the runpod provider")
+        needed = ("gpu_type_id", "cloud_type") + (("bid_per_gpu",) if offer.spot else ())
+        if any(offer.details.get(k) in (None, "") for k in needed):
+            raise BadInput(f"offer {offer.offer_id!r} is not a RunPod offer (details missing)")
+        try:
+            plan = AgentPlan.model_validate(bootstrap.plan)
+        except ValidationError as exc:
+            raise plan_error(exc) from None
+        found = self._lookup(key)
+        if found is not None:  # launched before (a retry, a restarted controller)
+            return self._instance(found, key)
+        env = boot.pod_env(plan, bootstrap, offer, key, self.settings)
+        last: ProviderError | None = None
+        for attempt in range(1, self.settings.create_attempts + 1):
+            try:
+                pod = self._create(offer, env, key)
+            except ProviderUnavailable as exc:  # a timeout or a 5xx: the pod may exist
+                last = exc
+                log.warning("runpod: create of %s was ambiguous (%s)", boot.pod_name(key), exc)
+            else:
+                log.info("runpod: created pod %s for %s", pod.id, key)
+                return self._instance(pod, key, offer)
+            found = self._lookup_after_failure(key)
+            if found is not None:
+                log.info("runpod: pod %s for %s existed after all: adopted", found.id, key)
+                return self._instance(found, key)
+            if attempt < self.settings.create_attempts:
+                self._sleep(min(2.0**attempt, 10.0))
+        assert last is not None
+        raise ProviderUnavailable(
+            f"runpod: could not create pod {boot.pod_name(key)} in "
+            f"{self.settings.create_attempts} tries, and none exists: {last.message}",
+            fields={"key": key},
+        )
+
+    def _create(self, offer: Offer, env: dict[str, str], key: str) -> Pod:
+        if offer.spot:
+            return self.api.rent_interruptable(boot.spot_input(offer, env, key, self.settings))
+        return self.api.create_pod(boot.rest_body(offer, env, key, self.settings))
+
+    def _lookup_after_failure(self, key: str) -> Pod | None:
+        try:
+            return self._lookup(key)
+        except ProviderError as exc:
+            log.warning("runpod: cannot look for pod %s: %s", boot.pod_name(key), exc)
+            return None
+
+    def _lookup(self, key: str, *, dedupe: bool = True) -> Pod | None:
+        """The live pod named for ``key``. If several exist (a create that was answered with
+        an error but went through, then a retry), one is kept and the others terminated."""
+        pods = [
+            p for p in self.api.list_pods(name=boot.pod_name(key)) if p.state_word != "TERMINATED"
+        ]
+        if not pods:
+            return None
+        pods.sort(key=lambda p: (p.state_word != "RUNNING", p.id))
+        keep, extra = pods[0], pods[1:]
+        if dedupe:
+            for pod in extra:
+                log.warning("runpod: second pod %s for %s: terminating it", pod.id, key)
+                self.api.delete_pod(pod.id)
+        return keep
+
+    # --- status / terminate -----------------------------------------------------------------
+
+    def _endpoint(self, pod_id: str) -> str:
+        return self.settings.proxy_url.format(pod_id=pod_id, port=self.settings.agent_port)
+
+    def _ours(self, pod: Pod | None, key: str) -> Pod | None:
+        return pod if pod is not None and pod.name == boot.pod_name(key) else None
+
+    def status(self, instance: Instance) -> InstanceStatus:
+        pod = self._ours(self.api.get_pod(instance.instance_id), instance.key)
+        if pod is not None and pod.state_word == "RUNNING" and not pod.up:
+            try:  # REST v1 has no container state; GraphQL's runtime is set once it is up
+                live = self.api.pod_runtime(pod.id)
+            except ProviderError as exc:
+                log.info("runpod: runtime of pod %s unknown: %s", pod.id, exc)
+                live = None
+            if live is not None and live.runtime:
+                pod = pod.model_copy(update={"runtime": live.runtime})
+        state, detail = pod_state(pod, stopped_by_corral=instance.instance_id in self.marks)
+        endpoint = self._endpoint(instance.instance_id) if state in _SHOWS_ENDPOINT else None
+        return InstanceStatus(state=state, detail=detail, endpoint=endpoint)
+
+    def terminate(self, instance: Instance) -> None:
+        pod = self._ours(self.api.get_pod(instance.instance_id), instance.key)
+        if pod is not None and pod.state_word != "TERMINATED":
+            self.api.delete_pod(pod.id)
+            log.info("runpod: terminated pod %s (%s)", pod.id, instance.key)
+        for other in self.api.list_pods(name=boot.pod_name(instance.key)):
+            if other.id != instance.instance_id and other.state_word != "TERMINATED":
+                log.warning("runpod: terminating pod %s, also named for %s", other.id, instance.key)
+                self.api.delete_pod(other.id)
+        after = self._ours(self.api.get_pod(instance.instance_id), instance.key)
+        if after is not None and after.state_word != "TERMINATED":
+            raise NotYetTerminated(f"runpod: pod {after.id} is still being terminated")
+        self.marks.discard(instance.instance_id)
+
+    def find(self, key: str) -> Instance | None:
+        try:
+            check_key(key)
+        except BadInput:
+            return None
+        pod = self._lookup(key, dedupe=False)
+        return None if pod is None else self._instance(pod, key)
+
+    def list_instances(self) -> list[Instance]:
+        """Every live pod corral launched (named ``corral-<key>``), for the leak sweep."""
+        out = []
+        for pod in self.api.list_pods():
+            key = boot.key_of(pod.name)
+            if key is not None and pod.state_word != "TERMINATED":
+                out.append(self._instance(pod, key))
+        return out
+
+    # --- stop / start (SupportsStop) --------------------------------------------------------
+
+    def stop(self, instance: Instance) -> None:
+        """Stop the pod: no GPU billed, its volume disk kept. ``status`` says STOPPED."""
+        self.marks.add(instance.instance_id)
+        self.api.stop_pod(instance.instance_id)
+
+    def start(self, instance: Instance) -> None:
+        """Start a stopped pod again (a spot pod bids the offer's price again)."""
+        self.marks.discard(instance.instance_id)
+        if instance.offer.spot:
+            bid = float(instance.offer.details.get("bid_per_gpu") or 0.0)
+            self.api.bid_resume(instance.instance_id, bid, max(1, instance.offer.gpu_count))
+        else:
+            self.api.start_pod(instance.instance_id)
+
+    # --- network volumes (SupportsVolumes) --------------------------------------------------
+
+    def create_volume(self, name: str, size_gb: int, data_center_id: str) -> dict[str, Any]:
+        """A network volume (``{id, name, size, dataCenterId}``); set its id as
+        ``network_volume_id`` to mount it in every pod."""
+        return self.api.create_volume(name, size_gb, data_center_id)
+
+    def volumes(self) -> list[dict[str, Any]]:
+        return self.api.list_volumes()
+
+    def delete_volume(self, volume_id: str) -> None:
+        """Delete a network volume; a missing one is success."""
+        self.api.delete_volume(volume_id)
+
+    # --- instances --------------------------------------------------------------------------
+
+    def _instance(self, pod: Pod, key: str, offer: Offer | None = None) -> Instance:
+        offer = offer or self._offer_of(pod)
+        return Instance(
+            provider=self.name,
+            instance_id=pod.id,
+            key=key,
+            offer=offer,
+            endpoint=self._endpoint(pod.id),
+            created_at=None,
+            data={
+                "pod_name": pod.name or boot.pod_name(key),
+                "spot": offer.spot,
+                "gpu_type_id": offer.details.get("gpu_type_id"),
+                "cloud_type": offer.details.get("cloud_type"),
+                "data_center_id": offer.details.get("data_center_id"),
+                "cost_per_hr": pod.cost_per_hr,
+            },
+        )
+
+    def _offer_of(self, pod: Pod) -> Offer:
+        """The offer a pod was launched for (kept in its env), or one rebuilt from the pod."""
+        raw = pod.env_value(boot.ENV_OFFER)
+        if raw:
+            try:
+                return Offer.model_validate_json(raw)
+            except ValidationError:
+                pass
+        gpu = pod.gpu or {}
+        gpu_id = str(gpu.get("id") or "")
+        return Offer(
+            provider=self.name,
+            offer_id=f"pod:{pod.id}",
+            region="any",
+            gpu_type=canonical_name(gpu_id) if gpu_id else None,
+            gpu_count=int(gpu.get("count") or pod.gpu_count or 0),
+            spot=pod.interruptible,
+            price_per_hour=max(0.0, pod.cost_per_hr or 0.0),
+            details={"gpu_type_id": gpu_id} if gpu_id else {},
+        )

@@ -1,0 +1,105 @@
+"""Settings of the RunPod provider: API endpoints, the pod image, the network volume, limits.
+
+Every field can come from the environment (``CORRAL_RUNPOD_<FIELD>``, upper case), so the
+controller builds the provider with no arguments; tests pass a :class:`RunPodSettings` that
+points the URLs at a fake server on loopback. The API key is not a setting: it is a secret
+(``RUNPOD_API_KEY``, from the environment or corral's secret store) and never stored here.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from corral.errors import BadInput
+
+ENV_API_KEY = "RUNPOD_API_KEY"
+ENV_PREFIX = "CORRAL_RUNPOD_"
+
+CloudType = Literal["SECURE", "COMMUNITY"]
+
+
+class RunPodSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    rest_url: str = Field("https://rest.runpod.io/v1", description="REST v1 base URL.")
+    graphql_url: str = Field("https://api.runpod.io/graphql", description="GraphQL endpoint.")
+    proxy_url: str = Field(
+        "https://{pod_id}-{port}.proxy.runpod.net",
+        description="Template of the URL of a pod's HTTP port ({pod_id}, {port}).",
+    )
+    image: str = Field(
+        "runpod/pytorch:2.4.0-py3.11-cuda12.4.1-devel-ubuntu22.04",
+        description="Container image of the pods; it needs python 3.11+ (corral is installed "
+        "with `install_command` when the image lacks it).",
+    )
+    install_command: str | None = Field(
+        None,
+        description="Shell command the pod runs when its python cannot import corral (e.g. "
+        '"pip install corral==0.1.0" from your index); None: the image must have corral.',
+    )
+    cloud_types: list[CloudType] = Field(
+        default_factory=lambda: ["SECURE", "COMMUNITY"],
+        min_length=1,
+        description="Which RunPod clouds to offer: SECURE (data centers), COMMUNITY (hosts).",
+    )
+    agent_port: int = Field(8750, ge=1, le=65535, description="The agent's port in the pod.")
+    container_disk_gb: int = Field(50, ge=10, description="Least container disk per pod, GB.")
+    network_volume_id: str | None = Field(
+        None,
+        description="Network volume mounted in every pod for checkpoints; pods then run in "
+        "the volume's data center only.",
+    )
+    volume_mount_path: str = Field("/workspace", description="Where the network volume is.")
+    controller_timeout_s: float = Field(
+        1800.0,
+        gt=0,
+        description="A pod whose job ended terminates itself after this many seconds without "
+        "a call from a controller (when the plan does not set its own).",
+    )
+    price_cache_s: float = Field(60.0, ge=0, description="How long GPU prices are reused.")
+    rate_per_s: float | None = Field(
+        5.0, gt=0, description="Most API requests per second (None: no limit)."
+    )
+    create_attempts: int = Field(
+        3, ge=1, description="Creates tried for one launch when the answer is ambiguous."
+    )
+
+    @field_validator("proxy_url")
+    @classmethod
+    def _template(cls, value: str) -> str:
+        if "{pod_id}" not in value or "{port}" not in value:
+            raise ValueError("the proxy URL template needs {pod_id} and {port}")
+        return value
+
+    @classmethod
+    def from_env(
+        cls, environ: Mapping[str, str] | None = None, **overrides: object
+    ) -> RunPodSettings:
+        """Settings from ``CORRAL_RUNPOD_*`` variables (lists comma separated), then
+        ``overrides``. A bad value is a one-line :class:`BadInput` naming the variable."""
+        env = os.environ if environ is None else environ
+        data: dict[str, object] = {}
+        for name, field in cls.model_fields.items():
+            raw = env.get(ENV_PREFIX + name.upper())
+            if raw is None or raw == "":
+                continue
+            if field.annotation is not None and "list" in str(field.annotation):
+                data[name] = [p.strip().upper() for p in raw.split(",") if p.strip()]
+            elif raw.lower() in ("none", "off") and name in ("rate_per_s", "install_command"):
+                data[name] = None
+            else:
+                data[name] = raw
+        data.update(overrides)
+        try:
+            return cls.model_validate(data)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            field = str(first["loc"][0]) if first["loc"] else "settings"
+            where = (
+                ENV_PREFIX + field.upper() if field in data and field not in overrides else field
+            )
+            raise BadInput(f"runpod settings: {where}: {first['msg']}") from None

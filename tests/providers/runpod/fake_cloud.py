@@ -1,0 +1,421 @@
+"""The state behind the fake RunPod server: GPU types with prices and capacity, pods whose
+"container" runs on this machine, network volumes, and spot interruptions.
+
+A pod's container is its start command (``dockerStartCmd``, or GraphQL's ``dockerArgs``)
+run as a local process with the pod's env plus what RunPod puts in every pod
+(``RUNPOD_POD_ID``, ``RUNPOD_API_KEY``). The container starts ``boot_delay`` seconds after the
+create; until then the pod is RUNNING with no runtime. One host runs many "containers", so
+each pod's first HTTP port is given a free local port, passed as ``CORRAL_AGENT_BIND`` (a real
+pod has its own network namespace), and the server's proxy maps ``<pod>-<port>`` to it.
+
+Stop: SIGTERM to the container's main process, SIGKILL to all of it ``stop_grace_s`` later.
+Delete: SIGKILL at once. Spot interruption: the pod becomes EXITED, SIGTERM, then SIGKILL
+after the notice (RunPod: at most 5 s).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+CAPACITY_MESSAGE = (
+    "There are no longer any instances available with the requested specifications. "
+    "Please refresh and try again."
+)
+AGENT_BIND = "CORRAL_AGENT_BIND"
+
+
+class CloudError(Exception):
+    """An API error: ``status`` for REST (GraphQL answers 200 with ``errors``)."""
+
+    def __init__(self, status: int, message: str):
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+@dataclass
+class GpuKind:
+    id: str
+    display: str
+    memory_gb: int
+    prices: dict[str, float | None]  # securePrice, communityPrice, secureSpotPrice, ...
+    capacity: dict[str, int]  # free GPUs per cloud: SECURE, COMMUNITY
+    max_count: int = 8
+
+    def price(self, cloud: str, spot: bool) -> float | None:
+        return self.prices.get(f"{cloud.lower()}{'Spot' if spot else ''}Price")
+
+
+def default_gpus() -> list[GpuKind]:
+    def kind(gid, display, mem, secure, community, s_spot, c_spot, cap):
+        prices = {
+            "securePrice": secure,
+            "communityPrice": community,
+            "secureSpotPrice": s_spot,
+            "communitySpotPrice": c_spot,
+        }
+        return GpuKind(gid, display, mem, prices, {"SECURE": cap, "COMMUNITY": cap})
+
+    return [
+        kind("NVIDIA GeForce RTX 4090", "RTX 4090", 24, 0.69, 0.34, 0.35, 0.2, 16),
+        kind("NVIDIA L40S", "L40S", 48, 0.86, 0.79, 0.5, 0.4, 16),
+        kind("NVIDIA A100-SXM4-80GB", "A100 SXM", 80, 1.89, 1.39, 1.19, 0.89, 16),
+        kind("NVIDIA H100 80GB HBM3", "H100 SXM", 80, 2.99, None, 1.75, None, 8),
+    ]
+
+
+@dataclass
+class Pod:
+    id: str
+    name: str
+    image: str
+    gpu: GpuKind
+    gpu_count: int
+    cloud: str
+    interruptible: bool
+    cost_per_hr: float
+    env: dict[str, str]
+    ports: list[str]
+    argv: list[str]
+    container_disk_gb: int = 50
+    volume_in_gb: int = 0
+    volume_mount_path: str = "/workspace"
+    network_volume_id: str | None = None
+    bid_per_gpu: float | None = None
+    desired: str = "RUNNING"
+    last_status_change: str = ""
+    started_at: float = 0.0
+    up: bool = False
+    proc: subprocess.Popen | None = None
+    local_ports: dict[int, int] = field(default_factory=dict)
+    machine_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
+
+    def http_ports(self) -> list[int]:
+        return [int(p.split("/")[0]) for p in self.ports if p.endswith("/http")]
+
+    def tcp_ports(self) -> list[int]:
+        return [int(p.split("/")[0]) for p in self.ports if p.endswith("/tcp")]
+
+    def running(self) -> bool:
+        return self.up and self.proc is not None and self.proc.poll() is None
+
+    def rest(self) -> dict[str, Any]:
+        tcp = {str(p): 20000 + i for i, p in enumerate(self.tcp_ports())} if self.up else None
+        return {
+            "id": self.id,
+            "name": self.name,
+            "image": self.image,
+            "desiredStatus": self.desired,
+            "interruptible": self.interruptible,
+            "costPerHr": self.cost_per_hr if self.desired == "RUNNING" else 0.0,
+            "env": dict(self.env),
+            "ports": list(self.ports),
+            "gpu": {"id": self.gpu.id, "count": self.gpu_count, "displayName": self.gpu.display},
+            "machineId": self.machine_id,
+            "publicIp": "127.0.0.1" if tcp else None,
+            "portMappings": tcp or None,
+            "containerDiskInGb": self.container_disk_gb,
+            "volumeInGb": self.volume_in_gb,
+            "volumeMountPath": self.volume_mount_path,
+            "networkVolumeId": self.network_volume_id,
+            "lastStatusChange": self.last_status_change,
+        }
+
+    def runtime(self) -> dict[str, Any] | None:
+        if not self.running():
+            return None
+        ports = [
+            {
+                "ip": "127.0.0.1",
+                "isIpPublic": False,
+                "privatePort": p,
+                "publicPort": lp,
+                "type": "http",
+            }
+            for p, lp in self.local_ports.items()
+        ]
+        return {"uptimeInSeconds": int(time.time() - self.started_at), "ports": ports}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _tree(proc: subprocess.Popen | None) -> list[psutil.Process]:
+    """The container's processes: its main process and every descendant, while it runs."""
+    if proc is None or proc.poll() is not None:
+        return []
+    try:
+        root = psutil.Process(proc.pid)
+        return [root, *root.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return []
+
+
+def _signal(procs: list[psutil.Process], sig: int) -> None:
+    for p in procs:
+        try:
+            p.send_signal(sig)  # psutil checks the process is still the same one
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            pass
+
+
+class FakeCloud:
+    def __init__(
+        self,
+        root: Path,
+        api_key: str,
+        *,
+        gpus: list[GpuKind] | None = None,
+        boot_delay: float = 0.2,
+        stop_grace_s: float = 5.0,
+        python: str = sys.executable,
+    ):
+        self.root = Path(root)
+        self.api_key = api_key
+        self.gpus = {g.id: g for g in (gpus or default_gpus())}
+        self.boot_delay = boot_delay
+        self.stop_grace_s = stop_grace_s
+        self.python = python
+        self.pods: dict[str, Pod] = {}
+        self.volumes: dict[str, dict[str, Any]] = {}
+        self.deleted: list[str] = []
+        self.lock = threading.RLock()
+        self._timers: list[threading.Timer] = []
+        #: processes of stopped or interrupted containers, until their SIGKILL
+        self._doomed: list[list[psutil.Process]] = []
+
+    # --- capacity ---------------------------------------------------------------------------
+
+    def free(self, gpu: GpuKind, cloud: str) -> int:
+        held = sum(
+            p.gpu_count
+            for p in self.pods.values()
+            if p.gpu is gpu and p.cloud == cloud and p.desired == "RUNNING"
+        )
+        return gpu.capacity.get(cloud, 0) - held
+
+    def stock(self, gpu: GpuKind, cloud: str, count: int) -> str | None:
+        free = self.free(gpu, cloud)
+        if free >= 4 * count:
+            return "High"
+        if free >= 2 * count:
+            return "Medium"
+        return "Low" if free >= count else None
+
+    # --- pods -------------------------------------------------------------------------------
+
+    def create(
+        self,
+        *,
+        name: str,
+        image: str,
+        gpu_ids: list[str],
+        count: int,
+        cloud: str,
+        interruptible: bool,
+        env: dict[str, str],
+        ports: list[str],
+        argv: list[str],
+        bid: float | None = None,
+        **extra: Any,
+    ) -> Pod:
+        with self.lock:
+            kinds = [self.gpus[g] for g in gpu_ids if g in self.gpus]
+            if not kinds:
+                raise CloudError(400, f"unknown GPU type(s): {gpu_ids}")
+            if cloud not in ("SECURE", "COMMUNITY"):
+                raise CloudError(400, f"invalid cloudType {cloud!r}")
+            gpu = next((k for k in kinds if self.free(k, cloud) >= count), None)
+            if gpu is None:
+                raise CloudError(400, CAPACITY_MESSAGE)
+            per_gpu = gpu.price(cloud, interruptible)
+            if per_gpu is None:
+                raise CloudError(400, f"{gpu.id} is not sold that way in the {cloud} cloud")
+            if interruptible and bid is not None:
+                if bid < per_gpu:
+                    raise CloudError(400, f"bid {bid} is below the minimum bid {per_gpu}")
+                per_gpu = bid
+            pod = Pod(
+                id=uuid.uuid4().hex[:14],
+                name=name,
+                image=image,
+                gpu=gpu,
+                gpu_count=count,
+                cloud=cloud,
+                interruptible=interruptible,
+                cost_per_hr=round(per_gpu * count, 4),
+                env=dict(env),
+                ports=list(ports),
+                argv=list(argv),
+                bid_per_gpu=bid,
+                **extra,
+            )
+            self.pods[pod.id] = pod
+            self._schedule(self.boot_delay, self._boot, pod.id)
+            return pod
+
+    def get(self, pod_id: str) -> Pod:
+        with self.lock:
+            pod = self.pods.get(pod_id)
+            if pod is None:
+                raise CloudError(404, f"pod {pod_id} not found")
+            return pod
+
+    def _schedule(self, delay: float, fn: Any, *args: Any) -> None:
+        timer = threading.Timer(delay, fn, args)
+        timer.daemon = True
+        self._timers.append(timer)
+        timer.start()
+
+    def _boot(self, pod_id: str) -> None:
+        with self.lock:
+            pod = self.pods.get(pod_id)
+            if pod is None or pod.desired != "RUNNING" or pod.proc is not None:
+                return
+            home = self.root / pod.id
+            home.mkdir(parents=True, exist_ok=True)
+            env = {
+                "PATH": os.path.dirname(self.python) + os.pathsep + os.environ.get("PATH", ""),
+                "HOME": str(home),
+                "LANG": "C.UTF-8",
+                **pod.env,
+                "RUNPOD_POD_ID": pod.id,
+                "RUNPOD_API_KEY": self.api_key,
+                "RUNPOD_GPU_COUNT": str(pod.gpu_count),
+            }
+            pod.local_ports = {p: _free_port() for p in pod.http_ports()[:1]}
+            for lp in pod.local_ports.values():
+                env[AGENT_BIND] = f"127.0.0.1:{lp}"
+            if pod.argv:
+                with open(home / "container.log", "ab") as out:
+                    pod.proc = subprocess.Popen(
+                        pod.argv,
+                        env=env,
+                        cwd=home,
+                        stdin=subprocess.DEVNULL,
+                        stdout=out,
+                        stderr=subprocess.STDOUT,
+                        start_new_session=True,
+                    )
+                threading.Thread(target=pod.proc.wait, daemon=True).start()
+            pod.up = True
+            pod.started_at = time.time()
+
+    def _halt(self, pod: Pod, grace: float | None) -> None:
+        """SIGTERM now and SIGKILL after ``grace`` (None: SIGKILL now)."""
+        procs = _tree(pod.proc)
+        pod.proc, pod.up = None, False
+        if grace is None:
+            _signal(procs, signal.SIGKILL)
+            return
+        _signal(procs[:1], signal.SIGTERM)  # like docker stop: the main process only
+        self._doomed.append(procs)
+        self._schedule(grace, self._kill, procs)
+
+    def _kill(self, procs: list[psutil.Process]) -> None:
+        _signal(procs, signal.SIGKILL)
+        with self.lock:
+            if procs in self._doomed:
+                self._doomed.remove(procs)
+
+    def stop(self, pod_id: str, *, reason: str = "Stopped by user") -> Pod:
+        with self.lock:
+            pod = self.get(pod_id)
+            if pod.desired == "RUNNING":
+                pod.desired = "EXITED"
+                pod.last_status_change = f"{reason}: {time.ctime()}"
+                self._halt(pod, self.stop_grace_s)
+            return pod
+
+    def interrupt(self, pod_id: str, notice: float = 5.0) -> Pod:
+        """RunPod reclaims a spot pod: EXITED, SIGTERM, SIGKILL after ``notice``."""
+        with self.lock:
+            pod = self.get(pod_id)
+            if not pod.interruptible:
+                raise ValueError(f"pod {pod_id} is not a spot pod")
+            if pod.desired == "RUNNING":
+                pod.desired = "EXITED"
+                pod.last_status_change = f"Interrupted by RunPod: {time.ctime()}"
+                self._halt(pod, notice)
+            return pod
+
+    def start(self, pod_id: str, bid: float | None = None) -> Pod:
+        with self.lock:
+            pod = self.get(pod_id)
+            if pod.desired == "RUNNING":
+                return pod
+            if self.free(pod.gpu, pod.cloud) < pod.gpu_count:
+                raise CloudError(400, "There are not enough free GPUs on the host machine")
+            if pod.interruptible and bid is not None:
+                pod.bid_per_gpu = bid
+                pod.cost_per_hr = round(bid * pod.gpu_count, 4)
+            pod.desired = "RUNNING"
+            pod.last_status_change = f"Resumed by user: {time.ctime()}"
+            self._schedule(self.boot_delay, self._boot, pod.id)
+            return pod
+
+    def delete(self, pod_id: str) -> None:
+        with self.lock:
+            pod = self.pods.pop(pod_id, None)
+            if pod is None:
+                raise CloudError(400, "pod not found to terminate")
+            self.deleted.append(pod_id)
+            self._halt(pod, None)
+
+    def list(self, name: str | None = None) -> list[Pod]:
+        with self.lock:
+            return [p for p in self.pods.values() if name is None or p.name == name]
+
+    # --- network volumes --------------------------------------------------------------------
+
+    def create_volume(self, name: str, size: int, data_center_id: str) -> dict[str, Any]:
+        if not name or not isinstance(size, int) or not 0 < size <= 4000 or not data_center_id:
+            raise CloudError(400, "name, size (1-4000) and dataCenterId are required")
+        vol = {
+            "id": uuid.uuid4().hex[:10],
+            "name": name,
+            "size": size,
+            "dataCenterId": data_center_id,
+        }
+        with self.lock:
+            self.volumes[vol["id"]] = vol
+        return dict(vol)
+
+    def volume(self, volume_id: str) -> dict[str, Any]:
+        with self.lock:
+            if volume_id not in self.volumes:
+                raise CloudError(404, f"network volume {volume_id} not found")
+            return dict(self.volumes[volume_id])
+
+    def delete_volume(self, volume_id: str) -> None:
+        with self.lock:
+            if self.volumes.pop(volume_id, None) is None:
+                raise CloudError(404, f"network volume {volume_id} not found")
+
+    # --- teardown ---------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Kill every container; cancel every timer."""
+        with self.lock:
+            for pod in self.pods.values():
+                self._halt(pod, None)
+            for timer in self._timers:
+                timer.cancel()
+            doomed, self._doomed = self._doomed, []
+        for procs in doomed:  # kills that were still pending
+            _signal(procs, signal.SIGKILL)

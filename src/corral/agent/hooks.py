@@ -40,6 +40,10 @@ class AttemptHook(Protocol):
 def build_hooks(plan: AgentPlan, events: EventLog) -> list[AttemptHook]:
     """The hooks a plan asks for (imported only when asked for, to keep start-up fast)."""
     hooks: list[AttemptHook] = []
+    if plan.notice_poller:  # first: it polls from agent start-up, setup included
+        from corral.agent.notices import build_notice_hook
+
+        hooks.append(build_notice_hook(plan, events))
     if plan.checkpoint_storage:
         from corral.agent.checkpoint_sync import CheckpointSync
 

@@ -91,6 +91,11 @@ class AgentPlan(_Model):
         None,
         description="Run when the agent exits for lack of a controller (powers a cloud machine off).",
     )
+    notice_poller: str | None = Field(
+        None,
+        description="Preemption notice poller the agent runs ('aws': EC2 spot notices through "
+        "the instance metadata service, see corral.agent.notices); None: none.",
+    )
 
     @classmethod
     def load(cls, path: str | Path) -> AgentPlan:

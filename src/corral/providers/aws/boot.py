@@ -1,0 +1,61 @@
+"""Runs on the EC2 instance, once, from the user-data script (as root, after corral was
+installed): decode the payload, write the agent plan (mode 0600), start ``corral agent``
+detached with the token and the job's environment in its environment only, delete the
+payload file.
+
+``python -m corral.providers.aws.boot --payload /opt/corral/bootstrap.b64``
+
+Only the standard library and corral's core are imported (no boto3: the instance does not
+need it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from corral.agent.plan import AgentPlan
+from corral.constants import ENV_AGENT_TOKEN
+from corral.errors import CorralError
+from corral.providers.aws.userdata import decode_payload
+
+
+def prepare(payload_path: Path) -> tuple[list[str], dict[str, str], str, Path]:
+    """(argv, env, cwd, output file) of the agent to start; writes the plan file."""
+    payload = decode_payload(payload_path.read_text())
+    plan = AgentPlan.model_validate(payload.plan)
+    agent_dir = Path(payload.root) / "agent"
+    agent_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    Path(plan.workdir).mkdir(parents=True, exist_ok=True)
+    Path(plan.checkpoint_dir).mkdir(parents=True, exist_ok=True)
+    Path(plan.state_dir).mkdir(mode=0o700, parents=True, exist_ok=True)
+    plan_path = agent_dir / f"{payload.key}.plan.json"
+    fd = os.open(plan_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(plan.model_dump_json(indent=2))
+    env = {**os.environ, **payload.env, ENV_AGENT_TOKEN: payload.token}
+    argv = [sys.executable, "-m", "corral.agent", "--plan", str(plan_path)]
+    return argv, env, plan.workdir, agent_dir / f"{payload.key}.out"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m corral.providers.aws.boot")
+    parser.add_argument("--payload", required=True, type=Path)
+    args = parser.parse_args(argv)
+    try:
+        cmd, env, cwd, out = prepare(args.payload)
+    except (CorralError, OSError, ValueError) as exc:
+        print(f"corral boot: error: {exc}", file=sys.stderr)
+        return 2
+    from corral.providers.local.process import spawn_detached
+
+    pid, _ = spawn_detached(cmd, cwd, env, out)
+    args.payload.unlink(missing_ok=True)
+    print(f"corral boot: agent started (pid {pid}, output {out})", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

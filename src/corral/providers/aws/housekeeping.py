@@ -1,0 +1,94 @@
+"""Housekeeping of the AWS provider (a mixin of :class:`AwsProvider`): the leak sweep, the
+persistent data volumes, and console logs."""
+
+from __future__ import annotations
+
+import base64
+import logging
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
+
+from corral.errors import NotYetTerminated
+from corral.providers.aws import volumes
+from corral.providers.aws.launch import TAG_RUN
+from corral.providers.aws.mapping import tags
+from corral.providers.base import Instance
+
+if TYPE_CHECKING:
+    from corral.providers.aws.client import Ec2
+
+log = logging.getLogger("corral.providers.aws")
+
+
+class Housekeeping:
+    """Needs from the class it is mixed into: ``ec2``, ``clock``, ``list_instances``,
+    ``terminate`` and ``_scan`` (see :class:`~corral.providers.aws.provider.AwsProvider`)."""
+
+    ec2: Ec2
+    clock: Callable[[], float]
+    list_instances: Callable[[], list[Instance]]
+    terminate: Callable[[Instance], None]
+    _scan: Callable[..., list[Any]]
+
+    def sweep(self, active_keys: Iterable[str], *, min_age_s: float = 300.0) -> list[str]:
+        """Terminate this controller's instances whose key is not in ``active_keys`` (their
+        run is over, or was never recorded) and that are older than ``min_age_s`` (a launch
+        in flight is not a leak). Returns the ids asked to terminate."""
+        active = set(active_keys)
+        now = self.clock()
+        swept = []
+        for inst in self.list_instances():
+            if inst.key in active or inst.data.get("state") == "shutting-down":
+                continue
+            if inst.created_at is not None and now - inst.created_at.timestamp() < min_age_s:
+                continue
+            try:
+                self.terminate(inst)
+            except NotYetTerminated:
+                pass
+            log.warning("aws: leak sweep terminated %s (key %s)", inst.instance_id, inst.key)
+            swept.append(inst.instance_id)
+        return swept
+
+    # --- volumes and logs -------------------------------------------------------------------
+
+    def volumes(self, run_id: str | None = None) -> list[dict[str, Any]]:
+        """corral's live data volumes (of one run, or all) in every region."""
+        return self._scan(
+            lambda r: [{**v, "Region": r} for v in volumes.run_volumes(self.ec2, r, run_id)]
+        )
+
+    def release_volumes(self, run_id: str) -> list[str]:
+        """Delete the run's data volumes (call when the run is over). :class:`NotYetTerminated`
+        while an instance still holds one."""
+        deleted = []
+        for vol in self.volumes(run_id):
+            volumes.delete(self.ec2, vol["Region"], str(vol["VolumeId"]))
+            deleted.append(str(vol["VolumeId"]))
+        return deleted
+
+    def sweep_volumes(self, active_runs: Iterable[str]) -> list[str]:
+        """Delete data volumes of runs not in ``active_runs`` (unattached ones only)."""
+        active = set(active_runs)
+        deleted = []
+        for vol in self.volumes():
+            run = tags(vol).get(TAG_RUN)
+            if run in active or vol.get("State") != "available":
+                continue
+            volumes.delete(self.ec2, vol["Region"], str(vol["VolumeId"]))
+            deleted.append(str(vol["VolumeId"]))
+        return deleted
+
+    def logs(self, instance: Instance, tail: int = 200) -> str:
+        region = instance.data.get("region") or instance.offer.region
+        out = (
+            self.ec2.call(
+                region, "get_console_output", InstanceId=instance.instance_id, Latest=True
+            ).get("Output")
+            or ""
+        )
+        try:
+            text = base64.b64decode(out, validate=True).decode(errors="replace")
+        except ValueError:
+            text = out  # some endpoints answer in plain text
+        return "\n".join(text.splitlines()[-tail:])

@@ -1,0 +1,262 @@
+"""The ``run_instances`` request of one launch, and the tags every corral instance carries.
+
+Tags (on the instance; the run and key also on its root volume):
+
+* ``corral:key`` - the launch key (idempotency, ``find``), ``corral:run``, ``corral:attempt``;
+* ``corral:owner`` - the controller that launched it (the leak sweep touches only its own);
+* ``corral:offer``, ``corral:price`` - to rebuild the :class:`Offer` after a restart;
+* ``corral:volume`` - the data volume to attach, if any; ``Name`` for the console.
+
+``ClientToken`` is the key itself (a retried ``run_instances`` with the same token returns the
+instance of the first call instead of a second one), or a digest of it when longer than EC2's
+64 characters.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from typing import Any
+
+import httpx
+
+from corral.agent.plan import AgentPlan
+from corral.errors import BadInput, ProviderError
+from corral.pricing import CatalogEntry
+from corral.providers.aws import network, volumes
+from corral.providers.aws.client import Ec2
+from corral.providers.aws.settings import AwsSettings
+from corral.providers.aws.userdata import MachinePayload, machine_plan, user_data
+from corral.providers.base import Bootstrap, Offer
+
+KEY_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+TAG_KEY = "corral:key"
+TAG_RUN = "corral:run"
+TAG_ATTEMPT = "corral:attempt"
+TAG_OWNER = "corral:owner"
+TAG_OFFER = "corral:offer"
+TAG_PRICE = "corral:price"
+TAG_VOLUME = "corral:volume"
+
+
+def check_key(key: str) -> str:
+    if not isinstance(key, str) or not KEY_RE.match(key):
+        raise BadInput(
+            f"bad instance key {key!r}: use letters, digits, '.', '_' and '-' (at most 128)"
+        )
+    return key
+
+
+def client_token(key: str) -> str:
+    if len(key) <= 64:
+        return key
+    return "corral-" + hashlib.sha256(key.encode()).hexdigest()[:57]
+
+
+def _tag_list(values: dict[str, str]) -> list[dict[str, str]]:
+    return [{"Key": k, "Value": v} for k, v in values.items()]
+
+
+def instance_tags(
+    *, key: str, run_id: str, attempt: int, owner: str, offer: Offer, volume_id: str | None
+) -> dict[str, str]:
+    tags = {
+        TAG_KEY: key,
+        TAG_RUN: run_id,
+        TAG_ATTEMPT: str(attempt),
+        TAG_OWNER: owner,
+        TAG_OFFER: offer.offer_id,
+        TAG_PRICE: f"{offer.price_per_hour:.6f}",
+        "Name": f"corral-{key}",
+    }
+    if volume_id:
+        tags[TAG_VOLUME] = volume_id
+    return tags
+
+
+def run_instances_request(
+    *,
+    image_id: str,
+    instance_type: str,
+    key: str,
+    user_data: str,
+    root_device: str,
+    root_gb: int,
+    security_group: str,
+    tags: dict[str, str],
+    spot: bool,
+    zone: str | None = None,
+    subnet_id: str | None = None,
+    instance_profile: str | None = None,
+    key_name: str | None = None,
+) -> dict[str, Any]:
+    """Keyword arguments of ``ec2.run_instances`` for one instance."""
+    volume_tags = {k: tags[k] for k in (TAG_KEY, TAG_RUN, TAG_OWNER)}
+    req: dict[str, Any] = {
+        "ImageId": image_id,
+        "InstanceType": instance_type,
+        "MinCount": 1,
+        "MaxCount": 1,
+        "ClientToken": client_token(key),
+        "UserData": user_data,
+        "InstanceInitiatedShutdownBehavior": "terminate",
+        "BlockDeviceMappings": [
+            {
+                "DeviceName": root_device,
+                "Ebs": {
+                    "VolumeSize": root_gb,
+                    "VolumeType": "gp3",
+                    "DeleteOnTermination": True,
+                    "Encrypted": True,
+                },
+            }
+        ],
+        # IMDSv2 only; one hop, so containers on the machine cannot read the user-data
+        "MetadataOptions": {
+            "HttpTokens": "required",
+            "HttpEndpoint": "enabled",
+            "HttpPutResponseHopLimit": 1,
+        },
+        "SecurityGroupIds": [security_group],
+        "TagSpecifications": [
+            {"ResourceType": "instance", "Tags": _tag_list(tags)},
+            {"ResourceType": "volume", "Tags": _tag_list(volume_tags)},
+        ],
+    }
+    if spot:
+        # one-time + terminate: an interrupted attempt is recovered by corral elsewhere,
+        # never silently restarted by a persistent request
+        req["InstanceMarketOptions"] = {
+            "MarketType": "spot",
+            "SpotOptions": {
+                "SpotInstanceType": "one-time",
+                "InstanceInterruptionBehavior": "terminate",
+            },
+        }
+    if zone:
+        req["Placement"] = {"AvailabilityZone": zone}
+    if subnet_id:
+        req["SubnetId"] = subnet_id
+    if instance_profile:
+        req["IamInstanceProfile"] = {"Name": instance_profile}
+    if key_name:
+        req["KeyName"] = key_name
+    return req
+
+
+class Launcher:
+    """Builds the ``run_instances`` request of a launch: the AMI, the security group, the data
+    volume, the machine's plan and user-data. Resolved AMIs and groups are kept per region."""
+
+    def __init__(self, ec2: Ec2, settings: AwsSettings, http: httpx.Client | None = None):
+        self.ec2, self.settings, self._http = ec2, settings, http
+        self._images: dict[str, tuple[str, str, int]] = {}
+        self._groups: dict[str, str] = {}
+        self._cidr: str | None = settings.controller_cidr
+
+    def image(self, region: str) -> tuple[str, str, int]:
+        """(AMI id, root device name, root snapshot size in GB) for ``region``."""
+        if region not in self._images:
+            image_id = self.settings.image_id
+            if not image_id:
+                name = self.settings.image_parameter
+                try:
+                    p = self.ec2.call(region, "get_parameter", service="ssm", Name=name)
+                except ProviderError as exc:
+                    raise ProviderError(
+                        f"aws: cannot resolve the AMI from SSM parameter {name} in {region} "
+                        f"({exc.message}); set CORRAL_AWS_IMAGE_ID"
+                    ) from None
+                image_id = str(p["Parameter"]["Value"])
+            images = self.ec2.call(region, "describe_images", ImageIds=[image_id]).get("Images")
+            if not images:
+                raise ProviderError(f"aws: AMI {image_id} does not exist in {region}")
+            img = images[0]
+            device = str(img.get("RootDeviceName") or "/dev/sda1")
+            size = 0
+            for m in img.get("BlockDeviceMappings") or []:
+                if m.get("DeviceName") == device:
+                    size = int((m.get("Ebs") or {}).get("VolumeSize") or 0)
+            self._images[region] = (image_id, device, size)
+        return self._images[region]
+
+    def security_group(self, region: str) -> str:
+        if region not in self._groups:
+            if self._cidr is None:
+                http = self._http or httpx.Client(timeout=10, trust_env=False)
+                self._cidr = network.discover_cidr(self.settings.checkip_url, http)
+            vpc = network.vpc_for(self.ec2, region, self.settings.subnet_id)
+            self._groups[region] = network.ensure_security_group(
+                self.ec2, region, vpc, self.settings.agent_port, self._cidr, self.settings.owner
+            )
+        return self._groups[region]
+
+    def request(
+        self,
+        offer: Offer,
+        entry: CatalogEntry,
+        plan: AgentPlan,
+        bootstrap: Bootstrap,
+        key: str,
+        *,
+        spot: bool,
+        zone: str | None,
+    ) -> dict[str, Any]:
+        """The ``run_instances`` arguments (creating the run's data volume first if the
+        settings ask for one)."""
+        s, region = self.settings, offer.region
+        volume_id = None
+        if s.data_volume_gb:
+            zone = zone or volumes.zone_for(self.ec2, region, plan.run_id, entry.instance_type)
+            volume_id = volumes.ensure_volume(
+                self.ec2,
+                region,
+                zone,
+                run_id=plan.run_id,
+                key=key,
+                size_gb=s.data_volume_gb,
+                owner=s.owner,
+            )
+        image_id, root_device, image_gb = self.image(region)
+        disk = float(offer.details.get("disk_gb") or 0)
+        root_gb = max(s.root_volume_gb, image_gb, int(-(-disk // 1)))
+        mount = s.data_mount if volume_id else None
+        mplan = machine_plan(
+            plan,
+            key=key,
+            root=s.remote_root,
+            port=s.agent_port,
+            spot=spot,
+            data_mount=mount,
+            max_grace_s=s.max_grace_s,
+        )
+        payload = MachinePayload(
+            key=key,
+            root=s.remote_root,
+            data_mount=mount,
+            plan=mplan.model_dump(mode="json"),
+            token=bootstrap.token,
+            env=dict(bootstrap.env),
+        )
+        return run_instances_request(
+            image_id=image_id,
+            instance_type=entry.instance_type,
+            key=key,
+            user_data=user_data(payload, install=s.install, volume_id=volume_id),
+            root_device=root_device,
+            root_gb=root_gb,
+            security_group=self.security_group(region),
+            tags=instance_tags(
+                key=key,
+                run_id=plan.run_id,
+                attempt=plan.attempt,
+                owner=s.owner,
+                offer=offer,
+                volume_id=volume_id,
+            ),
+            spot=spot,
+            zone=zone,
+            subnet_id=s.subnet_id,
+            instance_profile=s.instance_profile,
+            key_name=s.key_name,
+        )

@@ -1,0 +1,216 @@
+"""AWS offers: GPU instance types from the bundled dated catalog (on-demand prices per region)
+plus live spot prices from ``describe_spot_price_history`` (one offer per availability zone,
+since each zone is its own spot market and capacity pool).
+
+Offer ids: ``<region>:<instance type>:on-demand`` and ``<zone>:<instance type>:spot``.
+``details["machine"]`` names the capacity pool (``<zone or region>:<type>``), so the
+``next-cheapest`` recovery strategy moves away from a pool that just reclaimed a machine.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+from corral.errors import InfeasibleRequest, ProviderError
+from corral.pricing import Catalog, CatalogEntry
+from corral.providers.aws.client import Ec2
+from corral.providers.base import Offer, Requirements
+
+SPOT = "spot"
+ON_DEMAND = "on-demand"
+#: Product descriptions of Linux spot prices (AWS answers the first; older accounts and moto
+#: the second).
+LINUX = ("Linux/UNIX", "Linux/UNIX (Amazon VPC)")
+
+SpotTable = dict[str, dict[str, float]]  # instance type -> zone -> USD/h
+
+
+def offer_id(place: str, instance_type: str, spot: bool) -> str:
+    return f"{place}:{instance_type}:{SPOT if spot else ON_DEMAND}"
+
+
+def parse_offer_id(value: str) -> tuple[str, str, bool] | None:
+    """(zone or region, instance type, spot) of an AWS offer id, or None."""
+    parts = value.split(":")
+    if len(parts) != 3 or parts[2] not in (SPOT, ON_DEMAND) or not parts[0] or not parts[1]:
+        return None
+    return parts[0], parts[1], parts[2] == SPOT
+
+
+def hardware_fits(entry: CatalogEntry, req: Requirements) -> bool:
+    lo, hi = req.gpu_count_min, req.gpu_count_max
+    if lo > 0 or hi > 0:
+        if entry.gpu_count < lo or (hi > 0 and entry.gpu_count > hi):
+            return False
+        if req.gpu_type and (entry.gpu_type or "").upper() != req.gpu_type.upper():
+            return False
+    if req.cpus is not None and entry.vcpus < req.cpus:
+        return False
+    return req.memory_gb is None or entry.memory_gb >= req.memory_gb
+
+
+def _shapes(catalog: Catalog) -> str:
+    return ", ".join(dict.fromkeys(f"{e.gpu_type} x{e.gpu_count}" for e in catalog.entries))
+
+
+def fetch_spot_prices(ec2: Ec2, region: str, types: list[str], now: datetime) -> SpotTable:
+    """The current Linux spot price of each of ``types`` in each zone of ``region``."""
+    newest: dict[tuple[str, str], tuple[datetime, float]] = {}
+    for row in ec2.pages(
+        region,
+        "describe_spot_price_history",
+        "SpotPriceHistory",
+        InstanceTypes=types,
+        ProductDescriptions=[LINUX[0]],
+        StartTime=now,
+        EndTime=now,
+    ):
+        if row.get("ProductDescription") not in LINUX:
+            continue
+        try:
+            price = float(row["SpotPrice"])
+            key = (str(row["InstanceType"]), str(row["AvailabilityZone"]))
+        except (KeyError, TypeError, ValueError):
+            continue
+        stamp = row.get("Timestamp") or datetime.min.replace(tzinfo=UTC)
+        if key not in newest or stamp > newest[key][0]:
+            newest[key] = (stamp, price)
+    table: SpotTable = {}
+    for (itype, zone), (_, price) in newest.items():
+        table.setdefault(itype, {})[zone] = price
+    return table
+
+
+class SpotPriceCache:
+    """Live spot prices per region, reused for ``ttl`` seconds of ``clock``."""
+
+    def __init__(
+        self,
+        ec2: Ec2,
+        types: list[str],
+        ttl: float,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.ec2, self.types, self.ttl, self.clock = ec2, list(types), ttl, clock
+        self._lock = threading.Lock()
+        self._tables: dict[str, tuple[float, SpotTable]] = {}
+
+    def get(self, region: str) -> tuple[SpotTable, float]:
+        """(prices, when they were fetched). Raises :class:`ProviderError` if EC2 fails."""
+        now = self.clock()
+        with self._lock:
+            cached = self._tables.get(region)
+            if cached is not None and now - cached[0] < self.ttl:
+                return cached[1], cached[0]
+        table = fetch_spot_prices(self.ec2, region, self.types, datetime.fromtimestamp(now, UTC))
+        with self._lock:
+            self._tables[region] = (now, table)
+        return table, now
+
+    def clear(self) -> None:
+        with self._lock:
+            self._tables.clear()
+
+
+def _offer(
+    provider: str,
+    catalog: Catalog,
+    entry: CatalogEntry,
+    region: str,
+    req: Requirements,
+    *,
+    zone: str | None,
+    price: float,
+    fetched_at: float | None = None,
+) -> Offer:
+    spot = zone is not None
+    details: dict[str, Any] = {
+        "instance_type": entry.instance_type,
+        "machine": f"{zone or region}:{entry.instance_type}",
+        "gpu_memory_gb": entry.gpu_memory_gb,
+        "on_demand_price": entry.prices.get(region),
+        "disk_gb": req.disk_gb,
+        "price_source": "describe_spot_price_history" if spot else f"catalog {catalog.date}",
+    }
+    if spot:
+        details["zone"] = zone
+        details["spot_price_at"] = datetime.fromtimestamp(fetched_at or 0, UTC).isoformat()
+    return Offer(
+        provider=provider,
+        offer_id=offer_id(zone or region, entry.instance_type, spot),
+        region=region,
+        gpu_type=entry.gpu_type,
+        gpu_count=entry.gpu_count,
+        cpus=entry.vcpus,
+        memory_gb=entry.memory_gb,
+        spot=spot,
+        price_per_hour=round(price, 6),
+        available=True,
+        availability="unknown",
+        catalog_date=catalog.date,
+        details=details,
+    )
+
+
+def build_offers(
+    provider: str,
+    catalog: Catalog,
+    req: Requirements,
+    regions: list[str],
+    spot_prices: Callable[[str], tuple[SpotTable, float]],
+    on_spot_error: Callable[[str, ProviderError], None] | None = None,
+) -> list[Offer]:
+    """Offers of ``catalog`` in ``regions`` that fit ``req``, cheapest first.
+
+    Raises :class:`InfeasibleRequest` if no instance type could ever fit. Spot prices come
+    from ``spot_prices(region)``; if that fails and the request accepts on-demand machines,
+    the region's spot offers are left out (``on_spot_error`` is told), else the error is
+    raised."""
+    fitting = [e for e in catalog.entries if hardware_fits(e, req)]
+    if not fitting:
+        raise InfeasibleRequest(
+            f"aws has no instance type that fits this job (catalog {catalog.date} has "
+            f"{_shapes(catalog)})"
+        )
+    out: list[Offer] = []
+    for region in regions:
+        here = [e for e in fitting if region in e.prices]
+        if not here:
+            continue
+        if req.spot is not True:
+            out += [
+                _offer(provider, catalog, e, region, req, zone=None, price=e.prices[region])
+                for e in here
+            ]
+        if req.spot is False:
+            continue
+        try:
+            table, fetched = spot_prices(region)
+        except ProviderError as exc:
+            if req.spot is True:
+                raise
+            if on_spot_error is not None:
+                on_spot_error(region, exc)
+            continue
+        for e in here:
+            for zone, price in sorted(table.get(e.instance_type, {}).items()):
+                out.append(
+                    _offer(
+                        provider,
+                        catalog,
+                        e,
+                        region,
+                        req,
+                        zone=zone,
+                        price=price,
+                        fetched_at=fetched,
+                    )
+                )
+    if req.max_hourly_price is not None:
+        out = [o for o in out if o.price_per_hour <= req.max_hourly_price]
+    out.sort(key=lambda o: (o.price_per_hour, o.region, o.offer_id))
+    return out

@@ -1,0 +1,384 @@
+"""The AWS EC2 provider: GPU instances, spot or on-demand, running corral's agent.
+
+* **Offers** (:mod:`.offers`): the bundled dated catalog's GPU instance types with their
+  on-demand price per region, plus one spot offer per availability zone at the live price
+  from ``describe_spot_price_history`` (cached ``spot_cache_s``; :meth:`refresh` drops it).
+* **Launch** (:mod:`.launch`, :mod:`.userdata`): ``run_instances`` with ``ClientToken`` = the
+  key and ``corral:*`` tags; before calling, the key is looked up by tag, and after a timeout
+  it is looked up again before the (same-token) retry, so a key never pays for two machines.
+  gp3 root volume sized from ``resources.disk``, optional persistent data volume
+  (:mod:`.volumes`), a security group admitting only the controller to the agent's port
+  (:mod:`.network`), IMDSv2 only, instance-initiated shutdown = terminate, and user-data that
+  installs corral and starts the agent.
+* **Status** (:mod:`.mapping`): every EC2 state onto :class:`InstanceState`, PREEMPTED for a
+  reclaimed spot instance (``StateReason`` or the spot request's status).
+* **Terminate** is idempotent (missing = done; ``shutting-down`` = :class:`NotYetTerminated`).
+* **Leak sweep**: :meth:`sweep` terminates this controller's instances whose key is not active.
+
+Credentials come only from the boto3 session. ``machine_runner`` is for tests: it runs each
+instance's agent on this machine (:mod:`.local_machines`), because moto boots nothing.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import time
+from collections.abc import Callable, Iterable
+from datetime import datetime
+from typing import Any, ClassVar, Protocol
+
+import httpx
+from pydantic import ValidationError
+
+from corral.agent.plan import AgentPlan
+from corral.errors import AuthFailed, BadInput, NotYetTerminated, ProviderError
+from corral.pricing import Catalog, load_catalog
+from corral.providers.aws import launch as L
+from corral.providers.aws import volumes
+from corral.providers.aws.client import Ec2
+from corral.providers.aws.errors import NOT_FOUND
+from corral.providers.aws.housekeeping import Housekeeping
+from corral.providers.aws.mapping import is_spot, map_state, state_name, tags
+from corral.providers.aws.offers import SpotPriceCache, _offer, build_offers, parse_offer_id
+from corral.providers.aws.settings import AwsSettings, settings_from_env
+from corral.providers.base import (
+    Bootstrap,
+    Instance,
+    InstanceState,
+    InstanceStatus,
+    Offer,
+    Provider,
+    Requirements,
+    SupportsLogs,
+    SupportsPreemptionNotice,
+    SupportsSpot,
+    SupportsVolumes,
+)
+
+log = logging.getLogger("corral.providers.aws")
+LIVE = ["pending", "running", "shutting-down", "stopping", "stopped"]
+#: an instance this young may not be visible to describe_instances yet (eventual consistency)
+VISIBILITY_GRACE_S = 60.0
+
+
+class MachineRunner(Protocol):
+    """Runs the agent of an instance somewhere (tests: on this machine)."""
+
+    def boot(self, instance_id: str, instance_type: str, user_data: str) -> None: ...
+    def booted(self, instance_id: str) -> bool: ...
+    def endpoint(self, instance_id: str) -> str | None: ...
+    def spot_status(self, instance_id: str) -> str | None: ...
+    def stop(self, instance_id: str) -> None: ...
+
+
+class AwsProvider(
+    Housekeeping, Provider, SupportsSpot, SupportsVolumes, SupportsPreemptionNotice, SupportsLogs
+):
+    name: ClassVar[str] = "aws"
+    notice_poller: ClassVar[str] = "aws"
+    unsupported: ClassVar[dict[str, str]] = {
+        "SupportsStop": "corral's EC2 instances terminate on shutdown (one-time spot requests "
+        "cannot be stopped); a stopped run resumes from its checkpoints on a new instance",
+        "SupportsSimulatedPreemption": "EC2 cannot be asked from corral to reclaim an "
+        "instance; AWS Fault Injection Service can send real spot interruptions",
+    }
+
+    def __init__(
+        self,
+        session: Any = None,
+        *,
+        endpoint_url: str | None = None,
+        http: httpx.Client | None = None,
+        machine_runner: MachineRunner | None = None,
+        clock: Callable[[], float] = time.time,
+        sleep: Callable[[float], None] = time.sleep,
+        environ: dict[str, str] | None = None,
+        catalog: Catalog | None = None,
+        **settings: Any,
+    ) -> None:
+        self.settings: AwsSettings = settings_from_env(environ, **settings)
+        self.ec2 = Ec2(session, endpoint_url)
+        self.catalog = catalog or load_catalog("aws", "ec2")
+        self.clock, self.sleep = clock, sleep
+        self.spot_prices = SpotPriceCache(
+            self.ec2,
+            [e.instance_type for e in self.catalog.entries],
+            self.settings.spot_cache_s,
+            clock,
+        )
+        self.spot_errors: dict[str, str] = {}
+        self.launcher = L.Launcher(self.ec2, self.settings, http)
+        if machine_runner is None and self.settings.test_machines == "local":
+            from corral.providers.aws.local_machines import LocalMachineRunner
+
+            machine_runner = LocalMachineRunner(imds_url=self.settings.fake_imds_url)
+        self.runner = machine_runner
+
+    # --- regions and offers -----------------------------------------------------------------
+
+    @property
+    def regions(self) -> list[str]:
+        """Regions offered when the job names none."""
+        return self.settings.regions or [self.ec2.default_region or "us-east-1"]
+
+    def _scan_regions(self) -> list[str]:
+        """Where corral's instances may be: the configured regions, then every catalog region."""
+        return list(dict.fromkeys([*self.regions, *self.catalog.regions()]))
+
+    def offers(self, req: Requirements) -> list[Offer]:
+        if req.providers is not None and self.name not in req.providers:
+            return []
+        regions = self.regions
+        if req.regions is not None:
+            regions = [r for r in req.regions if r in self.catalog.regions()]
+
+        def note(region: str, exc: ProviderError) -> None:
+            self.spot_errors[region] = exc.message
+            log.warning("aws: no spot prices for %s: %s", region, exc.message)
+
+        return build_offers(self.name, self.catalog, req, regions, self.spot_prices.get, note)
+
+    def refresh(self) -> None:
+        """Forget cached live prices: the next :meth:`offers` asks EC2 again."""
+        self.spot_prices.clear()
+        self.spot_errors.clear()
+
+    # --- launch -----------------------------------------------------------------------------
+
+    def launch(self, offer: Offer, bootstrap: Bootstrap, key: str) -> Instance:
+        L.check_key(key)
+        parsed = parse_offer_id(offer.offer_id) if offer.provider == self.name else None
+        entry = self.catalog.entry(parsed[1]) if parsed else None
+        if parsed is None or entry is None:
+            raise BadInput(f"offer {offer.offer_id!r} ({offer.provider}) is not an AWS offer")
+        try:
+            plan = AgentPlan.model_validate(bootstrap.plan)
+        except ValidationError as exc:
+            raise BadInput(f"invalid agent plan: {exc.errors()[0]['msg']}") from None
+        region = offer.region
+        found = self._find_in(region, key)
+        if found is not None:  # idempotent: the instance launched with this key
+            return found
+        spot = parsed[2]
+        request = self.launcher.request(
+            offer, entry, plan, bootstrap, key, spot=spot, zone=parsed[0] if spot else None
+        )
+        try:
+            resp = self.ec2.call(region, "run_instances", **request)
+        except ProviderError as exc:
+            if not exc.fields.get("maybe_done"):
+                raise
+            # the request may have gone through: look before asking again (same ClientToken)
+            found = self._find_after_timeout(region, key)
+            if found is not None:
+                return found
+            resp = self.ec2.call(region, "run_instances", **request)
+        return self._instance(region, resp["Instances"][0])
+
+    def _find_after_timeout(self, region: str, key: str, tries: int = 3) -> Instance | None:
+        for i in range(tries):
+            found = self._find_in(region, key)
+            if found is not None:
+                return found
+            if i + 1 < tries:
+                self.sleep(1.0)
+        return None
+
+    # --- instances --------------------------------------------------------------------------
+
+    def _offer_of(self, region: str, item: dict[str, Any]) -> Offer:
+        t = tags(item)
+        itype = str(item.get("InstanceType", ""))
+        entry = self.catalog.entry(itype)
+        spot = is_spot(item)
+        zone = (item.get("Placement") or {}).get("AvailabilityZone")
+        try:
+            price = float(t.get(L.TAG_PRICE, ""))
+        except ValueError:  # not launched by this version: the catalog price, if any
+            price = entry.prices.get(region, 0.0) if entry is not None and not spot else 0.0
+        if entry is not None:
+            return _offer(
+                self.name,
+                self.catalog,
+                entry,
+                region,
+                Requirements(),
+                zone=zone if spot else None,
+                price=price,
+            )
+        return Offer(
+            provider=self.name,
+            offer_id=t.get(L.TAG_OFFER) or f"{region}:{itype}",
+            region=region,
+            spot=spot,
+            price_per_hour=price,
+        )
+
+    def _endpoint(self, item: dict[str, Any]) -> str | None:
+        if state_name(item) != "running":
+            return None
+        if self.runner is not None:
+            return self.runner.endpoint(item["InstanceId"])
+        ip = (
+            item.get("PrivateIpAddress")
+            if self.settings.use_private_ip
+            else item.get("PublicIpAddress")
+        )
+        return f"http://{ip}:{self.settings.agent_port}" if ip else None
+
+    def _instance(self, region: str, item: dict[str, Any]) -> Instance:
+        t = tags(item)
+        launched = item.get("LaunchTime")
+        return Instance(
+            provider=self.name,
+            instance_id=str(item["InstanceId"]),
+            key=t.get(L.TAG_KEY, ""),
+            offer=self._offer_of(region, item),
+            endpoint=self._endpoint(item),
+            created_at=launched if isinstance(launched, datetime) else None,
+            data={
+                "region": region,
+                "zone": (item.get("Placement") or {}).get("AvailabilityZone"),
+                "instance_type": item.get("InstanceType"),
+                "spot": is_spot(item),
+                "state": state_name(item),
+                "run_id": t.get(L.TAG_RUN),
+                "attempt": t.get(L.TAG_ATTEMPT),
+                "volume_id": t.get(L.TAG_VOLUME),
+                "spot_request_id": item.get("SpotInstanceRequestId"),
+            },
+        )
+
+    def _find_in(self, region: str, key: str) -> Instance | None:
+        items = self.ec2.instances(region, Filters=[{"Name": f"tag:{L.TAG_KEY}", "Values": [key]}])
+        if not items:
+            return None
+        # the live one if any, else the newest (launch is idempotent even after it ended)
+        items.sort(key=lambda i: (state_name(i) != "terminated", i.get("LaunchTime") or 0))
+        return self._instance(region, items[-1])
+
+    def _describe(self, instance: Instance) -> tuple[str, dict[str, Any] | None]:
+        region = instance.data.get("region") or instance.offer.region
+        if not instance.instance_id.startswith("i-"):
+            return region, None
+        try:
+            items = self.ec2.instances(region, InstanceIds=[instance.instance_id])
+        except ProviderError as exc:
+            if exc.fields.get("aws_code") in NOT_FOUND:
+                return region, None
+            raise
+        return region, (items[0] if items else None)
+
+    def _spot_request_code(self, region: str, item: dict[str, Any]) -> str | None:
+        if not is_spot(item):
+            return None
+        rid = item.get("SpotInstanceRequestId")
+        if rid:
+            try:
+                reqs = self.ec2.call(
+                    region, "describe_spot_instance_requests", SpotInstanceRequestIds=[rid]
+                ).get("SpotInstanceRequests", [])
+            except ProviderError as exc:  # e.g. no IAM permission: StateReason still works
+                log.info("aws: spot request %s not readable: %s", rid, exc.message)
+                return None
+            return str((reqs[0].get("Status") or {}).get("Code") or "") if reqs else None
+        if self.runner is not None:
+            return self.runner.spot_status(item["InstanceId"])
+        return None
+
+    def status(self, instance: Instance) -> InstanceStatus:
+        region, item = self._describe(instance)
+        if item is None:
+            born = instance.created_at
+            if born is not None and self.clock() - born.timestamp() < VISIBILITY_GRACE_S:
+                return InstanceStatus(state=InstanceState.PROVISIONING, detail="not visible yet")
+            self._machine_gone(instance.instance_id)
+            return InstanceStatus(state=InstanceState.TERMINATED, detail="instance not found")
+        state, detail = map_state(item, self._spot_request_code(region, item))
+        name = state_name(item)
+        if name == "running":
+            self._boot(region, item)
+        elif name in ("shutting-down", "terminated", "stopped"):
+            self._machine_gone(instance.instance_id)
+        endpoint = self._endpoint(item)  # while it runs, even when preempted: a graceful stop
+        if state == InstanceState.RUNNING and endpoint is None and self.runner is not None:
+            state, detail = InstanceState.PROVISIONING, "the machine is booting"
+        t = tags(item)
+        volume = t.get(L.TAG_VOLUME) if name == "running" else None
+        if volume and not volumes.attach(self.ec2, region, volume, item["InstanceId"]):
+            detail = (detail + "; " if detail else "") + "data volume not attached yet"
+        return InstanceStatus(state=state, detail=detail, endpoint=endpoint)
+
+    def _boot(self, region: str, item: dict[str, Any]) -> None:
+        """Tests: start the instance's agent on this machine once EC2 says it runs."""
+        iid = item["InstanceId"]
+        if self.runner is None or self.runner.booted(iid):
+            return
+        attr = self.ec2.call(
+            region, "describe_instance_attribute", InstanceId=iid, Attribute="userData"
+        )
+        raw = (attr.get("UserData") or {}).get("Value") or ""
+        self.runner.boot(iid, str(item.get("InstanceType")), base64.b64decode(raw).decode())
+
+    def _machine_gone(self, instance_id: str) -> None:
+        if self.runner is not None:
+            self.runner.stop(instance_id)
+
+    def terminate(self, instance: Instance) -> None:
+        region, item = self._describe(instance)
+        if item is None or state_name(item) == "terminated":
+            self._machine_gone(instance.instance_id)
+            return
+        current = state_name(item)
+        if current != "shutting-down":
+            try:
+                resp = self.ec2.call(
+                    region, "terminate_instances", InstanceIds=[instance.instance_id]
+                )
+            except ProviderError as exc:
+                if exc.fields.get("aws_code") in NOT_FOUND:
+                    self._machine_gone(instance.instance_id)
+                    return
+                raise
+            changes = resp.get("TerminatingInstances") or [{}]
+            current = str((changes[0].get("CurrentState") or {}).get("Name", "shutting-down"))
+        self._machine_gone(instance.instance_id)
+        if current != "terminated":
+            raise NotYetTerminated(f"aws: {instance.instance_id} is {current}")
+
+    def find(self, key: str) -> Instance | None:
+        if not L.KEY_RE.match(key or ""):
+            return None
+        found = self._scan(lambda r: [f] if (f := self._find_in(r, key)) else [], first=True)
+        return found[0] if found else None
+
+    def _scan(self, fn: Callable[[str], Iterable[Any]], first: bool = False) -> list[Any]:
+        """``fn(region)`` over every region corral may have used (stopping at the first
+        result if ``first``); a region this account may not use (not opted in) is skipped
+        unless it is configured."""
+        out: list[Any] = []
+        for region in self._scan_regions():
+            try:
+                out += list(fn(region))
+            except AuthFailed:
+                if region in self.regions:
+                    raise
+            if first and out:
+                break
+        return out
+
+    def list_instances(self) -> list[Instance]:
+        """This controller's instances that are not terminated, in every region."""
+
+        def listed(region: str) -> list[Instance]:
+            items = self.ec2.instances(
+                region,
+                Filters=[
+                    {"Name": f"tag:{L.TAG_OWNER}", "Values": [self.settings.owner]},
+                    {"Name": "instance-state-name", "Values": LIVE},
+                ],
+            )
+            return [self._instance(region, i) for i in items if tags(i).get(L.TAG_KEY)]
+
+        return self._scan(listed)

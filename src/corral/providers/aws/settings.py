@@ -1,0 +1,147 @@
+"""Settings of the AWS provider: constructor arguments, or ``CORRAL_AWS_*`` environment
+variables when the controller builds it by name (``CORRAL_PROVIDERS=aws``).
+
+Credentials are never settings: they come from the boto3 session (the environment, a profile,
+an instance role), and no setting here ever holds one.
+
+=================================  ==============================================================
+variable                           meaning
+=================================  ==============================================================
+CORRAL_AWS_REGIONS                 comma-separated regions to offer (default: the session's
+                                   region, else us-east-1)
+CORRAL_AWS_IMAGE_ID                AMI to boot (default: resolved from the SSM parameter below)
+CORRAL_AWS_IMAGE_PARAMETER         SSM parameter naming the AMI per region (default: the AWS
+                                   Deep Learning Base AMI, Ubuntu 22.04, with NVIDIA drivers)
+CORRAL_AWS_AGENT_PORT              TCP port of the agent's API on the instance (default 7450)
+CORRAL_AWS_CONTROLLER_CIDR         who may reach that port (default: this machine's public
+                                   address /32, asked from checkip.amazonaws.com)
+CORRAL_AWS_INSTALL                 pip requirement that installs corral on the instance
+CORRAL_AWS_DATA_VOLUME_GB          size of a persistent gp3 data volume per run (checkpoints
+                                   live on it); unset: none
+CORRAL_AWS_ROOT_VOLUME_GB          least root volume size (default 100)
+CORRAL_AWS_INSTANCE_PROFILE        IAM instance profile name (e.g. for S3 checkpoints)
+CORRAL_AWS_KEY_NAME                EC2 key pair (for debugging over SSH; not needed by corral)
+CORRAL_AWS_SUBNET_ID               launch into this subnet (its VPC gets the security group)
+CORRAL_AWS_PRIVATE_IP              "1": reach the agent on the private address (VPN, peering)
+CORRAL_AWS_OWNER                   tag value that scopes the leak sweep to this controller
+CORRAL_AWS_TEST_MACHINES           "local": TESTS ONLY - run each instance's agent on this
+                                   machine (see :mod:`corral.providers.aws.local_machines`)
+CORRAL_AWS_FAKE_IMDS               TESTS ONLY - base URL of a fake instance metadata service
+=================================  ==============================================================
+"""
+
+from __future__ import annotations
+
+import hashlib
+import ipaddress
+import os
+import socket
+from collections.abc import Mapping
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from corral import __version__, paths
+from corral.errors import BadInput
+
+PREFIX = "CORRAL_AWS_"
+DLAMI_PARAMETER = (
+    "/aws/service/deeplearning/ami/x86_64/base-oss-nvidia-driver-gpu-ubuntu-22.04/latest/ami-id"
+)
+DEFAULT_AGENT_PORT = 7450
+CHECKIP_URL = "https://checkip.amazonaws.com"
+
+
+def default_owner() -> str:
+    """A stable id of this controller: its host and its CORRAL_HOME."""
+    raw = f"{socket.gethostname()}:{paths.home()}"
+    return hashlib.sha256(raw.encode()).hexdigest()[:12]
+
+
+class AwsSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    regions: list[str] = Field(default_factory=list, description="Empty: the session's region.")
+    image_id: str | None = None
+    image_parameter: str = DLAMI_PARAMETER
+    agent_port: int = Field(DEFAULT_AGENT_PORT, ge=1, le=65535)
+    controller_cidr: str | None = None
+    checkip_url: str = CHECKIP_URL
+    install: str = f"corral=={__version__}"
+    remote_root: str = "/opt/corral"
+    data_volume_gb: int | None = Field(None, ge=1, le=65536)
+    data_mount: str = "/mnt/corral-data"
+    root_volume_gb: int = Field(100, ge=8, le=65536)
+    instance_profile: str | None = None
+    key_name: str | None = None
+    subnet_id: str | None = None
+    use_private_ip: bool = False
+    spot_cache_s: float = Field(300.0, ge=0, description="How long live spot prices are reused.")
+    owner: str = Field(default_factory=default_owner, pattern=r"^[A-Za-z0-9._-]{1,64}$")
+    max_grace_s: float = Field(
+        90.0, gt=0, le=110, description="Cap on the plan's grace period (the notice is 120 s)."
+    )
+    test_machines: str | None = Field(None, pattern=r"^local$")
+    fake_imds_url: str | None = None
+
+    @field_validator("controller_cidr")
+    @classmethod
+    def _cidr(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        return str(ipaddress.ip_network(value.strip(), strict=False))
+
+    @field_validator("remote_root", "data_mount")
+    @classmethod
+    def _absolute(cls, value: str) -> str:
+        if not value.startswith("/") or "'" in value or " " in value:
+            raise ValueError("must be an absolute path without spaces or quotes")
+        return value.rstrip("/") or "/"
+
+
+_ENV_FIELDS = {
+    "REGIONS": "regions",
+    "IMAGE_ID": "image_id",
+    "IMAGE_PARAMETER": "image_parameter",
+    "AGENT_PORT": "agent_port",
+    "CONTROLLER_CIDR": "controller_cidr",
+    "INSTALL": "install",
+    "DATA_VOLUME_GB": "data_volume_gb",
+    "ROOT_VOLUME_GB": "root_volume_gb",
+    "INSTANCE_PROFILE": "instance_profile",
+    "KEY_NAME": "key_name",
+    "SUBNET_ID": "subnet_id",
+    "PRIVATE_IP": "use_private_ip",
+    "OWNER": "owner",
+    "TEST_MACHINES": "test_machines",
+    "FAKE_IMDS": "fake_imds_url",
+}
+
+
+def settings_from_env(environ: Mapping[str, str] | None = None, **overrides: object) -> AwsSettings:
+    """Settings from ``CORRAL_AWS_*`` variables, then ``overrides`` (constructor arguments).
+    A bad value is :class:`BadInput` naming the variable or argument."""
+    env = os.environ if environ is None else environ
+    values: dict[str, object] = {}
+    origin: dict[str, str] = {}
+    for suffix, field in _ENV_FIELDS.items():
+        raw = env.get(PREFIX + suffix, "").strip()
+        if not raw:
+            continue
+        if field == "regions":
+            values[field] = [r.strip() for r in raw.split(",") if r.strip()]
+        elif field == "use_private_ip":
+            values[field] = raw.lower() in ("1", "true", "yes", "on")
+        else:
+            values[field] = raw
+        origin[field] = PREFIX + suffix
+    for key, value in overrides.items():
+        if value is not None:
+            values[key] = value
+            origin[key] = f"argument {key!r}"
+    try:
+        return AwsSettings.model_validate(values)
+    except ValidationError as exc:
+        first = exc.errors(include_url=False, include_input=False)[0]
+        field = str(first["loc"][0]) if first["loc"] else ""
+        where = origin.get(field, field or "settings")
+        raise BadInput(f"aws provider: {where}: {first['msg']}") from None

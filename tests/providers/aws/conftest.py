@@ -1,0 +1,72 @@
+"""Fixtures of the AWS provider tests: one moto server per test process (reset before each
+test), a fake IMDS per test, machines played on this machine, and a provider wired to them."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from corral.providers.aws.local_machines import LocalMachineRunner
+from corral.providers.aws.provider import AwsProvider
+
+from .fake_imds import FakeImds
+from .harness import MotoAws
+
+
+@pytest.fixture(scope="session")
+def moto_server() -> Iterator[MotoAws]:
+    server = MotoAws()
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def aws(moto_server: MotoAws) -> MotoAws:
+    moto_server.reset()
+    return moto_server
+
+
+@pytest.fixture
+def imds() -> Iterator[FakeImds]:
+    server = FakeImds()
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def runner(corral_home: Path, imds: FakeImds) -> Iterator[LocalMachineRunner]:
+    machines = LocalMachineRunner(corral_home, imds_url=imds.url, notice_interval=0.1)
+    yield machines
+    machines.stop_all()
+
+
+@pytest.fixture
+def make_provider(aws: MotoAws, runner: LocalMachineRunner) -> Callable[..., AwsProvider]:
+    """A provider on the fake AWS; keyword arguments override settings."""
+
+    def make(**kw: object) -> AwsProvider:
+        settings: dict[str, object] = {
+            "regions": ["us-east-1"],
+            "image_id": aws.image_id(),
+            "controller_cidr": "203.0.113.7/32",
+            "owner": "owner-a",
+            "install": "corral==0.1.0",
+        }
+        settings.update(kw)
+        extra = {
+            k: settings.pop(k)
+            for k in ("machine_runner", "clock", "sleep", "http")
+            if k in settings
+        }
+        return AwsProvider(
+            aws.session(),
+            endpoint_url=aws.url,
+            environ={},
+            machine_runner=extra.pop("machine_runner", runner),
+            **extra,
+            **settings,
+        )
+
+    return make

@@ -1,0 +1,82 @@
+"""The fake AWS for tests: a moto server on loopback (EC2's books) plus what moto cannot do -
+reclaiming a spot instance the way EC2 does (``StateReason`` ``Server.SpotInstanceTermination``).
+Machines are played by :class:`~corral.providers.aws.local_machines.LocalMachineRunner`, spot
+notices by :class:`fake_imds.FakeImds`.
+
+Usable from other test packages (``from providers.aws.harness import MotoAws``) and across
+processes: a controller started with :meth:`MotoAws.env` talks to the same moto server and
+runs its machines under the same ``CORRAL_HOME``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import boto3
+import httpx
+from moto.server import ThreadedMotoServer
+
+ACCOUNT = "123456789012"
+REGION = "us-east-1"
+#: fake credentials; distinctive so tests can look for them in logs and messages
+ACCESS_KEY = "AKIAFAKEFAKEFAKE1234"
+SECRET_KEY = "corral-test-secret-0123456789-never-log-me"
+
+
+class MotoAws:
+    def __init__(self) -> None:
+        self.server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+        self.server.start()
+        host, port = self.server.get_host_and_port()
+        self.url = f"http://{host}:{port}"
+
+    def session(self, region: str = REGION) -> Any:
+        return boto3.Session(
+            aws_access_key_id=ACCESS_KEY, aws_secret_access_key=SECRET_KEY, region_name=region
+        )
+
+    def client(self, service: str = "ec2", region: str = REGION) -> Any:
+        return self.session(region).client(service, endpoint_url=self.url)
+
+    def env(self) -> dict[str, str]:
+        """Environment for another process (a controller) to use this fake AWS."""
+        return {
+            "AWS_ACCESS_KEY_ID": ACCESS_KEY,
+            "AWS_SECRET_ACCESS_KEY": SECRET_KEY,
+            "AWS_DEFAULT_REGION": REGION,
+            "AWS_ENDPOINT_URL": self.url,
+        }
+
+    def reset(self) -> None:
+        httpx.post(f"{self.url}/moto-api/reset", timeout=10, trust_env=False).raise_for_status()
+
+    def image_id(self, region: str = REGION) -> str:
+        images = self.client("ec2", region).describe_images(
+            Owners=["amazon"], Filters=[{"Name": "name", "Values": ["*ubuntu*"]}]
+        )["Images"]
+        return str(images[0]["ImageId"])
+
+    def instances(self, region: str = REGION, **kw: Any) -> list[dict[str, Any]]:
+        pages = self.client("ec2", region).get_paginator("describe_instances").paginate(**kw)
+        return [i for page in pages for r in page["Reservations"] for i in r["Instances"]]
+
+    def live_instances(self, region: str = REGION) -> list[dict[str, Any]]:
+        return [i for i in self.instances(region) if i["State"]["Name"] != "terminated"]
+
+    def reclaim(self, instance_id: str, region: str = REGION, runner: Any = None) -> None:
+        """EC2 takes a spot instance back: terminated, with the spot reason; its machine (if
+        a runner plays it) is killed at once."""
+        from moto.ec2.models import ec2_backends
+        from moto.ec2.models.instances import StateReason
+
+        inst = ec2_backends[ACCOUNT][region].get_instance(instance_id)
+        inst.terminate()
+        inst.state_reason = StateReason(
+            "Server.SpotInstanceTermination: Spot instance termination",
+            "Server.SpotInstanceTermination",
+        )
+        if runner is not None:
+            runner.kill(instance_id)
+
+    def close(self) -> None:
+        self.server.stop()

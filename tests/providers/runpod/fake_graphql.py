@@ -221,9 +221,8 @@ def _gpu_type(cloud: FakeCloud, gpu: Any, aliases: dict[str, dict[str, Any]]) ->
         "displayName": gpu.display,
         "memoryInGb": gpu.memory_gb,
         "maxGpuCount": gpu.max_count,
-        "secureCloud": gpu.capacity.get("SECURE", 0) > 0 and gpu.prices["securePrice"] is not None,
-        "communityCloud": gpu.capacity.get("COMMUNITY", 0) > 0
-        and gpu.prices["communityPrice"] is not None,
+        "secureCloud": gpu.prices["securePrice"] is not None,  # sold there, stock or not
+        "communityCloud": gpu.prices["communityPrice"] is not None,
         **gpu.prices,
     }
     for alias, spec in aliases.items():

@@ -1,0 +1,205 @@
+"""What a pod is created with and what runs in it: the create bodies, the plan and token in
+the pod's env, the start script, the pod-side boot module, the network volume for
+checkpoints, and a pod that terminates itself when its job ended and no controller calls."""
+
+from __future__ import annotations
+
+import shutil
+import stat
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from corral.constants import ENV_AGENT_TOKEN
+from corral.errors import BadInput
+from corral.providers.base import InstanceState, Requirements
+from corral.providers.runpod import boot
+from corral.providers.runpod.bootstrap import (
+    ENV_BIND,
+    ENV_PLAN,
+    ENV_REST_URL,
+    decode_plan,
+    encode_plan,
+    start_script,
+)
+from corral.providers.runpod.graphql import EnumValue, literal
+from corral.providers.runpod.settings import RunPodSettings
+
+from . import fake_graphql
+from .fake_server import API_KEY
+from .helpers import bootstrap, new_key, offer, wait_state, wait_until
+
+REQ = Requirements(gpu_type="L40S", gpu_count_min=2, cpus=16, memory_gb=64, disk_gb=200)
+
+
+def test_on_demand_create_body_starts_the_agent_with_plan_and_token_in_env(
+    make_provider, fake, tmp_path
+):
+    p = make_provider()
+    key = new_key()
+    bs = bootstrap(tmp_path, key, env={"HF_TOKEN": "hf_secret_value"})
+    p.launch(offer(p, spot=False, req=REQ), bs, key)
+    body = fake.creates[-1]
+    assert body["name"] == f"corral-{key}" and body["gpuCount"] == 2
+    assert (body["minVCPUPerGPU"], body["minRAMPerGPU"], body["containerDiskInGb"]) == (8, 32, 200)
+    assert body["ports"] == ["8750/http"] and body["interruptible"] is False
+    assert body["dockerStartCmd"][:2] == ["bash", "-c"]
+    assert "-m corral.providers.runpod.boot agent" in body["dockerStartCmd"][2]
+    env = body["env"]
+    assert env[ENV_AGENT_TOKEN] == bs.token and env["HF_TOKEN"] == "hf_secret_value"
+    assert env[ENV_REST_URL] == fake.settings()["rest_url"]  # the shutdown command's API
+    plan = decode_plan(env[ENV_PLAN])
+    assert (plan["host"], plan["port"], plan["run_id"]) == ("0.0.0.0", 8750, key[:-3])
+    assert plan["controller_timeout_s"] == 1800.0
+    assert bs.token not in env[ENV_PLAN] and "hf_secret" not in str(plan)
+
+
+def test_spot_create_is_a_graphql_bid_at_the_offer_price(make_provider, fake, tmp_path):
+    p = make_provider()
+    key = new_key()
+    o = offer(p, spot=True, req=REQ)
+    p.launch(o, bootstrap(tmp_path, key), key)
+    inp = fake.creates[-1]
+    assert inp["bidPerGpu"] == o.details["bid_per_gpu"] == o.price_per_hour / 2
+    assert (inp["gpuCount"], inp["minVcpuCount"], inp["minMemoryInGb"]) == (2, 16, 64)
+    assert inp["cloudType"] == o.details["cloud_type"] and inp["ports"] == "8750/http"
+    assert inp["dockerArgs"].startswith("bash -c ")
+    assert {e["key"] for e in inp["env"]} >= {ENV_PLAN, ENV_AGENT_TOKEN}
+
+
+def test_graphql_literals_carry_any_string_unchanged():
+    nasty = 'a "quoted" } ) {x: 1}\nline\\ \u00e9\u2028 $var #'
+    doc = f"mutation {{ podRentInterruptable(input: {literal({'name': nasty, 'env': [{'key': 'K', 'value': nasty}], 'cloudType': EnumValue('SECURE'), 'bidPerGpu': 0.2, 'gpuCount': 2, 'ok': True, 'none': None})}) {{ id }} }}"
+    _, field, args, _ = fake_graphql.parse(doc, {})
+    assert field == "podRentInterruptable"
+    assert args["input"] == {
+        "name": nasty,
+        "env": [{"key": "K", "value": nasty}],
+        "cloudType": "SECURE",
+        "bidPerGpu": 0.2,
+        "gpuCount": 2,
+        "ok": True,
+        "none": None,
+    }
+    with pytest.raises(ValueError):
+        literal(EnumValue("SECURE } evil"))
+    with pytest.raises(ValueError):
+        literal({"bad key": 1})
+
+
+def test_network_volume_holds_the_checkpoints_and_pins_the_data_center(
+    make_provider, fake, tmp_path
+):
+    volume = make_provider().create_volume("ckpts", 50, "EU-RO-1")
+    mount = tmp_path / "volume"
+    p = make_provider(network_volume_id=volume["id"], volume_mount_path=str(mount))
+    offers = p.offers(Requirements(gpu_type="L40S", gpu_count_min=1))
+    assert offers and {o.region for o in offers} == {"EU-RO-1"}
+    assert p.offers(Requirements(gpu_count_min=1, regions=["US-TX-3"])) == []
+    key = new_key()
+    inst = p.launch(next(o for o in offers if not o.spot), bootstrap(tmp_path / "w", key), key)
+    body = fake.creates[-1]
+    assert body["networkVolumeId"] == volume["id"] and body["dataCenterIds"] == ["EU-RO-1"]
+    assert body["volumeMountPath"] == str(mount)
+    checkpoints = mount / "corral" / key[:-3] / "checkpoints"
+    assert decode_plan(body["env"][ENV_PLAN])["checkpoint_dir"] == str(checkpoints)
+    wait_state(p, inst, InstanceState.RUNNING)
+    wait_until(checkpoints.is_dir, what="the agent to create the checkpoint directory")
+    assert [v["id"] for v in p.volumes()] == [volume["id"]]
+    p.delete_volume(volume["id"])
+    p.delete_volume(volume["id"])  # a missing volume is fine
+    assert p.volumes() == []
+
+
+def test_a_missing_network_volume_is_bad_input(make_provider):
+    with pytest.raises(BadInput, match="network volume 'vol404' does not exist"):
+        make_provider(network_volume_id="vol404").offers(Requirements(gpu_count_min=1))
+
+
+def test_boot_writes_the_plan_privately_and_binds_where_told(tmp_path):
+    b = bootstrap(tmp_path / "work", "rboot-a1")
+    from corral.agent.plan import AgentPlan
+
+    plan = AgentPlan.model_validate(b.plan).model_copy(update={"host": "0.0.0.0", "port": 8750})
+    env = {ENV_PLAN: encode_plan(plan), ENV_BIND: "127.0.0.1:5555", ENV_AGENT_TOKEN: "t"}
+    path = boot.start_agent(env, exec_agent=False)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    written = AgentPlan.load(path)
+    assert (written.host, written.port) == ("127.0.0.1", 5555)
+    assert written.shutdown_command.endswith("-m corral.providers.runpod.boot shutdown")
+    assert ENV_PLAN not in env  # the plan leaves the environment the agent passes on
+    with pytest.raises(SystemExit, match="CORRAL_PLAN_GZ is not set"):
+        boot.start_agent({}, exec_agent=False)
+    with pytest.raises(SystemExit, match="does not hold a plan"):
+        boot.start_agent({ENV_PLAN: "bm90IGd6aXA="}, exec_agent=False)
+
+
+def test_shutdown_terminates_its_pod_through_the_api(make_provider, fake, tmp_path, capsys):
+    p = make_provider()
+    key = new_key()
+    inst = p.launch(offer(p, spot=False), bootstrap(tmp_path, key), key)
+    env = {
+        "RUNPOD_POD_ID": inst.instance_id,
+        "RUNPOD_API_KEY": API_KEY,
+        ENV_REST_URL: fake.settings()["rest_url"],
+        "PATH": "/nonexistent",
+    }
+    assert boot.terminate_pod(env) == 0
+    assert fake.cloud.list() == [] and p.status(inst).state == InstanceState.TERMINATED
+    assert boot.terminate_pod({**env, "RUNPOD_API_KEY": ""}) == 1  # no key, no runpodctl
+    assert boot.terminate_pod({}) == 1
+    assert API_KEY not in capsys.readouterr().err
+
+
+def test_a_pod_whose_job_ended_terminates_itself_without_a_controller(
+    make_provider, fake, tmp_path
+):
+    p = make_provider()
+    key = new_key()
+    bs = bootstrap(tmp_path, key, run="true", controller_timeout_s=0.5)
+    inst = p.launch(offer(p, spot=False), bs, key)
+    wait_until(lambda: not fake.cloud.list(), timeout=20, what="the pod to terminate itself")
+    assert f"DELETE /pods/{inst.instance_id}" in fake.routes()
+    assert p.status(inst).state == InstanceState.TERMINATED
+
+
+def _fake_python(bindir: Path, has_corral: bool) -> Path:
+    bindir.mkdir(parents=True, exist_ok=True)
+    py = bindir / "python3"
+    importable = "exit 0" if has_corral else "exit 1"
+    py.write_text(f'#!/bin/sh\nif [ "$1" = "-c" ]; then {importable}; fi\necho "$@" > ran.txt\n')
+    py.chmod(0o755)
+    return py
+
+
+@pytest.mark.parametrize("install", [None, "touch installed.txt"])
+def test_start_script_installs_corral_only_when_told_and_then_boots(tmp_path, install):
+    _fake_python(tmp_path / "bin", has_corral=False)
+    script = start_script(RunPodSettings(install_command=install))
+    env = {"PATH": f"{tmp_path / 'bin'}:/usr/bin:/bin"}
+    done = subprocess.run(
+        ["bash", "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True
+    )
+    if install is None:
+        assert done.returncode == 127 and "the image has no corral" in done.stderr
+        assert not (tmp_path / "ran.txt").exists()
+    else:
+        assert done.returncode == 0 and (tmp_path / "installed.txt").exists()
+        assert (tmp_path / "ran.txt").read_text().split() == [
+            "-m",
+            "corral.providers.runpod.boot",
+            "agent",
+        ]
+
+
+def test_start_script_without_python_says_so(tmp_path):
+    bash = shutil.which("bash")
+    assert bash
+    done = subprocess.run(
+        [bash, "-c", start_script(RunPodSettings())],
+        env={"PATH": str(tmp_path)},  # no python anywhere
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 127 and "the image has no python" in done.stderr

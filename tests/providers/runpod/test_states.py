@@ -1,0 +1,144 @@
+"""Every pod state mapped to an InstanceState; a spot pod RunPod interrupts is PREEMPTED and
+its agent gets SIGTERM before the kill; stop and start; the agent answers through the proxy."""
+
+from __future__ import annotations
+
+import pytest
+
+from corral.control.agent_client import AgentClient
+from corral.errors import AgentError
+from corral.providers.base import InstanceState
+from corral.providers.runpod.pods import Pod, pod_state
+
+from .helpers import bootstrap, new_key, offer, wait_state, wait_until
+
+S = InstanceState
+
+
+@pytest.mark.parametrize(
+    ("fields", "stopped_by_corral", "state", "detail"),
+    [
+        ({"desiredStatus": "RUNNING", "publicIp": "1.2.3.4"}, False, S.RUNNING, "running"),
+        ({"desiredStatus": "RUNNING", "portMappings": {"22": 10341}}, False, S.RUNNING, "running"),
+        ({"desiredStatus": "RUNNING", "runtime": {"uptimeInSeconds": 3}}, False, S.RUNNING, ""),
+        ({"desiredStatus": "RUNNING"}, False, S.PROVISIONING, "starting"),
+        ({"desiredStatus": "CREATED"}, False, S.PROVISIONING, "created"),
+        ({"desiredStatus": "RESTARTING"}, False, S.PROVISIONING, "restarting"),
+        ({"status": "PROVISIONING"}, False, S.PROVISIONING, "provisioning"),
+        ({"status": "STARTING"}, False, S.PROVISIONING, "starting"),
+        ({"desiredStatus": "EXITED", "interruptible": True}, False, S.PREEMPTED, "interrupted"),
+        ({"desiredStatus": "EXITED", "interruptible": True}, True, S.STOPPED, "by corral"),
+        ({"desiredStatus": "EXITED"}, True, S.STOPPED, "by corral"),
+        ({"desiredStatus": "EXITED"}, False, S.FAILED, "stopped by RunPod"),
+        ({"desiredStatus": "PAUSED", "interruptible": True}, False, S.PREEMPTED, "interrupted"),
+        ({"desiredStatus": "DEAD"}, False, S.FAILED, "dead"),
+        ({"status": "ERROR"}, False, S.FAILED, "error"),
+        ({"desiredStatus": "TERMINATED"}, False, S.TERMINATED, "terminated"),
+        ({"desiredStatus": "MIGRATING"}, False, S.UNKNOWN, "MIGRATING"),
+        ({}, False, S.UNKNOWN, "(none)"),
+    ],
+)
+def test_every_pod_state_maps_to_an_instance_state(fields, stopped_by_corral, state, detail):
+    got, text = pod_state(
+        Pod.model_validate({"id": "p1", **fields}), stopped_by_corral=stopped_by_corral
+    )
+    assert got == state and detail in text
+
+
+def test_no_pod_is_terminated_and_status_notes_are_kept():
+    assert pod_state(None) == (S.TERMINATED, "no such pod")
+    pod = Pod.model_validate(
+        {"id": "p", "desiredStatus": "EXITED", "lastStatusChange": "Balance too low", "x": 1}
+    )
+    assert pod_state(pod)[1].endswith("(Balance too low)")
+
+
+def test_pod_env_is_read_from_rest_and_graphql_shapes():
+    assert Pod.model_validate({"id": "p", "env": {"A": "1"}}).env_value("A") == "1"
+    assert Pod.model_validate({"id": "p", "env": ["A=1=2", "B=3"]}).env_value("A") == "1=2"
+    assert (
+        Pod.model_validate({"id": "p", "env": [{"key": "A", "value": "x"}]}).env_value("A") == "x"
+    )
+    assert Pod.model_validate({"id": "p"}).env_value("A") is None
+
+
+def agent_status(endpoint: str, token: str) -> dict:
+    def ask():
+        try:
+            return AgentClient(endpoint, token, timeout=2.0).status()
+        except AgentError:
+            return None
+
+    return wait_until(ask, what="the agent through the proxy")
+
+
+def test_running_pod_serves_the_agent_through_runpods_proxy(make_provider, fake, tmp_path):
+    p = make_provider()
+    key = new_key()
+    bs = bootstrap(tmp_path, key)
+    inst = p.launch(offer(p, spot=False), bs, key)
+    st = wait_state(p, inst, S.RUNNING)
+    assert st.endpoint == f"{fake.base_url}/proxy/{inst.instance_id}-8750" == inst.endpoint
+    assert agent_status(st.endpoint, bs.token)["phase"] in ("starting", "running")
+    with pytest.raises(AgentError, match="rejected the controller's token"):
+        AgentClient(st.endpoint, "wrong-token").status()
+
+
+def test_pod_without_a_runtime_yet_is_provisioning_with_its_endpoint(make_provider, fake, tmp_path):
+    fake.cloud.boot_delay = 30.0
+    p = make_provider()
+    key = new_key()
+    inst = p.launch(offer(p, spot=False), bootstrap(tmp_path, key), key)
+    st = p.status(inst)
+    assert st.state == S.PROVISIONING and st.detail == "the container is starting"
+    assert st.endpoint == inst.endpoint
+    assert "graphql:pod" in fake.routes("graphql:")  # REST v1 alone cannot tell
+
+
+def test_interrupted_spot_pod_is_preempted_and_its_agent_stops_gracefully(
+    make_provider, fake, tmp_path
+):
+    p = make_provider()
+    key = new_key()
+    bs = bootstrap(tmp_path, key)
+    inst = p.launch(offer(p, spot=True), bs, key)
+    wait_state(p, inst, S.RUNNING)
+    agent_status(inst.endpoint, bs.token)
+    container = fake.cloud.pods[inst.instance_id].proc
+    fake.interrupt(inst.instance_id, notice=5.0)
+    st = p.status(inst)
+    assert st.state == S.PREEMPTED and "interrupted by RunPod" in st.detail
+    assert st.endpoint is None
+    wait_until(lambda: container.poll() is not None, timeout=4.5, what="the agent to exit")
+    assert container.returncode == 0  # SIGTERM handled before the SIGKILL
+    p.terminate(inst)
+    assert p.status(inst).state == S.TERMINATED
+
+
+def test_on_demand_pod_stopped_by_runpod_is_failed(make_provider, fake, tmp_path):
+    p = make_provider()
+    key = new_key()
+    inst = p.launch(offer(p, spot=False), bootstrap(tmp_path, key), key)
+    fake.cloud.stop(inst.instance_id, reason="Balance reached $0")
+    st = p.status(inst)
+    assert st.state == S.FAILED and "stopped by RunPod, not by corral" in st.detail
+    assert "Balance reached $0" in st.detail
+
+
+@pytest.mark.parametrize("spot", [False, True])
+def test_stop_is_stopped_and_start_runs_the_pod_again(make_provider, fake, tmp_path, spot):
+    p = make_provider()
+    key = new_key()
+    inst = p.launch(offer(p, spot=spot), bootstrap(tmp_path, key), key)
+    wait_state(p, inst, S.RUNNING)
+    p.stop(inst)
+    assert p.status(inst).state == S.STOPPED
+    assert make_provider().status(inst).state == S.STOPPED  # remembered on disk
+    p.start(inst)
+    wait_state(p, inst, S.RUNNING)
+    if spot:  # a spot pod bids again; a later interruption is a preemption, not a stop
+        assert "graphql:podBidResume" in fake.routes()
+        fake.interrupt(inst.instance_id, 0.0)
+        assert p.status(inst).state == S.PREEMPTED
+    else:
+        assert f"POST /pods/{inst.instance_id}/start" in fake.routes()

@@ -228,7 +228,11 @@ class RunPodProvider(Provider, SupportsSpot, SupportsStop, SupportsVolumes, Supp
         return self.settings.proxy_url.format(pod_id=pod_id, port=self.settings.agent_port)
 
     def _ours(self, pod: Pod | None, key: str) -> Pod | None:
-        return pod if pod is not None and pod.name == boot.pod_name(key) else None
+        """``pod`` unless it carries another name than the key's (an answer without a name
+        cannot tell, and the id came from corral's own record)."""
+        if pod is None or pod.name not in ("", boot.pod_name(key)):
+            return None
+        return pod
 
     def status(self, instance: Instance) -> InstanceStatus:
         pod = self._ours(self.api.get_pod(instance.instance_id), instance.key)

@@ -48,6 +48,7 @@ def _register() -> None:
         logs,
         ls,
         preflight,
+        secret,
         status,
         stop,
         validate,
@@ -65,6 +66,7 @@ def _register() -> None:
     app.command("validate")(validate.validate)
     app.add_typer(webhook.app, name="webhook")
     app.add_typer(debug.app, name="debug")
+    app.add_typer(secret.app, name="secret")
     app.command("preflight")(preflight.preflight)
     app.command(
         "agent", context_settings={"ignore_unknown_options": True, "allow_extra_args": True}

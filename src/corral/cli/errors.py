@@ -34,6 +34,12 @@ class CorralGroup(typer.core.TyperGroup):
                 traceback.print_exc()
             _print_error(_escape(str(e)))
             raise typer.Exit(e.exit_code) from None
+        except BrokenPipeError:  # `corral ... | head`: the reader left; nothing to report
+            import os
+            import sys
+
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            raise typer.Exit(0) from None
         except KeyboardInterrupt:
             _print_error("interrupted")
             raise typer.Exit(EXIT_INTERRUPTED) from None

@@ -88,6 +88,9 @@ def run_foreground(
         logging.FileHandler(log_to) if log_to else logging.StreamHandler(sys.stderr)
     )
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    from corral.secrets import install_log_redaction
+
+    install_log_redaction(handler)  # no secret value ever reaches the controller's log
     logger = logging.getLogger("corral")
     logger.addHandler(handler)
     logger.setLevel(logging.INFO)

@@ -31,5 +31,10 @@ ENV_HOME = "CORRAL_HOME"
 ENV_DATABASE_URL = "CORRAL_DATABASE_URL"
 ENV_FAKE_GPUS = "CORRAL_FAKE_GPUS"
 ENV_AGENT_TOKEN = "CORRAL_AGENT_TOKEN"
+#: Comma-separated names of the job's secrets (values are in the environment): the agent masks
+#: their values in the stage logs it writes and serves.
+ENV_SECRET_NAMES = "CORRAL_SECRET_NAMES"
+#: Secret values shorter than this are not masked (too many false hits).
+MIN_SECRET_LENGTH = 6
 
 DEFAULT_GRACE_SECONDS = 30.0

@@ -297,3 +297,18 @@ def test_a_bare_python_in_a_stage_is_the_interpreter_running_corral(tmp_path, st
     assert client.wait_finished()["phase"] == "succeeded"
     found = (Path(plan.workdir) / "which.txt").read_text().strip()
     assert os.path.dirname(found) == os.path.dirname(sys.executable)
+
+
+def test_the_jobs_secret_values_are_masked_in_the_stage_logs(tmp_path, start_agent):
+    plan = make_plan(tmp_path, [{"name": "leak", "run": 'echo "token is $HF_TOKEN; short $PIN"'}])
+    env = {
+        **os.environ,
+        "HF_TOKEN": "hf_s3cr3t_value_123",
+        "PIN": "1234",
+        "CORRAL_SECRET_NAMES": "HF_TOKEN,PIN",
+    }
+    client = start_agent(plan, environ=env)
+    assert client.wait_finished()["phase"] == "succeeded"
+    text = (Path(plan.state_dir) / "logs" / "leak.log").read_text()
+    assert "token is ***;" in text and "hf_s3cr3t" not in text
+    assert "short 1234" in text  # under 6 characters: not masked (documented)

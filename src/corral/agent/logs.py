@@ -30,7 +30,9 @@ class LogPump:
         path: str | Path,
         now: Callable[[], float] = time.time,
         max_line: int = MAX_LINE,
+        mask: list[bytes] | None = None,
     ):
+        self._mask = sorted(mask or [], key=len, reverse=True)  # longest first
         self._fd = pipe.fileno()
         self._pipe = pipe
         self._path = Path(path)
@@ -48,6 +50,11 @@ class LogPump:
         self._thread.join(timeout)
         return not self._thread.is_alive()
 
+    def _masked(self, line: bytes) -> bytes:
+        for value in self._mask:
+            line = line.replace(value, b"***")
+        return line
+
     def _cut(self, line: bytes) -> list[bytes]:
         """``line`` in pieces of at most ``max_line`` bytes, never inside a character."""
         pieces = []
@@ -58,6 +65,8 @@ class LogPump:
         return [*pieces, line]
 
     def _stamp(self, lines: list[bytes]) -> bytes:
+        if self._mask:
+            lines = [self._masked(line) for line in lines]
         prefix = (iso(self._now()) + " ").encode()
         return b"".join(prefix + line + b"\n" for line in lines)
 

@@ -94,6 +94,7 @@ class Child:
         now: Callable[[], float] = time.time,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
+        mask: list[bytes] | None = None,
     ):
         self.name = name
         self.grace = grace
@@ -117,7 +118,7 @@ class Child:
         )
         self.pid = self.pgid = self.proc.pid
         assert self.proc.stdout is not None
-        self._pump = LogPump(self.proc.stdout, log_path, now=now).start()
+        self._pump = LogPump(self.proc.stdout, log_path, now=now, mask=mask).start()
         self.create_time = _create_time(self.pid)
         self._watcher = threading.Thread(target=self._watch, name=f"watch:{name}", daemon=True)
         self._watcher.start()

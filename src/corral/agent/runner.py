@@ -268,6 +268,7 @@ class Runner:
                 now=self._now,
                 clock=self._clock,
                 sleep=self._sleep,
+                mask=self._secret_values(),
             )
         except OSError as exc:
             error = exc.strerror or type(exc).__name__
@@ -347,6 +348,12 @@ class Runner:
         data = {"phase": phase, "failed_stage": failed_stage, "exit_code": code, "reason": reason}
         self._events.emit("attempt.finished", data=data)
         self.finished.set()
+
+    def _secret_values(self) -> list[bytes]:
+        """The job's secret values (named in CORRAL_SECRET_NAMES), masked in stage logs."""
+        names = self._environ.get(C.ENV_SECRET_NAMES, "")
+        values = (self._environ.get(n.strip(), "") for n in names.split(","))
+        return [v.encode() for v in values if len(v) >= C.MIN_SECRET_LENGTH]
 
     def _call_hooks(self, point: str, *args: Any) -> str | None:
         """Call every hook at ``point``; the first failure reason (or exception) is returned

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from corral.constants import ENV_SECRET_NAMES
 from corral.control import planner
 from corral.control.context import Context, log
 from corral.control.plan_builder import build_plan
@@ -109,6 +110,8 @@ def _bootstrap(ctx: Context, run: Any, number: int, offer: Offer) -> Bootstrap:
     # row or an event); a missing one fails the launch (BadInput naming it) before any call
     register_names(spec.secrets)
     env = resolve_many(spec.secrets)
+    if env:
+        env[ENV_SECRET_NAMES] = ",".join(sorted(env))  # the agent masks them in stage logs
     return Bootstrap(
         plan=plan.model_dump(mode="json"), token=agent_token(run.id, number, ctx.home), env=env
     )

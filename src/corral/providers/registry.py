@@ -17,6 +17,7 @@ from corral.providers.base import Provider
 _PROVIDERS: dict[str, str] = {
     "local": "corral.providers.local:LocalProvider",
     "fake": "corral.providers.fake:FakeProvider",
+    "aws": "corral.providers.aws.provider:AwsProvider",
     "runpod": "corral.providers.runpod:RunPodProvider",
 }
 

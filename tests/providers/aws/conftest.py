@@ -1,8 +1,13 @@
-"""Fixtures of the AWS provider tests: one moto server per test process (reset before each
-test), a fake IMDS per test, machines played on this machine, and a provider wired to them."""
+"""Fixtures of the AWS provider tests: one moto server per test process, a fake IMDS per
+test, machines played on this machine, and a provider wired to them.
+
+The moto server is not reset between tests (moto rebuilds each region lazily after a reset,
+seconds per test); each test gets its own ``owner`` tag instead, which is what scopes the
+provider's listing and leak sweep."""
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -24,8 +29,12 @@ def moto_server() -> Iterator[MotoAws]:
 
 @pytest.fixture
 def aws(moto_server: MotoAws) -> MotoAws:
-    moto_server.reset()
     return moto_server
+
+
+@pytest.fixture
+def owner() -> str:
+    return "t-" + uuid.uuid4().hex[:12]
 
 
 @pytest.fixture
@@ -43,7 +52,9 @@ def runner(corral_home: Path, imds: FakeImds) -> Iterator[LocalMachineRunner]:
 
 
 @pytest.fixture
-def make_provider(aws: MotoAws, runner: LocalMachineRunner) -> Callable[..., AwsProvider]:
+def make_provider(
+    aws: MotoAws, runner: LocalMachineRunner, owner: str
+) -> Callable[..., AwsProvider]:
     """A provider on the fake AWS; keyword arguments override settings."""
 
     def make(**kw: object) -> AwsProvider:
@@ -51,7 +62,7 @@ def make_provider(aws: MotoAws, runner: LocalMachineRunner) -> Callable[..., Aws
             "regions": ["us-east-1"],
             "image_id": aws.image_id(),
             "controller_cidr": "203.0.113.7/32",
-            "owner": "owner-a",
+            "owner": owner,
             "install": "corral==0.1.0",
         }
         settings.update(kw)

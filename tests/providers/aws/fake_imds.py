@@ -39,6 +39,7 @@ class FakeImds:
         self.tokens: dict[str, float] = {}
         self.instances: dict[str, dict[str, Any]] = {}
         self.requests: list[tuple[str, str, int]] = []  # (method, path, status)
+        self.user_agents: set[str] = set()
         self.fail_with: int | None = None  # answer every metadata request with this status
         imds = self
 
@@ -108,6 +109,7 @@ class FakeImds:
         h.wfile.write(data)
         with self._lock:
             self.requests.append((h.command, h.path, status))
+            self.user_agents.add(h.headers.get("User-Agent", ""))
 
     def _handle(self, h: BaseHTTPRequestHandler, method: str) -> None:
         parts = [p for p in h.path.split("?")[0].split("/") if p]

@@ -29,11 +29,17 @@ class MotoAws:
         self.server.start()
         host, port = self.server.get_host_and_port()
         self.url = f"http://{host}:{port}"
+        self._images: dict[str, str] = {}
+        self._sessions: dict[str, Any] = {}
 
     def session(self, region: str = REGION) -> Any:
-        return boto3.Session(
-            aws_access_key_id=ACCESS_KEY, aws_secret_access_key=SECRET_KEY, region_name=region
-        )
+        """A boto3 session with the fake credentials (one per region, reused: loading the
+        service models again for every provider would cost seconds per test)."""
+        if region not in self._sessions:
+            self._sessions[region] = boto3.Session(
+                aws_access_key_id=ACCESS_KEY, aws_secret_access_key=SECRET_KEY, region_name=region
+            )
+        return self._sessions[region]
 
     def client(self, service: str = "ec2", region: str = REGION) -> Any:
         return self.session(region).client(service, endpoint_url=self.url)
@@ -51,17 +57,27 @@ class MotoAws:
         httpx.post(f"{self.url}/moto-api/reset", timeout=10, trust_env=False).raise_for_status()
 
     def image_id(self, region: str = REGION) -> str:
-        images = self.client("ec2", region).describe_images(
-            Owners=["amazon"], Filters=[{"Name": "name", "Values": ["*ubuntu*"]}]
-        )["Images"]
-        return str(images[0]["ImageId"])
+        """An Ubuntu AMI of moto's (the same after a reset)."""
+        if region not in self._images:
+            images = self.client("ec2", region).describe_images(
+                Owners=["amazon"], Filters=[{"Name": "name", "Values": ["*ubuntu*"]}]
+            )["Images"]
+            self._images[region] = str(images[0]["ImageId"])
+        return self._images[region]
 
     def instances(self, region: str = REGION, **kw: Any) -> list[dict[str, Any]]:
         pages = self.client("ec2", region).get_paginator("describe_instances").paginate(**kw)
         return [i for page in pages for r in page["Reservations"] for i in r["Instances"]]
 
-    def live_instances(self, region: str = REGION) -> list[dict[str, Any]]:
-        return [i for i in self.instances(region) if i["State"]["Name"] != "terminated"]
+    def live_instances(self, owner: str, region: str = REGION) -> list[dict[str, Any]]:
+        """Instances tagged with ``owner`` (tests share one server) that are not terminated."""
+        return [
+            i
+            for i in self.instances(
+                region, Filters=[{"Name": "tag:corral:owner", "Values": [owner]}]
+            )
+            if i["State"]["Name"] != "terminated"
+        ]
 
     def reclaim(self, instance_id: str, region: str = REGION, runner: Any = None) -> None:
         """EC2 takes a spot instance back: terminated, with the spot reason; its machine (if

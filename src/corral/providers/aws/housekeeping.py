@@ -16,15 +16,17 @@ from corral.providers.base import Instance
 
 if TYPE_CHECKING:
     from corral.providers.aws.client import Ec2
+    from corral.providers.aws.settings import AwsSettings
 
 log = logging.getLogger("corral.providers.aws")
 
 
 class Housekeeping:
-    """Needs from the class it is mixed into: ``ec2``, ``clock``, ``list_instances``,
+    """Needs from the class it is mixed into: ``ec2``, ``settings``, ``clock``, ``list_instances``,
     ``terminate`` and ``_scan`` (see :class:`~corral.providers.aws.provider.AwsProvider`)."""
 
     ec2: Ec2
+    settings: AwsSettings
     clock: Callable[[], float]
     list_instances: Callable[[], list[Instance]]
     terminate: Callable[[Instance], None]
@@ -53,9 +55,10 @@ class Housekeeping:
     # --- volumes and logs -------------------------------------------------------------------
 
     def volumes(self, run_id: str | None = None) -> list[dict[str, Any]]:
-        """corral's live data volumes (of one run, or all) in every region."""
+        """This controller's live data volumes (of one run, or all) in every region."""
+        owner = self.settings.owner
         return self._scan(
-            lambda r: [{**v, "Region": r} for v in volumes.run_volumes(self.ec2, r, run_id)]
+            lambda r: [{**v, "Region": r} for v in volumes.run_volumes(self.ec2, r, run_id, owner)]
         )
 
     def release_volumes(self, run_id: str) -> list[str]:

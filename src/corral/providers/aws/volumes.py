@@ -36,14 +36,18 @@ def _tags(run_id: str, key: str, owner: str) -> list[dict[str, Any]]:
     ]
 
 
-def run_volumes(ec2: Ec2, region: str, run_id: str | None = None) -> list[dict[str, Any]]:
-    """corral's data volumes in ``region`` (of one run, or all), live ones only."""
+def run_volumes(
+    ec2: Ec2, region: str, run_id: str | None = None, owner: str | None = None
+) -> list[dict[str, Any]]:
+    """corral's live data volumes in ``region``: of one run and/or one owner, or all."""
     filters = [
         {"Name": "tag:corral:data", "Values": ["true"]},
         {"Name": "status", "Values": list(LIVE_STATES)},
     ]
     if run_id is not None:
         filters.append({"Name": "tag:corral:run", "Values": [run_id]})
+    if owner is not None:
+        filters.append({"Name": "tag:corral:owner", "Values": [owner]})
     return list(ec2.pages(region, "describe_volumes", "Volumes", Filters=filters))
 
 

@@ -174,7 +174,7 @@ class AwsProvider(
             if found is not None:
                 return found
             resp = self.ec2.call(region, "run_instances", **request)
-        return self._instance(region, resp["Instances"][0])
+        return self._instance(region, resp["Instances"][0], key)
 
     def _find_after_timeout(self, region: str, key: str, tries: int = 3) -> Instance | None:
         for i in range(tries):
@@ -227,13 +227,13 @@ class AwsProvider(
         )
         return f"http://{ip}:{self.settings.agent_port}" if ip else None
 
-    def _instance(self, region: str, item: dict[str, Any]) -> Instance:
+    def _instance(self, region: str, item: dict[str, Any], key: str = "") -> Instance:
         t = tags(item)
         launched = item.get("LaunchTime")
         return Instance(
             provider=self.name,
             instance_id=str(item["InstanceId"]),
-            key=t.get(L.TAG_KEY, ""),
+            key=t.get(L.TAG_KEY) or key,
             offer=self._offer_of(region, item),
             endpoint=self._endpoint(item),
             created_at=launched if isinstance(launched, datetime) else None,

@@ -43,10 +43,12 @@ def _register() -> None:
         cancel,
         controller,
         debug,
+        estimate,
         gpus,
         launch,
         logs,
         ls,
+        offers,
         preflight,
         secret,
         status,
@@ -62,6 +64,8 @@ def _register() -> None:
     app.command("cancel")(cancel.cancel)
     app.command("stop")(stop.stop)
     app.command("gpus")(gpus.gpus)
+    app.command("offers")(offers.offers)
+    app.command("estimate")(estimate.estimate)
     app.add_typer(controller.app, name="controller")
     app.command("validate")(validate.validate)
     app.add_typer(webhook.app, name="webhook")

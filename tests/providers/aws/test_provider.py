@@ -432,3 +432,46 @@ def test_console_logs_come_from_ec2(make_provider, tmp_path):
     inst = p.launch(pick(p, spot=False), bootstrap(tmp_path, key), key)
     out = p.logs(inst, tail=3)
     assert out and len(out.splitlines()) <= 3
+
+
+def test_without_credentials_aws_offers_nothing_and_says_why(aws, monkeypatch):
+    import boto3
+
+    from corral.errors import AuthFailed
+
+    for var in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_PROFILE", "AWS_SESSION_TOKEN"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent")
+    monkeypatch.setenv("AWS_CONFIG_FILE", "/nonexistent")
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    session = boto3.Session(region_name="us-east-1")
+    p = AwsProvider(session, endpoint_url=aws.url, environ={}, controller_cidr="203.0.113.7/32")
+    with pytest.raises(AuthFailed, match="no usable AWS credentials"):
+        p.offers(A10G)
+
+
+def test_the_registry_builds_aws_from_the_environment(aws, imds, owner, monkeypatch):
+    from corral.errors import BadInput
+    from corral.providers.aws.local_machines import LocalMachineRunner
+    from corral.providers.registry import get_provider
+
+    for name, value in {
+        **aws.env(),
+        "CORRAL_AWS_REGIONS": "us-east-1, us-west-2",
+        "CORRAL_AWS_IMAGE_ID": aws.image_id(),
+        "CORRAL_AWS_AGENT_PORT": "7999",
+        "CORRAL_AWS_OWNER": owner,
+        "CORRAL_AWS_TEST_MACHINES": "local",
+        "CORRAL_AWS_FAKE_IMDS": imds.url,
+    }.items():
+        monkeypatch.setenv(name, value)
+    p = get_provider("aws")
+    assert isinstance(p, AwsProvider) and isinstance(p.runner, LocalMachineRunner)
+    assert p.regions == ["us-east-1", "us-west-2"] and p.settings.agent_port == 7999
+    assert {o.region for o in p.offers(A10G.model_copy(update={"spot": False}))} == {
+        "us-east-1",
+        "us-west-2",
+    }
+    monkeypatch.setenv("CORRAL_AWS_DATA_VOLUME_GB", "lots")
+    with pytest.raises(BadInput, match="CORRAL_AWS_DATA_VOLUME_GB"):
+        get_provider("aws")

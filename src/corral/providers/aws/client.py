@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from corral import __version__
+from corral.errors import AuthFailed
 from corral.providers.aws.errors import map_error
 
 USER_AGENT = f"corral/{__version__}"
@@ -41,11 +42,25 @@ class Ec2:
         self.session = session
         self.endpoint_url = endpoint_url
         self._clients: dict[tuple[str, str], Any] = {}
+        self._has_credentials: bool | None = None
         self._lock = threading.Lock()
 
     @property
     def default_region(self) -> str | None:
         return self.session.region_name
+
+    def check_credentials(self) -> None:
+        """:class:`AuthFailed` if the session has no credentials at all (looked up once)."""
+        if self._has_credentials is None:
+            try:
+                self._has_credentials = self.session.get_credentials() is not None
+            except Exception:  # a broken profile or credential process
+                self._has_credentials = False
+        if not self._has_credentials:
+            raise AuthFailed(
+                "aws: no usable AWS credentials (set AWS_PROFILE, or AWS_ACCESS_KEY_ID and "
+                "AWS_SECRET_ACCESS_KEY, or run on a machine with an instance role)"
+            )
 
     def client(self, region: str, service: str = "ec2") -> Any:
         with self._lock:

@@ -129,6 +129,7 @@ class AwsProvider(
     def offers(self, req: Requirements) -> list[Offer]:
         if req.providers is not None and self.name not in req.providers:
             return []
+        self.ec2.check_credentials()  # nothing can be launched without: say so now
         regions = self.regions
         if req.regions is not None:
             regions = [r for r in req.regions if r in self.catalog.regions()]

@@ -475,3 +475,15 @@ def test_the_registry_builds_aws_from_the_environment(aws, imds, owner, monkeypa
     monkeypatch.setenv("CORRAL_AWS_DATA_VOLUME_GB", "lots")
     with pytest.raises(BadInput, match="CORRAL_AWS_DATA_VOLUME_GB"):
         get_provider("aws")
+
+
+def test_every_ec2_request_carries_corrals_user_agent(make_provider, tmp_path):
+    p = make_provider()
+    agents = []
+    p.ec2.client("us-east-1").meta.events.register(
+        "before-send.ec2", lambda request, **kw: agents.append(request.headers["User-Agent"])
+    )
+    key = new_key()
+    p.launch(pick(p, spot=True), bootstrap(tmp_path, key), key)
+    text = [a.decode() if isinstance(a, bytes) else a for a in agents]
+    assert text and all("corral/" in a for a in text)

@@ -22,8 +22,8 @@ def corral_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.Mo
 
 
 def _cleanup_home(home: Path) -> None:
-    """Kill what a test left running under its CORRAL_HOME: the controller, local agents and
-    fake-cloud machines. Best effort: a teardown must reach every one of them."""
+    """Kill what a test left running under its CORRAL_HOME: the controller, local agents,
+    fake-cloud machines and the local stand-ins of test AWS instances. Best effort: a teardown must reach every one of them."""
     import signal
     from contextlib import suppress
 
@@ -42,6 +42,11 @@ def _cleanup_home(home: Path) -> None:
         from corral.providers.fake import FakeProvider
 
         providers.append(FakeProvider({}, home=home, clock=lambda: 0.0, timers=False))
+    if (home / "aws-machines").exists():
+        from corral.providers.aws.local_machines import LocalMachineRunner
+
+        with suppress(Exception):
+            LocalMachineRunner(home).stop_all()
     for provider in providers:
         with suppress(Exception):
             for inst in provider.list_instances():

@@ -222,12 +222,17 @@ def test_stop_ends_running_stages_gracefully_and_is_idempotent(tmp_path, start_a
     plan = make_plan(
         tmp_path,
         [
-            {"name": "train", "run": "trap 'echo saving; exit 75' TERM; sleep 30 & wait"},
+            {
+                "name": "train",
+                "run": "trap 'echo saving; exit 75' TERM; echo armed; sleep 30 & wait",
+            },
             {"name": "evaluate", "run": "touch evaluated", "needs": ["train"]},
         ],
     )
     client = start_agent(plan)
-    client.wait_until(lambda s: s["stages"][0]["state"] == "running")
+    log = Path(plan.state_dir) / "logs" / "train.log"
+    # the stage is running and its trap is set (a stop before that would find bash untrapped)
+    client.wait_until(lambda s: log.exists() and "armed" in log.read_text())
     assert client.post("/stop") == (202, {"stopping": True})
     assert client.post("/stop") == (202, {"stopping": True})
     status = client.wait_finished(timeout=10)

@@ -27,6 +27,8 @@ def utcnow() -> datetime:
 @dataclass
 class Settings:
     tick_seconds: float = 0.5
+    #: how often each provider sweeps for machines no run knows (leaks)
+    sweep_interval_s: float = 300.0
     #: how often the provider is asked about a machine whose agent answers (the preemption
     #: watcher: notices and machines killed under a live agent)
     provider_poll_s: float = 5.0

@@ -36,6 +36,7 @@ class Controller:
         self.wake = threading.Event()
         self.stopping = threading.Event()
         self._errors: dict[str, str] = {}
+        self._next_sweep = time.monotonic() + ctx.settings.sweep_interval_s
         #: other work that keeps the controller from exiting when idle (webhook deliveries)
         self.busy: Callable[[], bool] = lambda: False
 
@@ -70,7 +71,30 @@ class Controller:
                         self.ctx.store.add_event(run.id, "controller.error", text)
                     except Exception:
                         pass
+        self._maybe_sweep()
         return len(runs)
+
+    def _maybe_sweep(self) -> None:
+        """The leak sweep, every ``sweep_interval_s``: each provider terminates the machines it
+        holds for corral whose launch key no open resource row knows (belt and braces on top of
+        the intent log). One provider's failure is logged, never fatal."""
+        now = time.monotonic()
+        if now < self._next_sweep:
+            return
+        self._next_sweep = now + self.ctx.settings.sweep_interval_s
+        try:
+            active = {r.key for r in self.ctx.store.resources(open_only=True)}
+        except Exception as e:
+            log.warning("leak sweep skipped: %s", e)
+            return
+        for name, provider in self.ctx.providers.items():
+            try:
+                swept = provider.sweep(active)
+            except Exception as e:
+                log.warning("leak sweep of %s failed: %s", name, e)
+                continue
+            if swept:
+                log.warning("leak sweep of %s terminated %s", name, ", ".join(swept))
 
     def serve(self, *, idle_exit_s: float | None = None) -> None:
         """Tick until stopped (SIGTERM/SIGINT) or, with ``idle_exit_s``, until no run has been

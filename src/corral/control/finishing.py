@@ -251,6 +251,22 @@ def _waiting_for_graceful_stop(ctx: Context, run: Any) -> bool:
     return status.get("phase") not in TERMINAL_PHASES
 
 
+def _release(ctx: Context, run: Any) -> bool:
+    """Ask every provider the run used to free what outlives its machines (volumes)."""
+    done = True
+    for name in sorted({a.provider for a in ctx.store.attempts(run.id) if a.provider}):
+        provider = ctx.providers.get(name)
+        if provider is None:
+            continue
+        try:
+            provider.release_run(run.id)
+        except NotYetTerminated:
+            done = False
+        except ProviderError as e:
+            log.warning("run %s: %s could not release the run: %s", run.id, name, e.message)
+    return done
+
+
 def handle_stopping(ctx: Context, run: Any) -> None:
     if _waiting_for_graceful_stop(ctx, run):
         return
@@ -258,6 +274,8 @@ def handle_stopping(ctx: Context, run: Any) -> None:
     if not teardown(ctx, run):
         return
     _close_attempt(ctx, run)
+    if not _release(ctx, run):
+        return
     outcome = run.outcome or RunState.FAILED
     try:
         ctx.store.transition(

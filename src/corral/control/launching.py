@@ -155,7 +155,7 @@ def launch_offers(ctx: Context, run: Any, offers: list[Offer]) -> bool:
         )
         ctx.store.update_resource(key, state="intent")
         outcome = launch_key(ctx, run, number, key, offer)
-        if outcome == LAUNCHED:
+        if outcome in (LAUNCHED, PENDING):
             return True
         if outcome == FATAL:
             return False
@@ -178,14 +178,16 @@ def launch_offers(ctx: Context, run: Any, offers: list[Offer]) -> bool:
     return False
 
 
-LAUNCHED, NEXT, FATAL = "launched", "next", "fatal"
+LAUNCHED, NEXT, FATAL, PENDING = "launched", "next", "fatal", "pending"
 
 
 def launch_key(ctx: Context, run: Any, number: int, key: str, offer: Offer) -> str:
     """Call the provider for one resource key. Idempotent; safe to repeat after a crash.
 
     Returns LAUNCHED; NEXT when this offer cannot be had (try the next one or wait); FATAL when
-    the launch can never succeed (bad input such as a missing workdir): the run has been failed.
+    the launch can never succeed (bad input such as a missing workdir): the run has been failed;
+    PENDING when the outcome is unknown (the call may have taken effect): the intent stays and
+    the same key is launched again later.
     """
     provider = ctx.provider(offer.provider)
     try:
@@ -202,6 +204,17 @@ def launch_key(ctx: Context, run: Any, number: int, key: str, offer: Offer) -> s
         )
         return NEXT
     except ProviderError as e:
+        if e.fields.get("maybe_done"):
+            # the request may have reached the provider: the key stays an intent and is
+            # launched again (idempotently) after intent_grace_s, never abandoned to a leak
+            ctx.store.add_event(
+                run.id,
+                "provider.error",
+                f"{e.message} (will retry the same key)",
+                attempt=number,
+                data={"provider": offer.provider, "code": e.code},
+            )
+            return PENDING
         ctx.store.update_resource(key, state="gone")
         ctx.store.add_event(
             run.id,

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import enum
 from abc import ABC, abstractmethod
+from collections.abc import Iterable
 from datetime import datetime
 from typing import Any, ClassVar
 
@@ -158,6 +159,19 @@ class Provider(ABC):
     def list_instances(self) -> list[Instance]:
         """Every instance this provider holds for corral (used by the leak sweep)."""
         return []
+
+    def sweep(self, active_keys: Iterable[str]) -> list[str]:
+        """The leak sweep: terminate machines this provider holds for corral whose launch key
+        is not in ``active_keys`` (their run is over, or the launch was never recorded) and
+        that are old enough not to be a launch in flight. Returns what it asked to terminate.
+        The controller calls it every few minutes; the default finds nothing."""
+        return []
+
+    def release_run(self, run_id: str) -> None:
+        """Free what a finished run kept beyond its machines (data volumes, say). Called once
+        every machine of the run is gone; raise :class:`~corral.errors.NotYetTerminated` to
+        be called again later. The default has nothing to free."""
+        return None
 
     @classmethod
     def capabilities(cls) -> list[Capability]:

@@ -52,6 +52,7 @@ from corral.providers.base import (
     Requirements,
     SupportsLogs,
     SupportsPreemptionNotice,
+    SupportsPriceRefresh,
     SupportsSpot,
     SupportsVolumes,
 )
@@ -73,7 +74,13 @@ class MachineRunner(Protocol):
 
 
 class AwsProvider(
-    Housekeeping, Provider, SupportsSpot, SupportsVolumes, SupportsPreemptionNotice, SupportsLogs
+    Housekeeping,
+    Provider,
+    SupportsSpot,
+    SupportsVolumes,
+    SupportsPreemptionNotice,
+    SupportsLogs,
+    SupportsPriceRefresh,
 ):
     name: ClassVar[str] = "aws"
     notice_poller: ClassVar[str] = "aws"
@@ -144,6 +151,17 @@ class AwsProvider(
         """Forget cached live prices: the next :meth:`offers` asks EC2 again."""
         self.spot_prices.clear()
         self.spot_errors.clear()
+
+    def refresh_prices(self) -> str | None:
+        """SupportsPriceRefresh: spot prices are fetched again on the next :meth:`offers`."""
+        self.refresh()
+        from datetime import UTC, datetime
+
+        return datetime.now(UTC).isoformat(timespec="seconds")
+
+    def release_run(self, run_id: str) -> None:
+        """The run's data volumes go once its instances are gone."""
+        self.release_volumes(run_id)
 
     # --- launch -----------------------------------------------------------------------------
 

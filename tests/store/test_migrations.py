@@ -1,7 +1,6 @@
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 import pytest
@@ -113,7 +112,8 @@ def test_two_processes_opening_a_fresh_database_both_succeed(fresh_db_url: str, 
         assert len(store.list_runs()) == 2
 
 
-def test_listing_a_thousand_runs_is_fast(store: Store, clock):
+def test_listing_a_thousand_runs_leaves_the_specs_out(store: Store, clock):
+    """(How fast is benchmarks/launch_overhead.py's business: no timing in unit tests.)"""
     spec = {"stages": [{"name": f"s{i}", "run": "python train.py --x " * 50} for i in range(20)]}
     with store._db.transaction(write=True) as tx:
         for i in range(1000):
@@ -124,8 +124,6 @@ def test_listing_a_thousand_runs_is_fast(store: Store, clock):
                 **dict(completed_stages=["s0"], created_at=clock(), updated_at=clock()),
             }
             store._insert(tx, "runs", values)
-    started = time.perf_counter()
     runs = store.list_runs()
-    elapsed = time.perf_counter() - started
     assert len(runs) == 1000 and runs[0].spec is None and runs[0].completed_stages == ["s0"]
-    assert elapsed < 0.5, f"list_runs of 1,000 runs took {elapsed:.3f} s"
+    assert store.list_runs(with_spec=True)[0].spec == spec

@@ -41,7 +41,7 @@ def test_slow_and_failing_receivers_do_not_slow_the_tick_or_other_webhooks(store
         for _ in range(20):  # and the tick stays quick all along
             t0 = time.monotonic()
             d.tick()
-            assert time.monotonic() - t0 < 0.5
+            assert time.monotonic() - t0 < 2.0  # well under the slow receiver's 5 s
     finally:
         d.stop(timeout=0.5)
     # the failing receiver only ever saw the first event: one at a time, in order

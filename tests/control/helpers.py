@@ -73,3 +73,15 @@ def wait_for(store: Store, run_id: str, states: set[str], timeout: float = 60.0)
 
 def state_events(store: Store, run_id: str) -> list[str]:
     return [e.data.get("to") for e in store.events(run_id, types=["run.state"])]
+
+
+def run_to_end(spec_path: Path, *, states: set[str] | None = None, timeout: float = 60.0) -> Any:
+    """Submit a spec, run a real controller process until the run reaches ``states`` (default:
+    SUCCEEDED or FAILED), stop the controller, and return the run."""
+    run_id = submit(spec_path)
+    proc = start_controller()
+    try:
+        return wait_for(Store.open(), run_id, states or {"SUCCEEDED", "FAILED"}, timeout=timeout)
+    finally:
+        proc.terminate()
+        proc.wait(10)

@@ -12,7 +12,7 @@ import pytest
 
 from corral.store import Store
 
-from .helpers import start_controller, state_events, submit, wait_for, write_spec
+from .helpers import run_to_end, start_controller, state_events, submit, wait_for, write_spec
 
 pytestmark = pytest.mark.slow
 
@@ -30,14 +30,8 @@ def test_run_goes_through_its_states_and_keeps_stage_logs(tmp_path: Path) -> Non
             needs: [prep]
     """,
     )
-    run_id = submit(spec)
-    proc = start_controller()
-    store = Store.open()
-    try:
-        run = wait_for(store, run_id, {"SUCCEEDED", "FAILED"})
-    finally:
-        proc.terminate()
-        proc.wait(10)
+    run = run_to_end(spec)
+    run_id, store = run.id, Store.open()
     assert run.state == "SUCCEEDED", run.reason
     assert state_events(store, run_id) == [
         "PENDING",
@@ -74,14 +68,7 @@ def test_failing_stage_fails_the_run_with_its_name_and_exit_code(tmp_path: Path)
             run: echo failing; exit 3
     """,
     )
-    run_id = submit(spec)
-    proc = start_controller()
-    store = Store.open()
-    try:
-        run = wait_for(store, run_id, {"SUCCEEDED", "FAILED"})
-    finally:
-        proc.terminate()
-        proc.wait(10)
+    run = run_to_end(spec)
     assert run.state == "FAILED"
     assert run.failed_stage == "bad" and run.exit_code == 3
     assert "stage 'bad' exited with code 3" in run.reason

@@ -8,6 +8,7 @@ from pathlib import Path
 from corral.control.context import Context, Settings
 from corral.control.controller import Controller
 from corral.control.launching import attempt_key
+from corral.providers.base import Requirements
 from corral.providers.local.provider import LocalProvider
 from corral.store import Store
 
@@ -39,12 +40,10 @@ def _setup(tmp_path: Path) -> tuple[Store, CountingProvider, Controller, str]:
     return store, provider, Controller(ctx), run_id
 
 
-def test_crash_after_intent_before_launch_launches_once_on_restart(tmp_path: Path) -> None:
-    store, provider, controller, run_id = _setup(tmp_path)
-    offer = provider.offers(
-        __import__("corral.providers.base", fromlist=["Requirements"]).Requirements()
-    )[0]
-    # what a controller had done when it died: claimed the run, wrote the intent, no call yet
+def _claim_with_intent(store: Store, provider: CountingProvider, run_id: str) -> str:
+    """Claim attempt 1 of the run and write its intent row, as a launching process does just
+    before it calls the provider. Returns the launch key."""
+    offer = provider.offers(Requirements())[0].model_dump(mode="json")
     store.transition(
         run_id,
         "PROVISIONING",
@@ -53,17 +52,16 @@ def test_crash_after_intent_before_launch_launches_once_on_restart(tmp_path: Pat
         attempt=1,
         provider="local",
     )
-    store.create_attempt(
-        run_id, 1, provider="local", offer=offer.model_dump(mode="json"), price_per_hour=0.0
-    )
+    store.create_attempt(run_id, 1, provider="local", offer=offer, price_per_hour=0.0)
     key = attempt_key(run_id, 1)
-    store.record_intent(
-        run_id=run_id,
-        attempt=1,
-        provider="local",
-        key=key,
-        data={"offer": offer.model_dump(mode="json")},
-    )
+    store.record_intent(run_id=run_id, attempt=1, provider="local", key=key, data={"offer": offer})
+    return key
+
+
+def test_crash_after_intent_before_launch_launches_once_on_restart(tmp_path: Path) -> None:
+    store, provider, controller, run_id = _setup(tmp_path)
+    # what a controller had done when it died: claimed the run, wrote the intent, no call yet
+    key = _claim_with_intent(store, provider, run_id)
     controller.tick()  # the restarted controller
     assert provider.launches == [key]
     res = store.resources(run_id=run_id, open_only=True)
@@ -103,28 +101,7 @@ def test_a_young_intent_is_left_to_the_process_that_is_launching_it(tmp_path: Pa
     launches it a second time nor closes it (a cancel waits until the launch is recorded)."""
     store, provider, controller, run_id = _setup(tmp_path)
     controller.ctx.settings.intent_grace_s = 3600
-    from corral.providers.base import Requirements
-
-    offer = provider.offers(Requirements())[0]
-    store.transition(
-        run_id,
-        "PROVISIONING",
-        "launching attempt 1",
-        expect={"PENDING"},
-        attempt=1,
-        provider="local",
-    )
-    store.create_attempt(
-        run_id, 1, provider="local", offer=offer.model_dump(mode="json"), price_per_hour=0.0
-    )
-    key = attempt_key(run_id, 1)
-    store.record_intent(
-        run_id=run_id,
-        attempt=1,
-        provider="local",
-        key=key,
-        data={"offer": offer.model_dump(mode="json")},
-    )
+    _claim_with_intent(store, provider, run_id)
     controller.tick()
     assert provider.launches == []  # not launched twice
     store.request_action(run_id, "cancel")

@@ -27,6 +27,7 @@ Hooks (methods) a subclass may override:
 
 from __future__ import annotations
 
+import contextlib
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -107,10 +108,8 @@ class ProviderContract:
         instances: list[Instance] = []
         yield instances
         for inst in instances:
-            try:
+            with contextlib.suppress(Exception):  # teardown must reach every instance
                 self.terminate(provider, inst)
-            except Exception:  # teardown must reach every instance
-                pass
 
     def first_offer(self, provider: Provider, requirements: Requirements) -> Offer:
         offers = provider.offers(requirements)

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from control.helpers import start_controller, submit, wait_for, write_spec
+from control.helpers import run_to_end, submit, write_spec
 from corral.secrets import SecretStore
 from corral.store import Store
 
@@ -37,14 +37,8 @@ def test_spec_secrets_reach_the_stage_env_and_are_redacted_everywhere_else(
           echo "json={\\"k\\": \\"$MODEL_TOKEN\\"}"
     """,
     )
-    run_id = submit(spec)
-    proc = start_controller()
-    store = Store.open()
-    try:
-        run = wait_for(store, run_id, {"SUCCEEDED", "FAILED"})
-    finally:
-        proc.terminate()
-        proc.wait(10)
+    run = run_to_end(spec)
+    run_id, store = run.id, Store.open()
     assert run.state == "SUCCEEDED", run.reason
     # the job saw both values
     assert (tmp_path / "seen.txt").read_text() == f"{STORED}|{FROM_ENV}"

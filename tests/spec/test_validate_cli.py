@@ -20,8 +20,8 @@ def run_cli(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, s
     app.command("validate")(validate)
 
     @app.callback()
-    def main() -> None:  # a group, so the command is called by name
-        pass
+    def main() -> None:
+        """A group, so the command is called by name."""
 
     command = typer.main.get_command(app)
     try:

@@ -15,14 +15,13 @@
 from __future__ import annotations
 
 import contextlib
-import fcntl
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from corral.errors import BadInput
+from corral.fslock import exclusive
 from corral.providers.base import Bootstrap
 from corral.providers.local.state import check_key, read_json, write_atomic
 
@@ -84,16 +83,10 @@ class Layout:
     def machine_home(self, key: str) -> Path:
         return self.dir(key) / MACHINE_DIR
 
-    @contextlib.contextmanager
-    def lock(self) -> Iterator[None]:
+    def lock(self) -> contextlib.AbstractContextManager[None]:
         """Exclusive lock shared by every process using this home."""
         self.instances.mkdir(parents=True, exist_ok=True)
-        with open(self.lock_path, "a+") as f:
-            fcntl.flock(f.fileno(), fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(f.fileno(), fcntl.LOCK_UN)
+        return exclusive(self.lock_path)
 
     # --- records ----------------------------------------------------------------------------
 

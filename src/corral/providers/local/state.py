@@ -15,12 +15,10 @@ by every controller and CLI on this machine.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
 import re
 import tempfile
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
@@ -28,6 +26,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from corral.errors import BadInput
+from corral.fslock import exclusive
 
 _KEY_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
@@ -115,16 +114,10 @@ class Layout:
     def agent_dir(self, key: str) -> Path:
         return self.dir(key) / AGENT_DIR
 
-    @contextlib.contextmanager
-    def lock(self) -> Iterator[None]:
+    def lock(self) -> contextlib.AbstractContextManager[None]:
         """Exclusive lock shared by every process on this machine using this home."""
         self.instances.mkdir(parents=True, exist_ok=True)
-        with open(self.lock_path, "a+") as f:
-            fcntl.flock(f.fileno(), fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(f.fileno(), fcntl.LOCK_UN)
+        return exclusive(self.lock_path)
 
     def read(self, key: str) -> InstanceRecord | None:
         data = read_json(self.dir(key) / INSTANCE_FILE)

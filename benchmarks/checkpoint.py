@@ -7,7 +7,9 @@ figure below is measured once per round, the rounds interleaved, and the median 
 
 * ``stall_s``: how long ``Checkpointer.save()`` blocks the training loop, when no earlier save
   is still in flight (the very first save also allocates the reused snapshot buffers: it is
-  reported apart as ``first_stall_s``);
+  reported apart as ``first_stall_s``). ``copy_kind`` names the snapshot copy in use
+  (``streaming``: non-temporal stores from corral's C extension), and ``stall_memmove_s`` is the
+  same save with the portable ``memmove`` copy, measured in the same rounds as the baseline;
 * ``torch_save_s``: a synchronous ``torch.save`` of the same state (to the page cache, no
   fsync: the usual call; ``torch_save_fsync_s`` adds the fsync);
 * ``dcp_async_stall_s``: how long ``torch.distributed.checkpoint.async_save`` blocks, with a
@@ -121,7 +123,7 @@ def dd_seconds(size_mib: int, target: Path) -> float:
 
 def run_size(size_mib: int, work: Path, rounds: int) -> dict[str, Any]:
     """Every measurement once per round, rounds interleaved (a busy machine hits all alike)."""
-    from corral.sdk import Checkpointer
+    from corral.sdk import Checkpointer, staging
 
     state = make_state(size_mib)
     nbytes = state_bytes(state)
@@ -136,6 +138,15 @@ def run_size(size_mib: int, work: Path, rounds: int) -> dict[str, Any]:
         samples.setdefault("stall_s", []).append(timed(lambda: cp.save(state, state["step"])))
         cp.wait()
         samples.setdefault("write_s", []).append(cp.estimated_save_seconds)
+        if staging.COPY_KIND != "memmove":
+            kind, staging.COPY_KIND = staging.COPY_KIND, "memmove"
+            try:
+                train_step(state)
+                stall = timed(lambda: cp.save(state, state["step"]))
+                samples.setdefault("stall_memmove_s", []).append(stall)
+                cp.wait()
+            finally:
+                staging.COPY_KIND = kind
         saved, synced = fsynced_torch_save(state, work / "torch.pt")
         samples.setdefault("torch_save_s", []).append(saved)
         samples.setdefault("torch_save_fsync_s", []).append(synced)
@@ -159,6 +170,8 @@ def run_size(size_mib: int, work: Path, rounds: int) -> dict[str, Any]:
         "restore_s": med["restore_s"],
         "torch_load_s": med["torch_load_s"],
         "first_stall_s": first_stall,
+        "copy_kind": staging.COPY_KIND,
+        "stall_memmove_s": med.get("stall_memmove_s", med["stall_s"]),
         "torch_save_fsync_s": med["torch_save_fsync_s"],
         "dcp_async_note": dcp_note,
     }
@@ -210,6 +223,11 @@ def print_table(results: dict[str, dict[str, Any]]) -> None:
             f"{mark[ok['write']]}; restore {r['restore_s'] / r['torch_load_s']:.2f}x torch.load "
             f"(target <= {TARGET_RESTORE}x) {mark[ok['restore']]}; first save stall "
             f"{r['first_stall_s']:.3f} s"
+        )
+        console.print(
+            f"  snapshot copy: {r['copy_kind']}; with the portable memmove copy the stall is "
+            f"{r['stall_memmove_s']:.3f} s ({r['stall_memmove_s'] / r['torch_save_s']:.1%} of "
+            "torch.save)"
         )
         if r["dcp_async_note"]:
             console.print(f"  DCP async_save did not run: {r['dcp_async_note']}")

@@ -26,6 +26,8 @@ ENV_CKPT_METRIC = "CORRAL_CHECKPOINT_METRIC"
 ENV_CKPT_MODE = "CORRAL_CHECKPOINT_MODE"
 #: JSON list of the spec's ``trackers`` (type, project, tracking_uri, ...); the SDK reads it.
 ENV_TRACKERS = "CORRAL_TRACKERS"
+#: "0" turns off the streaming-store snapshot copy of checkpoints (plain memmove instead).
+ENV_FAST_COPY = "CORRAL_FAST_COPY"
 
 ENV_HOME = "CORRAL_HOME"
 ENV_DATABASE_URL = "CORRAL_DATABASE_URL"

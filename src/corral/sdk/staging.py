@@ -2,7 +2,11 @@
 
 The copy is the whole training-loop stall of an asynchronous save, so it is made as cheap as
 memory allows: buffers are allocated once and reused (no page faults after the first save), and
-contiguous CPU tensors/arrays are copied with ``memmove`` in 16 MiB chunks by a few threads.
+contiguous CPU tensors/arrays are copied in 16 MiB chunks by a few threads, with streaming
+(non-temporal) stores where the optional ``corral.sdk._fastcopy`` extension was built: they skip
+reading every destination line into the cache first and leave the training loop's working set
+in the cache. Without the extension (no C compiler at install time) the copy is
+``ctypes.memmove``. :data:`COPY_KIND` says which one this process uses.
 """
 
 from __future__ import annotations
@@ -13,6 +17,14 @@ import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
+
+from corral.constants import ENV_FAST_COPY
+
+try:
+    from corral.sdk._fastcopy import KIND as _FAST_KIND
+    from corral.sdk._fastcopy import copy as _fast_copy
+except ImportError:  # built without a C compiler: the portable copy
+    _FAST_KIND, _fast_copy = None, None
 
 
 class StagingPool:
@@ -78,11 +90,12 @@ class StagingPool:
         copies, self._copies = self._copies, []
         try:
             total = sum(n for _, _, n in copies)
+            copy = copy_function()
             if total < PARALLEL_COPY_BYTES or COPY_THREADS < 2:
                 for dst, src, n in copies:
-                    ctypes.memmove(dst, src, n)
+                    copy(dst, src, n)
             else:
-                list(_copy_executor().map(lambda job: ctypes.memmove(*job), copies))
+                list(_copy_executor().map(lambda job: copy(*job), copies))
         finally:
             self._sources.clear()
         del self._slots[used:]
@@ -92,8 +105,23 @@ class StagingPool:
 COPY_CHUNK_BYTES = 16 * 1024 * 1024
 COPY_THREADS = min(4, os.cpu_count() or 1)
 PARALLEL_COPY_BYTES = 64 * 1024 * 1024
+#: How snapshots are copied: "streaming" (non-temporal stores), "memcpy" (the extension on a CPU
+#: without streaming stores) or "memmove" (no extension; set CORRAL_FAST_COPY=0 to force it).
+COPY_KIND = (
+    _FAST_KIND if _fast_copy is not None and os.environ.get(ENV_FAST_COPY) != "0" else "memmove"
+)
 _executor: ThreadPoolExecutor | None = None
 _executor_lock = threading.Lock()
+
+
+def copy_function(kind: str | None = None) -> Any:
+    """``copy(dst_address, src_address, nbytes)`` for ``kind`` (default :data:`COPY_KIND`)."""
+    kind = kind or COPY_KIND
+    if kind == "memmove":
+        return ctypes.memmove
+    if _fast_copy is None or kind != _FAST_KIND:
+        raise ValueError(f"snapshot copy {kind!r} is not available here (have: {COPY_KIND!r})")
+    return _fast_copy
 
 
 def _copy_executor() -> ThreadPoolExecutor:

@@ -1,0 +1,83 @@
+"""The snapshot copy: the streaming-store extension copies exactly what memmove copies."""
+
+from __future__ import annotations
+
+import ctypes
+import platform
+import random
+import shutil
+import sys
+import sysconfig
+
+import pytest
+
+from corral.sdk import staging
+
+
+def _kinds() -> list[str]:
+    kinds = ["memmove"]
+    if staging._fast_copy is not None:
+        kinds.append(staging._FAST_KIND)
+    return kinds
+
+
+def test_the_extension_is_built_where_a_compiler_was_available():
+    """CI installs with a C compiler on x86-64 Linux: the fast path must not be lost silently."""
+    on_x86_linux = sys.platform == "linux" and platform.machine() in ("x86_64", "AMD64")
+    if not (on_x86_linux and shutil.which((sysconfig.get_config_var("CC") or "cc").split()[0])):
+        pytest.skip("no C compiler on x86-64 Linux here: the memmove fallback is used")
+    assert staging._fast_copy is not None, "corral.sdk._fastcopy was not built (see setup.py)"
+    assert staging._FAST_KIND == "streaming"
+
+
+@pytest.mark.parametrize("kind", _kinds())
+def test_copies_of_every_size_and_alignment_are_exact(kind):
+    copy = staging.copy_function(kind)
+    rng = random.Random(7)
+    src = bytearray(rng.randbytes(3 * 1024 * 1024 + 77))
+    sizes = [0, 1, 15, 16, 17, 63, 64, 127, 128, 129, 1000, 256 * 1024 - 1, 256 * 1024,
+             256 * 1024 + 3, 1024 * 1024 + 129, 3 * 1024 * 1024]  # fmt: skip
+    for n in sizes:
+        for src_off, dst_off in ((0, 0), (1, 3), (8, 13), (15, 1), (16, 31), (5, 0)):
+            if src_off + n > len(src):
+                continue
+            dst = bytearray(b"\xaa" * (n + dst_off + 64))
+            s_addr = ctypes.addressof((ctypes.c_char * len(src)).from_buffer(src)) + src_off
+            d_addr = ctypes.addressof((ctypes.c_char * len(dst)).from_buffer(dst)) + dst_off
+            copy(d_addr, s_addr, n)
+            assert dst[dst_off : dst_off + n] == src[src_off : src_off + n], (n, src_off, dst_off)
+            assert dst[:dst_off] == b"\xaa" * dst_off  # nothing written outside the target
+            assert dst[dst_off + n :] == b"\xaa" * 64
+
+
+def test_bad_arguments_are_refused_not_crashing():
+    if staging._fast_copy is None:
+        pytest.skip("extension not built")
+    with pytest.raises(ValueError, match="nbytes"):
+        staging._fast_copy(1, 1, -1)
+    with pytest.raises(ValueError, match="null"):
+        staging._fast_copy(0, 0, 8)
+    staging._fast_copy(0, 0, 0)  # nothing to copy: no address is touched
+
+
+def test_an_unavailable_kind_is_a_clear_error():
+    with pytest.raises(ValueError, match="not available"):
+        staging.copy_function("no-such-copy")
+
+
+@pytest.mark.parametrize("kind", _kinds())
+def test_snapshots_taken_with_each_copy_restore_exactly(tmp_path, monkeypatch, kind):
+    torch = pytest.importorskip("torch")
+    from corral.sdk import Checkpointer
+
+    monkeypatch.setattr(staging, "COPY_KIND", kind)
+    monkeypatch.setattr(staging, "PARALLEL_COPY_BYTES", 0)  # threads even for a small state
+    g = torch.Generator().manual_seed(3)
+    state = {"w": torch.randn(300_003, generator=g), "v": torch.randn(77, generator=g)[1:]}
+    expected = {k: v.clone() for k, v in state.items()}
+    cp = Checkpointer(tmp_path / "ck")
+    cp.save(state, 1)
+    state["w"].zero_()
+    cp.wait()
+    out = cp.restore()
+    assert all(torch.equal(out[k], expected[k]) for k in expected)

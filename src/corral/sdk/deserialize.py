@@ -17,11 +17,16 @@ import json
 import os
 import pickle
 import sys
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from corral.sdk.manifest import CheckpointError, CheckpointLoadError, FileEntry
-from corral.sdk.serialize import _NUMPY_CODES, _TORCH_CODES, STATE_FILE, is_tensor_file
+from corral.sdk.serialize import (
+    _NUMPY_CODES,
+    _TORCH_CODES,
+    STATE_FILE,
+    is_tensor_file,
+    run_jobs,
+)
 from corral.sdk.storage import CHUNK_BYTES, Storage
 
 _ITEMSIZE = {"F64": 8, "I64": 8, "U64": 8, "C64": 8, "F32": 4, "I32": 4, "U32": 4}
@@ -97,12 +102,11 @@ def read_all_verified(
     workers = min(len(names), os.cpu_count() or 1)
     if workers <= 1:
         return {n: read_verified(storage, directory, n, files[n], label, keep=keep) for n in names}
-    with ThreadPoolExecutor(workers, thread_name_prefix="corral-verify") as pool:
-        futures = {
-            n: pool.submit(read_verified, storage, directory, n, files[n], label, keep=keep)
-            for n in names
-        }
-        return {n: f.result() for n, f in futures.items()}
+    jobs = {
+        n: lambda n=n: read_verified(storage, directory, n, files[n], label, keep=keep)
+        for n in names
+    }
+    return run_jobs(jobs, workers, "corral-verify")
 
 
 def _parse_header(buf: Buffer, fname: str, label: str) -> dict[str, tuple[str, tuple, int, int]]:

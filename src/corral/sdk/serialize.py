@@ -28,10 +28,10 @@ import json
 import os
 import pickle
 import sys
-from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
+import threading
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from corral.sdk.manifest import CheckpointError, FileEntry
 from corral.sdk.staging import StagingPool
@@ -312,9 +312,50 @@ def write_snapshot(snap: Snapshot, storage: Storage, directory: str) -> dict[str
             )
     if len(jobs) <= 2:
         return {name: job() for name, job in jobs.items()}
-    with ThreadPoolExecutor(WRITE_THREADS, thread_name_prefix="corral-write") as pool:
-        futures = {name: pool.submit(job) for name, job in jobs.items()}
-        return {name: future.result() for name, future in futures.items()}
+    return run_jobs(jobs, WRITE_THREADS, "corral-write")
+
+
+_T = TypeVar("_T")
+
+
+def run_jobs(jobs: dict[str, Callable[[], _T]], threads: int, name: str) -> dict[str, _T]:
+    """Run ``jobs`` on up to ``threads`` threads; their results by key. Every job runs; the
+    first failure in key order is raised.
+
+    Plain threads, not a ``ThreadPoolExecutor``: an executor refuses new work once the
+    interpreter has begun to exit, which is exactly when a pending save is flushed (atexit).
+    """
+    keys = iter(list(jobs))
+    lock = threading.Lock()
+    results: dict[str, _T] = {}
+    errors: dict[str, BaseException] = {}
+
+    def work() -> None:
+        while True:
+            with lock:
+                key = next(keys, None)
+            if key is None:
+                return
+            try:
+                results[key] = jobs[key]()
+            except BaseException as exc:
+                errors[key] = exc
+
+    started = []
+    for i in range(threads - 1):  # and this thread
+        worker = threading.Thread(target=work, name=f"{name}-{i}", daemon=True)
+        try:
+            worker.start()
+        except RuntimeError:  # no new threads at interpreter shutdown: this one does it all
+            break
+        started.append(worker)
+    work()
+    for worker in started:
+        worker.join()
+    for key in jobs:
+        if key in errors:
+            raise errors[key]
+    return {key: results[key] for key in jobs}
 
 
 def tensor_file_name(index: int) -> str:

@@ -91,11 +91,14 @@ class StagingPool:
         try:
             total = sum(n for _, _, n in copies)
             copy = copy_function()
-            if total < PARALLEL_COPY_BYTES or COPY_THREADS < 2:
-                for dst, src, n in copies:
-                    copy(dst, src, n)
-            else:
-                list(_copy_executor().map(lambda job: copy(*job), copies))
+            try:
+                if total >= PARALLEL_COPY_BYTES and COPY_THREADS >= 2:
+                    list(_copy_executor().map(lambda job: copy(*job), copies))
+                    copies = []
+            except RuntimeError:  # the executor takes no work once the interpreter is exiting
+                pass  # (a save from an atexit handler): copy in this thread
+            for dst, src, n in copies:
+                copy(dst, src, n)
         finally:
             self._sources.clear()
         del self._slots[used:]

@@ -215,3 +215,42 @@ def test_a_save_after_close_is_still_flushed_at_interpreter_exit(ck: Path):
     assert done.returncode == 0, done.stderr
     state = Checkpointer(ck).restore()
     assert state is not None and np.all(state["w"] == 3.0)
+
+
+def test_a_pending_save_of_several_tensor_files_is_flushed_at_interpreter_exit(ck: Path):
+    """A state bigger than one tensor file is written by several threads; at exit those must
+    still start (a ThreadPoolExecutor refuses new work once the interpreter is exiting)."""
+    script = (
+        "import numpy as np\n"
+        "from corral.sdk import Checkpointer, serialize\n"
+        "serialize.SHARD_BYTES = 4096\n"  # one tensor file per array, as for a large state
+        f"cp = Checkpointer({str(ck)!r})\n"
+        "cp.save({k: np.full(1000, 3.0) for k in 'abcd'}, 8)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0 and not done.stderr, done.stderr
+    state = Checkpointer(ck).restore()
+    assert state is not None and all(np.all(state[k] == 3.0) for k in "abcd")
+    assert len([n for n in os.listdir(ck / "ckpt-8") if n.endswith(".safetensors")]) == 4
+
+
+def test_a_large_save_from_an_atexit_handler_is_written(ck: Path):
+    """A state big enough for the parallel snapshot copy, saved by the script's own atexit
+    handler (after the interpreter has begun to exit), is still snapshotted and written."""
+    script = (
+        "import atexit\n"
+        "import numpy as np\n"
+        "from corral.sdk import Checkpointer, staging\n"
+        "staging.PARALLEL_COPY_BYTES = 0\n"  # copy on several threads, as for a large state
+        f"cp = Checkpointer({str(ck)!r})\n"
+        "state = {'w': np.full(100_000, 3.0)}\n"
+        "atexit.register(lambda: cp.save(state, 1))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0 and not done.stderr, done.stderr
+    state = Checkpointer(ck).restore()
+    assert state is not None and np.all(state["w"] == 3.0)

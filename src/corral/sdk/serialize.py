@@ -161,6 +161,7 @@ def snapshot(state: Any, pool: StagingPool | None) -> Snapshot:
     """Capture ``state`` now. With a ``pool`` tensors are copied (the caller may then change
     them); without one the snapshot refers to the live tensors (for a synchronous write)."""
     names = _collect_names(state)
+    taken = set(names.values())
     entries: list[_Entry] = []
     seen: dict[int, tuple[Any, ...]] = {}
     keep_alive: list[Any] = []
@@ -191,7 +192,12 @@ def snapshot(state: Any, pool: StagingPool | None) -> Snapshot:
             else:
                 data = sys.modules["numpy"].ascontiguousarray(obj)
             itemsize = data.itemsize
-        name = names.get(id(obj)) or f"_unnamed.{len(entries)}"
+        name = names.get(id(obj))
+        if name is None:  # not reachable through dicts/lists/tuples: never a name in use
+            name = f"_unnamed.{len(entries)}"
+            while name in taken:
+                name += "#"
+            taken.add(name)
         entries.append(_Entry(name, kind, code, tuple(obj.shape), data, itemsize, data.nbytes))
         keep_alive.append(obj)  # ids stay unique while pickling
         pid = ("corral", kind, name, *flags)

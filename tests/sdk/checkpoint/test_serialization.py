@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
 import textwrap
@@ -264,3 +265,23 @@ def test_restored_tensors_are_private_copies_of_the_mapped_file(tmp_path: Path):
     first["w"] += 7  # copy-on-write: the file and later restores are unaffected
     assert torch.all(cp.restore()["w"] == 0)
     assert Checkpointer(tmp_path / "ck").latest().step == 1  # still verifies
+
+
+@dataclasses.dataclass
+class Holder:
+    x: object
+
+
+def test_a_tensor_inside_an_object_never_shares_a_name_with_a_named_one(tmp_path: Path):
+    """Tensors held by objects get generated names; one that equals a dotted path in the state
+    would make both restore as the same tensor."""
+    state = {
+        "obj": Holder(np.full(3, 1.0)),
+        "t": Holder(torch.ones(2)),
+        "_unnamed": {"0": np.full(5, 2.0), "1": torch.zeros(4)},
+    }
+    out = roundtrip(tmp_path, state)
+    assert np.array_equal(out["obj"].x, np.full(3, 1.0))
+    assert torch.equal(out["t"].x, torch.ones(2))
+    assert np.array_equal(out["_unnamed"]["0"], np.full(5, 2.0))
+    assert torch.equal(out["_unnamed"]["1"], torch.zeros(4))

@@ -135,7 +135,7 @@ def test_an_item_without_equals_is_bad_input():
 def test_a_nested_section_can_be_set_from_json():
     cfg = apply_overrides(Cfg(), ['model={"layers": 6, "act": "relu"}'])
     assert cfg.model == ModelCfg(layers=6, dropout=0.1, act=Act.RELU)
-    with pytest.raises(BadInput, match="unknown config key 'layerz'"):
+    with pytest.raises(BadInput, match=r"unknown config key 'model\.layerz'"):
         apply_overrides(Cfg(), ['model={"layerz": 6}'])
 
 
@@ -276,3 +276,56 @@ def test_other_fields_stay_type_checked_when_one_type_cannot_be_resolved():
         "lr": 0.5,
         "local": {"x": 3},
     }
+
+
+@dataclass
+class BareCfg(TrainingConfig):
+    extra: dict = field(default_factory=dict)
+    items: list = field(default_factory=list)
+    pair: tuple = ()
+    words: set[str] = field(default_factory=set)
+    anything: dict[str, object] = field(default_factory=dict)
+
+
+def test_bare_dict_list_and_tuple_fields_take_json_and_comma_lists():
+    cfg = apply_overrides(BareCfg(), ['extra={"a": 1, "b": [2]}', "items=a,b", "pair=[1, 2]"])
+    assert cfg.extra == {"a": 1, "b": [2]}
+    assert cfg.items == ["a", "b"]
+    assert cfg.pair == (1, 2)
+    assert apply_overrides(BareCfg(), ["items=[1, 2]"]).items == [1, 2]
+    with pytest.raises(BadInput, match="'extra': expected a JSON object"):
+        apply_overrides(BareCfg(), ["extra=[1]"])
+
+
+def test_strings_inside_json_keep_their_type():
+    cfg = apply_overrides(BareCfg(), ['anything={"id": "123", "flag": "true"}'])
+    assert cfg.anything == {"id": "123", "flag": "true"}
+
+
+def test_a_config_with_a_set_field_is_saved_as_a_sorted_list(tmp_path):
+    cfg = apply_overrides(BareCfg(), ["words=b,a,c"])
+    assert cfg.words == {"a", "b", "c"}
+    assert cfg.to_dict()["words"] == ["a", "b", "c"]
+    saved = json.loads(cfg.save(tmp_path / "config.json").read_text())
+    assert BareCfg.from_dict(saved) == cfg
+
+
+@dataclass
+class WideModel:
+    layers: int = 2
+    width: int = 64
+
+
+@dataclass
+class TunedCfg(TrainingConfig):
+    model: WideModel = field(default_factory=lambda: WideModel(layers=12, width=512))
+
+
+def test_a_partial_section_changes_only_the_fields_it_names():
+    cfg = apply_overrides(TunedCfg(), ['model={"width": 256}'])
+    assert cfg.model == WideModel(layers=12, width=256)
+    cfg = apply_overrides(TunedCfg(), ["model.layers=4", 'model={"width": 128}'])
+    assert cfg.model == WideModel(layers=4, width=128)
+    assert TunedCfg.from_dict({"model": {"width": 8}}).model == WideModel(layers=12, width=8)
+    with pytest.raises(BadInput, match=r"unknown config key 'model.widht' \(did you mean"):
+        apply_overrides(TunedCfg(), ['model={"widht": 1}'])

@@ -49,6 +49,12 @@ def plain(value: Any) -> Any:
         return {str(k): plain(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [plain(v) for v in value]
+    if isinstance(value, (set, frozenset)):  # JSON has no sets: a list, in a stable order
+        items = [plain(v) for v in value]
+        try:
+            return sorted(items)
+        except TypeError:
+            return items
     return value
 
 
@@ -157,6 +163,8 @@ def coerce(value: Any, tp: Any, parse_text: bool) -> Any:
         return _parse_json_or_text(value) if parse_text and isinstance(value, str) else value
     origin = typing.get_origin(tp)
     args = typing.get_args(tp)
+    if origin is None and tp in (list, tuple, set, frozenset, dict):  # bare `list`, `dict`, ...
+        origin = tp
     if origin is typing.Annotated:
         return coerce(value, args[0], parse_text)
     if origin in (typing.Union, types.UnionType):
@@ -179,26 +187,31 @@ def coerce(value: Any, tp: Any, parse_text: bool) -> Any:
                 return option
         raise Mismatch("one of " + ", ".join(repr(a) for a in args))
     if origin in (list, tuple, set, frozenset, Sequence):
-        items = _as_list(value, parse_text)
+        items, item_text = _as_list(value, parse_text)
         if origin is tuple and args and not (len(args) == 2 and args[1] is Ellipsis):
             if len(items) != len(args):
                 raise Mismatch(f"{len(args)} items")
-            return tuple(coerce(v, a, parse_text) for v, a in zip(items, args, strict=True))
+            return tuple(coerce(v, a, item_text) for v, a in zip(items, args, strict=True))
         item_tp = args[0] if args else Any
-        out = [coerce(v, item_tp, parse_text) for v in items]
+        out = [coerce(v, item_tp, item_text) for v in items]
         return out if origin in (list, Sequence) else origin(out)
     if origin is dict:
         if parse_text and isinstance(value, str):
             value = _json(value, "a JSON object")
+            parse_text = False  # what JSON decoded is typed already: its strings stay strings
         if not isinstance(value, dict):
             raise Mismatch("a JSON object")
         kt, vt = args if args else (Any, Any)
-        return {coerce(k, kt, True): coerce(v, vt, parse_text) for k, v in value.items()}
+        return {
+            (k if kt is Any else coerce(k, kt, True)): coerce(v, vt, parse_text)
+            for k, v in value.items()
+        }
     if dataclasses.is_dataclass(tp):
         if isinstance(value, tp):
             return value
         if parse_text and isinstance(value, str):
             value = _json(value, "a JSON object")
+            parse_text = False
         if not isinstance(value, dict):
             raise Mismatch(f"{tp.__name__} (a JSON object of its fields)")
         obj = default_instance(tp)
@@ -272,16 +285,42 @@ def _parse_json_or_text(text: str) -> Any:
         return text
 
 
-def _as_list(value: Any, parse_text: bool) -> list[Any]:
+def _as_list(value: Any, parse_text: bool) -> tuple[list[Any], bool]:
+    """The items of ``value`` and whether they are text to parse (``a,b`` items are; the
+    items of a JSON array are typed already)."""
     if parse_text and isinstance(value, str):
         text = value.strip()
-        if text.startswith("["):
-            value = _json(text, "a JSON array")
-        else:
-            return [] if not text else [p.strip() for p in text.split(",")]
+        if not text.startswith("["):
+            return ([] if not text else [p.strip() for p in text.split(",")]), True
+        value = _json(text, "a JSON array")
+        parse_text = False
     if isinstance(value, (list, tuple, set, frozenset)):
-        return list(value)
+        return list(value), parse_text
     raise Mismatch("a list")
+
+
+def _section_types(tp: Any) -> tuple[type, ...]:
+    """The dataclass types a field of type ``tp`` may hold (``Model``, ``Model | None``)."""
+    origin = typing.get_origin(tp)
+    if origin is typing.Annotated:
+        return _section_types(typing.get_args(tp)[0])
+    if origin in (typing.Union, types.UnionType):
+        return tuple(t for arg in typing.get_args(tp) for t in _section_types(arg))
+    return (tp,) if isinstance(tp, type) and dataclasses.is_dataclass(tp) else ()
+
+
+def _as_section(value: Any, parse_text: bool) -> tuple[dict[str, Any], bool] | None:
+    """``value`` as the fields of a section (a dict, or JSON text of an object) and whether
+    its values are text to parse; None when it is neither."""
+    if isinstance(value, dict):
+        return value, parse_text
+    if parse_text and isinstance(value, str) and value.strip().startswith("{"):
+        try:
+            decoded = json.loads(value)
+        except json.JSONDecodeError:
+            return None
+        return (decoded, False) if isinstance(decoded, dict) else None
+    return None
 
 
 def set_key(cfg: Any, key: str, value: Any, parse_text: bool) -> None:
@@ -302,6 +341,14 @@ def set_key(cfg: Any, key: str, value: Any, parse_text: bool) -> None:
             obj = child
             continue
         tp = field_type(obj, name, "".join(p + "." for p in parts[:depth]))
+        current = getattr(obj, name)
+        section = _as_section(value, parse_text)
+        if section is not None and type(current) in _section_types(tp):
+            # a partial section changes the fields it names, like `key.field=...` items
+            fields, text = section
+            for sub_key, sub_value in fields.items():
+                set_key(cfg, f"{key}.{sub_key}", sub_value, text)
+            return
         try:
             coerced = coerce(value, tp, parse_text)
         except Mismatch as e:

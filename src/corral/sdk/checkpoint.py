@@ -35,7 +35,7 @@ from pydantic import BaseModel, ConfigDict
 
 from corral import __version__
 from corral.constants import ENV_CHECKPOINT_DIR
-from corral.errors import BadInput
+from corral.errors import BadInput, CorralError
 from corral.sdk import progress_file
 from corral.sdk.deserialize import load_state, read_all_verified
 from corral.sdk.layout import Found, Layout
@@ -241,7 +241,7 @@ class Checkpointer:
                 if found.step not in keep:
                     self._layout.drop(found)
                     self._verified.pop(found.name, None)
-        except (OSError, CheckpointError) as exc:
+        except (OSError, CorralError) as exc:  # e.g. a StorageError of an object store
             warnings.warn(
                 f"checkpoint retention failed in {self.dir}: {exc}", CheckpointWarning, stacklevel=2
             )

@@ -153,3 +153,31 @@ def test_unpicklable_state_fails_in_save_itself(tmp_path: Path):
     with pytest.raises(CheckpointError, match="cannot be saved"):
         cp.save({"f": lambda: 1}, 1)
     assert not (tmp_path / "ck").exists() or os.listdir(tmp_path / "ck") == []
+
+
+class ThrottledDeletes(LocalStorage):
+    """An object-store-like failure (a corral StorageError, not an OSError) on every delete."""
+
+    def rename(self, src: str, dst: str) -> None:
+        if dst.endswith(".trash"):
+            from corral.storage.errors import StorageThrottled
+
+            raise StorageThrottled(f"{src}: SlowDown")
+        super().rename(src, dst)
+
+
+@pytest.mark.parametrize("async_save", [True, False])
+def test_a_storage_error_while_applying_retention_is_a_warning_not_a_lost_save(
+    tmp_path: Path, monkeypatch, async_save
+):
+    crashed = []
+    monkeypatch.setattr("threading.excepthook", lambda args: crashed.append(args.exc_value))
+    cp = Checkpointer(
+        str(tmp_path / "ck"), storage=ThrottledDeletes(), keep_last=1, async_save=async_save
+    )
+    cp.save({"w": np.zeros(10)}, 1)
+    with pytest.warns(CheckpointWarning, match="retention failed.*SlowDown"):
+        cp.save({"w": np.ones(10)}, 2)  # durable; deleting ckpt-1 fails
+        cp.wait()
+    assert crashed == []
+    assert cp.last_saved_step == 2 and cp.restore()["w"].sum() == 10

@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Mapping
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from corral.errors import CorralError
+from corral.errors import BadInput, CorralError
 
 MANIFEST_NAME = "COMPLETE"
 FORMAT_NAME = "corral-checkpoint"
@@ -91,6 +92,8 @@ def parse_manifest(data: bytes, name: str) -> Manifest:
 
 def clean_metrics(metrics: dict[str, Any] | None) -> dict[str, Any]:
     """Metrics as JSON values: numpy/torch scalars become numbers, NaN/inf become None."""
+    if metrics is not None and not isinstance(metrics, Mapping):
+        raise BadInput(f"metrics must be a dict of name to value, got {type(metrics).__name__}")
     out: dict[str, Any] = {}
     for key, value in (metrics or {}).items():
         out[str(key)] = _clean_value(value)

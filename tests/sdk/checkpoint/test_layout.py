@@ -142,6 +142,9 @@ def test_bad_arguments_are_bad_input(tmp_path: Path):
     for bad in (-1, 1.5, True, "3"):
         with pytest.raises(BadInput, match="step"):
             cp.save({}, bad)
+    for bad in ([("loss", 0.5)], 0.5, "loss"):
+        with pytest.raises(BadInput, match="metrics must be a dict"):
+            cp.save({}, 1, metrics=bad)
     with pytest.raises(BadInput, match="metric"):
         cp.best()
 

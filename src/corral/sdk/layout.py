@@ -46,7 +46,13 @@ class Layout:
     def scan(self) -> list[Found]:
         """Checkpoint directories by step (ascending); ``.old`` only where no final exists."""
         by_step: dict[int, Found] = {}
-        for entry in self.storage.listdir(self.root):
+        try:
+            entries = self.storage.listdir(self.root)
+        except PermissionError as exc:  # not "no checkpoints": restore() must not start afresh
+            raise CheckpointLoadError(f"cannot list checkpoints in {self.root}: {exc}") from exc
+        except OSError as exc:
+            raise CheckpointError(f"cannot list checkpoints in {self.root}: {exc}") from exc
+        for entry in entries:
             m = self._re.fullmatch(entry)
             if not m or m.group(2) in (".tmp", ".trash"):
                 continue

@@ -85,3 +85,20 @@ def test_corrupt_newest_checkpoint_still_falls_back_to_the_previous(tmp_path: Pa
     state_file.write_bytes(state_file.read_bytes()[:-1] + b"\x00")
     with pytest.warns(CheckpointWarning, match="ckpt-2: state.pkl does not match its sha256"):
         assert Checkpointer(tmp_path / "ck").restore() == {"step": 2 - 1}
+
+
+def test_an_unlistable_checkpoint_directory_is_a_checkpoint_error_naming_it(
+    tmp_path: Path, monkeypatch
+):
+    Checkpointer(tmp_path / "ck", async_save=False).save({"step": 1}, 1)
+    reader = Checkpointer(tmp_path / "ck")
+
+    def listdir(path: str):
+        raise PermissionError(13, "Permission denied", path)
+
+    monkeypatch.setattr(reader.storage, "listdir", listdir)
+    with pytest.raises(CheckpointLoadError, match=r"cannot list .*ck.*Permission denied"):
+        reader.restore()  # not a fresh start: the checkpoints are there, unreadable
+    for call in (reader.latest, reader.checkpoints):
+        with pytest.raises(CheckpointLoadError, match="cannot list"):
+            call()

@@ -212,3 +212,26 @@ def test_a_failed_check_also_removes_what_it_created(tmp_path):
     report, _ = run(checkpoint_dir=tmp_path / "a" / "b", min_free_gb=10**9)
     assert report.get("checkpoint_dir").status == "fail"
     assert not (tmp_path / "a").exists()
+
+
+@pytest.mark.parametrize(
+    ("uri", "shown"),
+    [
+        ("https://bob:hunter2@host:99999/p", "https://bob:***@host:99999/p"),
+        ("https://bob:hunter2@host:port/p", "https://bob:***@host:port/p"),
+        ("https://bob:hunter2@[::1", "https://bob:***@[::1"),
+        ("http://bob:hunter2@host?x=a@b", "http://bob:***@host?x=a@b"),
+        ("https://bob@host/p", "https://bob@host/p"),
+    ],
+)
+def test_safe_uri_hides_the_password_of_a_malformed_uri_too(uri, shown):
+    assert safe_uri(uri) == shown
+
+
+@pytest.mark.parametrize(
+    "uri", ["http://bob:hunter2@host:99999", "http://bob:hunter2@[::1", "https://bob:hunter2@h:x"]
+)
+def test_a_malformed_mlflow_server_uri_fails_the_check_without_a_traceback(uri):
+    report, table = run(trackers=[{"type": "mlflow", "tracking_uri": uri}])
+    assert not report.ok
+    assert "hunter2" not in table and "hunter2" not in report.failed[0].detail

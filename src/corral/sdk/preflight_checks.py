@@ -27,7 +27,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 from corral.errors import BadInput
 
@@ -92,18 +92,18 @@ class PreflightReport:
 
 
 def safe_uri(uri: str) -> str:
-    """``uri`` without a password (``https://user:***@host/...``)."""
-    try:
-        parts = urlsplit(uri)
-    except ValueError:
+    """``uri`` without a password (``https://user:***@host/...``), also when the rest of it is
+    malformed (a bad port, a broken IPv6 host): no parsing that could fail is involved."""
+    head, sep, rest = uri.partition("://")
+    if not sep:
         return uri
-    if parts.password is None:
+    end = next((i for i, c in enumerate(rest) if c in "/?#"), len(rest))
+    userinfo, at, host = rest[:end].rpartition("@")
+    if not at or ":" not in userinfo:
         return uri
-    host = parts.hostname or ""
-    if parts.port:
-        host = f"{host}:{parts.port}"
-    netloc = f"{parts.username}:***@{host}" if parts.username else host
-    return urlunsplit(parts._replace(netloc=netloc))
+    user = userinfo.split(":", 1)[0]
+    netloc = f"{user}:***@{host}" if user else host
+    return f"{head}://{netloc}{rest[end:]}"
 
 
 def _scheme(uri: str) -> str:
@@ -271,7 +271,7 @@ def check_mlflow(spec: Mapping[str, Any], env: Mapping[str, str], timeout: float
 
         try:
             response = httpx.get(uri.rstrip("/") + "/health", timeout=timeout)
-        except httpx.HTTPError as e:
+        except (httpx.HTTPError, httpx.InvalidURL, ValueError) as e:  # a bad port: ValueError
             return Check(name, "fail", f"{safe_uri(uri)} is unreachable: {type(e).__name__}")
         if response.status_code != 200:
             return Check(name, "fail", f"{safe_uri(uri)}/health answered {response.status_code}")

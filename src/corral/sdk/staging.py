@@ -34,7 +34,7 @@ class StagingPool:
     page fault per 4 KiB first. The pool holds one copy of the last saved state's tensors.
     Buffers are reused only once the previous save is durable (one save in flight at a time).
     Contiguous CPU sources are copied by ``memmove`` in parallel chunks (:meth:`finish`); other
-    sources (CUDA, strided) by ``Tensor.copy_`` / ``numpy.copyto`` at once.
+    sources (CUDA or any other device, strided) by ``Tensor.copy_`` / ``numpy.copyto`` at once.
     """
 
     def __init__(self) -> None:
@@ -55,7 +55,7 @@ class StagingPool:
             )
             if not fits:
                 buf = torch.empty(tuple(src.shape), dtype=src.dtype, pin_memory=pin)
-            if not pin and src.is_contiguous():
+            if src.device.type == "cpu" and src.is_contiguous():  # a host address to copy from
                 self._defer(buf.data_ptr(), src.data_ptr(), buf.nbytes, src)
             else:
                 buf.copy_(src, non_blocking=pin)

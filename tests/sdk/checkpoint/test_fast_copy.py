@@ -81,3 +81,13 @@ def test_snapshots_taken_with_each_copy_restore_exactly(tmp_path, monkeypatch, k
     cp.wait()
     out = cp.restore()
     assert all(torch.equal(out[k], expected[k]) for k in expected)
+
+
+def test_a_tensor_on_a_device_other_than_cpu_is_never_copied_from_its_raw_address():
+    """Only CPU memory may be copied by address (an MPS or XLA pointer is not host memory):
+    other devices go through Tensor.copy_ (which refuses a meta tensor instead of crashing)."""
+    torch = pytest.importorskip("torch")
+    pool = staging.StagingPool()
+    with pytest.raises(NotImplementedError):
+        pool.take(0, torch.empty(1024, device="meta"), "torch")
+    assert pool._copies == []

@@ -94,11 +94,19 @@ class Checkpointer:
         grace_seconds: float | None = None,
     ):
         policy = retention_policy(keep_last, keep_best, metric, mode)
-        if not prefix or not re.fullmatch(r"[A-Za-z0-9_.-]+", prefix):
+        if not isinstance(prefix, str) or not re.fullmatch(r"[A-Za-z0-9_.-]+", prefix):
             raise BadInput(f"checkpoint prefix must be letters, digits, '_', '.', '-': {prefix!r}")
-        if grace_seconds is not None and not grace_seconds >= 0:
-            raise BadInput(f"grace_seconds must be >= 0, got {grace_seconds!r}")
+        if grace_seconds is not None and (
+            isinstance(grace_seconds, bool)
+            or not isinstance(grace_seconds, (int, float))
+            or not grace_seconds >= 0
+        ):
+            raise BadInput(f"grace_seconds must be a number >= 0, got {grace_seconds!r}")
         location = dir if dir is not None else os.environ.get(ENV_CHECKPOINT_DIR) or "checkpoints"
+        if not isinstance(location, (str, os.PathLike)):
+            raise BadInput(f"checkpoint dir must be a path or URI, got {location!r}")
+        if storage is not None and not isinstance(storage, Storage):
+            raise BadInput(f"storage must implement corral.sdk.storage.Storage, got {storage!r}")
         if storage is None:
             self.storage, self.dir = resolve_location(location)
         else:

@@ -138,6 +138,15 @@ def test_bad_arguments_are_bad_input(tmp_path: Path):
         Checkpointer(tmp_path, mode="lowest")
     with pytest.raises(BadInput, match="prefix"):
         Checkpointer(tmp_path, prefix="a/b")
+    with pytest.raises(BadInput, match="prefix"):
+        Checkpointer(tmp_path, prefix=5)
+    for bad in ("5", -1, float("nan"), True):
+        with pytest.raises(BadInput, match="grace_seconds"):
+            Checkpointer(tmp_path, grace_seconds=bad)
+    with pytest.raises(BadInput, match="dir must be a path"):
+        Checkpointer(5)
+    with pytest.raises(BadInput, match="storage must implement"):
+        Checkpointer(tmp_path, storage=object())
     cp = Checkpointer(tmp_path)
     for bad in (-1, 1.5, True, "3"):
         with pytest.raises(BadInput, match="step"):

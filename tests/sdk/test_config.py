@@ -329,3 +329,13 @@ def test_a_partial_section_changes_only_the_fields_it_names():
     assert TunedCfg.from_dict({"model": {"width": 8}}).model == WideModel(layers=12, width=8)
     with pytest.raises(BadInput, match=r"unknown config key 'model.widht' \(did you mean"):
         apply_overrides(TunedCfg(), ['model={"widht": 1}'])
+
+
+def test_configure_putting_the_wrong_section_type_in_a_field_is_bad_input(tmp_path):
+    exps = tmp_path / "exps"
+    write_experiment(exps, "swap", "def configure(cfg):\n    cfg.model = cfg.optim\n")
+    with pytest.raises(BadInput, match="experiment 'swap': config key 'model': expected ModelCfg"):
+        load_config(Cfg, experiment="swap", experiments_dir=exps, save=False)
+    write_experiment(exps, "section", "def configure(cfg):\n    cfg.lr = cfg.model\n")
+    with pytest.raises(BadInput, match="experiment 'section': config key 'lr': expected a number"):
+        load_config(Cfg, experiment="section", experiments_dir=exps, save=False)

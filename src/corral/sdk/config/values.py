@@ -343,7 +343,7 @@ def set_key(cfg: Any, key: str, value: Any, parse_text: bool) -> None:
         tp = field_type(obj, name, "".join(p + "." for p in parts[:depth]))
         current = getattr(obj, name)
         section = _as_section(value, parse_text)
-        if section is not None and type(current) in _section_types(tp):
+        if section is not None and isinstance(current, _section_types(tp)):
             # a partial section changes the fields it names, like `key.field=...` items
             fields, text = section
             for sub_key, sub_value in fields.items():
@@ -363,7 +363,7 @@ def check_all(cfg: Any, prefix: str = "") -> None:
     for name, tp in field_types(cfg, prefix).items():
         value = getattr(cfg, name)
         key = f"{prefix}{name}"
-        if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        if isinstance(value, _section_types(tp)):  # a section of its field's type: check it
             check_all(value, key + ".")
             continue
         try:

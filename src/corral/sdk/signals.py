@@ -122,10 +122,17 @@ def grace_seconds(checkpointer: Checkpointer | None = None) -> float:
 def seconds_left(
     checkpointer: Checkpointer | None = None, *, clock: Callable[[], float] = time.monotonic
 ) -> float | None:
-    """Grace time left since the preemption signal, or None when not preempted."""
+    """Grace time left since the preemption signal, or None when not preempted. A malformed
+    ``CORRAL_GRACE_SECONDS`` is reported on stderr and the default grace period used: once
+    preempted, raising would turn "resume me" (exit 75) into a crash."""
     if _signal_at is None:
         return None
-    return grace_seconds(checkpointer) - (clock() - _signal_at)
+    try:
+        grace = grace_seconds(checkpointer)
+    except BadInput as exc:
+        grace = DEFAULT_GRACE_SECONDS
+        print(f"corral: {exc}; using {grace:g}s", file=sys.stderr)
+    return grace - (clock() - _signal_at)
 
 
 def save_fits(remaining: float, estimate: float | None) -> bool:

@@ -165,10 +165,9 @@ def snapshot(state: Any, pool: StagingPool | None) -> Snapshot:
     entries: list[_Entry] = []
     seen: dict[int, tuple[Any, ...]] = {}
     keep_alive: list[Any] = []
-    any_cuda = False
+    cuda_devices: set[Any] = set()  # asynchronous copies from each must finish before return
 
     def persistent_id(obj: Any) -> Any:
-        nonlocal any_cuda
         pid = seen.get(id(obj))
         if pid is not None:
             return pid
@@ -179,7 +178,8 @@ def snapshot(state: Any, pool: StagingPool | None) -> Snapshot:
         if kind == "torch":
             src = obj.detach().resolve_conj().resolve_neg()
             flags = (isinstance(obj, sys.modules["torch"].nn.Parameter), bool(obj.requires_grad))
-            any_cuda = any_cuda or src.device.type == "cuda"
+            if src.device.type == "cuda":
+                cuda_devices.add(src.device)
             if pool is not None:
                 data = pool.take(len(entries), src, kind)
             else:
@@ -216,8 +216,8 @@ def snapshot(state: Any, pool: StagingPool | None) -> Snapshot:
         raise
     if pool is not None:
         pool.finish(len(entries))
-    if any_cuda:
-        sys.modules["torch"].cuda.synchronize()
+    for device in cuda_devices:  # synchronize() alone waits for the current device only
+        sys.modules["torch"].cuda.synchronize(device)
     return Snapshot(buf.getvalue(), entries)
 
 

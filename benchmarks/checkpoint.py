@@ -1,6 +1,6 @@
 """Checkpoint speed: corral's Checkpointer against torch.save, DCP async_save, dd and torch.load.
 
-    python benchmarks/checkpoint.py [--json] [--sizes 512,1024] [--rounds 3] [--dir PATH]
+    python benchmarks/checkpoint.py [--json] [--sizes 512,1024] [--rounds 5] [--dir PATH]
 
 For each size (MiB of float32 tensors in a state dict, 32 MiB per tensor plus small ones), every
 figure below is measured once per round, the rounds interleaved, and the median reported:
@@ -237,7 +237,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     parser.add_argument("--sizes", default="512,1024", help="state sizes in MiB, comma-separated")
-    parser.add_argument("--rounds", type=int, default=3, help="measurements of each kind per "
+    parser.add_argument("--rounds", type=int, default=5, help="measurements of each kind per "
                         "size (count; medians are reported)")  # fmt: skip
     parser.add_argument("--dir", default=None, help="where to write (default: a temp dir on the "
                         "repository's disk)")  # fmt: skip

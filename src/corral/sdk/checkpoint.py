@@ -328,7 +328,8 @@ class Checkpointer:
         skipped with a :class:`CheckpointWarning` naming them and the previous one is tried;
         None is returned when no valid checkpoint exists (a fresh start). A checkpoint whose
         files verified but that cannot be loaded (a class moved or renamed, torch missing, an
-        unusable ``map_location``, no permission to read) raises :class:`CheckpointLoadError`
+        unusable ``map_location``, no permission to read, written by a newer corral) raises
+        :class:`CheckpointLoadError`
         instead: falling back would silently throw training away. With ``path``, a missing,
         incomplete or corrupt checkpoint raises :class:`CheckpointError`. ``map_location``
         moves torch tensors (default: CPU).

@@ -80,6 +80,18 @@ def parse_manifest(data: bytes, name: str) -> Manifest:
         raise CheckpointError(
             f"checkpoint {name}: COMPLETE manifest is not valid JSON ({exc})"
         ) from None
+    newer = (
+        isinstance(raw, dict)
+        and raw.get("format") == FORMAT_NAME
+        and isinstance(raw.get("format_version"), int)
+        and raw["format_version"] > FORMAT_VERSION
+    )
+    if newer:  # complete, but not ours to read: never fall back past it silently
+        raise CheckpointLoadError(
+            f"checkpoint {name}: written by a newer corral ({raw.get('corral_version')!s:.40}, "
+            f"checkpoint format {raw['format_version']}; this corral reads format "
+            f"{FORMAT_VERSION}): upgrade corral to restore it"
+        )
     try:
         return Manifest.model_validate(raw)
     except ValidationError as exc:

@@ -266,3 +266,22 @@ def test_a_large_save_from_an_atexit_handler_is_written(ck: Path):
     assert done.returncode == 0 and not done.stderr, done.stderr
     state = Checkpointer(ck).restore()
     assert state is not None and np.all(state["w"] == 3.0)
+
+
+def test_a_checkpoint_from_a_newer_corral_stops_restore_instead_of_falling_back(ck: Path):
+    """Falling back to an older checkpoint would silently throw away the newer training."""
+    from corral.sdk.manifest import CheckpointLoadError
+
+    cp = Checkpointer(ck, keep_last=5)
+    for step in (1, 2):
+        cp.save(state_for(step), step)
+    cp.wait()
+    manifest_path = ck / "ckpt-2" / "COMPLETE"
+    manifest = json.loads(manifest_path.read_text())
+    manifest["format_version"] = 99
+    manifest_path.write_text(json.dumps(manifest))
+    with pytest.raises(CheckpointLoadError, match=r"ckpt-2: written by a newer corral.*format 99"):
+        Checkpointer(ck).restore()
+    with pytest.raises(CheckpointLoadError, match="upgrade corral"):
+        Checkpointer(ck).restore("ckpt-2")
+    assert Checkpointer(ck).restore("ckpt-1")["step"] == 1  # older ones stay readable

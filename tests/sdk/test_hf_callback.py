@@ -161,3 +161,23 @@ def test_budget_stop_saves_and_stops_without_exiting(tmp_path, progress):
     assert callback.stopped_for == "budget"
     assert sorted(p.name for p in out.iterdir()) == ["checkpoint-1"]
     callback.exit_if_preempted()  # a budget stop is not a preemption
+
+
+@pytest.mark.parametrize("content", ["null", "[1, 2]", '{"other": 1}', '{"cost_usd": "x"}', "{"])
+def test_resume_with_an_unusable_corral_state_file_warns_and_starts_from_the_offset(
+    tmp_path, progress, content, caplog
+):
+    from types import SimpleNamespace
+
+    ckpt = tmp_path / "checkpoint-7"
+    ckpt.mkdir()
+    (ckpt / "corral_state.json").write_text(content)
+    meter = fixed_meter(0, offset_usd=1.5)
+    callback = CorralCallback(cost_meter=meter, install_signals=False)
+    args = SimpleNamespace(output_dir=str(tmp_path))
+    control = object()
+    with caplog.at_level("WARNING"):
+        out = callback.on_train_begin(args, SimpleNamespace(global_step=7), control)
+    assert out is control
+    assert meter.cost_usd() == pytest.approx(1.5)
+    assert "no corral state in" in caplog.text

@@ -56,6 +56,7 @@ from typing import Any
 from transformers import TrainerCallback
 
 from corral.constants import EXIT_PREEMPTED
+from corral.errors import BadInput
 from corral.sdk import signals, trackers
 from corral.sdk.cost import CostMeter
 from corral.sdk.resume import loaded_config, plain_config
@@ -190,7 +191,7 @@ class CorralCallback(TrainerCallback):
             saved = Path(args.output_dir) / f"checkpoint-{state.global_step}" / STATE_FILE
             try:
                 meter.load_state_dict(json.loads(saved.read_text()))
-            except (OSError, ValueError) as e:
+            except (OSError, ValueError, BadInput) as e:  # missing, torn or not our shape
                 log.warning("no corral state in %s (%s); cost starts from the offset", saved, e)
         return control
 

@@ -235,3 +235,11 @@ def test_a_malformed_mlflow_server_uri_fails_the_check_without_a_traceback(uri):
     report, table = run(trackers=[{"type": "mlflow", "tracking_uri": uri}])
     assert not report.ok
     assert "hunter2" not in table and "hunter2" not in report.failed[0].detail
+
+
+@pytest.mark.parametrize("uri", ["file://", "", "  "])
+def test_storage_without_a_path_fails_instead_of_checking_the_current_directory(uri):
+    from corral.sdk.preflight_checks import check_storage
+
+    check = check_storage(uri, 0.0, "checkpoints")
+    assert check.status == "fail" and "no path given" in check.detail

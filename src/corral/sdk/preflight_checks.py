@@ -202,6 +202,8 @@ def check_storage(uri: str | os.PathLike[str], min_free_gb: float, name: str = "
     scheme = _scheme(text)
     if scheme == "s3":
         return Check(name, "skip", f"{safe_uri(text)}: {AWS_EXTRA}")
+    if not text.strip() or (scheme == "file" and not urlsplit(text).path):
+        return Check(name, "fail", f"{safe_uri(text)!r}: no path given")
     path = _local_path(text)
     if path is None:
         return Check(name, "skip", f"{safe_uri(text)}: not checked: unknown scheme")

@@ -25,10 +25,11 @@ import threading
 import time
 import warnings
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from corral.constants import DEFAULT_GRACE_SECONDS, ENV_GRACE_SECONDS, EXIT_PREEMPTED
 from corral.errors import BadInput
+from corral.sdk import distributed
 
 if TYPE_CHECKING:
     from corral.sdk.checkpoint import Checkpointer
@@ -79,7 +80,11 @@ def uninstall_signal_handlers() -> None:
 
 
 def preempted() -> bool:
-    """True once a preemption signal (SIGTERM or SIGUSR1) has arrived."""
+    """True once a preemption signal (SIGTERM or SIGUSR1) has arrived in this process.
+
+    Per process: in a distributed job the ranks get the signal at slightly different moments,
+    so do not end a rank's loop on it alone; :func:`exit_if_preempted` (or the HF callback)
+    makes all ranks decide at the same step."""
     return _signal_at is not None
 
 
@@ -91,7 +96,9 @@ def request_stop(reason: str = "requested") -> None:
 
 
 def should_stop() -> bool:
-    """True when the loop should end: preempted, or :func:`request_stop` was called."""
+    """True when this process should end its loop: preempted, or :func:`request_stop` was
+    called. Per process, like :func:`preempted`: in a distributed job, stopping one rank alone
+    leaves the others blocked in their next collective."""
     return _signal_at is not None or _stop_reason is not None
 
 
@@ -149,6 +156,8 @@ def exit_if_preempted(
     state_fn: Callable[[], Any] | None = None,
     step: int | None = None,
     *,
+    saving_rank: int | None = 0,
+    check_every: int = 1,
     clock: Callable[[], float] = time.monotonic,
 ) -> None:
     """Return at once unless preempted. When preempted: make the save in flight durable,
@@ -157,29 +166,117 @@ def exit_if_preempted(
     wait for it; finally ``sys.exit(EXIT_PREEMPTED)``. With too little time no new save is
     started; the atomic layout means a save cut short by SIGKILL leaves no torn checkpoint.
     A failing save is reported on stderr; the exit code is still 75 (the previous checkpoint
-    is there to resume from)."""
+    is there to resume from).
+
+    In a ``torch.distributed`` job of more than one rank, the ranks decide together (see
+    :mod:`corral.sdk.distributed`): every call with ``step % check_every == 0`` (every call
+    when ``step`` is None) is one tiny all_reduce, so all ranks stop at the same step when any
+    of them was signalled, using the smallest grace time left. Only ``saving_rank`` saves
+    (None: every rank, for per-rank checkpointers in different directories); all ranks wait
+    at a barrier until that save is durable, then all exit 75. Every rank must call it at the
+    same steps with the same ``check_every``. If the collective itself fails, the rank reports
+    it on stderr and exits 75 on its own. ``saving_rank`` and ``check_every`` are ignored in a
+    single process, which checks its own flag at every call."""
+    if isinstance(check_every, bool) or not isinstance(check_every, int) or check_every < 1:
+        raise BadInput(f"check_every must be an integer >= 1, got {check_every!r}")
+    if saving_rank is not None and (
+        isinstance(saving_rank, bool) or not isinstance(saving_rank, int) or saving_rank < 0
+    ):
+        raise BadInput(f"saving_rank must be a rank (an integer >= 0) or None, got {saving_rank!r}")
+    world = distributed.world_size()
+    if world > 1:
+        if saving_rank is not None and saving_rank >= world:
+            raise BadInput(f"saving_rank {saving_rank} is not a rank of this {world}-rank job")
+        if step is None or step % check_every == 0:
+            _exit_if_any_rank_preempted(checkpointer, state_fn, step, saving_rank, clock)
+        return
     if _signal_at is None:
         return
     if checkpointer is not None:
-        try:
-            checkpointer.wait()
-        except Exception as exc:
-            print(f"corral: a checkpoint save failed during preemption: {exc}", file=sys.stderr)
+        _flush(checkpointer)
         wanted = state_fn is not None and step is not None
         if wanted and checkpointer.last_saved_step != step:
             left = seconds_left(checkpointer, clock=clock)
             if left is not None and save_fits(left, checkpointer.estimated_save_seconds):
-                try:
-                    checkpointer.save(state_fn(), step)  # type: ignore[misc]
-                    checkpointer.wait()
-                except Exception as exc:
-                    print(f"corral: the preemption checkpoint failed: {exc}", file=sys.stderr)
+                _save_now(checkpointer, state_fn, step)  # type: ignore[arg-type]
             else:
-                print(
-                    f"corral: preempted with {max(left or 0.0, 0.0):.1f}s of grace left: "
-                    "not enough for a checkpoint, exiting without one",
-                    file=sys.stderr,
-                )
+                _say_no_time(left)
+    sys.exit(EXIT_PREEMPTED)
+
+
+def _flush(checkpointer: Checkpointer) -> None:
+    try:
+        checkpointer.wait()
+    except Exception as exc:
+        print(f"corral: a checkpoint save failed during preemption: {exc}", file=sys.stderr)
+
+
+def _save_now(checkpointer: Checkpointer, state_fn: Callable[[], Any], step: int) -> None:
+    try:
+        checkpointer.save(state_fn(), step)
+        checkpointer.wait()
+    except Exception as exc:
+        print(f"corral: the preemption checkpoint failed: {exc}", file=sys.stderr)
+
+
+def _say_no_time(left: float | None) -> None:
+    print(
+        f"corral: preempted with {max(left or 0.0, 0.0):.1f}s of grace left: "
+        "not enough for a checkpoint, exiting without one",
+        file=sys.stderr,
+    )
+
+
+def _collective_failed(exc: BaseException, checkpointer: Checkpointer | None) -> NoReturn:
+    print(
+        f"corral: the ranks could not agree on preemption ({type(exc).__name__}: {exc}); "
+        "exiting with the preemption code on this rank",
+        file=sys.stderr,
+    )
+    if checkpointer is not None:
+        _flush(checkpointer)
+    sys.exit(EXIT_PREEMPTED)
+
+
+def _exit_if_any_rank_preempted(
+    checkpointer: Checkpointer | None,
+    state_fn: Callable[[], Any] | None,
+    step: int | None,
+    saving_rank: int | None,
+    clock: Callable[[], float],
+) -> None:
+    # Every rank runs the same collectives in the same order whatever its arguments (a rank
+    # passing no checkpointer must not skip one): agree, then agree on the save, then barrier.
+    try:
+        left = distributed.agree_seconds_left(seconds_left(checkpointer, clock=clock))
+    except RuntimeError as exc:
+        _collective_failed(exc, checkpointer)
+    if left is None:
+        return
+    agreed_at = clock()
+    saver = saving_rank is None or saving_rank == distributed.rank()
+    if checkpointer is not None:
+        _flush(checkpointer)  # each rank its own save in flight
+    wanted = saver and checkpointer is not None and state_fn is not None and step is not None
+    estimate = checkpointer.estimated_save_seconds if wanted else None  # type: ignore[union-attr]
+    try:
+        # The time left after the flushes (the slowest rank's) and the savers' estimate, the
+        # same numbers on every rank, so the decision is the same everywhere.
+        left, estimate = distributed.agree_left_and_estimate(
+            left - (clock() - agreed_at), estimate, contributes=wanted
+        )
+    except RuntimeError as exc:
+        _collective_failed(exc, checkpointer)
+    fits = left is not None and save_fits(left, estimate)
+    if wanted and checkpointer.last_saved_step != step:  # type: ignore[union-attr]
+        if fits:
+            _save_now(checkpointer, state_fn, step)  # type: ignore[arg-type]
+        else:
+            _say_no_time(left)
+    try:
+        distributed.barrier()  # no rank exits (tearing the group down) before the save is durable
+    except RuntimeError as exc:
+        print(f"corral: the ranks could not meet after the preemption save: {exc}", file=sys.stderr)
     sys.exit(EXIT_PREEMPTED)
 
 

@@ -28,7 +28,10 @@ What the callback does (on the main process only):
   parses; incomplete ones, left by a kill during a save, are deleted and never resumed from.
   Leave ``save_total_limit`` unset.
 * **Preemption** (SIGTERM/SIGUSR1, handlers installed at train begin): at the next step end the
-  Trainer is told to save, if the grace period left fits the last measured save, and to stop;
+  Trainer is told to save, if the grace period left fits the last measured save, and to stop.
+  In a ``torch.distributed`` job every step end is one tiny all_reduce so that all ranks
+  stop (and save, through the Trainer's own main-process logic) at the same step when any rank
+  was signalled, with the smallest grace time left and the longest last save of any rank;
   ``exit_if_preempted()`` after ``trainer.train()`` returns exits with
   :data:`corral.constants.EXIT_PREEMPTED`. A stop asked by the budget or by
   :class:`~corral.sdk.early_stop.EarlyStopping` saves and stops too, but does not exit.
@@ -57,7 +60,7 @@ from transformers import TrainerCallback
 
 from corral.constants import EXIT_PREEMPTED
 from corral.errors import BadInput
-from corral.sdk import signals, trackers
+from corral.sdk import distributed, signals, trackers
 from corral.sdk.cost import CostMeter
 from corral.sdk.resume import loaded_config, plain_config
 from corral.sdk.retention import retention_policy, select_to_keep
@@ -210,19 +213,23 @@ class CorralCallback(TrainerCallback):
                     **self._cost(),
                 )
         self._meter().check(state.global_step)
-        if not signals.should_stop():
+        if distributed.is_distributed():
+            preempted, left, estimate = self._agree_on_preemption()
+        else:
+            preempted, left = signals.preempted(), signals.seconds_left()
+            estimate = self.save_seconds
+        if not preempted and not signals.should_stop():
             return control
-        reason = signals.stop_reason() or "requested"
+        reason = "preempted" if preempted else signals.stop_reason() or "requested"
         self.stopped_for = reason
         control.should_training_stop = True
         if reason == "preempted":
-            left = signals.seconds_left()
-            if left is None or signals.save_fits(left, self.save_seconds):
+            if left is None or signals.save_fits(left, estimate):
                 control.should_save = True
             else:
                 control.should_save = False
                 self.preempted_without_save = True
-                took = "unknown" if self.save_seconds is None else f"{self.save_seconds:.1f}s"
+                took = "unknown" if estimate is None else f"{estimate:.1f}s"
                 print(
                     f"corral: preempted with {max(left, 0.0):.1f}s of grace left, not enough "
                     f"for a save (the last took {took}): stopping without one",
@@ -231,6 +238,25 @@ class CorralCallback(TrainerCallback):
         else:
             control.should_save = True
         return control
+
+    def _agree_on_preemption(self) -> tuple[bool, float | None, float | None]:
+        """All ranks decide at the same step end, from the same numbers: the smallest grace
+        time left of any signalled rank and the longest last save of any rank. A failing
+        collective is reported and this rank exits 75."""
+        try:
+            left = distributed.agree_seconds_left(signals.seconds_left())
+            if left is None:
+                return False, None, None
+            left, estimate = distributed.agree_left_and_estimate(left, self.save_seconds)
+        except RuntimeError as exc:
+            print(
+                f"corral: the ranks could not agree on preemption ({type(exc).__name__}: "
+                f"{exc}); exiting with the preemption code on this rank",
+                file=sys.stderr,
+            )
+            trackers.finish()
+            sys.exit(EXIT_PREEMPTED)
+        return True, left, estimate
 
     def on_evaluate(self, args, state, control, **kwargs):
         self._work_done_at = self._clock()
@@ -320,7 +346,8 @@ class CorralCallback(TrainerCallback):
 
     def exit_if_preempted(self) -> None:
         """Call after ``trainer.train()`` returns: exits with ``EXIT_PREEMPTED`` (75) when
-        training stopped because of a preemption signal, else returns."""
-        if signals.preempted():
+        training stopped because of a preemption signal (on any rank, in a distributed job),
+        else returns."""
+        if signals.preempted() or self.stopped_for == "preempted":
             trackers.finish()
             sys.exit(EXIT_PREEMPTED)

@@ -1,0 +1,332 @@
+"""Preemption in a data-parallel job: all ranks agree on the step, one rank saves, all exit 75.
+
+Two real processes on a gloo group over loopback run a DDP-like loop (a tensor all_reduce per
+step stands in for the gradient all-reduce); only rank 1 gets the SIGTERM."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+import warnings
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from corral.constants import EXIT_PREEMPTED
+from corral.errors import BadInput
+from corral.sdk import Checkpointer, distributed, exit_if_preempted, install_signal_handlers
+
+torch = pytest.importorskip("torch")
+dist = pytest.importorskip("torch.distributed")
+if not dist.is_available():
+    pytest.skip("torch.distributed is not available", allow_module_level=True)
+
+pytestmark = [pytest.mark.torch, pytest.mark.slow]
+
+READY_AT = 12  # rank 1 prints "ready" at this step; the test then sends it SIGTERM
+PERIODIC = 10  # rank 0 saves every 10 steps
+
+WORKER = r"""
+import datetime, os, sys, time
+import numpy as np
+import torch
+import torch.distributed as dist
+from corral.sdk import Checkpointer, exit_if_preempted, install_signal_handlers
+
+ckpt_root, check_every, saving_rank = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+saving_rank = None if saving_rank == "none" else int(saving_rank)
+dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=15))
+rank = dist.get_rank()
+ckpt_dir = ckpt_root if saving_rank is not None else os.path.join(ckpt_root, f"rank-{rank}")
+cp = Checkpointer(ckpt_dir, keep_last=5)
+install_signal_handlers()
+w = np.zeros(50_000)
+step = 0
+try:
+    for step in range(1, 100_000):
+        grad = torch.ones(1)
+        dist.all_reduce(grad)  # DDP's gradient all-reduce: every rank must be in it
+        w += grad.item()  # after step s every weight is 2 * s
+        if (rank == 0 or saving_rank is None) and step % PERIODIC == 0:
+            cp.save({"step": step, "rank": rank, "w": w}, step)
+        if step == READY_AT:
+            print("ready", flush=True)
+        exit_if_preempted(
+            cp,
+            lambda s=step: {"step": s, "rank": rank, "w": w},
+            step=step,
+            saving_rank=saving_rank,
+            check_every=check_every,
+        )
+        time.sleep(0.01)
+except SystemExit:
+    print(f"exit at {step}", flush=True)
+    raise
+""".replace("PERIODIC", str(PERIODIC)).replace("READY_AT", str(READY_AT))
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_job(
+    tmp_path: Path,
+    *,
+    check_every: int = 1,
+    saving_rank: str = "0",
+    graces: tuple[str, str] = ("30", "30"),
+    timeout: float = 20.0,
+) -> tuple[list[int], list[str], list[str], Path]:
+    """Start 2 ranks, SIGTERM rank 1 only once it is past READY_AT; returns the exit codes,
+    stdouts and stderrs (by rank) and the checkpoint root."""
+    script = tmp_path / "worker.py"
+    script.write_text(WORKER)
+    ckpt = tmp_path / "ck"
+    port = free_port()
+    procs = []
+    logs = [(tmp_path / f"rank{r}.out", tmp_path / f"rank{r}.err") for r in (0, 1)]
+    try:
+        for rank in (0, 1):
+            env = {
+                **os.environ,
+                "MASTER_ADDR": "127.0.0.1",
+                "MASTER_PORT": str(port),
+                "RANK": str(rank),
+                "LOCAL_RANK": str(rank),
+                "WORLD_SIZE": "2",
+                "GLOO_SOCKET_IFNAME": "lo",
+                "OMP_NUM_THREADS": "1",
+                "CORRAL_GRACE_SECONDS": graces[rank],
+            }
+            out, err = logs[rank]
+            with out.open("w") as out_f, err.open("w") as err_f:
+                argv = [sys.executable, str(script), str(ckpt), str(check_every), saving_rank]
+                procs.append(subprocess.Popen(argv, stdout=out_f, stderr=err_f, env=env))
+        deadline = time.monotonic() + timeout
+        while "ready" not in logs[1][0].read_text():
+            if time.monotonic() > deadline or any(p.poll() is not None for p in procs):
+                pytest.fail(f"rank 1 never got ready: {[e.read_text() for _, e in logs]}")
+            time.sleep(0.02)
+        procs[1].send_signal(signal.SIGTERM)  # rank 1 only
+        deadline = time.monotonic() + timeout
+        for rank, proc in enumerate(procs):
+            try:
+                proc.wait(timeout=max(deadline - time.monotonic(), 0.1))
+            except subprocess.TimeoutExpired:
+                pytest.fail(f"rank {rank} did not exit within {timeout}s (hung in a collective?)")
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    codes = [p.returncode for p in procs]
+    outs = [o.read_text() for o, _ in logs]
+    errs = [e.read_text() for _, e in logs]
+    return codes, outs, errs, ckpt
+
+
+def exit_step(out: str) -> int:
+    match = re.search(r"exit at (\d+)", out)
+    assert match, out
+    return int(match.group(1))
+
+
+def restored(ckpt: Path) -> dict:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # every checkpoint present is whole
+        return Checkpointer(ckpt).restore()
+
+
+def test_sigterm_to_one_rank_stops_both_at_the_same_step_and_rank_0_saves_it(tmp_path):
+    codes, outs, errs, ckpt = run_job(tmp_path)
+    assert codes == [EXIT_PREEMPTED, EXIT_PREEMPTED], errs
+    step = exit_step(outs[0])
+    assert exit_step(outs[1]) == step >= READY_AT
+    entries = sorted(os.listdir(ckpt))
+    assert all(re.fullmatch(r"ckpt-\d+", e) for e in entries), entries  # no .tmp left over
+    assert entries.count(f"ckpt-{step}") == 1
+    assert Checkpointer(ckpt).latest().step == step
+    state = restored(ckpt)
+    assert state["step"] == step and state["rank"] == 0
+    assert (state["w"] == 2 * step).all()
+
+
+def test_saving_rank_none_saves_each_ranks_own_checkpointer(tmp_path):
+    codes, outs, errs, ckpt = run_job(tmp_path, saving_rank="none")
+    assert codes == [EXIT_PREEMPTED, EXIT_PREEMPTED], errs
+    step = exit_step(outs[0])
+    assert exit_step(outs[1]) == step
+    for rank in (0, 1):
+        state = restored(ckpt / f"rank-{rank}")
+        assert (state["step"], state["rank"]) == (step, rank)
+
+
+def test_too_short_agreed_grace_exits_75_on_both_without_a_new_checkpoint(tmp_path):
+    # Rank 0, the saver, was not signalled and has 30 s of grace of its own: only the agreed
+    # value (rank 1's 0 s) keeps it from saving.
+    codes, outs, errs, ckpt = run_job(tmp_path, graces=("30", "0"))
+    assert codes == [EXIT_PREEMPTED, EXIT_PREEMPTED], errs
+    step = exit_step(outs[0])
+    assert exit_step(outs[1]) == step
+    if step % PERIODIC:  # (at a multiple of 10 the step was already saved: nothing to decide)
+        assert "not enough for a checkpoint" in errs[0]
+    entries = sorted(os.listdir(ckpt))
+    assert all(re.fullmatch(r"ckpt-\d+", e) for e in entries), entries
+    assert all(int(e.split("-")[1]) % PERIODIC == 0 for e in entries), entries
+    state = restored(ckpt)
+    assert state["step"] % PERIODIC == 0 and state["step"] <= step
+
+
+def test_check_every_decides_only_on_its_multiples(tmp_path):
+    codes, outs, errs, ckpt = run_job(tmp_path, check_every=5)
+    assert codes == [EXIT_PREEMPTED, EXIT_PREEMPTED], errs
+    step = exit_step(outs[0])
+    assert exit_step(outs[1]) == step
+    assert step % 5 == 0 and step > READY_AT
+    assert restored(ckpt)["step"] == step
+
+
+# --- in-process unit tests -------------------------------------------------------------------
+
+
+def assert_single_process_answers() -> None:
+    assert distributed.is_distributed() is False
+    assert distributed.rank() == 0
+    assert distributed.world_size() == 1
+    assert distributed.agree_seconds_left(None) is None
+    assert distributed.agree_seconds_left(2.5) == 2.5
+    assert distributed.agree_left_and_estimate(3.0, 1.5) == (3.0, 1.5)
+    assert distributed.agree_left_and_estimate(3.0, 1.5, contributes=False) == (3.0, None)
+    assert distributed.agree_left_and_estimate(None, None) == (None, None)
+    assert distributed.barrier() is None
+
+
+def test_helpers_are_no_ops_without_an_initialized_group(monkeypatch):
+    assert not dist.is_initialized()
+    assert_single_process_answers()
+    monkeypatch.setitem(sys.modules, "torch", None)  # a script that never imported torch
+    assert_single_process_answers()
+
+
+def test_helpers_are_no_ops_in_a_group_of_one(tmp_path):
+    dist.init_process_group(
+        "gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1
+    )
+    try:
+        assert dist.is_initialized()
+        assert_single_process_answers()
+    finally:
+        dist.destroy_process_group()
+
+
+def test_a_failing_collective_reports_and_exits_75_without_a_traceback(
+    tmp_path, monkeypatch, capsys
+):
+    cp = Checkpointer(tmp_path / "ck")
+    cp.save({"step": 4}, 4)  # in flight: made durable before exiting
+
+    def broken(local):
+        raise RuntimeError("Connection closed by peer")
+
+    monkeypatch.setattr(distributed, "world_size", lambda: 2)
+    monkeypatch.setattr(distributed, "agree_seconds_left", broken)
+    with pytest.raises(SystemExit) as exited:
+        exit_if_preempted(cp, lambda: {"step": 5}, step=5)
+    assert exited.value.code == EXIT_PREEMPTED
+    assert "could not agree on preemption" in capsys.readouterr().err
+    assert cp.latest().step == 4
+
+
+def test_distributed_arguments_are_checked(monkeypatch):
+    with pytest.raises(BadInput, match="check_every"):
+        exit_if_preempted(check_every=0)
+    with pytest.raises(BadInput, match="saving_rank"):
+        exit_if_preempted(saving_rank=-1)
+    monkeypatch.setattr(distributed, "world_size", lambda: 2)
+    with pytest.raises(BadInput, match="saving_rank 2"):
+        exit_if_preempted(saving_rank=2)
+
+
+def test_single_process_ignores_check_every(tmp_path):
+    install_signal_handlers()
+    os.kill(os.getpid(), signal.SIGTERM)
+    cp = Checkpointer(tmp_path / "ck")
+    with pytest.raises(SystemExit):
+        exit_if_preempted(cp, lambda: {"step": 7}, step=7, check_every=5)
+    assert cp.latest().step == 7
+
+
+# --- the HF callback, its agreement faked ----------------------------------------------------
+
+
+def step_end(callback, monkeypatch, agreed_left, agreed_estimate=None):
+    """on_step_end on a rank that got no signal, while the (faked) agreement says another rank
+    did (``agreed_left`` not None)."""
+    hf = pytest.importorskip("corral.sdk.integrations.hf")
+    transformers = pytest.importorskip("transformers")
+    calls = []
+    monkeypatch.setattr(hf.distributed, "is_distributed", lambda: True)
+    monkeypatch.setattr(
+        hf.distributed, "agree_seconds_left", lambda local: calls.append(local) or agreed_left
+    )
+    monkeypatch.setattr(
+        hf.distributed, "agree_left_and_estimate", lambda left, est: (left, agreed_estimate)
+    )
+    state = transformers.TrainerState()
+    state.global_step, state.max_steps = 3, 10
+    state.is_world_process_zero = False
+    control = transformers.TrainerControl()
+    args = SimpleNamespace(output_dir=".")
+    callback.on_step_end(args, state, control)
+    assert calls == [None]  # this rank's own flag: not signalled
+    return control
+
+
+def test_hf_callback_stops_a_rank_that_got_no_signal_when_another_did(monkeypatch):
+    hf = pytest.importorskip("corral.sdk.integrations.hf")
+    callback = hf.CorralCallback(install_signals=False)
+    control = step_end(callback, monkeypatch, agreed_left=None)
+    assert not control.should_training_stop and not control.should_save
+
+    control = step_end(callback, monkeypatch, agreed_left=25.0, agreed_estimate=2.0)
+    assert control.should_training_stop and control.should_save
+    assert callback.stopped_for == "preempted"
+    with pytest.raises(SystemExit) as exited:
+        callback.exit_if_preempted()
+    assert exited.value.code == EXIT_PREEMPTED
+
+
+def test_hf_callback_uses_the_agreed_estimate_for_the_save_decision(monkeypatch, capsys):
+    hf = pytest.importorskip("corral.sdk.integrations.hf")
+    callback = hf.CorralCallback(install_signals=False)
+    callback.save_seconds = 0.1  # this rank's own last save was quick; another rank's was not
+    control = step_end(callback, monkeypatch, agreed_left=5.0, agreed_estimate=8.0)
+    assert control.should_training_stop and not control.should_save
+    assert callback.preempted_without_save
+    assert "not enough for a save (the last took 8.0s)" in capsys.readouterr().err
+
+
+def test_hf_callback_exits_75_when_the_agreement_fails(monkeypatch, capsys):
+    hf = pytest.importorskip("corral.sdk.integrations.hf")
+    callback = hf.CorralCallback(install_signals=False)
+
+    def broken(local):
+        raise RuntimeError("Connection closed by peer")
+
+    monkeypatch.setattr(hf.distributed, "is_distributed", lambda: True)
+    monkeypatch.setattr(hf.distributed, "agree_seconds_left", broken)
+    transformers = pytest.importorskip("transformers")
+    state = transformers.TrainerState()
+    state.is_world_process_zero = False
+    with pytest.raises(SystemExit) as exited:
+        callback.on_step_end(SimpleNamespace(output_dir="."), state, transformers.TrainerControl())
+    assert exited.value.code == EXIT_PREEMPTED
+    assert "could not agree on preemption" in capsys.readouterr().err

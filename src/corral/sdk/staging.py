@@ -88,17 +88,25 @@ class StagingPool:
         """Run the deferred copies (several threads: ``memmove`` releases the GIL); drop the
         buffers beyond ``used``."""
         copies, self._copies = self._copies, []
+        batch = _Batch(copy_function())
         try:
             total = sum(n for _, _, n in copies)
-            copy = copy_function()
-            try:
-                if total >= PARALLEL_COPY_BYTES and COPY_THREADS >= 2:
-                    list(_copy_executor().map(lambda job: copy(*job), copies))
-                    copies = []
-            except RuntimeError:  # the executor takes no work once the interpreter is exiting
-                pass  # (a save from an atexit handler): copy in this thread
+            futures = []
+            if total >= PARALLEL_COPY_BYTES and COPY_THREADS >= 2:
+                executor = _copy_executor()
+                try:
+                    while copies:
+                        futures.append(executor.submit(batch.run, *copies[0]))
+                        copies.pop(0)
+                except RuntimeError:  # no new work once the interpreter is exiting (a save
+                    pass  # from an atexit handler): the rest is copied in this thread
             for dst, src, n in copies:
-                copy(dst, src, n)
+                batch.run(dst, src, n)
+            for future in futures:
+                future.result()
+        except BaseException:
+            batch.settle()  # Ctrl-C: no copy may still read a source or write a buffer
+            raise
         finally:
             self._sources.clear()
         del self._slots[used:]
@@ -125,6 +133,43 @@ def copy_function(kind: str | None = None) -> Any:
     if _fast_copy is None or kind != _FAST_KIND:
         raise ValueError(f"snapshot copy {kind!r} is not available here (have: {COPY_KIND!r})")
     return _fast_copy
+
+
+class _Batch:
+    """The copies of one snapshot, cancellable: after :meth:`settle` no copy of it is running
+    and none starts (a Ctrl-C can land anywhere, even between queueing a copy and getting its
+    future back, so this counts the copies themselves)."""
+
+    def __init__(self, copy: Any):
+        self._copy = copy
+        self._cancelled = False
+        self._active = 0
+        self._cond = threading.Condition()
+
+    def run(self, dst: int, src: int, nbytes: int) -> None:
+        with self._cond:
+            if self._cancelled:
+                return
+            self._active += 1
+        try:
+            self._copy(dst, src, nbytes)
+        finally:
+            with self._cond:
+                self._active -= 1
+                self._cond.notify_all()
+
+    def settle(self) -> None:
+        """Stop the copies not started; wait for the running ones (one chunk each, so
+        milliseconds), also through a second Ctrl-C: the sources may be freed right after."""
+        while True:
+            try:
+                with self._cond:
+                    self._cancelled = True
+                    while self._active:
+                        self._cond.wait()
+                return
+            except KeyboardInterrupt:
+                continue
 
 
 def _copy_executor() -> ThreadPoolExecutor:

@@ -91,3 +91,51 @@ def test_a_tensor_on_a_device_other_than_cpu_is_never_copied_from_its_raw_addres
     with pytest.raises(NotImplementedError):
         pool.take(0, torch.empty(1024, device="meta"), "torch")
     assert pool._copies == []
+
+
+def test_ctrl_c_during_a_parallel_snapshot_leaves_no_copy_running(tmp_path, monkeypatch):
+    """The sources may be freed as soon as save() raises: no copy thread may still read them
+    (nor write into the reused buffers the next save fills)."""
+    import os
+    import signal
+    import threading
+    import time
+
+    torch = pytest.importorskip("torch")
+    from corral.sdk import Checkpointer
+
+    lock = threading.Lock()
+    running, started, finished = [0], [0], [0]
+    real = staging.copy_function("memmove")
+
+    def slow_copy(dst, src, n):
+        with lock:
+            running[0] += 1
+            started[0] += 1
+            first = started[0] == 1
+        if first:
+            os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C while the main thread waits
+        time.sleep(0.02)
+        real(dst, src, n)
+        with lock:
+            running[0] -= 1
+            finished[0] += 1
+
+    monkeypatch.setattr(staging, "copy_function", lambda kind=None: slow_copy)
+    monkeypatch.setattr(staging, "PARALLEL_COPY_BYTES", 0)
+    monkeypatch.setattr(staging, "COPY_CHUNK_BYTES", 4096)
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        state = {"w": torch.randn(64 * 1024)}  # 64 chunks of 4 KiB
+        cp = Checkpointer(tmp_path / "ck")
+        with pytest.raises(KeyboardInterrupt):
+            cp.save(state, 1)
+            time.sleep(5)  # the interrupt lands while save() runs (or, at worst, here)
+        assert running[0] == 0, "a copy was still running after save() raised"
+        assert started[0] == finished[0] and started[0] < 64  # the rest were cancelled
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    monkeypatch.undo()
+    cp.save(state, 2)  # the Checkpointer still works after the interrupted snapshot
+    cp.wait()
+    assert torch.equal(cp.restore()["w"], state["w"])

@@ -238,11 +238,30 @@ def test_a_failing_collective_reports_and_exits_75_without_a_traceback(
 
     monkeypatch.setattr(distributed, "world_size", lambda: 2)
     monkeypatch.setattr(distributed, "agree_seconds_left", broken)
+    install_signal_handlers()
+    os.kill(os.getpid(), signal.SIGTERM)  # this rank was preempted: 75 whatever the peers do
     with pytest.raises(SystemExit) as exited:
         exit_if_preempted(cp, lambda: {"step": 5}, step=5)
     assert exited.value.code == EXIT_PREEMPTED
     assert "could not agree on preemption" in capsys.readouterr().err
     assert cp.latest().step == 4
+
+
+def test_a_failing_collective_without_a_signal_is_a_crash_not_a_preemption(
+    tmp_path, monkeypatch
+):
+    """A peer killed (OOM) or a broken network must not read as "preempted, resume me"."""
+    cp = Checkpointer(tmp_path / "ck")
+    cp.save({"step": 4}, 4)
+
+    def broken(local):
+        raise RuntimeError("Connection closed by peer")
+
+    monkeypatch.setattr(distributed, "world_size", lambda: 2)
+    monkeypatch.setattr(distributed, "agree_seconds_left", broken)
+    with pytest.raises(RuntimeError, match="closed by peer"):
+        exit_if_preempted(cp, lambda: {"step": 5}, step=5)
+    assert cp.latest().step == 4  # the save in flight was still made durable
 
 
 def test_distributed_arguments_are_checked(monkeypatch):
@@ -326,7 +345,12 @@ def test_hf_callback_exits_75_when_the_agreement_fails(monkeypatch, capsys):
     transformers = pytest.importorskip("transformers")
     state = transformers.TrainerState()
     state.is_world_process_zero = False
+    args, control = SimpleNamespace(output_dir="."), transformers.TrainerControl()
+    with pytest.raises(RuntimeError, match="closed by peer"):  # not signalled: a crash
+        callback.on_step_end(args, state, control)
+    install_signal_handlers()
+    os.kill(os.getpid(), signal.SIGTERM)
     with pytest.raises(SystemExit) as exited:
-        callback.on_step_end(SimpleNamespace(output_dir="."), state, transformers.TrainerControl())
+        callback.on_step_end(args, state, control)
     assert exited.value.code == EXIT_PREEMPTED
     assert "could not agree on preemption" in capsys.readouterr().err

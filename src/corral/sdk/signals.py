@@ -174,8 +174,9 @@ def exit_if_preempted(
     of them was signalled, using the smallest grace time left. Only ``saving_rank`` saves
     (None: every rank, for per-rank checkpointers in different directories); all ranks wait
     at a barrier until that save is durable, then all exit 75. Every rank must call it at the
-    same steps with the same ``check_every``. If the collective itself fails, the rank reports
-    it on stderr and exits 75 on its own. ``saving_rank`` and ``check_every`` are ignored in a
+    same steps with the same ``check_every``. If the collective itself fails, a rank that was
+    signalled reports it on stderr and exits 75 on its own; a rank that was not re-raises the
+    error (a peer died or the network broke: a crash, not a preemption). ``saving_rank`` and ``check_every`` are ignored in a
     single process, which checks its own flag at every call."""
     if isinstance(check_every, bool) or not isinstance(check_every, int) or check_every < 1:
         raise BadInput(f"check_every must be an integer >= 1, got {check_every!r}")
@@ -250,6 +251,10 @@ def _exit_if_any_rank_preempted(
     try:
         left = distributed.agree_seconds_left(seconds_left(checkpointer, clock=clock))
     except RuntimeError as exc:
+        if _signal_at is None:  # not preempted here: a peer died or the network broke, a crash
+            if checkpointer is not None:
+                _flush(checkpointer)
+            raise
         _collective_failed(exc, checkpointer)
     if left is None:
         return

@@ -242,13 +242,16 @@ class CorralCallback(TrainerCallback):
     def _agree_on_preemption(self) -> tuple[bool, float | None, float | None]:
         """All ranks decide at the same step end, from the same numbers: the smallest grace
         time left of any signalled rank and the longest last save of any rank. A failing
-        collective is reported and this rank exits 75."""
+        collective is reported and this rank exits 75 if it was signalled itself; otherwise the
+        error is raised (a peer died or the network broke: a crash, not a preemption)."""
         try:
             left = distributed.agree_seconds_left(signals.seconds_left())
             if left is None:
                 return False, None, None
             left, estimate = distributed.agree_left_and_estimate(left, self.save_seconds)
         except RuntimeError as exc:
+            if not signals.preempted():
+                raise
             print(
                 f"corral: the ranks could not agree on preemption ({type(exc).__name__}: "
                 f"{exc}); exiting with the preemption code on this rank",

@@ -286,15 +286,17 @@ def test_single_process_ignores_check_every(tmp_path):
 # --- the HF callback, its agreement faked ----------------------------------------------------
 
 
-def step_end(callback, monkeypatch, agreed_left, agreed_estimate=None):
+def step_end(callback, monkeypatch, agreed_left, agreed_estimate=None, agreed_stop=False):
     """on_step_end on a rank that got no signal, while the (faked) agreement says another rank
-    did (``agreed_left`` not None)."""
+    did (``agreed_left`` not None) or asked to stop (``agreed_stop``)."""
     hf = pytest.importorskip("corral.sdk.integrations.hf")
     transformers = pytest.importorskip("transformers")
     calls = []
     monkeypatch.setattr(hf.distributed, "is_distributed", lambda: True)
     monkeypatch.setattr(
-        hf.distributed, "agree_seconds_left", lambda local: calls.append(local) or agreed_left
+        hf.distributed,
+        "agree_left_and_stop",
+        lambda local, stop: calls.append((local, stop)) or (agreed_left, agreed_stop),
     )
     monkeypatch.setattr(
         hf.distributed, "agree_left_and_estimate", lambda left, est: (left, agreed_estimate)
@@ -305,7 +307,7 @@ def step_end(callback, monkeypatch, agreed_left, agreed_estimate=None):
     control = transformers.TrainerControl()
     args = SimpleNamespace(output_dir=".")
     callback.on_step_end(args, state, control)
-    assert calls == [None]  # this rank's own flag: not signalled
+    assert calls == [(None, False)]  # this rank's own flags: not signalled, no stop asked
     return control
 
 
@@ -323,6 +325,16 @@ def test_hf_callback_stops_a_rank_that_got_no_signal_when_another_did(monkeypatc
     assert exited.value.code == EXIT_PREEMPTED
 
 
+def test_hf_callback_stops_every_rank_when_one_rank_asks_to_stop(monkeypatch):
+    """A budget or early stop decided on one rank only would leave the others in a collective."""
+    hf = pytest.importorskip("corral.sdk.integrations.hf")
+    callback = hf.CorralCallback(install_signals=False)
+    control = step_end(callback, monkeypatch, agreed_left=None, agreed_stop=True)
+    assert control.should_training_stop and control.should_save
+    assert callback.stopped_for == "stopped by another rank"
+    callback.exit_if_preempted()  # not a preemption: returns, the script ends normally
+
+
 def test_hf_callback_uses_the_agreed_estimate_for_the_save_decision(monkeypatch, capsys):
     hf = pytest.importorskip("corral.sdk.integrations.hf")
     callback = hf.CorralCallback(install_signals=False)
@@ -337,11 +349,11 @@ def test_hf_callback_exits_75_when_the_agreement_fails(monkeypatch, capsys):
     hf = pytest.importorskip("corral.sdk.integrations.hf")
     callback = hf.CorralCallback(install_signals=False)
 
-    def broken(local):
+    def broken(local, stop):
         raise RuntimeError("Connection closed by peer")
 
     monkeypatch.setattr(hf.distributed, "is_distributed", lambda: True)
-    monkeypatch.setattr(hf.distributed, "agree_seconds_left", broken)
+    monkeypatch.setattr(hf.distributed, "agree_left_and_stop", broken)
     transformers = pytest.importorskip("transformers")
     state = transformers.TrainerState()
     state.is_world_process_zero = False
@@ -354,3 +366,62 @@ def test_hf_callback_exits_75_when_the_agreement_fails(monkeypatch, capsys):
         callback.on_step_end(args, state, control)
     assert exited.value.code == EXIT_PREEMPTED
     assert "could not agree on preemption" in capsys.readouterr().err
+
+
+STOP_WORKER = r"""
+import datetime, sys, time
+import torch
+import torch.distributed as dist
+from corral.sdk import request_stop, should_stop_all, stop_reason
+
+dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=15))
+rank = dist.get_rank()
+step = 0
+for step in range(1, 10_000):
+    grad = torch.ones(1)
+    dist.all_reduce(grad)  # DDP's gradient all-reduce
+    if rank == 1 and step == 12:
+        request_stop("budget")  # e.g. the cost meter, on this rank only
+    if should_stop_all():
+        break
+    time.sleep(0.005)
+print(f"stopped at {step}: {stop_reason()}", flush=True)
+dist.destroy_process_group()
+"""
+
+
+def test_should_stop_all_ends_every_rank_at_the_same_step(tmp_path):
+    script = tmp_path / "stop_worker.py"
+    script.write_text(STOP_WORKER)
+    port = free_port()
+    procs = []
+    try:
+        for rank in (0, 1):
+            env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
+                   "RANK": str(rank), "WORLD_SIZE": "2", "GLOO_SOCKET_IFNAME": "lo",
+                   "OMP_NUM_THREADS": "1"}  # fmt: skip
+            argv = [sys.executable, str(script)]
+            pipes = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE}
+            procs.append(subprocess.Popen(argv, env=env, text=True, **pipes))
+        outs = []
+        for rank, proc in enumerate(procs):
+            try:
+                out, err = proc.communicate(timeout=30)
+            except subprocess.TimeoutExpired:
+                pytest.fail(f"rank {rank} did not stop (hung in a collective?)")
+            assert proc.returncode == 0, err
+            outs.append(out.strip())
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    assert outs == ["stopped at 12: stopped by another rank", "stopped at 12: budget"]
+
+
+def test_should_stop_all_is_should_stop_in_a_single_process():
+    from corral.sdk import request_stop, should_stop_all
+
+    assert should_stop_all() is False
+    request_stop("budget")
+    assert should_stop_all() is True

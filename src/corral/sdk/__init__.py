@@ -30,6 +30,7 @@ _EXPORTS: dict[str, str] = {
     # preemption
     "preempted": "corral.sdk.signals",
     "should_stop": "corral.sdk.signals",
+    "should_stop_all": "corral.sdk.signals",
     "request_stop": "corral.sdk.signals",
     "install_signal_handlers": "corral.sdk.signals",
     "exit_if_preempted": "corral.sdk.signals",

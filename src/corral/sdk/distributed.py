@@ -20,9 +20,11 @@ from typing import Any
 
 __all__ = [
     "agree_left_and_estimate",
+    "agree_left_and_stop",
     "agree_seconds_left",
     "barrier",
     "is_distributed",
+    "leave",
     "rank",
     "world_size",
 ]
@@ -98,6 +100,15 @@ def agree_seconds_left(local: float | None) -> float | None:
     return None if agreed == math.inf else agreed
 
 
+def agree_left_and_stop(local_left: float | None, stop_here: bool) -> tuple[float | None, bool]:
+    """One collective for "does the loop end at this step": the agreed grace time left (as
+    :func:`agree_seconds_left`) and whether any rank asked to stop (budget, early stopping,
+    deadline: :func:`corral.sdk.signals.request_stop`)."""
+    left = math.inf if local_left is None else float(local_left)
+    agreed_left, agreed_stop = _all_reduce_min([left, -1.0 if stop_here else 0.0])
+    return (None if agreed_left == math.inf else agreed_left), agreed_stop < 0
+
+
 def agree_left_and_estimate(
     local_left: float | None, local_estimate: float | None, *, contributes: bool = True
 ) -> tuple[float | None, float | None]:
@@ -124,3 +135,16 @@ def barrier() -> None:
         _all_reduce_min([0.0])
         return
     dist.barrier()
+
+
+def leave() -> None:
+    """Destroy the default process group before the process exits on its own (best effort):
+    exiting with a live gloo group can abort in its threads' destructors, which would turn the
+    exit code into a crash (SIGABRT)."""
+    dist = _dist()
+    if dist is None:
+        return
+    try:
+        dist.destroy_process_group()
+    except Exception as exc:  # exiting anyway: report, never raise
+        print(f"corral: could not leave the process group: {exc}", file=sys.stderr)

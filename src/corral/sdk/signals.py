@@ -102,6 +102,22 @@ def should_stop() -> bool:
     return _signal_at is not None or _stop_reason is not None
 
 
+def should_stop_all() -> bool:
+    """:func:`should_stop` agreed by every rank of a ``torch.distributed`` job: True on all
+    ranks when any rank should stop (preempted, budget, early stopping), so they all leave the
+    loop at the same step instead of one rank leaving the others blocked in a collective. One
+    tiny all_reduce: every rank must call it at the same steps. In a single process it is
+    :func:`should_stop`. A rank that was asked to stop by another reports
+    ``stop_reason() == "stopped by another rank"`` unless it has a reason of its own."""
+    if not distributed.is_distributed():
+        return should_stop()
+    global _stop_reason
+    _, stop = distributed.agree_left_and_stop(None, should_stop())
+    if stop and not should_stop():
+        _stop_reason = "stopped by another rank"
+    return stop
+
+
 def stop_reason() -> str | None:
     """Why the loop should stop ("preempted", or the reason given to :func:`request_stop`)."""
     if _signal_at is not None:
@@ -282,6 +298,7 @@ def _exit_if_any_rank_preempted(
         distributed.barrier()  # no rank exits (tearing the group down) before the save is durable
     except RuntimeError as exc:
         print(f"corral: the ranks could not meet after the preemption save: {exc}", file=sys.stderr)
+    distributed.leave()  # exit 75, never an abort from a live group at interpreter exit
     sys.exit(EXIT_PREEMPTED)
 
 

@@ -218,7 +218,7 @@ class CorralCallback(TrainerCallback):
         else:
             preempted, left = signals.preempted(), signals.seconds_left()
             estimate = self.save_seconds
-        if not preempted and not signals.should_stop():
+        if not preempted and not signals.should_stop():  # (agreed above when distributed)
             return control
         reason = "preempted" if preempted else signals.stop_reason() or "requested"
         self.stopped_for = reason
@@ -240,12 +240,18 @@ class CorralCallback(TrainerCallback):
         return control
 
     def _agree_on_preemption(self) -> tuple[bool, float | None, float | None]:
-        """All ranks decide at the same step end, from the same numbers: the smallest grace
-        time left of any signalled rank and the longest last save of any rank. A failing
+        """All ranks decide at the same step end, from the same numbers: whether any rank
+        asks to stop (budget, early stopping: then every rank stops, with the reason "stopped
+        by another rank" where it had none), the smallest grace time left of any signalled
+        rank and the longest last save of any rank. A failing
         collective is reported and this rank exits 75 if it was signalled itself; otherwise the
         error is raised (a peer died or the network broke: a crash, not a preemption)."""
         try:
-            left = distributed.agree_seconds_left(signals.seconds_left())
+            left, stop = distributed.agree_left_and_stop(
+                signals.seconds_left(), signals.should_stop()
+            )
+            if stop and not signals.should_stop():
+                signals.request_stop("stopped by another rank")
             if left is None:
                 return False, None, None
             left, estimate = distributed.agree_left_and_estimate(left, self.save_seconds)
@@ -353,4 +359,5 @@ class CorralCallback(TrainerCallback):
         else returns."""
         if signals.preempted() or self.stopped_for == "preempted":
             trackers.finish()
+            distributed.leave()  # a live process group can abort the exit (SIGABRT, not 75)
             sys.exit(EXIT_PREEMPTED)

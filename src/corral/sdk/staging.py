@@ -41,9 +41,25 @@ class StagingPool:
         self._slots: list[Any] = []
         self._copies: list[tuple[int, int, int]] = []  # (dst, src, bytes), done by finish()
         self._sources: list[Any] = []  # keeps the sources alive until finish()
+        #: True while :meth:`Checkpointer.reserve` walks a state: allocate, copy nothing.
+        self.reserving = False
 
     def take(self, index: int, src: Any, kind: str) -> Any:
         buf = self._slots[index] if index < len(self._slots) else None
+        if self.reserving:
+            buf = self._allocate(buf, src, kind)
+        elif kind == "torch":
+            buf = self._take_torch(buf, src)
+        else:
+            buf = self._take_numpy(buf, src)
+        if index < len(self._slots):
+            self._slots[index] = buf
+        else:
+            self._slots.append(buf)
+        return buf
+
+    def _allocate(self, buf: Any, src: Any, kind: str) -> Any:
+        """A buffer for ``src``: ``buf`` when it fits, else a new one (pages not touched)."""
         if kind == "torch":
             torch = sys.modules["torch"]
             pin = src.device.type == "cuda"
@@ -55,24 +71,39 @@ class StagingPool:
             )
             if not fits:
                 buf = torch.empty(tuple(src.shape), dtype=src.dtype, pin_memory=pin)
-            if src.device.type == "cpu" and src.is_contiguous():  # a host address to copy from
-                self._defer(buf.data_ptr(), src.data_ptr(), buf.nbytes, src)
-            else:
-                buf.copy_(src, non_blocking=pin)
+            return buf
+        np = sys.modules["numpy"]
+        fits = isinstance(buf, np.ndarray) and buf.dtype == src.dtype and buf.shape == src.shape
+        return buf if fits else np.empty(src.shape, dtype=src.dtype)
+
+    def _take_torch(self, buf: Any, src: Any) -> Any:
+        buf = self._allocate(buf, src, "torch")
+        if src.device.type == "cpu" and src.is_contiguous():  # a host address to copy from
+            self._defer(buf.data_ptr(), src.data_ptr(), buf.nbytes, src)
         else:
-            np = sys.modules["numpy"]
-            fits = isinstance(buf, np.ndarray) and buf.dtype == src.dtype and buf.shape == src.shape
-            if not fits:
-                buf = np.empty(src.shape, dtype=src.dtype)
-            if src.flags.c_contiguous:
-                self._defer(buf.ctypes.data, src.ctypes.data, buf.nbytes, src)
-            else:
-                np.copyto(buf, src)
-        if index < len(self._slots):
-            self._slots[index] = buf
-        else:
-            self._slots.append(buf)
+            buf.copy_(src, non_blocking=src.device.type == "cuda")
         return buf
+
+    def _take_numpy(self, buf: Any, src: Any) -> Any:
+        buf = self._allocate(buf, src, "numpy")
+        if src.flags.c_contiguous:
+            self._defer(buf.ctypes.data, src.ctypes.data, buf.nbytes, src)
+        else:
+            sys.modules["numpy"].copyto(buf, src)
+        return buf
+
+    def prefault(self) -> None:
+        """Touch every page of the CPU buffers (writing zeros), so that the next snapshot copies
+        into mapped memory instead of paying a page fault per 4 KiB. Pinned buffers are mapped
+        already."""
+        torch = sys.modules.get("torch")
+        for buf in list(self._slots):
+            if torch is not None and isinstance(buf, torch.Tensor):
+                if buf.is_pinned() or not buf.nbytes:
+                    continue
+                ctypes.memset(buf.data_ptr(), 0, buf.nbytes)
+            elif buf.nbytes:
+                ctypes.memset(buf.ctypes.data, 0, buf.nbytes)
 
     def _defer(self, dst: int, src: int, nbytes: int, keep: Any) -> None:
         for start in range(0, nbytes, COPY_CHUNK_BYTES):

@@ -139,3 +139,55 @@ def test_ctrl_c_during_a_parallel_snapshot_leaves_no_copy_running(tmp_path, monk
     cp.save(state, 2)  # the Checkpointer still works after the interrupted snapshot
     cp.wait()
     assert torch.equal(cp.restore()["w"], state["w"])
+
+
+def test_reserve_allocates_the_buffers_the_first_save_then_uses(tmp_path):
+    torch = pytest.importorskip("torch")
+    np = pytest.importorskip("numpy")
+    from corral.sdk import Checkpointer
+
+    state = {"w": torch.randn(100_000), "m": np.arange(5000.0), "step": 3, "b": torch.ones(7)}
+    cp = Checkpointer(tmp_path / "ck")
+    cp.reserve(state)
+    cp.wait()  # the background page-touching is done
+    reserved = [id(buf) for buf in cp._pool._slots]
+    assert len(reserved) == 3  # one buffer per tensor/array, nothing copied yet
+    assert all(float(abs(buf).sum()) == 0.0 for buf in cp._pool._slots)  # touched: zeros
+    assert cp.checkpoints() == []
+    state["w"] += 1  # the state changes between reserve and save
+    cp.save(state, 3)
+    assert [id(buf) for buf in cp._pool._slots] == reserved  # the same buffers, filled now
+    cp.wait()
+    out = cp.restore()
+    assert torch.equal(out["w"], state["w"]) and np.array_equal(out["m"], state["m"])
+    assert out["step"] == 3 and torch.equal(out["b"], state["b"])
+
+
+def test_reserve_keeps_fitting_buffers_and_replaces_the_rest(tmp_path):
+    torch = pytest.importorskip("torch")
+    from corral.sdk import Checkpointer
+
+    cp = Checkpointer(tmp_path / "ck")
+    cp.reserve({"w": torch.zeros(1000)})
+    cp.wait()
+    first = cp._pool._slots[0]
+    cp.reserve({"w": torch.zeros(1000), "exp_avg": torch.zeros(1000, dtype=torch.float64)})
+    cp.wait()
+    assert cp._pool._slots[0] is first and cp._pool._slots[1].dtype == torch.float64
+    cp.reserve({"w": torch.zeros(10)})  # smaller state: the extra buffer is dropped
+    cp.wait()
+    assert len(cp._pool._slots) == 1 and cp._pool._slots[0].numel() == 10
+
+
+def test_reserve_is_a_no_op_for_synchronous_saves_and_waits_for_a_save_in_flight(tmp_path):
+    torch = pytest.importorskip("torch")
+    from corral.sdk import Checkpointer
+
+    sync = Checkpointer(tmp_path / "sync", async_save=False)
+    sync.reserve({"w": torch.zeros(10)})  # nothing to prepare
+    cp = Checkpointer(tmp_path / "ck")
+    state = {"w": torch.arange(1000.0)}
+    cp.save(state, 1)
+    cp.reserve(state)  # must not zero the buffers the save in flight is still writing from
+    cp.wait()
+    assert torch.equal(cp.restore()["w"], torch.arange(1000.0))

@@ -425,3 +425,24 @@ def test_should_stop_all_is_should_stop_in_a_single_process():
     assert should_stop_all() is False
     request_stop("budget")
     assert should_stop_all() is True
+
+
+def test_hf_callback_agrees_only_every_check_every_steps(monkeypatch):
+    hf = pytest.importorskip("corral.sdk.integrations.hf")
+    transformers = pytest.importorskip("transformers")
+    with pytest.raises(BadInput, match="check_every"):
+        hf.CorralCallback(install_signals=False, check_every=0)
+    callback = hf.CorralCallback(install_signals=False, check_every=5)
+    calls = []
+    monkeypatch.setattr(hf.distributed, "is_distributed", lambda: True)
+    monkeypatch.setattr(
+        hf.distributed,
+        "agree_left_and_stop",
+        lambda local, stop: calls.append(local) or (None, False),
+    )
+    state = transformers.TrainerState()
+    state.is_world_process_zero = False
+    for step in range(1, 11):
+        state.global_step = step
+        callback.on_step_end(SimpleNamespace(output_dir="."), state, transformers.TrainerControl())
+    assert len(calls) == 2  # at steps 5 and 10 only

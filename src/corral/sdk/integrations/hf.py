@@ -29,9 +29,11 @@ What the callback does (on the main process only):
   Leave ``save_total_limit`` unset.
 * **Preemption** (SIGTERM/SIGUSR1, handlers installed at train begin): at the next step end the
   Trainer is told to save, if the grace period left fits the last measured save, and to stop.
-  In a ``torch.distributed`` job every step end is one tiny all_reduce so that all ranks
-  stop (and save, through the Trainer's own main-process logic) at the same step when any rank
-  was signalled, with the smallest grace time left and the longest last save of any rank;
+  In a ``torch.distributed`` job every step end (every ``check_every``-th global step) is one
+  tiny all_reduce so that all ranks stop (and save, through the Trainer's own main-process
+  logic) at the same step when any rank was signalled or asked to stop, with the smallest grace
+  time left and the longest last save of any rank (with nccl the all_reduce also synchronises
+  the GPU: a larger ``check_every`` makes that rarer);
   ``exit_if_preempted()`` after ``trainer.train()`` returns exits with
   :data:`corral.constants.EXIT_PREEMPTED`. A stop asked by the budget or by
   :class:`~corral.sdk.early_stop.EarlyStopping` saves and stops too, but does not exit.
@@ -156,8 +158,11 @@ class CorralCallback(TrainerCallback):
         config: Any = None,
         progress_every_s: float = 10.0,
         install_signals: bool = True,
+        check_every: int = 1,
         clock: Callable[[], float] = time.monotonic,
     ):
+        if isinstance(check_every, bool) or not isinstance(check_every, int) or check_every < 1:
+            raise BadInput(f"check_every must be an integer >= 1, got {check_every!r}")
         policy = retention_policy(keep_last, keep_best, metric, mode)
         self.keep_last: int = policy["keep_last"]
         self.keep_best: int = policy["keep_best"]
@@ -167,6 +172,7 @@ class CorralCallback(TrainerCallback):
         self.config = config
         self.progress_every_s = progress_every_s
         self.install_signals = install_signals
+        self.check_every = check_every  # distributed: agree on stops at these global steps
         self._clock = clock
         self._last_progress_at: float | None = None
         self._work_done_at: float | None = None  # end of the step/evaluation before a save
@@ -214,6 +220,8 @@ class CorralCallback(TrainerCallback):
                 )
         self._meter().check(state.global_step)
         if distributed.is_distributed():
+            if state.global_step % self.check_every:
+                return control  # every rank skips the same steps: they are in lockstep
             preempted, left, estimate = self._agree_on_preemption()
         else:
             preempted, left = signals.preempted(), signals.seconds_left()

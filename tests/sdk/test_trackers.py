@@ -204,3 +204,17 @@ def test_init_builds_extras_from_specs(tmp_path):
         trackers_mod.init(specs=[{"type": "tensorboard"}])
     log({"loss": 0.5}, step=5)  # the set configured before is still in use
     assert [r["step"] for r in records(target)] == [4, 5]
+
+
+def test_a_metrics_dict_that_contains_itself_is_written_not_raised(tmp_path):
+    """Writing progress never raises into the training loop."""
+    import json
+
+    from corral.sdk import progress_file
+
+    metrics: dict = {"loss": 0.5}
+    metrics["self"] = metrics
+    target = tmp_path / "progress.jsonl"
+    assert progress_file.emit("metrics", file=str(target), step=1, metrics=metrics)
+    record = json.loads(target.read_text())
+    assert record["metrics"]["loss"] == 0.5 and record["step"] == 1

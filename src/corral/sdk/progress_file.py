@@ -28,16 +28,22 @@ from corral.constants import ENV_PROGRESS_FILE
 _lock = threading.Lock()
 
 
-def _clean(value: Any) -> Any:
+#: Nesting deeper than this is written as text (a structure that contains itself ends here).
+MAX_DEPTH = 32
+
+
+def _clean(value: Any, depth: int = 0) -> Any:
     if isinstance(value, float) and not math.isfinite(value):
         return None
+    if isinstance(value, (dict, list, tuple)) and depth >= MAX_DEPTH:
+        return "..."
     if isinstance(value, dict):
-        return {str(k): _clean(v) for k, v in value.items()}
+        return {str(k): _clean(v, depth + 1) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_clean(v) for v in value]
+        return [_clean(v, depth + 1) for v in value]
     if hasattr(value, "item") and callable(value.item):  # numpy / torch scalars
         try:
-            return _clean(value.item())
+            return _clean(value.item(), depth + 1)
         except Exception:
             return str(value)
     if isinstance(value, (str, int, float, bool)) or value is None:

@@ -93,3 +93,19 @@ def test_mlflow_sqlite_logs_metrics_and_tables_and_resumes_the_same_run(tmp_path
         doc = json.load(f)
     assert doc["columns"] == ["id", "loss"] and doc["rows"] == [{"id": "a", "loss": 9.5}]
     assert (tmp_path / "mlartifacts").is_dir()  # artifacts next to the sqlite file
+
+
+@pytest.mark.parametrize("run_id", ["it's-7", 'say "hi"', """both'and"quotes"""])
+def test_mlflow_resumes_the_same_run_when_the_run_id_has_quotes(tmp_path, run_id):
+    pytest.importorskip("mlflow")
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    MlflowTracker(uri, experiment="exp", run_id="its-7").finish()  # a near miss for LIKE
+    first = MlflowTracker(uri, experiment="exp", run_id=run_id)
+    first.finish()
+    second = MlflowTracker(uri, experiment="exp", run_id=run_id)
+    assert second.run_id == first.run_id
+    second.finish()
+    from mlflow import MlflowClient
+
+    tags = MlflowClient(tracking_uri=uri).get_run(first.run_id).data.tags
+    assert tags["corral.run_id"] == run_id  # its own run, not the near miss

@@ -80,13 +80,16 @@ class MlflowTracker(Tracker):
 
     def _find_or_create(self, experiment_id: str, corral_id: str | None) -> str:
         if corral_id:
-            safe = corral_id.replace("'", "")
-            runs = self.client.search_runs(
-                [experiment_id],
-                filter_string=f"tags.`{RUN_ID_TAG}` = '{safe}'",
-                max_results=1,
-                order_by=["attributes.start_time ASC"],
-            )
+            runs = [
+                run
+                for run in self.client.search_runs(
+                    [experiment_id],
+                    filter_string=_tag_filter(corral_id),
+                    max_results=100,
+                    order_by=["attributes.start_time ASC"],
+                )
+                if run.data.tags.get(RUN_ID_TAG) == corral_id  # LIKE (below) matches more
+            ]
             if runs:
                 run_id = runs[0].info.run_id
                 if runs[0].info.status != "RUNNING":
@@ -130,3 +133,15 @@ class MlflowTracker(Tracker):
 
     def __repr__(self) -> str:
         return f"MlflowTracker(tracking_uri={self.tracking_uri!r}, run_id={self.run_id!r})"
+
+
+def _tag_filter(corral_id: str) -> str:
+    """An MLflow filter for the runs tagged ``corral_id``. Values are quoted with ' or "; an id
+    holding both quote characters is matched with LIKE, each quote a one-character wildcard,
+    and the caller keeps the exact matches."""
+    if "'" not in corral_id:
+        return f"tags.`{RUN_ID_TAG}` = '{corral_id}'"
+    if '"' not in corral_id:
+        return f'tags.`{RUN_ID_TAG}` = "{corral_id}"'
+    pattern = corral_id.replace("'", "_").replace('"', "_")
+    return f"tags.`{RUN_ID_TAG}` LIKE '{pattern}'"

@@ -33,8 +33,8 @@ class StagingPool:
     Copying into memory that is already mapped runs at memory bandwidth; fresh allocations pay a
     page fault per 4 KiB first. The pool holds one copy of the last saved state's tensors.
     Buffers are reused only once the previous save is durable (one save in flight at a time).
-    Contiguous CPU sources are copied by ``memmove`` in parallel chunks (:meth:`finish`); other
-    sources (CUDA or any other device, strided) by ``Tensor.copy_`` / ``numpy.copyto`` at once.
+    Contiguous CPU sources are copied in parallel chunks (:meth:`finish`, :data:`COPY_KIND`);
+    other sources (CUDA or any other device, strided) by ``Tensor.copy_`` / ``numpy.copyto``.
     """
 
     def __init__(self) -> None:
@@ -126,12 +126,11 @@ class StagingPool:
             if total >= PARALLEL_COPY_BYTES and COPY_THREADS >= 2:
                 executor = _copy_executor()
                 try:
-                    while copies:
-                        futures.append(executor.submit(batch.run, *copies[0]))
-                        copies.pop(0)
+                    for job in copies:
+                        futures.append(executor.submit(batch.run, *job))
                 except RuntimeError:  # no new work once the interpreter is exiting (a save
                     pass  # from an atexit handler): the rest is copied in this thread
-            for dst, src, n in copies:
+            for dst, src, n in copies[len(futures) :]:
                 batch.run(dst, src, n)
             for future in futures:
                 future.result()

@@ -9,7 +9,8 @@ figure below is measured once per round, the rounds interleaved, and the median 
   is still in flight (the very first save also allocates the reused snapshot buffers: it is
   reported apart as ``first_stall_s``; ``first_stall_reserved_s`` is the first save of a
   Checkpointer that was given ``reserve(state)`` beforehand). ``copy_kind`` names the snapshot copy in use
-  (``streaming``: non-temporal stores from corral's C extension), and ``stall_memmove_s`` is the
+  (``streaming``: non-temporal stores from corral's C extension; ``copy_isa``: ``avx512`` or
+  ``sse2`` stores), and ``stall_memmove_s`` is the
   same save with the portable ``memmove`` copy, measured in the same rounds as the baseline;
   ``torch_copy_s`` is the floor any in-memory snapshot pays: ``Tensor.copy_`` of the same tensors
   into buffers allocated beforehand (torch's own multi-threaded copy), right after the same
@@ -188,6 +189,7 @@ def run_size(size_mib: int, work: Path, rounds: int) -> dict[str, Any]:
         "first_stall_s": first_stall,
         "first_stall_reserved_s": first_stall_reserved,
         "copy_kind": staging.COPY_KIND,
+        "copy_isa": staging.COPY_ISA,
         "stall_memmove_s": med.get("stall_memmove_s", med["stall_s"]),
         "torch_copy_s": med["torch_copy_s"],
         "torch_save_fsync_s": med["torch_save_fsync_s"],
@@ -243,7 +245,9 @@ def print_table(results: dict[str, dict[str, Any]]) -> None:
             f"{r['first_stall_s']:.3f} s ({r['first_stall_reserved_s']:.3f} s after reserve())"
         )
         console.print(
-            f"  snapshot copy: {r['copy_kind']}; with the portable memmove copy the stall is "
+            f"  snapshot copy: {r['copy_kind']}"
+            + (f" ({r['copy_isa']})" if r["copy_isa"] else "")
+            + f"; with the portable memmove copy the stall is "
             f"{r['stall_memmove_s']:.3f} s ({r['stall_memmove_s'] / r['torch_save_s']:.1%} of "
             "torch.save); torch's own copy of the same tensors into ready buffers (the floor of "
             f"any in-memory snapshot) {r['torch_copy_s']:.3f} s"

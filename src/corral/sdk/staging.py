@@ -3,7 +3,8 @@
 The copy is the whole training-loop stall of an asynchronous save, so it is made as cheap as
 memory allows: buffers are allocated once and reused (no page faults after the first save), and
 contiguous CPU tensors/arrays are copied in 16 MiB chunks by a few threads, with streaming
-(non-temporal) stores where the optional ``corral.sdk._fastcopy`` extension was built: they skip
+(non-temporal) stores where the optional ``corral.sdk._fastcopy`` extension was built (64-byte
+AVX-512 stores where the CPU has them, else 16-byte SSE2 stores: :data:`COPY_ISA`): they skip
 reading every destination line into the cache first and leave the training loop's working set
 in the cache. Without the extension (no C compiler at install time) the copy is
 ``ctypes.memmove``. :data:`COPY_KIND` says which one this process uses.
@@ -21,10 +22,11 @@ from typing import Any
 from corral.constants import ENV_FAST_COPY
 
 try:
+    from corral.sdk._fastcopy import ISA as _FAST_ISA
     from corral.sdk._fastcopy import KIND as _FAST_KIND
     from corral.sdk._fastcopy import copy as _fast_copy
 except ImportError:  # built without a C compiler: the portable copy
-    _FAST_KIND, _fast_copy = None, None
+    _FAST_ISA, _FAST_KIND, _fast_copy = None, None, None
 
 
 class StagingPool:
@@ -151,6 +153,8 @@ PARALLEL_COPY_BYTES = 64 * 1024 * 1024
 COPY_KIND = (
     _FAST_KIND if _fast_copy is not None and os.environ.get(ENV_FAST_COPY) != "0" else "memmove"
 )
+#: The streaming stores in use ("avx512": 64-byte, "sse2": 16-byte), None without streaming.
+COPY_ISA = _FAST_ISA if COPY_KIND == "streaming" else None
 _executor: ThreadPoolExecutor | None = None
 _executor_lock = threading.Lock()
 

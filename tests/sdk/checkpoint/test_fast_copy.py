@@ -50,6 +50,45 @@ def test_copies_of_every_size_and_alignment_are_exact(kind):
             assert dst[dst_off + n :] == b"\xaa" * 64
 
 
+def _isas() -> list[str]:
+    fast = sys.modules.get("corral.sdk._fastcopy")
+    if fast is None or fast.ISA == "none":
+        return []
+    return sorted({"sse2", fast.ISA})
+
+
+@pytest.mark.parametrize("isa", _isas())
+def test_each_streaming_variant_copies_exactly(isa):
+    """Every variant this CPU can run (the one in use and the SSE2 baseline), around its block
+    size, the streaming threshold and every destination alignment of a cache line."""
+    from corral.sdk import _fastcopy
+
+    rng = random.Random(11)
+    src = bytearray(rng.randbytes(2 * 1024 * 1024 + 300))
+    base = 256 * 1024
+    sizes = [base, base + 1, base + 63, base + 64, base + 255, base + 256, base + 257,
+             1024 * 1024 + 129, 2 * 1024 * 1024]  # fmt: skip
+    for n in sizes:
+        for src_off, dst_off in ((0, 0), (0, 1), (3, 17), (64, 33), (7, 63), (1, 64), (130, 48)):
+            if src_off + n > len(src):
+                continue
+            dst = bytearray(b"\x5a" * (n + dst_off + 128))
+            s_addr = ctypes.addressof((ctypes.c_char * len(src)).from_buffer(src)) + src_off
+            d_addr = ctypes.addressof((ctypes.c_char * len(dst)).from_buffer(dst)) + dst_off
+            _fastcopy.copy(d_addr, s_addr, n, isa)
+            assert dst[dst_off : dst_off + n] == src[src_off : src_off + n], (isa, n, dst_off)
+            assert dst[:dst_off] == b"\x5a" * dst_off
+            assert dst[dst_off + n :] == b"\x5a" * 128
+
+
+def test_a_variant_the_cpu_lacks_is_refused():
+    fast = sys.modules.get("corral.sdk._fastcopy")
+    if fast is None:
+        pytest.skip("extension not built")
+    with pytest.raises(ValueError, match="not available"):
+        fast.copy(0, 0, 0, "no-such-isa")
+
+
 def test_bad_arguments_are_refused_not_crashing():
     if staging._fast_copy is None:
         pytest.skip("extension not built")

@@ -243,3 +243,46 @@ def test_storage_without_a_path_fails_instead_of_checking_the_current_directory(
 
     check = check_storage(uri, 0.0, "checkpoints")
     assert check.status == "fail" and "no path given" in check.detail
+
+
+
+@pytest.mark.parametrize("what", ["model", "dataset", "output", "sqlite"])
+def test_a_path_that_cannot_be_looked_into_fails_its_check_not_the_run(tmp_path, what):
+    """A permission error (a parent directory without search permission) is a failed check with
+    the reason, not a traceback. Checked in a child process without root's privileges."""
+    import os
+
+    from corral.sdk import preflight_checks as pc
+
+    locked = tmp_path / "locked"
+    (locked / "inside").mkdir(parents=True)
+    target = locked / "inside"
+    run_check = {
+        "model": lambda: pc.check_model(str(target), {}),
+        "dataset": lambda: pc.check_readable("dataset", str(target)),
+        "output": lambda: pc.check_writable("output_dir", str(target / "out"), 0.0),
+        "sqlite": lambda: pc._check_sqlite("mlflow", target / "mlflow.db"),
+    }[what]
+    locked.chmod(0)
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child reports through the pipe
+        try:
+            if os.geteuid() == 0:
+                os.setgid(65534)
+                os.setuid(65534)  # nobody: permissions apply
+            check = run_check()
+            os.write(write_end, json.dumps([check.status, check.detail]).encode())
+        except BaseException as exc:
+            os.write(write_end, json.dumps(["raised", repr(exc)]).encode())
+        finally:
+            os._exit(0)
+    os.close(write_end)
+    try:
+        with os.fdopen(read_end, "rb") as f:
+            status, detail = json.loads(f.read())
+        os.waitpid(pid, 0)
+    finally:
+        locked.chmod(0o755)
+    assert status == "fail", detail
+    assert "ermission denied" in detail

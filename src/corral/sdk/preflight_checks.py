@@ -127,9 +127,9 @@ def check_readable(name: str, target: str | os.PathLike[str]) -> Check:
     path = _local_path(uri)
     if path is None:
         return Check(name, "skip", f"{safe_uri(uri)}: not checked: {scheme}:// is remote")
-    if not path.exists():
-        return Check(name, "fail", f"{path} does not exist")
     try:
+        if not path.exists():
+            return Check(name, "fail", f"{path} does not exist")
         if path.is_dir():
             with os.scandir(path) as it:
                 first = next(it, None)
@@ -166,7 +166,10 @@ def check_writable(name: str, directory: str | os.PathLike[str], min_free_gb: fl
     """Create ``directory`` if needed, write, read back and delete a probe file, check the free
     space; then remove the directories this check created (and only those)."""
     path = Path(directory).expanduser()
-    created = _missing_dirs(path.absolute())
+    try:
+        created = _missing_dirs(path.absolute())
+    except OSError as e:  # no permission to look into a parent
+        return Check(name, "fail", f"{path} is not writable: {e.strerror or e}")
     try:
         return _probe(name, path, min_free_gb)
     finally:
@@ -285,7 +288,11 @@ def check_mlflow(spec: Mapping[str, Any], env: Mapping[str, str], timeout: float
 
 
 def _check_sqlite(name: str, db: Path) -> Check:
-    if db.exists():
+    try:
+        exists = db.exists()
+    except OSError as e:
+        return Check(name, "fail", f"{db} cannot be read: {e.strerror or e}")
+    if exists:
         try:
             con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
             try:
@@ -318,10 +325,13 @@ def check_tracker(raw: Any, env: Mapping[str, str]) -> Check:
 def check_model(model_path: str | os.PathLike[str], env: Mapping[str, str]) -> Check:
     text = os.fspath(model_path)
     path = Path(text).expanduser()
-    if path.exists():
-        if path.is_dir() and not any(path.iterdir()):
-            return Check("model", "fail", f"{path} is an empty directory")
-        return Check("model", "pass", f"{path} is present")
+    try:
+        if path.exists():
+            if path.is_dir() and not any(path.iterdir()):
+                return Check("model", "fail", f"{path} is an empty directory")
+            return Check("model", "pass", f"{path} is present")
+    except OSError as exc:  # e.g. no permission to look into a parent or the directory
+        return Check("model", "fail", f"{path} cannot be read: {exc.strerror or exc}")
     looks_like_hub_id = (
         not _scheme(text)
         and text.count("/") == 1

@@ -13,6 +13,7 @@ imports torch itself for this.
 
 from __future__ import annotations
 
+import atexit
 import math
 import sys
 from collections.abc import Sequence
@@ -25,6 +26,7 @@ __all__ = [
     "barrier",
     "is_distributed",
     "leave",
+    "leave_at_exit",
     "rank",
     "world_size",
 ]
@@ -140,7 +142,7 @@ def barrier() -> None:
 def leave() -> None:
     """Destroy the default process group before the process exits on its own (best effort):
     exiting with a live gloo group can abort in its threads' destructors, which would turn the
-    exit code into a crash (SIGABRT)."""
+    exit code into a crash (SIGABRT). A no-op once the group is gone."""
     dist = _dist()
     if dist is None:
         return
@@ -148,3 +150,21 @@ def leave() -> None:
         dist.destroy_process_group()
     except Exception as exc:  # exiting anyway: report, never raise
         print(f"corral: could not leave the process group: {exc}", file=sys.stderr)
+
+
+_leave_registered = False
+
+
+def leave_at_exit() -> None:
+    """Make sure the default process group is destroyed when the interpreter exits (before its
+    destructors run), unless the script destroys it first.
+
+    Used on the way out with exit 75: destroying the group right away would make the script's
+    own clean-up fail while the ``SystemExit`` unwinds (the usual
+    ``finally: dist.destroy_process_group()`` raises on a group that is already gone, turning
+    "preempted, resume me" into a crash). Registered once; a no-op when not distributed."""
+    global _leave_registered
+    if _leave_registered or _dist() is None:
+        return
+    _leave_registered = True
+    atexit.register(leave)  # LIFO: runs before the exit handlers registered at import time

@@ -18,6 +18,7 @@ me again", not as a crash.
 
 from __future__ import annotations
 
+import atexit
 import os
 import signal
 import sys
@@ -179,7 +180,8 @@ def exit_if_preempted(
     """Return at once unless preempted. When preempted: make the save in flight durable,
     then, if the grace period left (measured from the signal) fits another save (estimated
     from the last save's duration; tried when unknown), save ``state_fn()`` as ``step`` and
-    wait for it; finally ``sys.exit(EXIT_PREEMPTED)``. With too little time no new save is
+    wait for it; finally exit with ``EXIT_PREEMPTED`` (:func:`exit_preempted`: also from a
+    thread other than the main one). With too little time no new save is
     started; the atomic layout means a save cut short by SIGKILL leaves no torn checkpoint.
     A failing save is reported on stderr; the exit code is still 75 (the previous checkpoint
     is there to resume from).
@@ -218,7 +220,31 @@ def exit_if_preempted(
                 _save_now(checkpointer, state_fn, step)  # type: ignore[arg-type]
             else:
                 _say_no_time(left)
-    sys.exit(EXIT_PREEMPTED)
+    exit_preempted()
+
+
+def exit_preempted() -> NoReturn:
+    """End the process with :data:`~corral.constants.EXIT_PREEMPTED` (75).
+
+    In the main thread this is ``sys.exit(75)``. In any other thread ``SystemExit`` would end
+    only that thread and the process would go on (and could exit 0, "done", with the training
+    unfinished), so there the exit handlers are run (pending checkpoint saves, trackers, the
+    process group) and the process ends with 75 at once."""
+    if threading.current_thread() is threading.main_thread():
+        sys.exit(EXIT_PREEMPTED)
+    print(
+        "corral: preempted in a thread other than the main one: ending the process (exit 75)",
+        file=sys.stderr,
+    )
+    try:
+        atexit._run_exitfuncs()  # what a normal exit runs: flush saves, finish trackers
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except Exception:  # exiting anyway
+                pass
+        os._exit(EXIT_PREEMPTED)
 
 
 def _flush(checkpointer: Checkpointer) -> None:
@@ -252,7 +278,8 @@ def _collective_failed(exc: BaseException, checkpointer: Checkpointer | None) ->
     )
     if checkpointer is not None:
         _flush(checkpointer)
-    sys.exit(EXIT_PREEMPTED)
+    distributed.leave_at_exit()
+    exit_preempted()
 
 
 def _exit_if_any_rank_preempted(
@@ -298,8 +325,10 @@ def _exit_if_any_rank_preempted(
         distributed.barrier()  # no rank exits (tearing the group down) before the save is durable
     except RuntimeError as exc:
         print(f"corral: the ranks could not meet after the preemption save: {exc}", file=sys.stderr)
-    distributed.leave()  # exit 75, never an abort from a live group at interpreter exit
-    sys.exit(EXIT_PREEMPTED)
+    # Exit 75, never an abort from a live group at interpreter exit; destroyed at exit, not
+    # now, so that the script's own `finally: dist.destroy_process_group()` still works.
+    distributed.leave_at_exit()
+    exit_preempted()
 
 
 def _reset_for_tests() -> None:

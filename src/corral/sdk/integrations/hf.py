@@ -60,7 +60,6 @@ from typing import Any
 
 from transformers import TrainerCallback
 
-from corral.constants import EXIT_PREEMPTED
 from corral.errors import BadInput
 from corral.sdk import distributed, signals, trackers
 from corral.sdk.cost import CostMeter
@@ -272,7 +271,8 @@ class CorralCallback(TrainerCallback):
                 file=sys.stderr,
             )
             trackers.finish()
-            sys.exit(EXIT_PREEMPTED)
+            distributed.leave_at_exit()
+            signals.exit_preempted()
         return True, left, estimate
 
     def on_evaluate(self, args, state, control, **kwargs):
@@ -367,5 +367,7 @@ class CorralCallback(TrainerCallback):
         else returns."""
         if signals.preempted() or self.stopped_for == "preempted":
             trackers.finish()
-            distributed.leave()  # a live process group can abort the exit (SIGABRT, not 75)
-            sys.exit(EXIT_PREEMPTED)
+            # A live process group can abort the exit (SIGABRT, not 75): destroyed at exit,
+            # after the script's own clean-up (which may destroy it itself).
+            distributed.leave_at_exit()
+            signals.exit_preempted()

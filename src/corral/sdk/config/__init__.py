@@ -25,7 +25,8 @@ folder; ``experiment=`` may also be a path to a ``.py`` file). One may define ei
 * ``def configure(cfg): ...``: called with the config, may change it in place or return a new
   one; the result is type-checked like every other value.
 
-**Values** are checked against the field types: ``int``, ``float`` (an int is fine), ``bool``
+**Values** are checked against the field types: ``int`` (also a whole number in scientific
+notation, ``1e5``, but not ``3e-4``), ``float`` (an int is fine), ``bool``
 (``true/false/yes/no/on/off/1/0``), ``str``, ``Path``, ``Optional[X]`` (``none``/``null``),
 unions (tried in order), ``list[X]``/``tuple[X, ...]`` (a JSON array or ``a,b,c``),
 ``dict[str, X]`` (a JSON object), ``Literal[...]``, enums (by name or value) and nested
@@ -33,6 +34,12 @@ dataclasses (``model.layers=4``, or ``model={"layers": 4}``). An unknown key or 
 :class:`corral.errors.BadInput` naming the key, with a "did you mean" suggestion. Each field's
 type is resolved on its own; one that cannot be resolved (a type defined inside a function
 under ``from __future__ import annotations``) is a ``BadInput`` naming the field, never "any".
+
+A config or section class with a ``__post_init__`` is built again from the final values once
+they are all applied, so what it derives (``field(init=False)``, which cannot be set itself) or
+checks sees the overrides; an error it raises is a ``BadInput``. In ``configure()``, assigning
+a name that is not a field (``cfg.lrr = ...``) or raising is a ``BadInput`` naming the
+experiment.
 
 **Where the resolved config goes**: ``load_config`` writes it as JSON to
 :func:`config_path` (``$CORRAL_CHECKPOINT_DIR/../config.json`` under corral, else
@@ -48,6 +55,7 @@ import dataclasses
 import importlib.util
 import json
 import os
+import sys
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -59,6 +67,7 @@ from corral.sdk.config.values import (
     check_all,
     check_types,
     default_instance,
+    finalize,
     plain,
     set_key,
     suggest,
@@ -134,13 +143,19 @@ class TrainingConfig:
         cfg = default_instance(cls)
         for key, value in data.items():
             set_key(cfg, key, value, parse_text=False)
-        return cfg
+        return finalize(cfg)
 
 
 def apply_overrides(cfg: C, overrides: Iterable[str] | dict[str, Any]) -> C:
     """A copy of ``cfg`` with ``["lr=3e-4", "model.layers=4"]`` (strings, parsed) or
-    ``{"lr": 3e-4}`` (Python values) applied; ``cfg`` itself is left unchanged."""
-    out = copy.deepcopy(cfg)
+    ``{"lr": 3e-4}`` (Python values) applied; ``cfg`` itself is left unchanged. A config (or
+    section) with a ``__post_init__`` is built again from the new values, so what it derives
+    or checks there follows the overrides."""
+    return finalize(_apply(copy.deepcopy(cfg), overrides))
+
+
+def _apply(out: C, overrides: Iterable[str] | dict[str, Any]) -> C:
+    """``overrides`` set on ``out`` itself (no copy, no ``__post_init__``)."""
     if isinstance(overrides, dict):
         for key, value in overrides.items():
             set_key(out, str(key), value, parse_text=isinstance(value, str))
@@ -202,10 +217,13 @@ def _apply_experiment(cfg: C, name: str, experiments_dir: str | os.PathLike[str]
     if spec is None or spec.loader is None:
         raise BadInput(f"experiment file {path} cannot be loaded")
     module = importlib.util.module_from_spec(spec)
+    # registered like an imported module: dataclasses (and type hints) defined in the file
+    # look their module up in sys.modules
+    sys.modules[spec.name] = module
     try:
         spec.loader.exec_module(module)
     except Exception as e:
-        raise BadInput(f"experiment file {path} failed to load: {type(e).__name__}: {e}")
+        raise BadInput(f"experiment file {path} failed to load: {type(e).__name__}: {e}") from e
     overrides = getattr(module, "overrides", None)
     configure = getattr(module, "configure", None)
     if overrides is None and configure is None:
@@ -214,20 +232,49 @@ def _apply_experiment(cfg: C, name: str, experiments_dir: str | os.PathLike[str]
         if not isinstance(overrides, dict):
             raise BadInput(f"experiment file {path}: 'overrides' must be a dict")
         try:
-            cfg = apply_overrides(cfg, overrides)
+            cfg = _apply(copy.deepcopy(cfg), overrides)
         except BadInput as e:
-            raise BadInput(f"experiment '{name}': {e}")
+            raise BadInput(f"experiment '{name}': {e}") from None
     if configure is not None:
-        result = configure(cfg)
+        before = _extra_attributes(cfg)
+        try:
+            result = configure(cfg)
+        except BadInput as e:
+            raise BadInput(f"experiment '{name}': configure(): {e}") from e
+        except Exception as e:
+            raise BadInput(
+                f"experiment '{name}': configure() failed: {type(e).__name__}: {e}"
+            ) from e
         if result is not None:
             if not isinstance(result, type(cfg)):
                 raise BadInput(f"experiment '{name}': configure() returned {type(result)!r}")
             cfg = result
+        for key, options in _extra_attributes(cfg).items():
+            if key not in before:  # `cfg.lrr = 1`: a typo dataclasses would keep silently
+                raise BadInput(
+                    f"experiment '{name}': configure() set unknown config key "
+                    f"'{key}'{suggest(key, options)}"
+                )
         try:
             check_all(cfg)
         except BadInput as e:
-            raise BadInput(f"experiment '{name}': {e}")
+            raise BadInput(f"experiment '{name}': {e}") from None
     return cfg
+
+
+def _extra_attributes(cfg: Any, prefix: str = "") -> dict[str, list[str]]:
+    """``{"model.lyers": [the keys of that section], ...}``: the attributes of ``cfg`` and its
+    sections that are not fields."""
+    out: dict[str, list[str]] = {}
+    names = [f.name for f in dataclasses.fields(cfg)]
+    for attr in getattr(cfg, "__dict__", {}):
+        if attr not in names:
+            out[prefix + attr] = [prefix + n for n in names]
+    for name in names:
+        value = getattr(cfg, name)
+        if dataclasses.is_dataclass(value) and not isinstance(value, type):
+            out.update(_extra_attributes(value, f"{prefix}{name}."))
+    return out
 
 
 def load_config(
@@ -252,8 +299,8 @@ def load_config(
     cfg = default_instance(cls)
     if experiment:
         cfg = _apply_experiment(cfg, experiment, experiments_dir)
-    cfg = apply_overrides(cfg, overrides)
-    cfg = apply_overrides(cfg, argv_sets)
+    cfg = _apply(copy.deepcopy(cfg), overrides)
+    cfg = finalize(_apply(cfg, argv_sets))  # __post_init__ once, on the final values
     if save and is_rank_zero():  # one writer: with DDP every rank loads the config
         if not hasattr(cfg, "save"):
             raise BadInput(f"{cls.__name__} must subclass TrainingConfig to be saved")

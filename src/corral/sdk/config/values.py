@@ -4,10 +4,12 @@ dataclass field types, and setting dotted keys (see :mod:`corral.sdk.config` for
 from __future__ import annotations
 
 import dataclasses
+import decimal
 import difflib
 import enum
 import inspect
 import json
+import numbers
 import os
 import sys
 import types
@@ -26,6 +28,7 @@ __all__ = [
     "default_instance",
     "field_type",
     "field_types",
+    "finalize",
     "plain",
     "set_key",
     "suggest",
@@ -173,6 +176,11 @@ def coerce(value: Any, tp: Any, parse_text: bool) -> Any:
         )
         if is_none and type(None) in args:
             return None
+        if not (parse_text and isinstance(value, str)):
+            # a Python value of one of the types stays as it is (2.0 in `int | float`)
+            for arg in args:
+                if isinstance(arg, type) and type(value) is arg:
+                    return value
         for arg in args:
             if arg is type(None):
                 continue
@@ -232,16 +240,19 @@ def _scalar(value: Any, tp: type, parse_text: bool) -> Any:
             return text.lower() in _TRUE
         raise Mismatch("a boolean (true/false)")
     if tp is int:
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
+        if isinstance(value, bool):
+            raise Mismatch("an integer")
+        if isinstance(value, numbers.Integral):  # numpy integers too
+            return int(value)
+        if isinstance(value, float) and value.is_integer():  # 1e5 in an experiment file
+            return int(value)
         if text is not None:
-            try:
-                return int(text)
-            except ValueError:
-                pass
+            whole = _integer_text(text)
+            if whole is not None:
+                return whole
         raise Mismatch("an integer")
     if tp is float:
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
+        if isinstance(value, numbers.Real) and not isinstance(value, bool):
             return float(value)
         if text is not None:
             try:
@@ -269,6 +280,26 @@ def _scalar(value: Any, tp: type, parse_text: bool) -> Any:
     if isinstance(value, tp):
         return value
     raise Mismatch(tp.__name__)
+
+
+def _integer_text(text: str) -> int | None:
+    """``text`` as an integer: ``1000``, ``1_000``, or a whole number in scientific notation
+    (``1e5``, ``2.5e3``); None for anything else (``3e-4``, ``1.5``, ``100.0``, ``nan``)."""
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    if "e" not in text.lower():
+        return None
+    try:
+        number = decimal.Decimal(text)
+    except (decimal.InvalidOperation, ValueError):
+        return None
+    if not number.is_finite() or number.adjusted() > 4000:
+        return None
+    if number != number.to_integral_value():
+        return None
+    return int(number)
 
 
 def _json(text: str, what: str) -> Any:
@@ -341,6 +372,12 @@ def set_key(cfg: Any, key: str, value: Any, parse_text: bool) -> None:
             obj = child
             continue
         tp = field_type(obj, name, "".join(p + "." for p in parts[:depth]))
+        spec = next(f for f in dataclasses.fields(obj) if f.name == name)
+        if not spec.init and getattr(type(obj), "__post_init__", None) is not None:
+            raise BadInput(
+                f"config key '{key}' is computed by {type(obj).__name__}.__post_init__ "
+                "(field(init=False)); set the fields it is computed from"
+            )
         current = getattr(obj, name)
         section = _as_section(value, parse_text)
         if section is not None and isinstance(current, _section_types(tp)):
@@ -356,6 +393,29 @@ def set_key(cfg: Any, key: str, value: Any, parse_text: bool) -> None:
                 f"config key '{key}': expected {e} ({type_name(tp)}), got {value!r}"
             ) from None
         object.__setattr__(obj, name, coerced)  # frozen dataclasses too
+
+
+def finalize(cfg: T, prefix: str = "") -> T:
+    """``cfg`` built again by its constructor from its final field values, sections first, when
+    its class has a ``__post_init__``: derived fields and checks there see the overrides, not
+    the defaults. An error raised there is a :class:`BadInput` naming the section."""
+    for f in dataclasses.fields(cfg):  # type: ignore[arg-type]
+        value = getattr(cfg, f.name)
+        if dataclasses.is_dataclass(value) and not isinstance(value, type):
+            built = finalize(value, f"{prefix}{f.name}.")
+            if built is not value:
+                object.__setattr__(cfg, f.name, built)
+    cls = type(cfg)
+    if getattr(cls, "__post_init__", None) is None:
+        return cfg
+    kwargs = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cls) if f.init}
+    try:
+        return cls(**kwargs)
+    except BadInput:
+        raise
+    except Exception as e:
+        where = f"config section '{prefix[:-1]}'" if prefix else f"config {cls.__name__}"
+        raise BadInput(f"{where}: {type(e).__name__}: {e}") from e
 
 
 def check_all(cfg: Any, prefix: str = "") -> None:

@@ -7,9 +7,12 @@ finite value always improves. NaN and infinite values never improve (a diverged 
 evaluation, not a new best). An improvement resets the count.
 
 Its state (``state_dict()`` / ``load_state_dict()``) belongs in the checkpoint so a resumed run
-keeps counting where it stopped. With ``request_stop_on_trigger=True`` the first trigger also
-calls :func:`corral.sdk.signals.request_stop`, so loops that already watch ``should_stop()``
-end without another branch.
+keeps counting where it stopped. With ``request_stop_on_trigger=True`` the first trigger in this
+process also calls :func:`corral.sdk.signals.request_stop` (reason ``"early stopping"``), so
+loops that already watch ``should_stop()`` end without another branch. A stop request does not
+survive the process: loading a state that already calls for a stop under this ``patience``
+(e.g. the attempt that triggered was preempted before it could stop) requests it again at once,
+and a resumed run whose ``patience`` was raised requests it when the new patience runs out.
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ class EarlyStopping:
         self.best: float | None = None
         self.num_bad = 0
         self.triggered = False
+        self._requested = False  # request_stop() called by this object (this process)
 
     def _improves(self, value: float) -> bool:
         if not math.isfinite(value):
@@ -60,14 +64,22 @@ class EarlyStopping:
             self.num_bad = 0
         else:
             self.num_bad += 1
-        stop = self.num_bad > 0 and self.num_bad >= self.patience
-        if stop and not self.triggered:
+        stop = self._stopping()
+        if stop:
             self.triggered = True
-            if self.request_stop_on_trigger:
-                from corral.sdk.signals import request_stop
-
-                request_stop()
+            self._request_stop()
         return stop
+
+    def _stopping(self) -> bool:
+        return self.num_bad > 0 and self.num_bad >= self.patience
+
+    def _request_stop(self) -> None:
+        # Once per process: ``triggered`` comes back from a checkpoint, a stop request does not.
+        if self.request_stop_on_trigger and not self._requested:
+            self._requested = True
+            from corral.sdk.signals import request_stop
+
+            request_stop("early stopping")
 
     def state_dict(self) -> dict[str, Any]:
         return {
@@ -88,6 +100,8 @@ class EarlyStopping:
         self.best = None if best is None else float(best)
         self.num_bad = int(state.get("num_bad", 0))
         self.triggered = bool(state.get("triggered", False))
+        if self.triggered and self._stopping():
+            self._request_stop()  # it had stopped the run; the new process must stop too
 
     def __repr__(self) -> str:
         return (

@@ -43,15 +43,15 @@ def test_wandb_offline_logs_metrics_and_tables_and_resumes_the_same_run(tmp_path
         wait_until_written(path)
     assert [run_ids(p) for p in runs] == [["r-abc-1"], ["r-abc-1"]]
     rows = history(runs[0])
-    # W&B merges what is logged at one step into one row: the table rides with step 2
-    assert [(r["_step"], r["loss"]) for r in rows] == [(1, 1.5), (2, 1.25)]
+    # one row per call; the training step is the metric global_step (every chart's x-axis)
+    assert [(r["global_step"], r.get("loss")) for r in rows] == [(1, 1.5), (2, 1.25), (2, None)]
     assert rows[0]["lr"] == 0.1
-    assert rows[1]["worst/_type"] == "table-file" and rows[1]["worst/nrows"] == 2
+    assert rows[2]["worst/_type"] == "table-file" and rows[2]["worst/nrows"] == 2
     table_file = next((runs[0].parent / "files" / "media" / "table").glob("worst_*.json"))
     table = json.loads(table_file.read_text())
     assert table["columns"] == ["id", "loss"]
     assert table["data"] == [["s1", 3.0], ["s2", 2.0]]
-    assert [(r["_step"], r["loss"]) for r in history(runs[1])] == [(3, 1.0)]
+    assert [(r["global_step"], r["loss"]) for r in history(runs[1])] == [(3, 1.0)]
 
 
 def test_mlflow_sqlite_logs_metrics_and_tables_and_resumes_the_same_run(tmp_path, monkeypatch):

@@ -10,7 +10,10 @@ go next to the database in ``mlartifacts/`` unless ``artifact_location`` says ot
 from __future__ import annotations
 
 import json
+import logging
 import os
+import posixpath
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -18,9 +21,26 @@ from typing import Any
 from corral.constants import ENV_RUN_ID
 from corral.sdk.trackers.base import Tracker, numeric_metrics, table_columns
 
-__all__ = ["RUN_ID_TAG", "MlflowTracker"]
+__all__ = ["RUN_ID_TAG", "MlflowTracker", "metric_name"]
 
 RUN_ID_TAG = "corral.run_id"
+#: MLflow's limits: a metric name's characters and length, metrics per ``log_batch`` call.
+_NAME_CHARS = re.compile(r"[^/\w.\- :]")
+_MAX_NAME = 250
+_MAX_BATCH = 1000
+
+log = logging.getLogger("corral.sdk.trackers")
+
+
+def metric_name(key: str) -> str:
+    """``key`` as a name MLflow accepts: other characters than letters, digits, ``_-. :/``
+    become ``_``, at most 250 characters, and no name that reads as another path
+    (``a//b``, ``./a``, ``/a``, ``..``); a valid name is kept as it is."""
+    name = _NAME_CHARS.sub("_", key)[:_MAX_NAME]
+    norm = posixpath.normpath(name)
+    if not name or norm != name or norm == "." or norm.startswith(("..", "/")):
+        name = re.sub(r"[./]", "_", name) or "_"
+    return name
 
 
 def _sqlite_file(uri: str) -> Path | None:
@@ -74,6 +94,7 @@ class MlflowTracker(Tracker):
         corral_id = run_id or os.environ.get(ENV_RUN_ID) or None
         self.corral_run_id = corral_id
         self.run_id = self._find_or_create(experiment_id, corral_id)
+        self._renamed: dict[str, str] = {}
         if params:
             for key, value in params.items():
                 self.client.log_param(self.run_id, str(key), str(value)[:6000])
@@ -103,12 +124,20 @@ class MlflowTracker(Tracker):
         from mlflow.entities import Metric
 
         now = int(time.time() * 1000)
-        batch = [
-            Metric(key=k, value=v, timestamp=now, step=int(step))
-            for k, v in numeric_metrics(metrics).items()
-        ]
-        if batch:
-            self.client.log_batch(self.run_id, metrics=batch)
+        values: dict[str, float] = {}
+        for key, value in numeric_metrics(metrics).items():
+            values[self._name(key)] = value  # one bad name must not lose the whole batch
+        batch = [Metric(key=k, value=v, timestamp=now, step=int(step)) for k, v in values.items()]
+        for start in range(0, len(batch), _MAX_BATCH):
+            self.client.log_batch(self.run_id, metrics=batch[start : start + _MAX_BATCH])
+
+    def _name(self, key: str) -> str:
+        name = self._renamed.get(key)
+        if name is None:
+            name = self._renamed[key] = metric_name(key)
+            if name != key:
+                log.warning("MLflow: metric %r is logged as %r (a name MLflow accepts)", key, name)
+        return name
 
     def log_table(self, name: str, rows: list[dict[str, Any]], step: int) -> None:
         """A JSON artifact ``tables/<name>/step-<step>.json`` with ``columns`` and ``rows``."""

@@ -5,6 +5,11 @@ of a corral run (after a preemption or a crash) continues the same W&B run. ``mo
 (or ``WANDB_MODE=offline``) works with no network: the run is written under ``dir``
 (default: the run dir, see :func:`corral.sdk.config.run_dir`) and uploaded later with
 ``wandb sync``.
+
+The training step is logged as the metric ``global_step``, the x-axis of every other metric
+(``define_metric``), not as W&B's own ``step``: W&B drops what is logged at a step below the
+run's last one, which is what a resumed attempt does from its checkpoint's step on (the steps
+between that checkpoint and the preemption come again). Each ``log`` call is one W&B row.
 """
 
 from __future__ import annotations
@@ -17,7 +22,10 @@ from typing import Any
 from corral.constants import ENV_RUN_ID
 from corral.sdk.trackers.base import Tracker, table_columns
 
-__all__ = ["WandbTracker", "wandb_run_id"]
+__all__ = ["STEP_METRIC", "WandbTracker", "wandb_run_id"]
+
+#: The metric that holds the training step, every other metric's x-axis.
+STEP_METRIC = "global_step"
 
 
 def wandb_run_id(run_id: str) -> str:
@@ -60,15 +68,20 @@ class WandbTracker(Tracker):
             tags=tags,
         )
         self.dir = Path(dir)
+        self.run.define_metric(STEP_METRIC)
+        self.run.define_metric("*", step_metric=STEP_METRIC, step_sync=True)
 
     def log(self, metrics: dict[str, Any], step: int) -> None:
-        self.run.log(dict(metrics), step=int(step))
+        # keys as text: W&B refuses a whole call with one non-string key
+        row = {str(k): v for k, v in metrics.items()}
+        row[STEP_METRIC] = int(step)
+        self.run.log(row)
 
     def log_table(self, name: str, rows: list[dict[str, Any]], step: int) -> None:
         columns = table_columns(rows)
         data = [[_cell(row.get(c)) for c in columns] for row in rows]
-        table = self._wandb.Table(columns=columns, data=data)
-        self.run.log({name: table}, step=int(step))
+        table = self._wandb.Table(columns=[str(c) for c in columns], data=data)
+        self.run.log({str(name): table, STEP_METRIC: int(step)})
 
     def finish(self) -> None:
         self.run.finish()

@@ -12,18 +12,22 @@ Only exceptions of the types in ``on`` are retried, except those in ``not_on``: 
 ``OSError`` subclasses that no retry cures (:data:`NOT_TRANSIENT`: ``FileNotFoundError``,
 ``PermissionError``, ``IsADirectoryError``, ``NotADirectoryError``), unless ``on`` names one
 of them (or a subclass) itself, e.g. ``on=FileNotFoundError`` to wait for a file to appear.
-Anything else, and the last failure once ``attempts`` calls have failed, propagates unchanged. Each retry is logged as a warning on the
-``corral.sdk.retry`` logger. ``sleep`` is injectable so tests never wait for real. Works as
-``@retry`` and ``@retry(...)``; synchronous functions only.
+Anything else, and the last failure once ``attempts`` calls have failed, propagates: the
+original exception, with a note (``add_note``) of how many calls failed when there was more
+than one. ``on``/``not_on`` take one exception class or any iterable of them. Each retry is
+logged as a warning on the ``corral.sdk.retry`` logger. ``sleep`` is injectable so tests never
+wait for real. Works as ``@retry`` and ``@retry(...)``; synchronous functions only (an async
+or generator function is a TypeError when decorated: its errors would never be retried).
 """
 
 from __future__ import annotations
 
 import functools
+import inspect
 import logging
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
 import tenacity
@@ -57,6 +61,23 @@ def backoff_delay(
     return delay
 
 
+def _exception_types(what: str, value: Any) -> tuple[type[BaseException], ...]:
+    """``on``/``not_on`` as a tuple of exception classes: one class, or any iterable of them
+    (``[OSError, TimeoutError]`` too); anything else is a TypeError naming the argument."""
+    items = (value,) if isinstance(value, (type, str)) else value
+    try:
+        kinds = tuple(items)
+    except TypeError:
+        kinds = (value,)
+    for kind in kinds:
+        if not (isinstance(kind, type) and issubclass(kind, BaseException)):
+            raise TypeError(
+                f"retry: {what}= takes exception classes (one, or a tuple or list of them), "
+                f"got {kind!r}"
+            )
+    return kinds
+
+
 def retry(
     fn: F | None = None,
     /,
@@ -65,12 +86,12 @@ def retry(
     base: float = 0.5,
     max_delay: float = 30,
     jitter: bool = True,
-    on: tuple[type[BaseException], ...] | type[BaseException] = (
+    on: Iterable[type[BaseException]] | type[BaseException] = (
         OSError,
         ConnectionError,
         TimeoutError,
     ),
-    not_on: tuple[type[BaseException], ...] | type[BaseException] | None = None,
+    not_on: Iterable[type[BaseException]] | type[BaseException] | None = None,
     sleep: Callable[[float], Any] = time.sleep,
     rng: random.Random | None = None,
 ) -> Any:
@@ -80,11 +101,11 @@ def retry(
         raise ValueError(f"retry: attempts must be >= 1, got {attempts}")
     if base < 0 or max_delay < 0:
         raise ValueError("retry: base and max_delay must be >= 0")
-    kinds = on if isinstance(on, tuple) else (on,)
+    kinds = _exception_types("on", on)
     if not_on is None:
         skip = tuple(t for t in NOT_TRANSIENT if not any(issubclass(k, t) for k in kinds))
     else:
-        skip = not_on if isinstance(not_on, tuple) else (not_on,)
+        skip = _exception_types("not_on", not_on)
 
     def transient(exc: BaseException) -> bool:
         return isinstance(exc, kinds) and not isinstance(exc, skip)
@@ -96,6 +117,13 @@ def retry(
 
     def decorate(func: F) -> F:
         name = getattr(func, "__qualname__", repr(func))
+        if inspect.iscoroutinefunction(func) or inspect.isasyncgenfunction(func):
+            raise TypeError(f"retry: {name} is async; retry decorates synchronous functions only")
+        if inspect.isgeneratorfunction(func):
+            raise TypeError(
+                f"retry: {name} is a generator function: a call only creates the generator, "
+                "so its errors would never be retried"
+            )
 
         def before_sleep(state: tenacity.RetryCallState) -> None:
             exc = state.outcome.exception() if state.outcome else None
@@ -121,7 +149,16 @@ def retry(
 
         @functools.wraps(func)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
-            return retrying.copy()(func, *args, **kwargs)
+            this = retrying.copy()
+            try:
+                return this(func, *args, **kwargs)
+            except Exception as e:  # the original error, with a note of the attempts made
+                tries = this.statistics.get("attempt_number", 1)
+                if tries > 1:
+                    e.add_note(
+                        f"corral.sdk.retry: {name} failed {tries} times; this is the last error"
+                    )
+                raise
 
         wrapper.retrying = retrying  # type: ignore[attr-defined]
         return wrapper  # type: ignore[return-value]

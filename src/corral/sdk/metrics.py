@@ -16,7 +16,8 @@ Rules:
   1.0 (there is nothing to divide by, and "all wrong" is the honest answer).
 * Per sample, an empty reference scores 0.0 when the hypothesis is empty too, else 1.0.
 * ``refs`` and ``hyps`` are either two strings (one sample) or two equally long sequences of
-  strings; a length mismatch, a mixed pair or a non-string item is a :class:`ValueError`.
+  strings; a length mismatch, a mixed pair, a non-string item, bytes, ``None`` or an unordered
+  collection (set, dict) is a :class:`ValueError`.
   The corpus functions need at least one sample; the per-sample ones return ``[]`` for none.
 """
 
@@ -46,6 +47,14 @@ def _pairs(name: str, refs: str | Sequence[str], hyps: str | Sequence[str]) -> l
         raise ValueError(f"{name}: pass two strings or two sequences of strings, not a mix")
     if isinstance(refs, str):
         refs, hyps = [refs], [hyps]  # type: ignore[list-item]
+    for side, value in (("references", refs), ("hypotheses", hyps)):
+        if isinstance(value, (bytes, bytearray)):
+            raise ValueError(f"{name}: the {side} are bytes; decode them to str first")
+        if isinstance(value, (dict, set, frozenset)) or not hasattr(value, "__iter__"):
+            raise ValueError(
+                f"{name}: pass two strings or two sequences of strings, "
+                f"got {type(value).__name__} for the {side}"
+            )
     refs, hyps = list(refs), list(hyps)
     if len(refs) != len(hyps):
         raise ValueError(

@@ -137,14 +137,20 @@ class CostMeter:
 
         The time this process has metered so far is still added on top. Only ``cost_usd`` is
         required; the price and budget of *this* attempt are kept (the offer may differ). A
-        budget warning already given is not repeated while it still applies."""
+        budget warning already given is not repeated while it still applies: ``warned`` from
+        :meth:`state_dict`, or, for a bare cost (``{"cost_usd": info["cost_usd"]}`` from
+        :func:`~corral.sdk.resume.training_state`), a saved cost already past the warning
+        fraction of this budget (the earlier attempt's checks warned when it got there)."""
         if not isinstance(state, dict) or "cost_usd" not in state:
             raise BadInput("CostMeter.load_state_dict needs a dict with 'cost_usd'")
         saved = 0.0 if state["cost_usd"] is None else _number(state["cost_usd"], "saved cost_usd")
         self.offset_usd = max(saved, self._initial_offset)
-        if state.get("warned"):
+        warned = state.get("warned")
+        if warned is None and self.budget_usd is not None:
+            warned = saved >= self.warn_fraction * self.budget_usd and saved > 0
+        if warned:
             frac = self.fraction()
-            self._warned = frac is not None and frac >= self.warn_fraction
+            self._warned = self._warned or (frac is not None and frac >= self.warn_fraction)
 
     def __repr__(self) -> str:
         return (

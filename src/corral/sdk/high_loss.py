@@ -40,6 +40,22 @@ def _as_list(values: Any, what: str) -> list[Any]:
     return list(values)
 
 
+def _numbers(values: list[Any]) -> list[float]:
+    """The losses as floats; a ``(batch, 1)`` column (``keepdim=True``) counts as a batch."""
+    if values and all(isinstance(v, list) and len(v) == 1 for v in values):
+        values = [v[0] for v in values]
+    out = []
+    for i, value in enumerate(values):
+        try:
+            out.append(float(value))
+        except (TypeError, ValueError):
+            raise ValueError(
+                f"HighLossLogger.add: loss {i} is not a number: {value!r} "
+                "(pass one loss per sample)"
+            ) from None
+    return out
+
+
 class HighLossLogger:
     def __init__(self, n: int = 20, tracker: Tracker | None = None, *, name: str = "high_loss"):
         if n < 1:
@@ -62,7 +78,7 @@ class HighLossLogger:
     ) -> None:
         """Offer a batch of samples; only the ``n`` highest losses seen so far are kept."""
         id_list = _as_list(ids, "ids")
-        loss_list = [float(v) for v in _as_list(losses, "losses")]
+        loss_list = _numbers(_as_list(losses, "losses"))
         extra: dict[str, list[Any]] = {}
         for what, values in (("input", inputs), ("output", outputs)):
             if values is not None:

@@ -28,7 +28,8 @@ What the callback does (on the main process only):
   parses; incomplete ones, left by a kill during a save, are deleted and never resumed from.
   Leave ``save_total_limit`` unset.
 * **Preemption** (SIGTERM/SIGUSR1, handlers installed at train begin): at the next step end the
-  Trainer is told to save, if the grace period left fits the last measured save, and to stop.
+  Trainer is told to save, if the grace period left fits the last measured save, and to stop;
+  an evaluation due at that step is skipped (it would run before the save, in the grace time).
   In a ``torch.distributed`` job every step end (every ``check_every``-th global step) is one
   tiny all_reduce so that all ranks stop (and save, through the Trainer's own main-process
   logic) at the same step when any rank was signalled or asked to stop, with the smallest grace
@@ -231,6 +232,9 @@ class CorralCallback(TrainerCallback):
         self.stopped_for = reason
         control.should_training_stop = True
         if reason == "preempted":
+            # The Trainer evaluates before it saves: an evaluation due at this step would spend
+            # the grace period (the agent's SIGKILL then lands before the save). Skip it.
+            control.should_evaluate = False
             if left is None or signals.save_fits(left, estimate):
                 control.should_save = True
             else:

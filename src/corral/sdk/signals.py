@@ -59,15 +59,29 @@ def _on_signal(signum: int, frame: Any) -> None:
 
 def install_signal_handlers() -> bool:
     """Install the SIGTERM/SIGUSR1 handlers (idempotent). Returns False, with a warning and
-    nothing changed, when called outside the main thread (Python allows handlers only there)."""
+    nothing changed, when called outside the main thread (Python allows handlers only there).
+
+    A handler of the script's own that is replaced (it is not chained: it will not be called)
+    is named in a warning. If something replaced these handlers since, calling this again puts
+    them back (:func:`uninstall_signal_handlers` still restores the ones from before the first
+    call)."""
     if threading.current_thread() is not threading.main_thread():
         warnings.warn(
             "install_signal_handlers() must be called from the main thread; skipped", stacklevel=2
         )
         return False
     for sig in PREEMPTION_SIGNALS:
-        if sig not in _installed:
-            _installed[sig] = signal.signal(sig, _on_signal)
+        if signal.getsignal(sig) is _on_signal:
+            continue
+        previous = signal.signal(sig, _on_signal)
+        if callable(previous) and previous is not _on_signal:
+            name = getattr(previous, "__qualname__", None) or repr(previous)
+            warnings.warn(
+                f"install_signal_handlers(): the {signal.Signals(sig).name} handler {name} is "
+                "replaced and will not be called; watch corral.sdk.preempted() instead",
+                stacklevel=2,
+            )
+        _installed.setdefault(sig, previous)
     return True
 
 

@@ -32,6 +32,8 @@ from typing import Any, TypeVar
 
 import tenacity
 
+from corral.secrets.redact import redact
+
 __all__ = ["NOT_TRANSIENT", "backoff_delay", "retry"]
 
 #: OSErrors that a retry does not cure: not retried by default, even though ``on`` has OSError.
@@ -134,7 +136,7 @@ def retry(
                 state.attempt_number,
                 attempts,
                 type(exc).__name__,
-                exc,
+                redact(str(exc)),
                 delay,
             )
 

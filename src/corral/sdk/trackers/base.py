@@ -12,6 +12,8 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterable
 from typing import Any
 
+from corral.secrets.redact import redact
+
 __all__ = ["CompositeTracker", "NullTracker", "Tracker", "numeric_metrics", "table_columns"]
 
 log = logging.getLogger("corral.sdk.trackers")
@@ -70,7 +72,12 @@ class CompositeTracker(Tracker):
                 level = logging.DEBUG if key in self._warned else logging.WARNING
                 self._warned.add(key)
                 log.log(
-                    level, "tracker %r failed to %s: %s: %s", tracker, what, type(e).__name__, e
+                    level,
+                    "tracker %r failed to %s: %s: %s",
+                    tracker,
+                    what,
+                    type(e).__name__,
+                    redact(str(e)),
                 )
 
     def log(self, metrics: dict[str, Any], step: int) -> None:

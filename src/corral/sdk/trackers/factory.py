@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from corral.errors import BadInput
 from corral.sdk import retry
 from corral.sdk.trackers.base import CompositeTracker, NullTracker, Tracker
+from corral.secrets.redact import redact
 
 __all__ = ["TrackerSpec", "build_tracker", "make_trackers"]
 
@@ -83,8 +84,9 @@ def make_trackers(specs: Iterable[Any] | None, *, strict: bool = True) -> Tracke
             if strict:
                 if isinstance(e, BadInput):
                     raise
-                raise BadInput(f"tracker '{kind}' could not start: {type(e).__name__}: {e}")
-            log.warning("tracker '%s' left out: %s: %s", kind, type(e).__name__, e)
+                why = redact(f"{type(e).__name__}: {e}")
+                raise BadInput(f"tracker '{kind}' could not start: {why}") from None
+            log.warning("tracker '%s' left out: %s: %s", kind, type(e).__name__, redact(str(e)))
     if not built:
         return NullTracker()
     return CompositeTracker(built)

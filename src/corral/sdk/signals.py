@@ -292,7 +292,6 @@ def _collective_failed(exc: BaseException, checkpointer: Checkpointer | None) ->
     )
     if checkpointer is not None:
         _flush(checkpointer)
-    distributed.leave_at_exit()
     exit_preempted()
 
 

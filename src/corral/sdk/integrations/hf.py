@@ -275,7 +275,6 @@ class CorralCallback(TrainerCallback):
                 file=sys.stderr,
             )
             trackers.finish()
-            distributed.leave_at_exit()
             signals.exit_preempted()
         return True, left, estimate
 

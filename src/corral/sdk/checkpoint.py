@@ -9,7 +9,10 @@ Only a directory named ``ckpt-<step>`` (integer step, sorted as an integer) hold
 ``COMPLETE`` manifest is a checkpoint. Leftover ``.tmp`` directories from a crash are ignored, and
 removed by the next process that saves into the directory. Saving a step that exists replaces it
 safely: the old one is renamed to ``ckpt-<step>.old`` (still used by readers if a crash leaves no
-``ckpt-<step>``) and removed once the new one is in place. One process writes a directory.
+``ckpt-<step>``) and removed once the new one is in place. On an object store (no atomic rename)
+checkpoints are written in place, and a re-save goes to a new ``ckpt-<step>.v<k>`` beside the old
+copy, which is deleted once the new one is complete (see :mod:`corral.sdk.layout`). One process
+writes a directory.
 
 ``save()`` returns once the state is snapshotted (tensors copied into reused CPU buffers, the rest
 pickled); a background thread writes, hashes while writing, publishes, applies the retention
@@ -253,10 +256,12 @@ class Checkpointer:
             raw = manifest.to_bytes()
             st.write_bytes(st.join(work, MANIFEST_NAME), raw)
             st.fsync_dir(work)
-            self._layout.publish(work, final)
         except BaseException:
             st.rmtree(work)
             raise
+        # Complete from here on: on an object store it may already be the step, so only the
+        # layout may remove it (it does if publishing fails before it is in place).
+        self._layout.publish(work, final)
         self._verified[name] = hashlib.sha256(raw).hexdigest()
         return final
 

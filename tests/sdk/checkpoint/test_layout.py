@@ -184,14 +184,17 @@ def test_storage_without_atomic_rename_writes_in_place_with_the_manifest_last(ck
     for step in (1, 2, 3, 3):
         cp.save(state_for(step), step)
     cp.wait()
-    assert sorted(os.listdir(ck)) == ["ckpt-2", "ckpt-3"]
+    # The re-save of step 3 went to a new version beside the first copy, which it then deleted.
+    assert sorted(os.listdir(ck)) == ["ckpt-2", "ckpt-3.v1"]
+    assert [(c.step, c.name) for c in cp.checkpoints()] == [(2, "ckpt-2"), (3, "ckpt-3")]
     # An interrupted in-place write: files but no manifest -> skipped, then cleaned by a writer.
     (ck / "ckpt-9").mkdir()
     (ck / "ckpt-9" / "state.pkl").write_bytes(b"partial")
     with pytest.warns(CheckpointWarning, match="ckpt-9 is incomplete"):
         assert Checkpointer(str(ck), storage=st).restore()["step"] == 3
     Checkpointer(str(ck), storage=st, keep_last=5, async_save=False).save(state_for(4), 4)
-    assert sorted(os.listdir(ck)) == ["ckpt-2", "ckpt-3", "ckpt-4"]
+    assert sorted(os.listdir(ck)) == ["ckpt-2", "ckpt-3.v1", "ckpt-4"]
+    assert Checkpointer(str(ck), storage=st).restore("ckpt-3")["step"] == 3
 
 
 def test_a_pending_save_is_flushed_at_interpreter_exit(ck: Path):

@@ -3,9 +3,10 @@
 Paths are full ``s3://bucket/key`` strings; a "directory" is a key prefix ending in ``/``
 (object stores have no directories: ``makedirs`` and ``fsync_dir`` do nothing, and a directory
 exists while it holds an object). ``rename`` copies then deletes, so it is not atomic
-(``atomic_rename = False``): the Checkpointer then writes a checkpoint in place and its
-``COMPLETE`` manifest last, and readers trust only a checkpoint whose manifest exists and whose
-files match its sha256s.
+(``atomic_rename = False``): the Checkpointer then writes a checkpoint's files straight into
+its final prefix and its ``COMPLETE`` manifest last (a re-save of an existing step goes to a new
+``ckpt-<step>.v<k>/`` prefix, and the old copy is deleted only once the new manifest exists), and
+readers trust only a checkpoint whose manifest exists and whose files match its sha256s.
 
 Uploads are verified (:mod:`corral.storage.s3_transfer`); downloads are checked by whoever reads
 them against the checkpoint manifest (the manifest's sha256 is the truth). Errors are

@@ -88,7 +88,7 @@ def test_the_sdk_md_loop_resumes_after_a_preemption(sdk_sandbox, monkeypatch):
     namespace["ckpt"].close()
 
 
-def run_checkpoints_md_example(total_steps: int) -> dict:
+def run_checkpoints_md_example(total_steps: int, evaluate=None) -> dict:
     parts = model_parts()
 
     class Sampler:
@@ -112,7 +112,7 @@ def run_checkpoints_md_example(total_steps: int) -> dict:
         "build_scheduler": lambda opt: parts["scheduler"],
         "build_sampler": lambda: sampler,
         "train_one_step": train_one_step,
-        "evaluate": lambda: 0.5,
+        "evaluate": evaluate or (lambda: 0.5),
         "total_steps": total_steps,
     }
     block = first_python_block("sdk-checkpoints.md")
@@ -139,3 +139,17 @@ def test_the_checkpoints_md_example_saves_its_last_step_once(sdk_sandbox):
     more = run_checkpoints_md_example(total_steps=5)
     more["ckpt"].close()
     assert list(manifests(ckpts)) == ["ckpt-3", "ckpt-5"]
+
+
+def test_a_sigterm_during_the_checkpoints_md_evaluation_still_exits_75(sdk_sandbox):
+    """The notice lands while evaluate() runs: the loop must not end as a budget stop (exit 0,
+    "finished") but reach the next step's check, save and exit 75."""
+
+    def evaluate_then_signal() -> float:
+        os.kill(os.getpid(), signal.SIGTERM)
+        return 0.5
+
+    with pytest.raises(SystemExit) as exited:
+        run_checkpoints_md_example(total_steps=600, evaluate=evaluate_then_signal)
+    assert exited.value.code == EXIT_PREEMPTED
+    assert "ckpt-501" in manifests(sdk_sandbox / "checkpoints")

@@ -181,3 +181,21 @@ def test_resume_with_an_unusable_corral_state_file_warns_and_starts_from_the_off
     assert out is control
     assert meter.cost_usd() == pytest.approx(1.5)
     assert "no corral state in" in caplog.text
+
+
+def test_a_notice_before_training_starts_is_kept_not_fatal(monkeypatch):
+    """The callback exists while the model loads and the Trainer is built: a SIGTERM then only
+    sets the flag (it used to kill the process with -15, no checkpoint, no exit 75)."""
+    from corral.sdk import preempted
+
+    CorralCallback()
+    os.kill(os.getpid(), signal.SIGTERM)
+    assert preempted()
+
+
+def test_a_bad_price_in_the_environment_fails_when_the_callback_is_made(monkeypatch):
+    from corral.errors import BadInput
+
+    monkeypatch.setenv("CORRAL_HOURLY_PRICE", "two dollars")
+    with pytest.raises(BadInput, match="CORRAL_HOURLY_PRICE"):
+        CorralCallback()

@@ -168,7 +168,9 @@ class CorralCallback(TrainerCallback):
         self.keep_best: int = policy["keep_best"]
         self.metric: str | None = policy["metric"]
         self.mode: str = policy["mode"]
-        self.cost_meter = cost_meter
+        # Created now, not at train begin: a bad CORRAL_HOURLY_PRICE/budget fails here with a
+        # clear error, and model loading (paid GPU time too) is counted.
+        self.cost_meter = cost_meter if cost_meter is not None else CostMeter()
         self.config = config
         self.progress_every_s = progress_every_s
         self.install_signals = install_signals
@@ -179,6 +181,8 @@ class CorralCallback(TrainerCallback):
         self.save_seconds: float | None = None  # duration of the last save
         self.stopped_for: str | None = None  # "preempted", "budget", ... once it stopped training
         self.preempted_without_save = False
+        if install_signals:  # now already: a notice while the model loads must not kill -15
+            signals.install_signal_handlers()
 
     # --- helpers -------------------------------------------------------------------------
 

@@ -90,14 +90,20 @@ def loaded_config() -> dict[str, Any] | None:
 
 
 def plain_config(config: Any) -> Any:
-    if config is None or isinstance(config, dict):
-        return config
+    """``config`` as a plain dict to write into a checkpoint, credentials written as ``***``
+    (:mod:`corral.sdk.config.masking`)."""
+    from corral.sdk.config.masking import masked
+
+    if config is None:
+        return None
+    if isinstance(config, dict):
+        return masked(config)
     if hasattr(config, "to_dict"):
-        return config.to_dict()
+        return masked(config.to_dict())
     if hasattr(config, "model_dump"):
-        return config.model_dump()
+        return masked(config.model_dump())
     if dataclasses.is_dataclass(config) and not isinstance(config, type):
-        return dataclasses.asdict(config)
+        return masked(dataclasses.asdict(config))
     return config
 
 

@@ -46,6 +46,7 @@ experiment.
 ``./corral-run/config.json``; from rank 0 only, see :func:`is_rank_zero`), and every
 checkpoint carries it: ``training_state(...)`` without ``config=`` stores the config last loaded
 (:func:`last_loaded`), and the HF callback writes ``corral_config.json`` into each checkpoint.
+What is written has credentials masked as ``***`` (:mod:`corral.sdk.config.masking`).
 """
 
 from __future__ import annotations
@@ -63,6 +64,7 @@ from typing import Any, TypeVar
 
 from corral.constants import ENV_CHECKPOINT_DIR
 from corral.errors import BadInput
+from corral.sdk.config.masking import masked
 from corral.sdk.config.values import (
     check_all,
     check_types,
@@ -124,12 +126,14 @@ class TrainingConfig:
 
     def save(self, path: str | os.PathLike[str]) -> Path:
         """Write the config as JSON, atomically: a temporary file with a name of its own (so
-        several processes may save at once, the last rename wins), then a rename."""
+        several processes may save at once, the last rename wins), then a rename. Credentials
+        are written as ``***`` (:mod:`corral.sdk.config.masking`)."""
         target = Path(path)
         target.parent.mkdir(parents=True, exist_ok=True)
         tmp = target.with_name(f".{target.name}.{os.getpid()}.{uuid.uuid4().hex[:12]}.tmp")
         try:
-            tmp.write_text(json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n")
+            text = json.dumps(masked(self.to_dict()), indent=2, sort_keys=True)
+            tmp.write_text(text + "\n")
             os.replace(tmp, target)
         except BaseException:
             tmp.unlink(missing_ok=True)

@@ -56,7 +56,7 @@ static void stream_copy(char *dst, const char *src, size_t n) {
     memcpy(dst, src, n - blocks * BLOCK);
 }
 
-#if defined(__GNUC__) || defined(__clang__)
+#if defined(__clang__) || (defined(__GNUC__) && __GNUC__ >= 5) /* target attribute, cpu_supports */
 #include <immintrin.h>
 #define CORRAL_AVX512 1
 #define BLOCK512 256

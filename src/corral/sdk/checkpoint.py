@@ -32,7 +32,8 @@ import threading
 import time
 import warnings
 import weakref
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict
 
@@ -55,6 +56,8 @@ from corral.sdk.retention import rank_best, retention_policy, select_to_keep
 from corral.sdk.serialize import Snapshot, snapshot, write_snapshot
 from corral.sdk.staging import StagingPool
 from corral.sdk.storage import Storage, resolve_location
+
+T = TypeVar("T")
 
 __all__ = [
     "CheckpointError",
@@ -291,11 +294,29 @@ class Checkpointer:
         out = []
         for found in self._layout.scan():
             try:
-                out.append((found, self._layout.read_manifest(found)[0]))
+                out.append(self._following(found, lambda f: (f, self._layout.read_manifest(f)[0])))
             except CheckpointError as exc:
                 if warn:
                     _warn_skip(exc)
         return out
+
+    def _following(self, found: Found, read: Callable[[Found], T]) -> T:
+        """``read(found)``; if that fails because the writer (another process) replaced or
+        moved that copy of the step after it was found, ``read`` the step's current copy."""
+        for _ in range(3):
+            try:
+                return read(found)
+            except CheckpointLoadError:
+                raise
+            except CheckpointError:
+                try:
+                    moved = self._layout.relocate(found)
+                except (OSError, CorralError):
+                    moved = None
+                if moved is None:
+                    raise  # the error of read(found)
+                found = moved
+        return read(found)
 
     def _verify(self, found: Found, manifest: Manifest, raw: bytes) -> None:
         key = hashlib.sha256(raw).hexdigest()
@@ -330,7 +351,7 @@ class Checkpointer:
         self._join(raise_error=False)
         for found in reversed(self._layout.scan()):
             try:
-                return self._checked(found, verify)
+                return self._following(found, lambda f: self._checked(f, verify))
             except CheckpointError as exc:
                 _warn_skip(exc)
         return None
@@ -344,7 +365,7 @@ class Checkpointer:
         by_step = {f.step: f for f, _ in complete}
         for step in rank_best([(f.step, m.metrics) for f, m in complete], self.metric, self.mode):
             try:
-                return self._checked(by_step[step], verify)
+                return self._following(by_step[step], lambda f: self._checked(f, verify))
             except CheckpointError as exc:
                 _warn_skip(exc)
         return None
@@ -368,10 +389,11 @@ class Checkpointer:
         self._join(raise_error=False)
         if path is not None:
             text = path.path if isinstance(path, CheckpointInfo) else os.fspath(path)
-            return self._load(self._layout.locate(text), map_location)
+            found = self._layout.locate(text)
+            return self._following(found, lambda f: self._load(f, map_location))
         for found in reversed(self._layout.scan()):
             try:
-                return self._load(found, map_location)
+                return self._following(found, lambda f: self._load(f, map_location))
             except CheckpointLoadError:
                 raise
             except CheckpointError as exc:

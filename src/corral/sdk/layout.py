@@ -140,13 +140,21 @@ class Layout:
         return manifest, raw
 
     def locate(self, text: str) -> Found:
-        """A checkpoint given by path, or by name inside the root. A name (``ckpt-<step>``)
-        means the copy of that step readers use (``.old`` after an interrupted replace, the
-        newest complete version on an object store); so does the path of a copy in the root
-        that has been replaced since (e.g. a ``CheckpointInfo.path`` from before a re-save)."""
+        """A checkpoint given by path, or by name inside the root. The name (``ckpt-<step>``,
+        or the name of one of its copies) or the path in the root of any copy of a step means
+        the copy of that step readers use (``.old`` after an interrupted replace, the newest
+        complete version on an object store): a ``CheckpointInfo.path`` from before a re-save
+        finds the new copy, also while the old one is still there or half deleted. Any other
+        directory is read as it is."""
         st = self.storage
-        m = self._re.fullmatch(text)
-        if m and m.group(2) is None and (found := self._step(int(m.group(1)))) is not None:
+        base = os.path.basename(text.rstrip("/"))
+        parsed = self._parse(base)
+        if (
+            parsed is not None
+            and parsed[1] not in (".tmp", ".trash")
+            and text.rstrip("/") in (base, st.join(self.root, base))
+            and (found := self._step(parsed[0])) is not None
+        ):
             return found
         for candidate in (text, st.join(self.root, text)):
             try:
@@ -159,16 +167,22 @@ class Layout:
                 if parsed is not None and parsed[1] not in (".tmp", ".trash"):
                     return Found(parsed[0], self.name(parsed[0]), candidate)
                 return Found(None, base, candidate)  # any directory holding a checkpoint
-        base = os.path.basename(text.rstrip("/"))
-        parsed = self._parse(base)
-        if (
-            parsed is not None
-            and parsed[1] not in (".tmp", ".trash")
-            and text.rstrip("/") == st.join(self.root, base)
-            and (found := self._step(parsed[0])) is not None
-        ):
-            return found
         raise CheckpointError(f"checkpoint {text} does not exist")
+
+    def relocate(self, found: Found) -> Found | None:
+        """The copy of ``found``'s step that readers use now, when ``found`` is a copy in the
+        root that no longer is (the writer replaced it since it was found); else None."""
+        entry = os.path.basename(found.path.rstrip("/"))
+        parsed = self._parse(entry)
+        if (
+            found.step is None
+            or parsed is None
+            or parsed[0] != found.step
+            or found.path.rstrip("/") != self.storage.join(self.root, entry)
+        ):
+            return None
+        now = self._step(found.step)
+        return now if now is not None and now.path != found.path else None
 
     def _step(self, step: int) -> Found | None:
         return next((f for f in self.scan() if f.step == step), None)

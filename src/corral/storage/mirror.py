@@ -32,7 +32,9 @@ from corral.sdk.retention import select_to_keep, validate_policy
 from corral.sdk.storage import CHUNK_BYTES, LocalStorage, Storage
 from corral.storage.errors import SourceMismatch
 
-_NAME = re.compile(r"(?P<prefix>[A-Za-z0-9_.-]+?)-(?P<step>0|[1-9][0-9]*)")
+#: A checkpoint directory: ``<prefix>-<step>``, or ``<prefix>-<step>.v<k>`` (a re-saved step on
+#: an object store, see :mod:`corral.sdk.layout`).
+_NAME = re.compile(r"(?P<prefix>[A-Za-z0-9_.-]+?)-(?P<step>0|[1-9][0-9]*)(?:\.v[1-9][0-9]*)?")
 _SAFE_FILE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
 
 
@@ -152,7 +154,6 @@ def upload_checkpoint(entry: Entry, storage: Storage, root: str) -> int:
             total += fentry.size
         storage.write_bytes(storage.join(work, MANIFEST_NAME), entry.raw)
         storage.fsync_dir(work)
-        layout.publish(work, final)
     except SourceMismatch:
         _quietly(storage.rmtree, work)
         raise CheckpointError(
@@ -161,6 +162,9 @@ def upload_checkpoint(entry: Entry, storage: Storage, root: str) -> int:
     except BaseException:
         _quietly(storage.rmtree, work)
         raise
+    # Complete from here on (on an object store it already is the step's copy): publishing
+    # removes ``work`` itself if it fails before ``work`` is in place, and never after.
+    layout.publish(work, final)
     return total
 
 

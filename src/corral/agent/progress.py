@@ -3,7 +3,20 @@
 Keeps the latest progress of every stage for ``/status``, turns ``checkpoint`` records into
 ``checkpoint.saved`` events, and ``progress`` records into at most one ``progress`` event per
 stage every ``interval`` seconds. A partial last line is kept until its newline arrives; lines
-that are not valid records are skipped.
+that are not valid records (or that the tailer fails on) are skipped.
+
+Every poll reads what was appended up to the file's size at that moment (in chunks, releasing
+the lock between them), so the poll after a stage exits sees everything it wrote. A file that
+was truncated or replaced (another inode, or other first bytes) is read again from its start.
+Files already in the directory when the tailer starts (an agent restarted on its
+``state_dir``) are read from their end: their records were handled by the earlier agent.
+
+Non-finite numbers are the strings ``"nan"``, ``"inf"`` and ``"-inf"`` (what the SDK writes;
+``NaN``/``Infinity`` tokens from other writers are turned into them too), so ``/status`` stays
+strict JSON and a diverged loss is not shown as "no loss". The ``progress`` event's ``loss`` is
+a number or null (its readers format it as a number). ``progress.metrics`` holds the latest
+value of every metric from ``progress`` and ``metrics`` records, at most ``MAX_METRICS`` keys
+(the most recently reported are kept).
 """
 
 from __future__ import annotations
@@ -11,16 +24,24 @@ from __future__ import annotations
 import copy
 import json
 import math
+import os
 import threading
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from corral.agent.events import EventLog
 
 POLL_SECONDS = 0.5
 _READ_MAX = 1024 * 1024
+#: A line longer than this is dropped (up to its newline) instead of held in memory.
+MAX_LINE = 16 * 1024 * 1024
+#: Keys kept in a stage's ``progress.metrics`` (the most recently reported).
+MAX_METRICS = 256
+_HEAD = 64
+_NON_FINITE = ("nan", "inf", "-inf")
+_RECORD_START = b'{"ts":'
 
 
 def _number(value: Any) -> float | int | None:
@@ -29,6 +50,34 @@ def _number(value: Any) -> float | int | None:
     if isinstance(value, float) and not math.isfinite(value):
         return None
     return value
+
+
+def _strict(value: Any) -> Any:
+    """``value`` with non-finite floats as ``"nan"``/``"inf"``/``"-inf"`` (strict JSON)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
+    if isinstance(value, dict):
+        return {k: _strict(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_strict(v) for v in value]
+    return value
+
+
+def _loss(value: Any) -> float | int | str | None:
+    """A finite number, ``"nan"``, ``"inf"``, ``"-inf"``, or None (no loss reported)."""
+    value = _strict(value)
+    if isinstance(value, str):
+        return value if value in _NON_FINITE else None
+    return _number(value)
+
+
+def _percent(step: float | int, total: float | int | None) -> float | None:
+    if total is None or total <= 0:
+        return None
+    try:
+        return round(100.0 * step / total, 2)
+    except (OverflowError, ZeroDivisionError):
+        return None
 
 
 class ProgressTailer:
@@ -44,13 +93,35 @@ class ProgressTailer:
         self._interval = interval
         self._clock = clock
         self._lock = threading.Lock()
+        self._read_lock = threading.Lock()  # one poll at a time; _lock guards the state
         self._offsets: dict[str, int] = {}
         self._partial: dict[str, bytes] = {}
+        self._skipping: dict[str, bool] = {}  # dropping an over-long line up to its newline
+        self._identity: dict[str, tuple[int, int, bytes]] = {}  # (st_dev, st_ino, first bytes)
         self._latest: dict[str, dict[str, Any]] = {}
         self._last_event_at: dict[str, float] = {}
         self._last_checkpoint: dict[str, Any] | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._skip_existing()
+
+    def _skip_existing(self) -> None:
+        """Files an earlier agent on this ``state_dir`` left: their records were handled (and
+        their events written) then, so only what is appended from now on is read."""
+        try:
+            paths = list(self.directory.glob("*.jsonl"))
+        except OSError:
+            return
+        for path in paths:
+            try:
+                with open(path, "rb") as f:
+                    st = os.fstat(f.fileno())
+                    head = f.read(_HEAD)
+            except OSError:
+                continue
+            stage = path.name[: -len(".jsonl")]
+            self._identity[stage] = (st.st_dev, st.st_ino, head)
+            self._offsets[stage] = st.st_size
 
     def path_for(self, stage: str) -> Path:
         return self.directory / f"{stage}.jsonl"
@@ -59,48 +130,89 @@ class ProgressTailer:
 
     def poll(self, stages: Iterable[str]) -> None:
         """Read what was appended to the given stages' files since the last poll."""
-        with self._lock:
+        with self._read_lock:
             for stage in stages:
-                self._poll_one(stage)
+                try:
+                    self._poll_one(stage)
+                except Exception:  # one bad file or record never stops the tailing
+                    pass
 
     def _poll_one(self, stage: str) -> None:
-        path = self.path_for(stage)
-        offset = self._offsets.get(stage, 0)
         try:
-            with open(path, "rb") as f:
-                f.seek(0, 2)
-                if f.tell() < offset:  # truncated or replaced: start over
-                    offset, self._partial[stage] = 0, b""
-                f.seek(offset)
-                data = f.read(_READ_MAX)
+            with open(self.path_for(stage), "rb") as f:
+                self._read(stage, f)
         except FileNotFoundError:
             return
-        if not data:
-            return
-        self._offsets[stage] = offset + len(data)
-        *lines, self._partial[stage] = (self._partial.get(stage, b"") + data).split(b"\n")
-        for line in lines:
+
+    def _read(self, stage: str, f: BinaryIO) -> None:
+        st = os.fstat(f.fileno())
+        offset = self._offsets.get(stage, 0)
+        known = self._identity.get(stage)
+        head = f.read(_HEAD)
+        if known is not None and (
+            (known[0], known[1]) != (st.st_dev, st.st_ino)
+            or head[: len(known[2])] != known[2]
+            or st.st_size < offset
+        ):  # truncated or replaced: start over
+            offset = 0
+        if offset == 0:
+            self._partial[stage], self._skipping[stage] = b"", False
+        self._identity[stage] = (st.st_dev, st.st_ino, head)
+        self._offsets[stage] = offset
+        end = st.st_size  # what was there when the poll began: a busy writer cannot stall it
+        f.seek(offset)
+        while offset < end:
+            data = f.read(min(_READ_MAX, end - offset))
+            if not data:
+                break
+            offset += len(data)
+            self._offsets[stage] = offset
+            lines = self._split(stage, data)
+            with self._lock:
+                for line in lines:
+                    self._line(stage, line)
+
+    def _split(self, stage: str, data: bytes) -> list[bytes]:
+        *lines, partial = (self._partial.get(stage, b"") + data).split(b"\n")
+        if lines and self._skipping.get(stage):
+            lines, self._skipping[stage] = lines[1:], False  # the rest of the over-long line
+        if len(partial) > MAX_LINE:
+            partial, self._skipping[stage] = b"", True
+        self._partial[stage] = partial
+        return lines
+
+    def _line(self, stage: str, line: bytes) -> None:
+        try:
             try:
                 record = json.loads(line)
             except ValueError:
-                continue
+                # a writer killed mid-line leaves a torn start that the next record completes:
+                # the SDK's records begin with {"ts":, so the last one in the line may be whole
+                start = line.rfind(_RECORD_START)
+                if start <= 0:
+                    return
+                record = json.loads(line[start:])
             if isinstance(record, dict):
                 self._handle(stage, record)
+        except Exception:  # not JSON, or a record the handler cannot take: skipped
+            pass
 
     def _handle(self, stage: str, record: dict[str, Any]) -> None:
         kind = record.get("kind")
         ts = _number(record.get("ts"))
         step = _number(record.get("step"))
-        metrics = record.get("metrics") if isinstance(record.get("metrics"), dict) else {}
+        raw_metrics = record.get("metrics")
+        metrics: dict[str, Any] = _strict(raw_metrics) if isinstance(raw_metrics, dict) else {}
         if kind == "progress" and step is not None:
             total = _number(record.get("total"))
+            previous = self._latest.get(stage) or {}
             latest = {
                 "step": step,
                 "total": total,
-                "percent": round(100.0 * step / total, 2) if total else None,
-                "loss": _number(record.get("loss")),
+                "percent": _percent(step, total),
+                "loss": _loss(record.get("loss")),
                 "ts": ts,
-                "metrics": dict(metrics),
+                "metrics": _merge(previous.get("metrics") or {}, metrics),
             }
             if _number(record.get("epoch")) is not None:
                 latest["epoch"] = record["epoch"]
@@ -109,7 +221,14 @@ class ProgressTailer:
             last = self._last_event_at.get(stage)
             if last is None or now - last >= self._interval:
                 self._last_event_at[stage] = now
-                data = {k: latest[k] for k in ("step", "total", "percent", "loss", "metrics")}
+                loss = latest["loss"]
+                data = {
+                    "step": step,
+                    "total": total,
+                    "percent": latest["percent"],
+                    "loss": None if isinstance(loss, str) else loss,
+                    "metrics": metrics,
+                }
                 self._events.emit("progress", stage=stage, data=data)
         elif kind == "metrics":
             latest = self._latest.setdefault(
@@ -123,11 +242,11 @@ class ProgressTailer:
                     "metrics": {},
                 },
             )
-            latest["metrics"] = {**latest.get("metrics", {}), **metrics}
+            latest["metrics"] = _merge(latest.get("metrics") or {}, metrics)
             latest["ts"] = ts
         elif kind == "checkpoint" and step is not None and isinstance(record.get("path"), str):
             self._last_checkpoint = {"stage": stage, "step": step, "path": record["path"], "ts": ts}
-            data = {"step": step, "path": record["path"], "metrics": dict(metrics)}
+            data = {"step": step, "path": record["path"], "metrics": metrics}
             self._events.emit("checkpoint.saved", stage=stage, data=data)
 
     # --- state ---------------------------------------------------------------------------
@@ -148,7 +267,10 @@ class ProgressTailer:
 
         def loop() -> None:
             while not self._stop.wait(every):
-                self.poll(stages())
+                try:
+                    self.poll(stages())
+                except Exception:  # e.g. stages() failing once: try again at the next tick
+                    pass
 
         self._thread = threading.Thread(target=loop, name="progress-tail", daemon=True)
         self._thread.start()
@@ -157,3 +279,12 @@ class ProgressTailer:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=5)
+
+
+def _merge(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+    """``old`` updated with ``new``; the ``MAX_METRICS`` most recently reported keys."""
+    merged = {k: v for k, v in old.items() if k not in new}
+    merged.update(new)
+    if len(merged) > MAX_METRICS:
+        merged = dict(list(merged.items())[-MAX_METRICS:])
+    return merged

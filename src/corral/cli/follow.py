@@ -100,6 +100,7 @@ def format_line(
 
 def _status_line(run: Any, attempt: Any | None) -> str:
     from corral.cli.output import fmt_cost, fmt_duration, run_duration, styled_state
+    from corral.cli.status import fmt_loss, fmt_progress
 
     parts = [f"[bold]{run.id}[/]", styled_state(run.state)]
     if run.attempt and run.attempt > 1:
@@ -111,11 +112,9 @@ def _status_line(run: Any, attempt: Any | None) -> str:
         prog = st.get("progress") or {}
         text = st["name"]
         if prog.get("step") is not None:
-            text += f" step {prog['step']}" + (f"/{prog['total']}" if prog.get("total") else "")
-            if prog.get("percent") is not None:
-                text += f" ({prog['percent']:.0f}%)"
-            if prog.get("loss") is not None:
-                text += f" loss {prog['loss']:.4g}"
+            text += f" step {fmt_progress(prog)}"
+            if fmt_loss(prog.get("loss")) != "-":
+                text += f" loss {fmt_loss(prog.get('loss'))}"
         parts.append(text)
     if run.cost_usd:
         parts.append(fmt_cost(run.cost_usd))

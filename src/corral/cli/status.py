@@ -7,6 +7,26 @@ from typing import Any
 import typer
 
 
+def fmt_loss(loss: Any) -> str:
+    """A stage's loss: a number, ``nan``/``inf``/``-inf`` when it diverged, ``-`` when none."""
+    if isinstance(loss, str) and loss in ("nan", "inf", "-inf"):
+        return loss
+    if isinstance(loss, bool) or not isinstance(loss, (int, float)):
+        return "-"
+    return f"{loss:.4g}"
+
+
+def fmt_progress(prog: dict[str, Any] | None) -> str:
+    """``step/total (percent%)``, ``step`` when the total is unknown, ``-`` before any report."""
+    prog = prog or {}
+    if prog.get("step") is None:
+        return "-"
+    text = f"{prog['step']}" + (f"/{prog['total']}" if prog.get("total") else "")
+    if isinstance(prog.get("percent"), (int, float)):
+        text += f" ({prog['percent']:.0f}%)"
+    return text
+
+
 def _agent_status(store: Any, run: Any) -> dict[str, Any]:
     """The agent's last status as the controller cached it on the current attempt."""
     if not run.attempt:
@@ -106,18 +126,12 @@ def status(
             t.add_column(col)
         for st in stages:
             prog = st.get("progress") or {}
-            progress = "-"
-            if prog.get("step") is not None:
-                progress = f"{prog['step']}" + (f"/{prog['total']}" if prog.get("total") else "")
-                if prog.get("percent") is not None:
-                    progress += f" ({prog['percent']:.0f}%)"
-            loss = prog.get("loss")
             t.add_row(
                 st.get("name", "?"),
                 st.get("state", "?"),
                 ",".join(st.get("gpus") or []) or "-",
-                progress,
-                f"{loss:.4g}" if isinstance(loss, (int, float)) else "-",
+                fmt_progress(prog),
+                fmt_loss(prog.get("loss")),
                 "-" if st.get("exit_code") is None else str(st.get("exit_code")),
             )
         console.print(t)

@@ -10,6 +10,11 @@ Record kinds (every record has ``ts``, unix seconds, and ``kind``):
 
 Readers ignore kinds they do not know.
 
+A number that is not finite (a diverged loss, an overflowed gradient norm) is written as the
+string ``"nan"``, ``"inf"`` or ``"-inf"``, so the file stays strict JSON and a diverged value is
+not mistaken for a missing one (``null``, or no key). Values JSON has no type for are written as
+their text.
+
 Writing never raises into the training loop: a failure to write progress is not a reason to
 lose a training run.
 """
@@ -32,23 +37,45 @@ _lock = threading.Lock()
 MAX_DEPTH = 32
 
 
+def non_finite(value: float) -> str:
+    """The text a non-finite float is written as: ``"nan"``, ``"inf"`` or ``"-inf"``."""
+    if math.isnan(value):
+        return "nan"
+    return "inf" if value > 0 else "-inf"
+
+
+def _text(value: Any) -> str:
+    try:
+        return str(value)
+    except Exception:
+        return f"<unprintable {type(value).__name__}>"
+
+
 def _clean(value: Any, depth: int = 0) -> Any:
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, (dict, list, tuple)) and depth >= MAX_DEPTH:
-        return "..."
+    if isinstance(value, float):
+        return value if math.isfinite(value) else non_finite(value)
+    if isinstance(value, (str, int, bool)) or value is None:
+        return value
+    if depth >= MAX_DEPTH:  # also ends ``item()`` chains that never reach a plain value
+        return "..." if isinstance(value, (dict, list, tuple)) else _text(value)
     if isinstance(value, dict):
-        return {str(k): _clean(v, depth + 1) for k, v in value.items()}
+        return {_key(k): _clean(v, depth + 1) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [_clean(v, depth + 1) for v in value]
-    if hasattr(value, "item") and callable(value.item):  # numpy / torch scalars
+    try:
+        item = value.item if callable(getattr(value, "item", None)) else None
+    except Exception:
+        item = None
+    if item is not None:  # numpy / torch scalars
         try:
-            return _clean(value.item(), depth + 1)
+            return _clean(item(), depth + 1)
         except Exception:
-            return str(value)
-    if isinstance(value, (str, int, float, bool)) or value is None:
-        return value
-    return str(value)
+            pass
+    return _text(value)
+
+
+def _key(key: Any) -> str:
+    return key if isinstance(key, str) else _text(key)
 
 
 def emit(kind: str, /, *, file: str | None = None, **fields: Any) -> bool:
@@ -57,8 +84,11 @@ def emit(kind: str, /, *, file: str | None = None, **fields: Any) -> bool:
     target = file or os.environ.get(ENV_PROGRESS_FILE)
     if not target:
         return False
-    record = {"ts": time.time(), "kind": kind, **_clean(fields)}
-    line = json.dumps(record, separators=(",", ":")) + "\n"
+    try:
+        record = {"ts": time.time(), "kind": kind, **_clean(fields)}
+        line = json.dumps(record, separators=(",", ":")) + "\n"
+    except Exception:  # nothing about a record may stop the training loop
+        return False
     try:
         with _lock:
             os.makedirs(os.path.dirname(os.path.abspath(target)), exist_ok=True)

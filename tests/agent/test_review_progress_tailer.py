@@ -1,0 +1,247 @@
+"""Review of the progress file -> agent path: non-finite losses, bursts larger than one read,
+records that break the handler, a replaced file, metrics that a progress record dropped."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+
+from corral.agent.events import EventLog
+from corral.agent.progress import ProgressTailer
+from corral.sdk import progress_file
+
+from .helpers import make_plan
+
+
+class FakeClock:
+    def __init__(self, t: float = 1000.0):
+        self.t = t
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def _tailer(tmp_path, **kw):
+    events = EventLog(tmp_path / "events.jsonl")
+    return ProgressTailer(tmp_path / "progress", events, clock=FakeClock(), **kw), events
+
+
+def _append(path, *records):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as f:
+        for record in records:
+            f.write(json.dumps(record) + "\n")
+
+
+def test_a_diverged_loss_is_shown_as_nan_not_as_no_loss(tmp_path):
+    tailer, events = _tailer(tmp_path)
+    path = tailer.path_for("train")
+    progress_file.emit(
+        "progress",
+        file=str(path),
+        step=1,
+        total=10,
+        loss=float("nan"),
+        metrics={"grad_norm": float("inf"), "lr": 0.1},
+    )
+    tailer.poll(["train"])
+    latest = tailer.latest("train")
+    assert latest["loss"] == "nan"
+    assert latest["metrics"] == {"grad_norm": "inf", "lr": 0.1}
+    progress_file.emit("progress", file=str(path), step=2, total=10, loss=float("-inf"))
+    tailer.poll(["train"])
+    assert tailer.latest("train")["loss"] == "-inf"
+    progress_file.emit("progress", file=str(path), step=3, total=10)  # no loss at all
+    tailer.poll(["train"])
+    assert tailer.latest("train")["loss"] is None
+    # a progress event's loss stays a number or null (its readers format it as a number)
+    (first,) = [e for e in events.after(0)[0] if e["type"] == "progress"]
+    assert first["data"]["loss"] is None and first["data"]["metrics"]["grad_norm"] == "inf"
+
+
+def test_the_last_poll_reads_everything_the_stage_wrote_not_one_mebibyte(tmp_path):
+    tailer, _ = _tailer(tmp_path)
+    path = tailer.path_for("train")
+    big = {"blob": "x" * 4000}
+    _append(path, *({"ts": 1.0, "kind": "metrics", "step": i, "metrics": big} for i in range(600)))
+    _append(
+        path,
+        {"ts": 2.0, "kind": "progress", "step": 600, "total": 600},
+        {"ts": 3.0, "kind": "checkpoint", "step": 600, "path": "/ck/ckpt-600", "metrics": {}},
+    )
+    assert path.stat().st_size > 2 * 1024 * 1024
+    tailer.poll(["train"])  # what the runner does once when the stage exits
+    assert tailer.latest("train")["step"] == 600
+    assert tailer.last_checkpoint()["path"] == "/ck/ckpt-600"
+
+
+def test_a_record_that_breaks_the_handler_is_skipped_and_the_rest_is_read(tmp_path):
+    tailer, _ = _tailer(tmp_path)
+    path = tailer.path_for("train")
+    path.parent.mkdir(parents=True)
+    with open(path, "a") as f:  # an integer too large for a float: 100.0 * step overflows
+        f.write('{"ts": 1, "kind": "progress", "step": 1' + "0" * 400 + ', "total": 3}\n')
+    _append(path, {"ts": 2.0, "kind": "progress", "step": 2, "total": 4})
+    tailer.poll(["train"])
+    assert tailer.latest("train")["step"] == 2
+
+
+def test_the_background_poller_survives_a_bad_record(tmp_path):
+    tailer, _ = _tailer(tmp_path)
+    path = tailer.path_for("train")
+    path.parent.mkdir(parents=True)
+    with open(path, "a") as f:
+        f.write('{"ts": 1, "kind": "progress", "step": 1' + "0" * 400 + ', "total": 3}\n')
+    tailer.start(lambda: ["train"], every=0.02)
+    try:
+        time.sleep(0.2)
+        _append(path, {"ts": 2.0, "kind": "progress", "step": 5, "total": 10})
+        deadline = time.monotonic() + 5
+        while (tailer.latest("train") or {}).get("step") != 5:
+            assert time.monotonic() < deadline, "the poller stopped"
+            time.sleep(0.02)
+    finally:
+        tailer.close()
+
+
+def test_a_file_replaced_by_a_larger_one_is_read_from_its_start(tmp_path):
+    tailer, _ = _tailer(tmp_path)
+    path = tailer.path_for("train")
+    _append(path, *({"ts": 1.0, "kind": "progress", "step": i, "total": 9} for i in range(3)))
+    tailer.poll(["train"])
+    fresh = path.with_name("fresh")
+    _append(
+        fresh,
+        {"ts": 5.0, "kind": "checkpoint", "step": 1, "path": "/ck/new-1", "metrics": {}},
+        *(
+            {"ts": 6.0, "kind": "progress", "step": i, "total": 9, "metrics": {"n": i}}
+            for i in range(1, 8)
+        ),
+    )
+    os.replace(fresh, path)  # e.g. a new run of the stage that rewrote the file
+    tailer.poll(["train"])
+    assert tailer.last_checkpoint()["path"] == "/ck/new-1"
+    assert tailer.latest("train")["step"] == 7
+
+
+def test_metrics_logged_between_reports_stay_in_status(tmp_path):
+    tailer, _ = _tailer(tmp_path)
+    path = tailer.path_for("train")
+    _append(
+        path,
+        {"ts": 1.0, "kind": "progress", "step": 10, "total": 100, "metrics": {"lr": 0.1}},
+        {"ts": 2.0, "kind": "metrics", "step": 10, "metrics": {"val_cer": 0.2, "cost_usd": 1.5}},
+        {"ts": 3.0, "kind": "progress", "step": 11, "total": 100, "metrics": {"lr": 0.09}},
+    )
+    tailer.poll(["train"])
+    latest = tailer.latest("train")
+    assert latest["step"] == 11
+    assert latest["metrics"] == {"lr": 0.09, "val_cer": 0.2, "cost_usd": 1.5}
+
+
+def test_metrics_in_status_are_capped_to_the_most_recent_keys(tmp_path):
+    from corral.agent import progress as progress_mod
+
+    tailer, _ = _tailer(tmp_path)
+    path = tailer.path_for("train")
+    n = progress_mod.MAX_METRICS + 50
+    _append(
+        path,
+        *(
+            {"ts": 1.0, "kind": "metrics", "step": i, "metrics": {f"sample/{i}": i}}
+            for i in range(n)
+        ),
+    )
+    _append(path, {"ts": 2.0, "kind": "progress", "step": n, "metrics": {"lr": 0.1}})
+    tailer.poll(["train"])
+    metrics = tailer.latest("train")["metrics"]
+    assert len(metrics) == progress_mod.MAX_METRICS
+    assert metrics["lr"] == 0.1 and f"sample/{n - 1}" in metrics and "sample/0" not in metrics
+
+
+def test_a_line_that_never_ends_does_not_grow_without_bound(tmp_path, monkeypatch):
+    from corral.agent import progress as progress_mod
+
+    monkeypatch.setattr(progress_mod, "MAX_LINE", 64 * 1024)
+    tailer, _ = _tailer(tmp_path)
+    path = tailer.path_for("train")
+    path.parent.mkdir(parents=True)
+    with open(path, "ab") as f:
+        f.write(b"\0" * (200 * 1024))  # no newline: garbage, or a record far too large
+    tailer.poll(["train"])
+    assert len(tailer._partial.get("train", b"")) <= 64 * 1024
+    with open(path, "ab") as f:
+        f.write(b"\n")
+    _append(path, {"ts": 2.0, "kind": "progress", "step": 3, "total": 4})
+    tailer.poll(["train"])
+    assert tailer.latest("train")["step"] == 3
+
+
+def test_status_and_events_of_a_diverged_run_over_http(tmp_path, start_agent):
+    script = (
+        "from corral.sdk import report\n"
+        "report(1, total=4, loss=2.0)\n"
+        "report(2, total=4, loss=float('nan'), grad_norm=float('inf'))\n"
+    )
+    (tmp_path / "work").mkdir()
+    (tmp_path / "work" / "train.py").write_text(script)
+    plan = make_plan(tmp_path, [{"name": "train", "run": f"{sys.executable} train.py"}])
+    client = start_agent(plan)
+    status = client.wait_finished(timeout=30)
+    progress = client.stage(status, "train")["progress"]
+    assert progress["step"] == 2 and progress["loss"] == "nan"
+    assert progress["metrics"]["grad_norm"] == "inf"
+    raw = client.request("GET", "/status", raw=True)[1]
+    assert "NaN" not in raw and "Infinity" not in raw  # strict JSON
+
+
+def test_a_stage_that_writes_a_burst_then_exits_has_its_last_checkpoint_in_status(
+    tmp_path, start_agent
+):
+    script = (
+        "from corral.sdk.progress_file import emit\n"
+        "for step in range(800):\n"
+        "    emit('metrics', step=step, metrics={'blob': 'x' * 4000})\n"
+        "emit('progress', step=800, total=800, loss=0.5)\n"
+        "emit('checkpoint', step=800, path='/ck/ckpt-800', metrics={})\n"
+    )
+    (tmp_path / "work").mkdir()
+    (tmp_path / "work" / "train.py").write_text(script)
+    plan = make_plan(tmp_path, [{"name": "train", "run": f"{sys.executable} train.py"}])
+    client = start_agent(plan)
+    status = client.wait_finished(timeout=30)
+    assert client.stage(status, "train")["progress"]["step"] == 800
+    assert status["last_checkpoint"]["path"] == "/ck/ckpt-800"
+    types = [e["type"] for e in client.events()]
+    assert types.index("checkpoint.saved") < types.index("stage.finished")
+
+
+def test_an_agent_restarted_on_its_state_dir_does_not_replay_old_records(tmp_path, start_agent):
+    old = tmp_path / "state" / "progress" / "train.jsonl"
+    _append(
+        old,
+        {"ts": 1.0, "kind": "progress", "step": 90, "total": 100, "loss": 0.1},
+        {"ts": 2.0, "kind": "checkpoint", "step": 90, "path": "/ck/old-90", "metrics": {}},
+    )
+    script = "from corral.sdk import report\nreport(1, total=100, loss=3.0)\n"
+    (tmp_path / "work").mkdir()
+    (tmp_path / "work" / "train.py").write_text(script)
+    plan = make_plan(tmp_path, [{"name": "train", "run": f"{sys.executable} train.py"}])
+    client = start_agent(plan)
+    status = client.wait_finished(timeout=30)
+    assert client.stage(status, "train")["progress"]["step"] == 1
+    assert status["last_checkpoint"] is None
+    assert not [e for e in client.events() if e["type"] == "checkpoint.saved"]
+
+
+def test_a_record_appended_to_a_torn_line_is_still_read(tmp_path):
+    tailer, _ = _tailer(tmp_path)
+    path = tailer.path_for("train")
+    path.parent.mkdir(parents=True)
+    with open(path, "a") as f:
+        f.write('{"ts":1.0,"kind":"progress","st')  # the writer was killed here
+    progress_file.emit("checkpoint", file=str(path), step=4, path="/ck/ckpt-4", metrics={})
+    tailer.poll(["train"])
+    assert tailer.last_checkpoint()["path"] == "/ck/ckpt-4"

@@ -56,9 +56,12 @@ def test_a_diverged_loss_is_shown_as_nan_not_as_no_loss(tmp_path):
     progress_file.emit("progress", file=str(path), step=3, total=10)  # no loss at all
     tailer.poll(["train"])
     assert tailer.latest("train")["loss"] is None
-    # a progress event's loss stays a number or null (its readers format it as a number)
+    # the progress event (and its webhook) says "nan" too, and the controller describes it
     (first,) = [e for e in events.after(0)[0] if e["type"] == "progress"]
-    assert first["data"]["loss"] is None and first["data"]["metrics"]["grad_norm"] == "inf"
+    assert first["data"]["loss"] == "nan" and first["data"]["metrics"]["grad_norm"] == "inf"
+    from corral.control.sync import _describe
+
+    assert _describe(first).endswith("loss nan")
 
 
 def test_the_last_poll_reads_everything_the_stage_wrote_not_one_mebibyte(tmp_path):

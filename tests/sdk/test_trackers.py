@@ -179,7 +179,7 @@ def test_checkpoint_records_carry_the_checkpoint_path(tmp_path, monkeypatch):
     (rec,) = records(progress)
     assert rec["kind"] == "checkpoint" and rec["step"] == 12
     assert rec["path"] == "/ckpt/checkpoint-12"
-    assert rec["metrics"] == {"eval_loss": None, "acc": 0.5}  # NaN is not JSON
+    assert rec["metrics"] == {"eval_loss": "nan", "acc": 0.5}  # JSON has no NaN: a string
 
 
 def test_progress_writes_only_the_progress_record(tmp_path, monkeypatch):

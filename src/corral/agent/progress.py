@@ -13,8 +13,8 @@ Files already in the directory when the tailer starts (an agent restarted on its
 
 Non-finite numbers are the strings ``"nan"``, ``"inf"`` and ``"-inf"`` (what the SDK writes;
 ``NaN``/``Infinity`` tokens from other writers are turned into them too), so ``/status`` stays
-strict JSON and a diverged loss is not shown as "no loss". The ``progress`` event's ``loss`` is
-a number or null (its readers format it as a number). ``progress.metrics`` holds the latest
+strict JSON and a diverged loss is not shown as "no loss"; the ``progress`` event (and its
+webhook) carries the same ``loss``. ``progress.metrics`` holds the latest
 value of every metric from ``progress`` and ``metrics`` records, at most ``MAX_METRICS`` keys
 (the most recently reported are kept).
 """
@@ -226,7 +226,7 @@ class ProgressTailer:
                     "step": step,
                     "total": total,
                     "percent": latest["percent"],
-                    "loss": None if isinstance(loss, str) else loss,
+                    "loss": loss,
                     "metrics": metrics,
                 }
                 self._events.emit("progress", stage=stage, data=data)

@@ -91,10 +91,13 @@ def _describe(ev: dict[str, Any]) -> str:
     if t == "progress":
         step, total = d.get("step"), d.get("total")
         text = f"{stage}: step {step}" + (f"/{total}" if total else "")
-        if d.get("percent") is not None:
-            text += f" ({d['percent']:.0f}%)"
-        if d.get("loss") is not None:
-            text += f" loss {d['loss']:.4g}"
+        percent, loss = d.get("percent"), d.get("loss")
+        if isinstance(percent, (int, float)) and not isinstance(percent, bool):
+            text += f" ({percent:.0f}%)"
+        if isinstance(loss, (int, float)) and not isinstance(loss, bool):
+            text += f" loss {loss:.4g}"
+        elif isinstance(loss, str) and loss:  # "nan", "inf", "-inf": a diverged loss
+            text += f" loss {loss[:16]}"
         return text
     if t == "checkpoint.saved":
         return f"{stage}: checkpoint at step {d.get('step')}"

@@ -11,6 +11,7 @@ large chunks into memory. See :mod:`corral.sdk.serialize` for the format and the
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import io
 import json
@@ -33,7 +34,10 @@ _ITEMSIZE = {"F64": 8, "I64": 8, "U64": 8, "C64": 8, "F32": 4, "I32": 4, "U32": 
 _ITEMSIZE |= {"F16": 2, "BF16": 2, "I16": 2, "U16": 2}
 _ITEMSIZE |= {"I8": 1, "U8": 1, "BOOL": 1, "F8_E4M3": 1, "F8_E5M2": 1}
 
-Buffer = bytearray | Any  # a bytearray, or an mmap.mmap from Storage.map_file
+Buffer = bytearray | Any  # a bytearray, or the mapping Storage.map_file returns
+#: Errors that say the machine ran out of something, not that a file is corrupt: never a reason
+#: to skip a checkpoint and fall back to an older one.
+_RESOURCE_ERRNOS = (errno.EMFILE, errno.ENFILE, errno.ENOMEM)
 
 
 def _check_size(storage: Storage, path: str, fname: str, entry: FileEntry, label: str) -> None:
@@ -164,7 +168,15 @@ def load_state(
     unknown = [n for n in files if n != STATE_FILE and not is_tensor_file(n)]
     if unknown:
         raise CheckpointError(f"checkpoint {label}: unknown file {unknown[0]} in the manifest")
-    buffers = read_all_verified(storage, directory, files, label, keep=True)
+    try:
+        buffers = read_all_verified(storage, directory, files, label, keep=True)
+    except OSError as exc:
+        if exc.errno in _RESOURCE_ERRNOS:
+            raise CheckpointLoadError(
+                f"checkpoint {label}: cannot be read ({exc}); the files are not known to be "
+                "corrupt, so no older checkpoint is used instead"
+            ) from exc
+        raise
     skeleton = buffers.pop(STATE_FILE)
     table: dict[str, tuple[str, str, tuple, int, int]] = {}  # name -> file, code, shape, span
     for fname, buf in buffers.items():
@@ -172,6 +184,7 @@ def load_state(
             table[name] = (fname, code, shape, start, end)
     cache: dict[str, Any] = {}
     torch_bases: dict[str, Any] = {}
+    movers: list[Any] = []  # the map_location function, made at the first torch tensor
 
     def materialize(pid: Any) -> Any:
         if not (isinstance(pid, tuple) and len(pid) == 5 and pid[0] == "corral"):
@@ -187,8 +200,12 @@ def load_state(
             if base is None:
                 base = torch_bases[fname] = _torch_base(buffers[fname], label)
             obj = _torch_tensor(base, code, shape, start, end)
-            if map_location not in (None, "cpu"):
-                obj = obj.to(map_location)
+            if map_location is not None and not (
+                isinstance(map_location, str) and map_location == "cpu"
+            ):
+                if not movers:
+                    movers.append(_mover(map_location, label))
+                obj = movers[0](obj, name)
             if is_param:
                 obj = sys.modules["torch"].nn.Parameter(obj, requires_grad=requires_grad)
             elif requires_grad:
@@ -204,6 +221,62 @@ def load_state(
         raise
     except Exception as exc:  # the files verified: this is not corruption, so never skip it
         raise _load_error(label, exc) from exc
+
+
+def _mover(map_location: Any, label: str) -> Any:
+    """``move(tensor, name)`` putting a restored CPU tensor where ``map_location`` says, with
+    ``torch.load``'s forms: a device (``"cuda:0"``, a ``torch.device``), a dict from saved
+    location to device, or ``fn(storage, location)`` returning a storage on the device wanted
+    (or None: stay). The tensors of a checkpoint are saved as host bytes: their location is
+    ``"cpu"``. Each tensor goes to the function as a storage of its own bytes."""
+    torch = sys.modules["torch"]
+
+    def bad(why: str) -> CheckpointLoadError:
+        return CheckpointLoadError(f"checkpoint {label}: map_location {map_location!r}: {why}")
+
+    def device_of(where: Any) -> Any:
+        if where is None:
+            return None
+        try:
+            device = torch.device(where)
+        except (RuntimeError, TypeError, ValueError) as exc:
+            raise bad(f"not a device ({exc})") from None
+        if device.type == "cpu":
+            return None
+        if device.type == "cuda" and not torch.cuda.is_available():
+            raise bad(
+                "CUDA is not available on this machine (torch.cuda.is_available() is False); "
+                "restore with map_location='cpu'"
+            )
+        return device
+
+    def to(tensor: Any, device: Any, name: str) -> Any:
+        if device is None:
+            return tensor
+        try:
+            return tensor.to(device)
+        except Exception as exc:  # an ordinal beyond the devices present, no backend, ...
+            raise bad(f"tensor {name!r} cannot go there: {type(exc).__name__}: {exc}") from exc
+
+    if isinstance(map_location, dict):
+        target = device_of(map_location.get("cpu", "cpu"))
+        return lambda tensor, name: to(tensor, target, name)
+    if callable(map_location) and not isinstance(map_location, torch.device):
+
+        def call(tensor: Any, name: str) -> Any:
+            size = tensor.element_size()
+            begin = tensor.storage_offset() * size
+            storage = tensor.untyped_storage()[begin : begin + tensor.numel() * size]
+            result = map_location(storage, "cpu")
+            if result is None:
+                return tensor
+            if not isinstance(getattr(result, "device", None), torch.device):
+                raise bad(f"returned {type(result).__name__}, not a storage")
+            return to(tensor, device_of(result.device), name)
+
+        return call
+    target = device_of(map_location)
+    return lambda tensor, name: to(tensor, target, name)
 
 
 def _load_error(label: str, exc: BaseException) -> CheckpointLoadError:

@@ -15,7 +15,9 @@ Only restore checkpoints you (your own jobs) wrote; the sha256 manifest detects 
 malicious writer.
 
 Tensors in an unsupported layout or dtype (sparse, quantized, complex128, tensor subclasses,
-object arrays, ...) are pickled with the rest. Tensors are restored as separate tensors: storage
+object arrays, ...) are pickled with the rest. Dtypes torch's own pickle cannot load back
+(complex32, the fnuz/e8m0 float8s, float4, bits and sub-byte ints) go to the tensors file as
+integers of their width and are viewed back as their dtype on restore. Tensors are restored as separate tensors: storage
 shared between two tensors (views) is not kept shared, like safetensors. ``torch`` is imported
 only when the state holds torch tensors.
 """
@@ -123,6 +125,40 @@ def _tensor_code(obj: Any) -> tuple[str, str] | None:
     return None
 
 
+#: Integer dtypes of each element width: a tensor of a dtype without a safetensors code whose
+#: pickle torch cannot load back is saved as a view of these (see :func:`as_dtype`).
+_WIDTH_INTS = {1: "uint8", 2: "int16", 4: "int32", 8: "int64"}
+
+
+def _bits_view(obj: Any) -> Any:
+    """For a plain torch tensor whose dtype neither has a safetensors code nor survives torch's
+    own pickle: ``obj`` viewed as integers of its element width (no copy), else None."""
+    torch = sys.modules.get("torch")
+    if torch is None or type(obj) not in (torch.Tensor, torch.nn.Parameter):
+        return None
+    name = str(obj.dtype).removeprefix("torch.")
+    if name in _TORCH_CODES or (obj.dtype.is_complex and obj.element_size() > 4):
+        return None  # a code of its own, or complex128 (which torch pickles fine)
+    ints = _WIDTH_INTS.get(obj.element_size())
+    if ints is None or obj.layout != torch.strided or obj.is_quantized or obj.is_nested:
+        return None
+    if obj.device.type == "meta":
+        return None
+    src = obj.detach()
+    if src.is_conj():
+        src = src.resolve_conj()
+    return src.view(getattr(torch, ints))
+
+
+def as_dtype(bits: Any, dtype: str, is_param: bool, requires_grad: bool) -> Any:
+    """The inverse of :func:`_bits_view` at load time (named in ``state.pkl``: keep it here)."""
+    torch = sys.modules["torch"]
+    obj = bits.view(getattr(torch, dtype))
+    if is_param:
+        return torch.nn.Parameter(obj, requires_grad=requires_grad)
+    return obj.requires_grad_(True) if requires_grad else obj
+
+
 def _collect_names(state: Any) -> dict[int, str]:
     """Dotted paths of the tensors reachable through dicts, lists and tuples (for readability)."""
     names: dict[int, str] = {}
@@ -137,7 +173,9 @@ def _collect_names(state: Any) -> dict[int, str]:
         elif isinstance(obj, (list, tuple)):
             for i, v in enumerate(obj):
                 walk(v, f"{path}.{i}" if path else str(i), depth + 1)
-        elif id(obj) not in names and _tensor_code(obj) is not None:
+        elif id(obj) not in names and (
+            _tensor_code(obj) is not None or _bits_view(obj) is not None
+        ):
             name = path or "tensor"
             while name in used or name == "__metadata__":
                 name += "#"
@@ -149,12 +187,16 @@ def _collect_names(state: Any) -> dict[int, str]:
 
 
 class _Pickler(pickle.Pickler):
-    def __init__(self, file: io.BytesIO, pid: Any):
+    def __init__(self, file: io.BytesIO, pid: Any, reduce: Any):
         super().__init__(file, protocol=5)
         self._pid = pid
+        self._reduce = reduce
 
     def persistent_id(self, obj: Any) -> Any:
         return self._pid(obj)
+
+    def reducer_override(self, obj: Any) -> Any:
+        return self._reduce(obj)
 
 
 def snapshot(state: Any, pool: StagingPool | None) -> Snapshot:
@@ -177,7 +219,9 @@ def snapshot(state: Any, pool: StagingPool | None) -> Snapshot:
         kind, code = found
         if kind == "torch":
             src = obj.detach().resolve_conj().resolve_neg()
-            flags = (isinstance(obj, sys.modules["torch"].nn.Parameter), bool(obj.requires_grad))
+            # _tensor_code admits exactly Tensor and Parameter; a type check is much cheaper than
+            # isinstance(obj, Parameter) (its metaclass hook), which shows with 10,000 tensors
+            flags = (type(obj) is not sys.modules["torch"].Tensor, bool(obj.requires_grad))
             if src.device.type == "cuda":
                 cuda_devices.add(src.device)
             if pool is not None:
@@ -204,8 +248,20 @@ def snapshot(state: Any, pool: StagingPool | None) -> Snapshot:
         seen[id(obj)] = pid
         return pid
 
+    def reduce(obj: Any) -> Any:
+        bits = _bits_view(obj)
+        if bits is None:
+            return NotImplemented
+        keep_alive.append(bits)
+        name = names.pop(id(obj), None)
+        if name is not None:  # the dotted path names the integers in the tensors file
+            names[id(bits)] = name
+        torch = sys.modules["torch"]
+        flags = (isinstance(obj, torch.nn.Parameter), bool(obj.requires_grad))
+        return as_dtype, (bits, str(obj.dtype).removeprefix("torch."), *flags)
+
     buf = io.BytesIO()
-    pickler = _Pickler(buf, persistent_id)
+    pickler = _Pickler(buf, persistent_id, reduce)
     try:
         pickler.dump(state)
     except BaseException as exc:

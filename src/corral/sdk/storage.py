@@ -30,6 +30,7 @@ import mmap
 import os
 import shutil
 import sys
+import weakref
 from typing import Any, BinaryIO, Protocol, runtime_checkable
 from urllib.parse import unquote, urlparse
 
@@ -153,6 +154,66 @@ class _LocalWriter:
 _O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 
 
+def _load_libc_mmap() -> Any:
+    """libc ``mmap``/``munmap``/``madvise`` through ctypes (None where unavailable)."""
+    if os.name != "posix" or sys.version_info >= (3, 13):  # 3.13 has mmap(trackfd=False)
+        return None
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        mmap_, munmap, madvise = libc.mmap, libc.munmap, libc.madvise
+    except (OSError, AttributeError):
+        return None
+    mmap_.argtypes = [
+        ctypes.c_void_p,
+        ctypes.c_size_t,
+        ctypes.c_int,
+        ctypes.c_int,
+        ctypes.c_int,
+        ctypes.c_int64,
+    ]
+    mmap_.restype = ctypes.c_void_p
+    munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    munmap.restype = ctypes.c_int
+    madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    madvise.restype = ctypes.c_int
+    return mmap_, munmap, madvise
+
+
+_libc_mmap = _load_libc_mmap() if ctypes.sizeof(ctypes.c_void_p) == 8 else None
+_MAP_FAILED = ctypes.c_void_p(-1).value
+
+
+def _map_private(fd: int, size: int) -> Any:
+    """``size`` bytes of ``fd`` mapped private and writable (copy-on-write), holding no fd."""
+    if size == 0:
+        return bytearray()
+    if _libc_mmap is None:
+        if sys.version_info >= (3, 13):
+            mapped = mmap.mmap(fd, size, access=mmap.ACCESS_COPY, trackfd=False)
+        else:  # keeps a duplicate of fd open while the mapping lives
+            mapped = mmap.mmap(fd, size, access=mmap.ACCESS_COPY)
+        try:
+            mapped.madvise(mmap.MADV_WILLNEED)  # start reading ahead now (cold cache)
+        except (AttributeError, OSError):
+            pass
+        return mapped
+    mmap_, munmap, madvise = _libc_mmap
+    prot = mmap.PROT_READ | mmap.PROT_WRITE
+    address = mmap_(None, size, prot, mmap.MAP_PRIVATE, fd, 0)
+    if address in (None, _MAP_FAILED):
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err))
+    try:
+        if hasattr(mmap, "MADV_WILLNEED"):
+            madvise(address, size, mmap.MADV_WILLNEED)  # start reading ahead (cold cache)
+        buffer = (ctypes.c_char * size).from_address(address)
+        weakref.finalize(buffer, munmap, address, size)
+    except BaseException:
+        munmap(address, size)
+        raise
+    return buffer
+
+
 class LocalStorage:
     """A directory tree on a local (or locally mounted) filesystem."""
 
@@ -202,15 +263,15 @@ class LocalStorage:
         with open(path, "rb") as f:
             return f.read()
 
-    def map_file(self, path: str) -> mmap.mmap:
-        """Optional capability: the file mapped copy-on-write (writes stay private)."""
+    def map_file(self, path: str) -> Any:
+        """Optional capability: the file mapped copy-on-write (writes stay private), as a
+        buffer (``len``, slicing, the buffer protocol) that unmaps when no longer referenced.
+
+        The mapping keeps no file descriptor open (``mmap.mmap`` keeps a duplicate until it is
+        closed): a restored state holds a mapping per tensor file for as long as it lives, and a
+        large model has more tensor files than the usual limit of 1024 open files."""
         with open(path, "rb") as f:
-            mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)
-        try:
-            mapped.madvise(mmap.MADV_WILLNEED)  # start reading ahead now (cold cache)
-        except (AttributeError, OSError):
-            pass
-        return mapped
+            return _map_private(f.fileno(), os.fstat(f.fileno()).st_size)
 
     def remove(self, path: str) -> None:
         try:

@@ -34,6 +34,9 @@ _ITEMSIZE = {"F64": 8, "I64": 8, "U64": 8, "C64": 8, "F32": 4, "I32": 4, "U32": 
 _ITEMSIZE |= {"F16": 2, "BF16": 2, "I16": 2, "U16": 2}
 _ITEMSIZE |= {"I8": 1, "U8": 1, "BOOL": 1, "F8_E4M3": 1, "F8_E5M2": 1}
 
+_TORCH_NAMES = {code: name for name, code in _TORCH_CODES.items()}
+_NUMPY_NAMES = {code: name for name, code in _NUMPY_CODES.items()}
+
 Buffer = bytearray | Any  # a bytearray, or the mapping Storage.map_file returns
 #: Errors that say the machine ran out of something, not that a file is corrupt: never a reason
 #: to skip a checkpoint and fall back to an older one.
@@ -301,7 +304,7 @@ def _torch_base(buf: Buffer, label: str) -> Any:
 
 def _torch_tensor(base: Any, code: str, shape: tuple, start: int, end: int) -> Any:
     torch = sys.modules["torch"]
-    dtype = getattr(torch, {v: k for k, v in _TORCH_CODES.items()}[code])
+    dtype = getattr(torch, _TORCH_NAMES[code])
     data = base[start:end]
     if start % _ITEMSIZE[code]:
         data = data.clone()  # not aligned for an in-place view
@@ -315,7 +318,7 @@ def _numpy_array(raw: Buffer, code: str, shape: tuple, start: int, end: int, lab
         raise CheckpointLoadError(
             f"checkpoint {label} holds numpy arrays but numpy is not installed"
         ) from None
-    names = {v: k for k, v in _NUMPY_CODES.items()}
+    names = _NUMPY_NAMES
     if code not in names:
         raise CheckpointLoadError(f"checkpoint {label}: dtype {code} has no numpy equivalent")
     data = np.frombuffer(raw, dtype=np.uint8, count=end - start, offset=start)

@@ -24,6 +24,7 @@ only when the state holds torch tensors.
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import io
 import json
@@ -125,6 +126,8 @@ def _tensor_code(obj: Any) -> tuple[str, str] | None:
     return None
 
 
+#: Types that are never a tensor (exact types: a subclass may be anything).
+_PLAIN_TYPES = frozenset({str, int, float, bool, type(None), bytes, tuple, list, dict, set})
 #: Integer dtypes of each element width: a tensor of a dtype without a safetensors code whose
 #: pickle torch cannot load back is saved as a view of these (see :func:`as_dtype`).
 _WIDTH_INTS = {1: "uint8", 2: "int16", 4: "int32", 8: "int64"}
@@ -210,6 +213,8 @@ def snapshot(state: Any, pool: StagingPool | None) -> Snapshot:
     cuda_devices: set[Any] = set()  # asynchronous copies from each must finish before return
 
     def persistent_id(obj: Any) -> Any:
+        if type(obj) in _PLAIN_TYPES:  # called for every object: the common case first
+            return None
         pid = seen.get(id(obj))
         if pid is not None:
             return pid
@@ -262,6 +267,8 @@ def snapshot(state: Any, pool: StagingPool | None) -> Snapshot:
 
     buf = io.BytesIO()
     pickler = _Pickler(buf, persistent_id, reduce)
+    collecting = gc.isenabled()
+    gc.disable()  # the cyclic GC would walk the whole state again and again (a third of the stall)
     try:
         pickler.dump(state)
     except BaseException as exc:
@@ -270,6 +277,9 @@ def snapshot(state: Any, pool: StagingPool | None) -> Snapshot:
         if isinstance(exc, (pickle.PicklingError, TypeError, AttributeError)):
             raise CheckpointError(f"the state cannot be saved: {exc}") from exc
         raise
+    finally:
+        if collecting:
+            gc.enable()
     if pool is not None:
         pool.finish(len(entries))
     for device in cuda_devices:  # synchronize() alone waits for the current device only

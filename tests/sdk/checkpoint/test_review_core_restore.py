@@ -238,3 +238,21 @@ def test_offsets_beyond_4_gib_are_computed_exactly():
     assert header["y"]["data_offsets"] == [3 << 30, (6 << 30) + 8]
     assert header["z"]["data_offsets"] == [(6 << 30) + 8, (6 << 30) + 9]
     assert (len(raw) - 8) % 8 == 0 == len(raw) % 8
+
+
+@pytest.mark.parametrize("make", [lambda i: torch.full((3,), float(i)), lambda i: np.full(3, i)])
+def test_ten_thousand_tiny_tensors_save_and_restore_quickly(tmp_path: Path, make):
+    """Per-object costs: a generous bound (about 0.6 s each way on the reference machine) that
+    catches anything quadratic, or a per-tensor cost of milliseconds."""
+    import time
+
+    state = {f"layer{i}": make(i) for i in range(10_000)}
+    cp = Checkpointer(tmp_path / "ck")
+    started = time.perf_counter()
+    cp.save(state, 1)
+    cp.wait()
+    saved = time.perf_counter()
+    out = Checkpointer(tmp_path / "ck").restore()
+    restored = time.perf_counter()
+    assert all(out[k].tolist() == v.tolist() for k, v in state.items())
+    assert saved - started < 3.0 and restored - saved < 3.0, (saved - started, restored - saved)

@@ -51,6 +51,7 @@ def test_a_good_spec_passes_with_exit_code_zero(tmp_path, cli):
 
 def test_a_missing_model_fails_with_exit_code_two_and_the_table(tmp_path, cli):
     spec = write_spec(tmp_path / "job")
+    (spec.parent / "models").mkdir()  # models/base is a path in the workdir, not a Hub id
     result = cli(spec, "--set", "env.MODEL_PATH=models/base")
     assert result.exit_code == 2
     assert "FAIL" in result.output and "pre-flight failed: model" in result.output

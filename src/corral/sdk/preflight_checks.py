@@ -63,7 +63,8 @@ class PreflightReport:
         return next((c for c in self.checks if c.name == name), None)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"ok": self.ok, "checks": [asdict(c) for c in self.checks]}
+        checks = [{**asdict(c), "detail": _shown(c.detail)} for c in self.checks]
+        return {"ok": self.ok, "checks": checks}
 
     def table(self) -> Any:
         from rich.markup import escape
@@ -75,7 +76,7 @@ class PreflightReport:
         table.add_column("detail", overflow="fold")
         for c in self.checks:
             label = f"[{_STYLE[c.status]}]{_LABEL[c.status]}[/]"
-            table.add_row(escape(c.name), label, escape(c.detail))
+            table.add_row(escape(c.name), label, escape(_shown(c.detail)))
         return table
 
     def print(self, console: Any = None) -> None:
@@ -87,8 +88,19 @@ class PreflightReport:
 
     def raise_if_failed(self) -> None:
         if self.failed:
-            names = "; ".join(f"{c.name}: {c.detail}" for c in self.failed)
+            names = "; ".join(f"{c.name}: {_shown(c.detail)}" for c in self.failed)
             raise BadInput(f"pre-flight failed: {names}", fields=self.to_dict())
+
+
+def _shown(detail: str) -> str:
+    """``detail`` as it may be shown: every secret value in play (credentials in the
+    environment, the secret store, a run's secrets) replaced by ``***``."""
+    try:
+        from corral.secrets.redact import redact
+
+        return redact(detail)
+    except Exception:  # showing the table must not fail: hide the detail instead
+        return "(detail hidden: the secret redactor failed)"
 
 
 def safe_uri(uri: str) -> str:
@@ -179,6 +191,8 @@ def check_writable(name: str, directory: str | os.PathLike[str], min_free_gb: fl
 def _probe(name: str, path: Path, min_free_gb: float) -> Check:
     probe = path / f".corral-preflight-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     try:
+        if path.exists() and not path.is_dir():
+            return Check(name, "fail", f"{path} is not a directory")
         path.mkdir(parents=True, exist_ok=True)
         payload = b"corral pre-flight probe\n"
         with open(probe, "wb") as f:
@@ -187,6 +201,8 @@ def _probe(name: str, path: Path, min_free_gb: float) -> Check:
             os.fsync(f.fileno())
         if probe.read_bytes() != payload:
             return Check(name, "fail", f"{path}: a probe file read back differently")
+    except NotADirectoryError:
+        return Check(name, "fail", f"{path} is not writable: a parent is not a directory")
     except OSError as e:
         return Check(name, "fail", f"{path} is not writable: {e.strerror or e}")
     finally:
@@ -253,8 +269,8 @@ def check_wandb(spec: Mapping[str, Any], env: Mapping[str, str]) -> Check:
     return Check(
         name,
         "fail",
-        "no WANDB_API_KEY (add it with `corral secret set WANDB_API_KEY`) and not offline "
-        "(mode: offline or WANDB_MODE=offline)",
+        "no WANDB_API_KEY (store it with `corral secret set WANDB_API_KEY` and list it under "
+        "the spec's `secrets:`) and not offline (mode: offline or WANDB_MODE=offline)",
     )
 
 
@@ -269,7 +285,7 @@ def check_mlflow(spec: Mapping[str, Any], env: Mapping[str, str], timeout: float
     if scheme == "sqlite":
         db = uri[len("sqlite:///") :].split("?", 1)[0] if uri.startswith("sqlite:///") else ""
         if not db or db == ":memory:":
-            return Check(name, "fail", f"{uri}: expected sqlite:///path/to/mlflow.db")
+            return Check(name, "fail", f"{safe_uri(uri)}: expected sqlite:///path/to/mlflow.db")
         return _check_sqlite(name, Path(db))
     if scheme in ("http", "https"):
         import httpx
@@ -322,9 +338,20 @@ def check_tracker(raw: Any, env: Mapping[str, str]) -> Check:
     return Check(f"tracker: {kind or '?'}", "fail", f"unknown tracker type '{kind}'")
 
 
+def looks_like_hub_id(text: str) -> bool:
+    """``org/name``: no scheme, one slash, not starting like a path (``.``, ``/``, ``~``)."""
+    return not _scheme(text) and text.count("/") == 1 and not text.startswith((".", "/", "~"))
+
+
 def check_model(model_path: str | os.PathLike[str], env: Mapping[str, str]) -> Check:
     text = os.fspath(model_path)
-    path = Path(text).expanduser()
+    scheme = _scheme(text)
+    if scheme == "s3":
+        return Check("model", "skip", f"{safe_uri(text)}: {AWS_EXTRA}")
+    local = _local_path(text)
+    if local is None:
+        return Check("model", "skip", f"{safe_uri(text)}: not checked: {scheme}:// is remote")
+    path = local
     try:
         if path.exists():
             if path.is_dir() and not any(path.iterdir()):
@@ -332,13 +359,8 @@ def check_model(model_path: str | os.PathLike[str], env: Mapping[str, str]) -> C
             return Check("model", "pass", f"{path} is present")
     except OSError as exc:  # e.g. no permission to look into a parent or the directory
         return Check("model", "fail", f"{path} cannot be read: {exc.strerror or exc}")
-    looks_like_hub_id = (
-        not _scheme(text)
-        and text.count("/") == 1
-        and not text.startswith((".", "/", "~"))
-        and env.get("HF_HUB_OFFLINE", "") not in ("1", "true", "TRUE", "yes")
-    )
-    if looks_like_hub_id:
+    offline = str(env.get("HF_HUB_OFFLINE", "")).strip().lower() in ("1", "true", "yes", "on")
+    if looks_like_hub_id(text) and not offline:
         return Check("model", "skip", f"{text}: not checked: looks like a Hugging Face Hub id")
     return Check("model", "fail", f"{path} does not exist")
 

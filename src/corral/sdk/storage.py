@@ -207,7 +207,8 @@ def _map_private(fd: int, size: int) -> Any:
         if hasattr(mmap, "MADV_WILLNEED"):
             madvise(address, size, mmap.MADV_WILLNEED)  # start reading ahead (cold cache)
         buffer = (ctypes.c_char * size).from_address(address)
-        weakref.finalize(buffer, munmap, address, size)
+        # not at interpreter exit: a thread still running may read a restored tensor then
+        weakref.finalize(buffer, munmap, address, size).atexit = False
     except BaseException:
         munmap(address, size)
         raise

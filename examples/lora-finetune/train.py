@@ -19,6 +19,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from corral.errors import BadInput
 from corral.sdk import TrainingConfig, load_config, preflight, retention_policy
 
 # Before transformers is imported (in main): never reach the Hub.
@@ -30,6 +31,18 @@ HERE = Path(__file__).resolve().parent
 #: Checkpoints kept when the script runs without corral. Under corral the spec's `checkpoints:`
 #: section decides (passed as CORRAL_CHECKPOINT_KEEP_LAST, ...); keep the two equal.
 RETENTION = {"keep_last": 2}
+
+#: Settings that fix the base model and the adapters' shapes: a checkpoint made with other
+#: values cannot be resumed (the weights would not fit, or belong to another base model).
+SHAPE = (
+    "seed",
+    "model.hidden_size",
+    "model.layers",
+    "model.heads",
+    "lora.r",
+    "lora.targets",
+    "lora.train_head",
+)
 
 
 @dataclass
@@ -124,6 +137,59 @@ def build_model(cfg: Config, vocab_size: int):
     return get_peft_model(base, adapters)
 
 
+def _setting(config: dict, dotted: str) -> object:
+    value: object = config
+    for part in dotted.split("."):
+        value = value.get(part) if isinstance(value, dict) else None
+    return value
+
+
+def check_resumable(checkpoint: str | None, cfg: Config, ckpt_dir: Path) -> int:
+    """The step ``checkpoint`` holds (0 without one). A checkpoint of another base model or
+    adapter shape (``python train.py``, then ``--set lora.r=16`` in the same folder) is a clear
+    error, not a size-mismatch traceback from deep inside the Trainer."""
+    import dataclasses
+    import json
+
+    if checkpoint is None:
+        return 0
+    folder = Path(checkpoint)
+    try:
+        saved = json.loads((folder / "corral_config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        saved = None  # written by something else: let the Trainer try
+    if isinstance(saved, dict):
+        now = dataclasses.asdict(cfg)
+        diff = [
+            f"{key}={_setting(saved, key)} (now {_setting(now, key)})"
+            for key in SHAPE
+            if _setting(saved, key) is not None and _setting(saved, key) != _setting(now, key)
+        ]
+        if diff:
+            under_corral = os.environ.get("CORRAL_CHECKPOINT_DIR")
+            where = "CORRAL_CHECKPOINT_DIR" if under_corral else "--set output_dir=..."
+            raise BadInput(
+                f"{checkpoint} was made with another model: {', '.join(diff)}; use the same "
+                f"settings, or another checkpoint folder ({where}), or delete {ckpt_dir}"
+            )
+    state = json.loads((folder / "trainer_state.json").read_text(encoding="utf-8"))
+    return int(state.get("global_step") or 0)
+
+
+def load_finished(model, checkpoint: str) -> float | None:
+    """Load the adapters of a checkpoint that already reached the last step, instead of
+    resuming from it (the Trainer would run one more step); its last logged loss."""
+    import json
+
+    from peft import set_peft_model_state_dict
+    from safetensors.torch import load_file
+
+    set_peft_model_state_dict(model, load_file(Path(checkpoint) / "adapter_model.safetensors"))
+    state = json.loads((Path(checkpoint) / "trainer_state.json").read_text(encoding="utf-8"))
+    losses = [e["loss"] for e in state.get("log_history") or [] if "loss" in e]
+    return losses[-1] if losses else None
+
+
 def main(argv: list[str]) -> int:
     cfg = load_config(Config, argv=argv, experiments_dir=HERE / "configs" / "experiments")
     out = Path(cfg.output_dir)
@@ -160,15 +226,26 @@ def main(argv: list[str]) -> int:
     trainer = Trainer(model=model, args=args, train_dataset=dataset, callbacks=[callback])
 
     resume = last_complete_checkpoint(ckpt_dir)
-    print(f"resuming from {resume}" if resume else "starting fresh", flush=True)
-    trainer.train(resume_from_checkpoint=resume)
-    callback.exit_if_preempted()  # SIGTERM: the checkpoint is saved, exit 75 ("resume me")
+    done = check_resumable(resume, cfg, ckpt_dir)
+    if resume and done >= cfg.steps:  # finished already (or preempted right at the end)
+        print(f"already trained: {resume}", flush=True)
+        steps, loss = done, load_finished(model, resume)
+    else:
+        print(f"resuming from {resume}" if resume else "starting fresh", flush=True)
+        trainer.train(resume_from_checkpoint=resume)
+        callback.exit_if_preempted()  # SIGTERM: the checkpoint is saved, exit 75 ("resume me")
+        losses = [e["loss"] for e in trainer.state.log_history if "loss" in e]
+        steps, loss = trainer.state.global_step, (losses[-1] if losses else None)
 
     model.save_pretrained(out / "adapter")
-    losses = [e["loss"] for e in trainer.state.log_history if "loss" in e]
-    print(f"done: {trainer.state.global_step} steps, final loss {losses[-1]:.3f}", flush=True)
+    shown = f"{loss:.3f}" if loss is not None else "n/a"
+    print(f"done: {steps} steps, final loss {shown}", flush=True)
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    try:
+        sys.exit(main(sys.argv[1:]))
+    except BadInput as e:  # a bad --set, experiment, pre-flight or checkpoint: one line, exit 2
+        print(f"lora-finetune: {e}", file=sys.stderr)
+        sys.exit(2)

@@ -107,3 +107,8 @@ def test_status_shows_the_acceptance_verdict_and_the_manifest(tmp_path: Path) ->
     assert status["manifest"]["path"].endswith("manifest.json")
     human = runner.invoke(app, ["status", run["id"]]).stdout
     assert "acceptance" in human and "fail" in human
+    # launch's own closing summary says it too: SUCCEEDED alone would read as "all good"
+    launched = runner.invoke(app, ["launch", str(work / "corral.yaml"), "--wait"])
+    assert "SUCCEEDED" in launched.stdout
+    assert "acceptance" in launched.stdout and "fail" in launched.stdout
+    assert "latency_ms <= 200 (250" in launched.stdout

@@ -66,6 +66,22 @@ def run_details(store: Any, run: Any) -> dict[str, Any]:
     return d
 
 
+def acceptance_line(acc: Any) -> str | None:
+    """The acceptance verdict as one line (rich markup), or None without criteria."""
+    if not isinstance(acc, dict) or not acc.get("criteria"):
+        return None
+    verdict = "[green]pass[/]" if acc.get("all_pass") else "[red]fail[/]"
+    def num(value: Any) -> str:
+        return f"{value:g}" if isinstance(value, (int, float)) else str(value)
+
+    checks = ", ".join(
+        f"{c.get('metric')} {c.get('op')} {num(c.get('value'))} ({c.get('observed')})"
+        for c in acc["criteria"]
+        if isinstance(c, dict)
+    )
+    return f"  acceptance  {verdict}: {checks}"
+
+
 def print_summary(store: Any, run: Any) -> None:
     from corral.cli.output import console, fmt_cost, fmt_duration, run_duration, styled_state
 
@@ -74,6 +90,11 @@ def print_summary(store: Any, run: Any) -> None:
         line += f": {run.reason}"
     line += f" · {fmt_duration(run_duration(run))} · {fmt_cost(run.cost_usd)}"
     console.print(line)
+    # A run whose evaluation missed its criteria still SUCCEEDED (unless the spec says
+    # eval.fail_run_on_reject): say so here, not only in `corral status`.
+    verdict = acceptance_line(_agent_status(store, run).get("acceptance"))
+    if verdict:
+        console.print(verdict)
 
 
 def status(
@@ -141,13 +162,9 @@ def status(
                 f"  attempt {a['number']}: {a['provider']} {a.get('exit_reason') or a['state']}"
                 f" · {fmt_cost(a.get('cost_usd'))}"
             )
-    acc = details.get("acceptance")
-    if acc and acc.get("criteria"):
-        verdict = "[green]pass[/]" if acc.get("all_pass") else "[red]fail[/]"
-        checks = ", ".join(
-            f"{c['metric']} {c['op']} {c['value']:g} ({c.get('observed')})" for c in acc["criteria"]
-        )
-        console.print(f"  acceptance  {verdict}: {checks}")
+    verdict = acceptance_line(details.get("acceptance"))
+    if verdict:
+        console.print(verdict)
     man = details.get("manifest")
     if man and man.get("uri"):
         console.print(f"  manifest    {man['uri']} ({man.get('files', 0)} files)")

@@ -19,6 +19,12 @@ The extras come from, first that applies:
 ``report`` writes a ``progress`` record (step, total, loss, metrics) to the JSONL sink and logs
 ``loss`` and the metrics to the extras. Extras that were built from specs or env are finished at
 interpreter exit (``finish()`` does it earlier).
+
+In distributed training these module-level calls act on rank 0 only (``RANK``, else
+``LOCAL_RANK``, as torchrun and accelerate set them): on the other ranks they do nothing, so a
+script may call them on every rank without eight W&B runs fighting over one id or the stage's
+progress file showing whichever rank wrote last (HF's ``is_world_process_zero``, Lightning's
+``rank_zero_only``). A :class:`Tracker` used directly logs wherever it is called.
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ from typing import Any
 
 from corral.constants import ENV_TRACKERS  # the JSON list of the spec's trackers
 from corral.errors import BadInput
+from corral.sdk.config import is_rank_zero
 from corral.sdk.trackers.base import CompositeTracker, NullTracker, Tracker
 from corral.sdk.trackers.factory import TrackerSpec, make_trackers
 from corral.sdk.trackers.jsonl import JsonlTracker
@@ -131,12 +138,16 @@ def default_tracker() -> CompositeTracker:
 
 
 def log(metrics: dict[str, Any], step: int) -> None:
-    """Log ``metrics`` at ``step`` to every tracker of the default set."""
+    """Log ``metrics`` at ``step`` to every tracker of the default set (rank 0 only)."""
+    if not is_rank_zero():
+        return
     _jsonl.log(metrics, step)
     _current_extras().log(metrics, step)
 
 
 def log_table(name: str, rows: list[dict[str, Any]], step: int) -> None:
+    if not is_rank_zero():
+        return
     _jsonl.log_table(name, rows, step)
     _current_extras().log_table(name, rows, step)
 
@@ -150,7 +161,9 @@ def report(
     **metrics: Any,
 ) -> None:
     """Progress: a ``progress`` record for the agent (what ``corral status`` shows) and the
-    metrics (with ``loss``) for the trackers."""
+    metrics (with ``loss``) for the trackers. Rank 0 only."""
+    if not is_rank_zero():
+        return
     _jsonl.progress(step, total=total, loss=loss, epoch=epoch, metrics=metrics)
     values = dict(metrics)
     if loss is not None:
@@ -170,7 +183,9 @@ def progress(
     **metrics: Any,
 ) -> None:
     """Only the ``progress`` record (for the agent), nothing to the extras: for frequent
-    updates between the points where metrics are worth logging."""
+    updates between the points where metrics are worth logging. Rank 0 only."""
+    if not is_rank_zero():
+        return
     _jsonl.progress(step, total=total, loss=loss, epoch=epoch, metrics=metrics)
 
 

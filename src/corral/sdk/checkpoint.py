@@ -243,8 +243,16 @@ class Checkpointer:
     def _write_checkpoint(self, snap: Snapshot, step: int, name: str, metrics: dict) -> str:
         st = self.storage
         if not self._cleaned:
-            self._layout.cleanup()
-            self._cleaned = True
+            try:
+                self._layout.cleanup()
+                self._cleaned = True
+            except (OSError, CorralError) as exc:  # leftovers only: this save can still go on
+                warnings.warn(
+                    f"cleaning up what an earlier writer left in {self.dir} failed ({exc}); "
+                    "saving anyway, the next save tries again",
+                    CheckpointWarning,
+                    stacklevel=2,
+                )
         work, final = self._layout.begin(step)
         try:
             files = write_snapshot(snap, st, work)

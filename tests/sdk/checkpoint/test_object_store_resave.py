@@ -205,16 +205,23 @@ def test_a_failure_at_any_write_of_a_resave_keeps_the_old_or_the_new_copy(place,
         injector = Injector(storage, fail_at=k, crash=crash)
         writer = Checkpointer(root, storage=injector, keep_last=10, async_save=False)
         expected = "B" if k > m else "A"  # the k-th call never happened
+        saved_anyway = False
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             if crash:
                 with pytest.raises(Crash):
                     put(writer, "B", 5)
             elif k <= m:
-                with pytest.raises(CheckpointError, match="injected failure"):
+                try:
                     put(writer, "B", 5)
+                except CheckpointError as exc:
+                    assert "injected failure" in str(exc)
+                else:  # it hit the cleanup of an earlier writer's leftovers: warned, saved
+                    saved_anyway, expected = True, "B"
             else:  # the new copy is complete: the save stands, the old copy is left for later
                 put(writer, "B", 5)
+        if saved_anyway:
+            assert any("saving anyway" in str(w.message) for w in caught), k
         if not crash and k > m:
             assert any(
                 issubclass(w.category, CheckpointWarning)

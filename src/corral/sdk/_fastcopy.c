@@ -30,16 +30,22 @@
 #define BLOCK 128
 #define PREFETCH_AHEAD 1024
 
-static void stream_copy(char *dst, const char *src, size_t n) {
-    size_t head = (16 - ((uintptr_t)dst & 15)) & 15; /* _mm_stream_si128 needs 16-byte dst */
-    size_t blocks, i;
-    int k;
+/* Copy the bytes before the first ``align``-byte boundary of *dst (streaming stores need an
+ * aligned destination) and advance both pointers; returns what is left to copy. */
+static size_t copy_head(char **dst, const char **src, size_t n, size_t align) {
+    size_t head = (align - ((uintptr_t)*dst & (align - 1))) & (align - 1);
     if (head > n)
         head = n;
-    memcpy(dst, src, head);
-    dst += head;
-    src += head;
-    n -= head;
+    memcpy(*dst, *src, head);
+    *dst += head;
+    *src += head;
+    return n - head;
+}
+
+static void stream_copy(char *dst, const char *src, size_t n) {
+    size_t blocks, i;
+    int k;
+    n = copy_head(&dst, &src, n, 16); /* _mm_stream_si128 needs a 16-byte aligned dst */
     blocks = n / BLOCK;
     for (i = 0; i < blocks; i++) {
         __m128i r[BLOCK / 16];
@@ -65,14 +71,8 @@ static void stream_copy(char *dst, const char *src, size_t n) {
  * reference machine it made this variant slower (the hardware prefetcher keeps up). */
 __attribute__((target("avx512f"))) static void stream_copy_avx512(char *dst, const char *src,
                                                                    size_t n) {
-    size_t head = (64 - ((uintptr_t)dst & 63)) & 63; /* _mm512_stream_si512 needs 64-byte dst */
     size_t blocks, i;
-    if (head > n)
-        head = n;
-    memcpy(dst, src, head);
-    dst += head;
-    src += head;
-    n -= head;
+    n = copy_head(&dst, &src, n, 64); /* _mm512_stream_si512 needs a 64-byte aligned dst */
     blocks = n / BLOCK512;
     for (i = 0; i < blocks; i++) {
         __m512i a = _mm512_loadu_si512((const void *)src);

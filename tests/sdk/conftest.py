@@ -51,3 +51,22 @@ def sdk_sandbox(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     if signals is not None:
         signals.uninstall_signal_handlers()
         signals._reset_for_tests()
+
+
+@pytest.fixture
+def cli():
+    """``cli(*args)``: run ``corral preflight *args`` (the command alone, in a small app)."""
+    import typer
+    from typer.testing import CliRunner
+
+    from corral.cli.preflight import preflight
+
+    app = typer.Typer()
+    app.command("preflight")(preflight)
+
+    @app.callback()
+    def _root() -> None:
+        pass
+
+    runner = CliRunner()
+    return lambda *args: runner.invoke(app, ["preflight", *map(str, args)])

@@ -5,25 +5,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pytest
-import typer
-from typer.testing import CliRunner
-
-from corral.cli.preflight import preflight
-
-
-@pytest.fixture
-def cli():
-    app = typer.Typer()
-    app.command("preflight")(preflight)
-
-    @app.callback()
-    def _root() -> None:
-        pass
-
-    runner = CliRunner()
-    return lambda *args: runner.invoke(app, ["preflight", *map(str, args)])
-
 
 def write_spec(folder: Path, extra: str = "") -> Path:
     folder.mkdir(parents=True, exist_ok=True)

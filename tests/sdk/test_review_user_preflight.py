@@ -8,26 +8,10 @@ import json
 from pathlib import Path
 
 import pytest
-import typer
-from typer.testing import CliRunner
 
-from corral.cli.preflight import preflight
 from corral.sdk.preflight_checks import check_mlflow, check_model, check_writable
 
 SECRET = "wandb-key-0123456789abcdef"
-
-
-@pytest.fixture
-def cli():
-    app = typer.Typer()
-    app.command("preflight")(preflight)
-
-    @app.callback()
-    def _root() -> None:
-        pass
-
-    runner = CliRunner()
-    return lambda *args: runner.invoke(app, ["preflight", *map(str, args)])
 
 
 def spec_file(folder: Path, body: str) -> Path:

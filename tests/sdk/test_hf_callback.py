@@ -21,26 +21,7 @@ from corral.sdk.integrations.hf import (  # noqa: E402
     last_complete_checkpoint,
 )
 
-
-class TinyData(torch.utils.data.Dataset):
-    def __len__(self) -> int:
-        return 64
-
-    def __getitem__(self, i: int) -> dict:
-        ids = torch.randint(0, 32, (8,), generator=torch.Generator().manual_seed(i))
-        return {"input_ids": ids, "labels": ids.clone()}
-
-
-class SigtermAt(transformers.TrainerCallback):
-    """Sends this process a SIGTERM at the end of step ``step`` (a preemption notice)."""
-
-    def __init__(self, step: int):
-        self.step = step
-
-    def on_step_end(self, args, state, control, **kwargs):
-        if state.global_step == self.step:
-            os.kill(os.getpid(), signal.SIGTERM)
-        return control
+from .hf_parts import SigtermAt, TinyData  # noqa: E402
 
 
 def make_trainer(out: Path, callbacks: list, *, max_steps: int, save_steps: int = 100):

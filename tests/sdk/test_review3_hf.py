@@ -3,9 +3,6 @@ signals)."""
 
 from __future__ import annotations
 
-import os
-import signal
-import time
 from pathlib import Path
 
 import pytest
@@ -17,29 +14,7 @@ from corral.sdk import signals  # noqa: E402
 from corral.sdk.cost import CostMeter  # noqa: E402
 from corral.sdk.integrations.hf import CorralCallback  # noqa: E402
 
-
-class TinyData(torch.utils.data.Dataset):
-    def __init__(self, n: int = 64, delay: float = 0.0):
-        self.n, self.delay = n, delay
-
-    def __len__(self) -> int:
-        return self.n
-
-    def __getitem__(self, i: int) -> dict:
-        if self.delay:
-            time.sleep(self.delay)
-        ids = torch.randint(0, 32, (8,), generator=torch.Generator().manual_seed(i))
-        return {"input_ids": ids, "labels": ids.clone()}
-
-
-class SigtermAt(transformers.TrainerCallback):
-    def __init__(self, step: int):
-        self.step = step
-
-    def on_step_end(self, args, state, control, **kwargs):
-        if state.global_step == self.step:
-            os.kill(os.getpid(), signal.SIGTERM)
-        return control
+from .hf_parts import SigtermAt, TinyData  # noqa: E402
 
 
 class Watch(transformers.TrainerCallback):
@@ -94,9 +69,7 @@ def progress(tmp_path, monkeypatch) -> Path:
     return path
 
 
-def test_a_preemption_at_an_evaluation_step_saves_before_the_grace_runs_out(
-    tmp_path, monkeypatch
-):
+def test_a_preemption_at_an_evaluation_step_saves_before_the_grace_runs_out(tmp_path, monkeypatch):
     # The evaluation takes ~2.4 s, the grace period is 2 s: evaluating first would leave the
     # agent's SIGKILL to land before the save.
     monkeypatch.setenv("CORRAL_GRACE_SECONDS", "2")

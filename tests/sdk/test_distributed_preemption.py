@@ -8,7 +8,6 @@ from __future__ import annotations
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -21,6 +20,8 @@ import pytest
 from corral.constants import EXIT_PREEMPTED
 from corral.errors import BadInput
 from corral.sdk import Checkpointer, distributed, exit_if_preempted, install_signal_handlers
+
+from .gloo_parts import free_port, rank_env
 
 torch = pytest.importorskip("torch")
 dist = pytest.importorskip("torch.distributed")
@@ -71,12 +72,6 @@ except SystemExit:
 """.replace("PERIODIC", str(PERIODIC)).replace("READY_AT", str(READY_AT))
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def run_job(
     tmp_path: Path,
     *,
@@ -95,17 +90,7 @@ def run_job(
     logs = [(tmp_path / f"rank{r}.out", tmp_path / f"rank{r}.err") for r in (0, 1)]
     try:
         for rank in (0, 1):
-            env = {
-                **os.environ,
-                "MASTER_ADDR": "127.0.0.1",
-                "MASTER_PORT": str(port),
-                "RANK": str(rank),
-                "LOCAL_RANK": str(rank),
-                "WORLD_SIZE": "2",
-                "GLOO_SOCKET_IFNAME": "lo",
-                "OMP_NUM_THREADS": "1",
-                "CORRAL_GRACE_SECONDS": graces[rank],
-            }
+            env = rank_env(rank, port, CORRAL_GRACE_SECONDS=graces[rank])
             out, err = logs[rank]
             with out.open("w") as out_f, err.open("w") as err_f:
                 argv = [sys.executable, str(script), str(ckpt), str(check_every), saving_rank]
@@ -247,9 +232,7 @@ def test_a_failing_collective_reports_and_exits_75_without_a_traceback(
     assert cp.latest().step == 4
 
 
-def test_a_failing_collective_without_a_signal_is_a_crash_not_a_preemption(
-    tmp_path, monkeypatch
-):
+def test_a_failing_collective_without_a_signal_is_a_crash_not_a_preemption(tmp_path, monkeypatch):
     """A peer killed (OOM) or a broken network must not read as "preempted, resume me"."""
     cp = Checkpointer(tmp_path / "ck")
     cp.save({"step": 4}, 4)
@@ -397,9 +380,7 @@ def test_should_stop_all_ends_every_rank_at_the_same_step(tmp_path):
     procs = []
     try:
         for rank in (0, 1):
-            env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
-                   "RANK": str(rank), "WORLD_SIZE": "2", "GLOO_SOCKET_IFNAME": "lo",
-                   "OMP_NUM_THREADS": "1"}  # fmt: skip
+            env = rank_env(rank, port)
             argv = [sys.executable, str(script)]
             pipes = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE}
             procs.append(subprocess.Popen(argv, env=env, text=True, **pipes))

@@ -4,9 +4,7 @@ real signals, a gloo group over loopback)."""
 
 from __future__ import annotations
 
-import os
 import signal
-import socket
 import subprocess
 import sys
 import textwrap
@@ -17,6 +15,8 @@ import pytest
 
 from corral.constants import EXIT_PREEMPTED
 from corral.sdk import Checkpointer
+
+from .gloo_parts import free_port, rank_env
 
 THREAD_LOOP = textwrap.dedent(
     """
@@ -95,12 +95,6 @@ DDP_FINALLY = textwrap.dedent(
 )
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.torch
 @pytest.mark.slow
 def test_the_scripts_own_destroy_process_group_in_finally_keeps_exit_75(tmp_path: Path):
@@ -114,16 +108,7 @@ def test_the_scripts_own_destroy_process_group_in_finally_keeps_exit_75(tmp_path
     procs = []
     try:
         for rank in (0, 1):
-            env = {
-                **os.environ,
-                "MASTER_ADDR": "127.0.0.1",
-                "MASTER_PORT": str(port),
-                "RANK": str(rank),
-                "LOCAL_RANK": str(rank),
-                "WORLD_SIZE": "2",
-                "GLOO_SOCKET_IFNAME": "lo",
-                "OMP_NUM_THREADS": "1",
-            }
+            env = rank_env(rank, port)
             procs.append(
                 subprocess.Popen(
                     [sys.executable, str(script), str(ckpt)],

@@ -39,6 +39,8 @@ while step < 30:
     time.sleep(0.1)
     step += 1
     save()
+    if step == 1:
+        open("saved-once", "w").close()
 """
 
 
@@ -77,7 +79,8 @@ def test_a_spot_notice_on_aws_is_recovered_elsewhere_and_nothing_is_left(
         wait_for(store, run_id, {"RUNNING"}, timeout=60)
         first = store.attempts(run_id)[0]
         deadline = time.monotonic() + 30
-        while not (work / "attempts.txt").exists():  # the job runs
+        # the job runs and has saved a step: a notice before that would resume from 0
+        while not (work / "saved-once").exists():
             assert time.monotonic() < deadline, "the job never started"
             time.sleep(0.05)
         imds.interrupt(first.instance_id)

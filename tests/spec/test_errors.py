@@ -350,3 +350,14 @@ def test_pure_python_and_libyaml_parsers_give_the_same_lines_and_env_text(loader
     err = one("name: x\nrun: y\n\nlimits:\n  max_runtime: 10x\n")
     assert (err["line"], err["field"]) == (5, "limits.max_runtime")
     assert one("name: x\nrun: [y\n")["message"].startswith("invalid YAML")
+
+
+def test_control_characters_in_the_spec_keep_each_error_on_one_line():
+    """A value with a newline, a record separator or a line separator is shown escaped: the
+    message stays one line per error (str.splitlines breaks at all of those)."""
+    for bad in ("\x1e", "a\nb", "x\u2028y", "tab\there", "\x85"):
+        with pytest.raises(SpecError) as caught:
+            load(yaml.safe_dump({"name": bad, "run": "true"}))
+        text = str(caught.value)
+        assert len(text.splitlines()) == len(caught.value.errors) == 1, text
+        assert caught.value.errors[0]["message"].startswith("invalid name")

@@ -137,10 +137,19 @@ def translate(exc: ValidationError, root: type[BaseModel], where: Locator) -> li
 
 
 def format_error(err: dict[str, Any]) -> str:
-    """``corral.yaml:12: stages[1].needs: unknown stage 'trian' (did you mean 'train'?)``."""
+    """``corral.yaml:12: stages[1].needs: unknown stage 'trian' (did you mean 'train'?)``.
+
+    One line whatever the spec held: characters that are not printable (newlines, the record
+    separators ``str.splitlines`` breaks at, other control characters) are shown escaped."""
     where = err["file"] if err.get("line") is None else f"{err['file']}:{err['line']}"
     field = f"{err['field']}: " if err.get("field") else ""
-    return f"{where}: {field}{err['message']}"
+    return _one_line(f"{where}: {field}{err['message']}")
+
+
+def _one_line(text: str) -> str:
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 def spec_error(errors: list[dict[str, Any]]) -> SpecError:

@@ -11,6 +11,7 @@ from typing import Any
 import yaml
 
 from corral.errors import SpecError
+from corral.spec.report import format_error
 
 Path_ = tuple[str | int, ...]
 _MERGE_TAG = "tag:yaml.org,2002:merge"
@@ -54,9 +55,8 @@ def parse_yaml(text: str, source: str) -> Parsed:
 
 
 def _yaml_error(source: str, line: int | None, message: str) -> SpecError:
-    where = f"{source}:{line}" if line is not None else source
     err = {"file": source, "line": line, "field": "", "message": message}
-    return SpecError(f"{where}: {message}", errors=[err])
+    return SpecError(format_error(err), errors=[err])
 
 
 def _duplicates(node: yaml.Node, source: str) -> list[dict[str, Any]]:

@@ -110,6 +110,13 @@ class AgentUnreachable(AgentError):
     code = "agent_unreachable"
 
 
+class WireVersionMismatch(AgentError):
+    """The agent and the controller speak different versions of the wire contract
+    (``corral.wire``): the message names both."""
+
+    code = "wire_version_mismatch"
+
+
 # --- provider errors: raised by providers, handled by the controller -------------------------
 
 

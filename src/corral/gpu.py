@@ -18,8 +18,8 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from corral.constants import ENV_FAKE_GPUS
 from corral.errors import BadInput
+from corral.wire.env import ENV_FAKE_GPUS
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from corral.constants import ENV_HOME
+from corral.wire.env import ENV_HOME
 
 
 def home() -> Path:

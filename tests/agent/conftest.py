@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from corral.agent.main import Agent
-from corral.agent.plan import AgentPlan
+from corral.wire.plan import AgentPlan
 
 from .helpers import TOKEN, Client
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from corral.agent.main import Agent
-from corral.agent.plan import AgentPlan
+from corral.wire.plan import AgentPlan
 
 TOKEN = "tok-3f9a1c77e2b54d0d"
 

@@ -7,6 +7,8 @@ import sys
 import time
 from pathlib import Path
 
+from corral.wire import WIRE_VERSION
+
 from .helpers import TOKEN, Client, make_plan
 
 STAMP = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z ")
@@ -43,7 +45,7 @@ def test_health_ready_and_unknown_paths(tmp_path, start_agent):
     assert health["ok"] is True
     assert (health["run_id"], health["attempt"]) == ("run-1", 1)
     assert isinstance(health["pid"], int) and health["version"]
-    assert client.get("/ready") == {"ready": True}
+    assert client.get("/ready") == {"ready": True, "wire_version": WIRE_VERSION}
     assert client.request("GET", "/nope") == (404, {"error": "not found"})
     assert client.request("POST", "/status")[0] == 405
     assert client.request("GET", "/stop")[0] == 405
@@ -65,14 +67,14 @@ def test_ready_is_503_until_the_runner_starts(tmp_path):
     ).start()
     try:
         client = Client(f"http://127.0.0.1:{server.port}")
-        assert client.request("GET", "/ready") == (503, {"ready": False})
+        assert client.request("GET", "/ready") == (503, {"ready": False, "wire_version": WIRE_VERSION})
         assert client.get("/health")["ok"] is True
     finally:
         server.shutdown()
         server.server_close()
     agent.start()
     try:
-        assert Client(agent.url).get("/ready") == {"ready": True}
+        assert Client(agent.url).get("/ready") == {"ready": True, "wire_version": WIRE_VERSION}
     finally:
         agent.close(timeout=10)
 

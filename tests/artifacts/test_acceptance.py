@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from corral.agent.acceptance import evaluate, rejection
-from corral.agent.plan import AcceptancePlan
+from corral.wire.plan import AcceptancePlan
 
 
 def _criteria(*items: tuple[str, str, float]) -> list[AcceptancePlan]:

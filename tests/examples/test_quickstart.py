@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from corral.constants import EXIT_PREEMPTED
 from corral.spec import load_spec
+from corral.wire.env import EXIT_PREEMPTED
 
 from .helpers import QUICKSTART, quickstart_env, run_script
 

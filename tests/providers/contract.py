@@ -35,7 +35,6 @@ from pathlib import Path
 
 import pytest
 
-from corral.agent.plan import AgentPlan, StagePlan
 from corral.errors import NotYetTerminated
 from corral.providers.base import (
     Bootstrap,
@@ -46,6 +45,7 @@ from corral.providers.base import (
     Provider,
     Requirements,
 )
+from corral.wire.plan import AgentPlan, StagePlan
 
 
 def trivial_plan(workdir: Path, key: str, run: str = "sleep 60") -> AgentPlan:

@@ -17,9 +17,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from corral.constants import EXIT_PREEMPTED
 from corral.errors import BadInput
 from corral.sdk import Checkpointer, distributed, exit_if_preempted, install_signal_handlers
+from corral.wire.env import EXIT_PREEMPTED
 
 from .gloo_parts import free_port, rank_env
 

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from corral.constants import EXIT_PREEMPTED
 from corral.sdk import signals
+from corral.wire.env import EXIT_PREEMPTED
 
 torch = pytest.importorskip("torch")
 

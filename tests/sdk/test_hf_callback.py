@@ -12,7 +12,6 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from corral.constants import EXIT_PREEMPTED  # noqa: E402
 from corral.sdk import signals  # noqa: E402
 from corral.sdk.cost import CostMeter  # noqa: E402
 from corral.sdk.integrations.hf import (  # noqa: E402
@@ -20,6 +19,7 @@ from corral.sdk.integrations.hf import (  # noqa: E402
     CorralCallback,
     last_complete_checkpoint,
 )
+from corral.wire.env import EXIT_PREEMPTED  # noqa: E402
 
 from .hf_parts import SigtermAt, TinyData  # noqa: E402
 

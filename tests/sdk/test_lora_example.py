@@ -16,7 +16,7 @@ import pytest
 pytest.importorskip("peft")
 pytest.importorskip("transformers")
 
-from corral.constants import EXIT_PREEMPTED
+from corral.wire.env import EXIT_PREEMPTED
 
 pytestmark = pytest.mark.slow
 

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from corral.constants import EXIT_PREEMPTED
 from corral.sdk import Checkpointer, exit_if_preempted, install_signal_handlers
 from corral.sdk import signals as sig
+from corral.wire.env import EXIT_PREEMPTED
 
 
 @pytest.mark.parametrize("raw", ["soon", "-5"])

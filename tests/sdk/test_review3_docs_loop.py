@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 import corral.sdk
-from corral.constants import EXIT_PREEMPTED
 from corral.sdk import Checkpointer, signals
+from corral.wire.env import EXIT_PREEMPTED
 
 torch = pytest.importorskip("torch")
 

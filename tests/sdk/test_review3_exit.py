@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from corral.constants import EXIT_PREEMPTED
 from corral.sdk import Checkpointer
+from corral.wire.env import EXIT_PREEMPTED
 
 from .gloo_parts import free_port, rank_env
 

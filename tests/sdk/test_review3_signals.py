@@ -10,9 +10,9 @@ import warnings
 
 import pytest
 
-from corral.constants import EXIT_PREEMPTED
 from corral.sdk import install_signal_handlers
 from corral.sdk import signals as sig
+from corral.wire.env import EXIT_PREEMPTED
 
 
 def test_replacing_the_scripts_own_handler_is_named_in_a_warning():

@@ -24,7 +24,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from corral.agent.plan import AcceptancePlan
+from corral.wire.plan import AcceptancePlan
 
 MAX_REPORT_BYTES = 16 * 1024 * 1024
 

@@ -38,9 +38,9 @@ from corral.agent.package import RESULTS, PackageCancelled, build_package
 
 if TYPE_CHECKING:
     from corral.agent.events import EventLog
-    from corral.agent.plan import AgentPlan
     from corral.agent.runner import Runner
     from corral.sdk.storage import Storage
+    from corral.wire.plan import AgentPlan
 
 MANIFEST = "manifest.json"
 CHUNK_BYTES = 8 * 1024 * 1024

@@ -44,7 +44,7 @@ from corral.storage.s3_client import CREDENTIAL_VARS, ENDPOINT_VARS, REGION_VARS
 
 if TYPE_CHECKING:
     from corral.agent.events import EventLog
-    from corral.agent.plan import AgentPlan
+    from corral.wire.plan import AgentPlan
 
 MAX_BACKOFF_S = 60.0
 FINAL_MAX_BACKOFF_S = 4.0

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import re
 
-from corral.agent.plan import AgentPlan
 from corral.errors import BadInput
+from corral.wire.plan import AgentPlan
 
 #: Stage names become file names (logs, progress files); names starting with '_' are the
 #: agent's own (``_setup``).

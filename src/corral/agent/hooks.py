@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from corral.agent.events import EventLog
-    from corral.agent.plan import AgentPlan
     from corral.agent.runner import Runner
+    from corral.wire.plan import AgentPlan
 
 
 class AttemptHook(Protocol):

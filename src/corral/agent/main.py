@@ -22,12 +22,14 @@ from corral.agent import dag
 from corral.agent.events import EventLog
 from corral.agent.fsutil import atomic_write_json, iso
 from corral.agent.hooks import AttemptHook, build_hooks
-from corral.agent.plan import AgentPlan
 from corral.agent.progress import ProgressTailer
 from corral.agent.runner import Runner
 from corral.agent.server import AgentApi, AgentServer
-from corral.constants import ENV_AGENT_TOKEN
 from corral.errors import BadInput, CorralError
+from corral.wire import WIRE_VERSION
+from corral.wire.env import ENV_AGENT_TOKEN
+from corral.wire.outcome import StopCause
+from corral.wire.plan import AgentPlan
 
 
 class Agent:
@@ -107,9 +109,9 @@ class Agent:
         self.api.ready = True
         return self.url
 
-    def stop(self, reason: str = "stop requested") -> None:
+    def stop(self, reason: str = "stop requested", cause: StopCause = StopCause.AGENT) -> None:
         """Graceful stop (what ``POST /stop`` does). Idempotent."""
-        self.runner.request_stop(reason)
+        self.runner.request_stop(reason, cause)
 
     def wait(self, timeout: float | None = None) -> bool:
         """Wait until the attempt has ended; True if it has."""
@@ -179,6 +181,17 @@ def _detected_ids() -> list[str]:
 
 
 def _load(path: str) -> AgentPlan:
+    import json
+
+    try:
+        version = json.loads(Path(path).read_text()).get("wire_version")
+    except (OSError, ValueError, AttributeError):
+        version = WIRE_VERSION  # the errors below say what is wrong with the file
+    if version != WIRE_VERSION:
+        raise BadInput(
+            f"plan file {path} is for wire version {version}; this agent speaks "
+            f"{WIRE_VERSION}: install the controller's corral release on this node"
+        )
     try:
         return AgentPlan.load(path)
     except FileNotFoundError:

@@ -36,11 +36,12 @@ import httpx
 from corral import __version__
 from corral.agent.fsutil import iso
 from corral.errors import BadInput
+from corral.wire.outcome import StopCause
 
 if TYPE_CHECKING:
     from corral.agent.events import EventLog
-    from corral.agent.plan import AgentPlan
     from corral.agent.runner import Runner
+    from corral.wire.plan import AgentPlan
 
 ENV_IMDS_URL = "CORRAL_IMDS_URL"
 ENV_NOTICE_INTERVAL = "CORRAL_NOTICE_INTERVAL_S"
@@ -256,14 +257,14 @@ class NoticeHook:
             self._reason = reason
             runner = self._runner
         if runner is not None:
-            runner.request_stop(reason)
+            runner.request_stop(reason, StopCause.PREEMPTION)
 
     def before_stages(self, runner: Runner) -> str | None:
         with self._lock:
             self._runner = runner
             reason = self._reason
         if reason is not None:  # the notice came during setup
-            runner.request_stop(reason)
+            runner.request_stop(reason, StopCause.PREEMPTION)
         return None
 
     def after_stages(self, runner: Runner, phase: str) -> str | None:

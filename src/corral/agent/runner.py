@@ -26,25 +26,27 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from corral import constants as C
 from corral.agent.events import EventLog
 from corral.agent.fsutil import atomic_write_json, iso
 from corral.agent.gpus import GpuPool
 from corral.agent.hooks import AttemptHook
-from corral.agent.plan import AgentPlan, StagePlan
 from corral.agent.procs import Child
 from corral.agent.progress import ProgressTailer
+from corral.wire import WIRE_VERSION
+from corral.wire import env as C
+from corral.wire.outcome import SETUP_STAGE, StopCause, attempt_phase, stage_state
+from corral.wire.plan import AgentPlan, StagePlan
+from corral.wire.status import Phase, StageState
 
-SETUP = "_setup"
+SETUP = SETUP_STAGE
 #: Exit code reported for a command that could not be started at all (like a shell's 127).
 EXIT_NOT_STARTED = 127
-TERMINAL_STATES = frozenset({"succeeded", "failed", "preempted", "stopped", "cancelled", "skipped"})
 
 
 @dataclass
 class StageRun:
     plan: StagePlan
-    state: str = "pending"
+    state: StageState = StageState.PENDING
     gpus: list[str] = field(default_factory=list)
     exit_code: int | None = None
     started_at: float | None = None
@@ -80,9 +82,10 @@ class Runner:
         self._queue: queue.Queue[tuple[str, Any]] = queue.Queue()
         self._children: dict[str, Child] = {}
         self._stages = {s.name: StageRun(s) for s in plan.stages}
-        self._outcome: tuple[str, str | None, int | None, str] | None = None
+        self._outcome: tuple[Phase, str | None, int | None, str] | None = None
         self._stop_requested = False
-        self.phase = "setup" if plan.setup else "running"
+        self._stop_cause: StopCause | None = None
+        self.phase = Phase.SETUP if plan.setup else Phase.RUNNING
         self.started_at = now()
         self.finished_at: float | None = None
         self.setup_done = threading.Event()  # no more output will go to the _setup log
@@ -95,13 +98,17 @@ class Runner:
         self._write_children()
         self._thread.start()
 
-    def request_stop(self, reason: str = "stop requested") -> None:
-        """Graceful stop of the whole attempt. Idempotent."""
+    def request_stop(
+        self, reason: str = "stop requested", cause: StopCause = StopCause.AGENT
+    ) -> None:
+        """Graceful stop of the whole attempt (``cause`` says who asked). Idempotent: the
+        first request's reason and cause are kept."""
         with self._lock:
             if self._stop_requested:
                 return
             self._stop_requested = True
-        self._events.emit("stop.requested", data={"reason": reason})
+            self._stop_cause = cause
+        self._events.emit("stop.requested", data={"reason": reason, "cause": cause.value})
         self._queue.put(("stop", reason))
 
     def wait(self, timeout: float | None = None) -> bool:
@@ -109,7 +116,7 @@ class Runner:
 
     def live_stages(self) -> list[str]:
         with self._lock:
-            return [n for n, s in self._stages.items() if s.state == "running"]
+            return [n for n, s in self._stages.items() if s.state == StageState.RUNNING]
 
     def status(self) -> dict[str, Any]:
         with self._lock:
@@ -117,7 +124,7 @@ class Runner:
             stages = [
                 {
                     "name": name,
-                    "state": s.state,
+                    "state": s.state.value,
                     "gpus": list(s.gpus),
                     "exit_code": s.exit_code,
                     "started_at": iso(s.started_at) if s.started_at else None,
@@ -126,15 +133,18 @@ class Runner:
                 }
                 for name, s in self._stages.items()
             ]
+            stopped = self._outcome is not None and self._outcome[0] == Phase.STOPPED
             out = {
+                "wire_version": WIRE_VERSION,
                 "run_id": self.plan.run_id,
                 "attempt": self.plan.attempt,
-                "phase": self.phase,
+                "phase": self.phase.value,
                 "started_at": iso(self.started_at),
                 "finished_at": iso(self.finished_at) if self.finished_at else None,
                 "failed_stage": failed_stage,
                 "exit_code": exit_code,
                 "reason": reason,
+                "stop_cause": self._stop_cause.value if stopped and self._stop_cause else None,
             }
         for stage in stages:
             stage["progress"] = self._tailer.latest(stage["name"])
@@ -151,7 +161,7 @@ class Runner:
         if name == SETUP:
             return self.setup_done.is_set()
         with self._lock:
-            return self._stages[name].state in TERMINAL_STATES
+            return self._stages[name].state.terminal
 
     # --- the attempt -----------------------------------------------------------------------
 
@@ -164,7 +174,7 @@ class Runner:
             for stage in self.plan.stages:
                 problem = self._pool.problem(stage.name, stage.gpus)
                 if problem and stage.name not in self.plan.skip_stages:
-                    self._shutdown("failed", stage.name, None, problem)
+                    self._shutdown(Phase.FAILED, stage.name, None, problem)
                     break
             if self._outcome is None and self.plan.setup:
                 self._run_setup()
@@ -172,10 +182,10 @@ class Runner:
             if self._outcome is None:
                 self._call_hooks("before_stages")
             if self._outcome is None:
-                self._set_phase("running")
+                self._set_phase(Phase.RUNNING)
                 self._run_stages()
         except Exception as exc:  # a bug in the agent must still end the attempt clearly
-            self._shutdown("failed", None, None, f"agent error: {type(exc).__name__}: {exc}")
+            self._shutdown(Phase.FAILED, None, None, f"agent error: {type(exc).__name__}: {exc}")
             while self._children:
                 self._handle(self._queue.get())
         finally:
@@ -201,7 +211,7 @@ class Runner:
                 reason = f"setup command {number} exited with code {code}"
             if code != 0:
                 if self._outcome is None:
-                    self._shutdown("failed", SETUP, code, reason)
+                    self._shutdown(Phase.FAILED, SETUP, code, reason)
                 break
         duration = round(self._clock() - began, 3)
         self._events.emit("setup.finished", data={"exit_code": code, "duration_s": duration})
@@ -209,7 +219,7 @@ class Runner:
     def _run_stages(self) -> None:
         for name in self.plan.skip_stages:
             with self._lock:
-                self._stages[name].state = "skipped"
+                self._stages[name].state = StageState.SKIPPED
             self._events.emit("stage.skipped", stage=name)
         while True:
             self._drain_queue()
@@ -219,23 +229,27 @@ class Runner:
                 break
             self._handle(self._queue.get())
         with self._lock:
-            stuck = [n for n, s in self._stages.items() if s.state in ("pending", "waiting")]
+            stuck = [
+                n
+                for n, s in self._stages.items()
+                if s.state in (StageState.PENDING, StageState.WAITING)
+            ]
         if stuck and self._outcome is None and not self._stop_requested:
-            self._shutdown("failed", stuck[0], None, f"stage {stuck[0]!r} could not start")
+            self._shutdown(Phase.FAILED, stuck[0], None, f"stage {stuck[0]!r} could not start")
         self._drain_queue()
 
     def _start_ready(self) -> None:
         for name, stage in self._stages.items():
-            if stage.state not in ("pending", "waiting"):
+            if stage.state not in (StageState.PENDING, StageState.WAITING):
                 continue
             needs = [self._stages[d].state for d in stage.plan.needs]
-            if not all(state in ("succeeded", "skipped") for state in needs):
+            if not all(state.done for state in needs):
                 continue
             logical = self._pool.try_acquire(name, stage.plan.gpus)
             if logical is None:
-                if stage.state != "waiting":
+                if stage.state != StageState.WAITING:
                     with self._lock:
-                        stage.state = "waiting"
+                        stage.state = StageState.WAITING
                     self._events.emit("stage.waiting", stage=name, data={"gpus": stage.plan.gpus})
                 continue
             gpus = self._pool.physical(logical)
@@ -244,12 +258,12 @@ class Runner:
             child = self._spawn(name, stage.plan.run, self._env(stage.plan, gpus))
             if isinstance(child, str):
                 self._pool.release(name)
-                self._finish_stage(name, "failed", EXIT_NOT_STARTED)
+                self._finish_stage(name, StageState.FAILED, EXIT_NOT_STARTED)
                 reason = f"stage {name!r} could not start: {child}"
-                self._shutdown("failed", name, EXIT_NOT_STARTED, reason)
+                self._shutdown(Phase.FAILED, name, EXIT_NOT_STARTED, reason)
                 return
             with self._lock:
-                stage.state, stage.pid = "running", child.pid
+                stage.state, stage.pid = StageState.RUNNING, child.pid
             self._events.emit("stage.started", stage=name, data={"gpus": gpus, "pid": child.pid})
 
     # --- children --------------------------------------------------------------------------
@@ -283,7 +297,7 @@ class Runner:
         kind, value = message
         if kind == "stop":
             if self._outcome is None:
-                self._shutdown("stopped", None, None, value)
+                self._shutdown(Phase.STOPPED, None, None, value)
             return
         child: Child = value
         self._children.pop(child.name, None)
@@ -293,34 +307,29 @@ class Runner:
         self._pool.release(child.name)
         self._tailer.poll([child.name])  # what the stage wrote last comes before its end
         code = child.exit_code
-        if code == 0 and not child.stopped:
-            state = "succeeded"
-        elif code == C.EXIT_PREEMPTED:
-            state = "preempted"
-        else:
-            state = "stopped" if child.stopped else "failed"
+        state = stage_state(code, stopped=child.stopped)
         self._finish_stage(child.name, state, code)
-        if state == "failed":
-            self._shutdown(
-                "failed", child.name, code, f"stage {child.name!r} exited with code {code}"
-            )
-        elif state == "preempted":
-            self._shutdown("preempted", child.name, code, f"stage {child.name!r} was preempted")
+        ends = attempt_phase(state)
+        if ends == Phase.FAILED:
+            reason = f"stage {child.name!r} exited with code {code}"
+            self._shutdown(ends, child.name, code, reason)
+        elif ends == Phase.PREEMPTED:
+            self._shutdown(ends, child.name, code, f"stage {child.name!r} was preempted")
 
-    def _finish_stage(self, name: str, state: str, code: int | None) -> None:
+    def _finish_stage(self, name: str, state: StageState, code: int | None) -> None:
         stage = self._stages[name]
         with self._lock:
             stage.state, stage.exit_code, stage.finished_at = state, code, self._now()
         duration = round(self._clock() - stage.started_mono, 3) if stage.started_at else 0.0
-        data = {"state": state, "exit_code": code, "duration_s": duration}
+        data = {"state": state.value, "exit_code": code, "duration_s": duration}
         self._events.emit("stage.finished", stage=name, data=data)
 
-    def _shutdown(self, phase: str, stage: str | None, code: int | None, reason: str) -> None:
+    def _shutdown(self, phase: Phase, stage: str | None, code: int | None, reason: str) -> None:
         """Record why the attempt ends (the first reason wins) and stop every child."""
         with self._lock:
             if self._outcome is None:
                 self._outcome = (phase, stage, code, reason)
-            self.phase = "stopping"
+            self.phase = Phase.STOPPING
         for child in list(self._children.values()):
             child.terminate()
 
@@ -333,19 +342,26 @@ class Runner:
 
     def _finish(self) -> None:
         for name, stage in self._stages.items():
-            if stage.state in ("pending", "waiting"):
-                self._finish_stage(name, "cancelled", None)
-        phase, failed_stage, code, reason = self._outcome or ("succeeded", None, None, "")
+            if stage.state in (StageState.PENDING, StageState.WAITING):
+                self._finish_stage(name, StageState.CANCELLED, None)
+        phase, failed_stage, code, reason = self._outcome or (Phase.SUCCEEDED, None, None, "")
         if self.hooks:
-            self._set_phase("finishing")  # not terminal: the controller keeps the machine
-            problem = self._call_hooks("after_stages", phase)
-            if problem and phase == "succeeded":
-                phase, reason = "failed", problem
+            self._set_phase(Phase.FINISHING)  # not terminal: the controller keeps the machine
+            problem = self._call_hooks("after_stages", phase.value)
+            if problem and phase == Phase.SUCCEEDED:
+                phase, reason = Phase.FAILED, problem
         with self._lock:
             self._outcome = (phase, failed_stage, code, reason)
             self.phase, self.finished_at = phase, self._now()
         self._write_children()
-        data = {"phase": phase, "failed_stage": failed_stage, "exit_code": code, "reason": reason}
+        data = {
+            "phase": phase.value,
+            "failed_stage": failed_stage,
+            "exit_code": code,
+            "reason": reason,
+        }
+        if phase == Phase.STOPPED and self._stop_cause is not None:
+            data["stop_cause"] = self._stop_cause.value
         self._events.emit("attempt.finished", data=data)
         self.finished.set()
 
@@ -368,11 +384,11 @@ class Runner:
             if problem and first is None:
                 first = problem
                 if point == "before_stages":
-                    self._shutdown("failed", None, None, problem)
+                    self._shutdown(Phase.FAILED, None, None, problem)
                     break
         return first
 
-    def _set_phase(self, phase: str) -> None:
+    def _set_phase(self, phase: Phase) -> None:
         with self._lock:
             self.phase = phase
 

@@ -26,6 +26,8 @@ from corral.agent import logs
 from corral.agent.events import EventLog
 from corral.agent.progress import ProgressTailer
 from corral.agent.runner import SETUP, Runner
+from corral.wire import WIRE_VERSION
+from corral.wire.outcome import StopCause
 
 GPU_USAGE_TTL = 5.0
 MAX_EVENTS_PAGE = 1000
@@ -77,6 +79,7 @@ class AgentApi:
             "attempt": plan.attempt,
             "pid": self._pid,
             "version": __version__,
+            "wire_version": WIRE_VERSION,
         }
 
     def gpus(self) -> list[dict]:
@@ -132,8 +135,15 @@ class AgentApi:
             "eof": eof,
         }
 
-    def stop(self) -> dict:
-        self.runner.request_stop("stop requested through the API")
+    def stop(self, body: dict[str, Any] | None = None) -> dict:
+        """``POST /stop`` with an optional JSON body ``{"cause": "budget", "reason": "..."}``
+        (cause: a :class:`~corral.wire.outcome.StopCause`; default ``user``)."""
+        body = body or {}
+        cause = StopCause.parse(body.get("cause")) or StopCause.USER
+        reason = body.get("reason")
+        if not isinstance(reason, str) or not reason.strip():
+            reason = "stop requested through the API"
+        self.runner.request_stop(reason[:500], cause)
         return {"stopping": True}
 
     def package(self, name: str) -> Path:
@@ -161,6 +171,18 @@ def _int_param(query: dict[str, list[str]], name: str, default: int, low: int, h
     return value
 
 
+def _json_body(raw: bytes) -> dict[str, Any]:
+    if not raw.strip():
+        return {}
+    try:
+        body = json.loads(raw)
+    except ValueError:
+        raise HttpError(400, "the body must be JSON")
+    if not isinstance(body, dict):
+        raise HttpError(400, "the body must be a JSON object")
+    return body
+
+
 class _Handler(BaseHTTPRequestHandler):
     server: AgentServer
     protocol_version = "HTTP/1.1"
@@ -178,9 +200,11 @@ class _Handler(BaseHTTPRequestHandler):
         self._dispatch("POST")
 
     def _dispatch(self, method: str) -> None:
-        length = int(self.headers.get("Content-Length") or 0)
-        if length:
-            self.rfile.read(min(length, 1 << 20))
+        try:
+            length = max(0, int(self.headers.get("Content-Length") or 0))
+        except ValueError:
+            length = 0
+        raw = self.rfile.read(min(length, 1 << 20)) if length else b""
         api = self.server.api
         try:
             if not self._authorized():
@@ -188,7 +212,7 @@ class _Handler(BaseHTTPRequestHandler):
             api.touch()
             url = urlsplit(self.path)
             query = parse_qs(url.query)
-            status, body = self._route(method, url.path, query)
+            status, body = self._route(method, url.path, query, raw)
         except HttpError as exc:
             status, body = exc.status, {"error": exc.message}
         except Exception as exc:  # never let a bug take the API down
@@ -199,7 +223,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(status, body)
 
     def _route(
-        self, method: str, path: str, query: dict[str, list[str]]
+        self, method: str, path: str, query: dict[str, list[str]], raw: bytes = b""
     ) -> tuple[int, dict | Path]:
         api = self.server.api
         if path.startswith("/artifacts/"):
@@ -214,7 +238,8 @@ class _Handler(BaseHTTPRequestHandler):
         if path == "/health":
             return 200, api.health()
         if path == "/ready":
-            return (200, {"ready": True}) if api.ready else (503, {"ready": False})
+            ready = {"ready": api.ready, "wire_version": WIRE_VERSION}
+            return (200 if api.ready else 503), ready
         if path == "/status":
             return 200, api.status()
         if path == "/events":
@@ -228,7 +253,7 @@ class _Handler(BaseHTTPRequestHandler):
             offset = _int_param(query, "offset", 0, 0, 2**62)
             limit = _int_param(query, "limit", logs.DEFAULT_LIMIT, 1, logs.MAX_LIMIT)
             return 200, api.log_chunk(stage, offset, limit)
-        return 202, api.stop()
+        return 202, api.stop(_json_body(raw))
 
     def _authorized(self) -> bool:
         header = self.headers.get("Authorization", "")

@@ -19,7 +19,7 @@ import os
 import signal
 import sys
 
-PREEMPTED = 75  # corral.constants.EXIT_PREEMPTED (not imported: this file stands alone)
+PREEMPTED = 75  # corral.wire.env.EXIT_PREEMPTED (not imported: this file stands alone)
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
 

@@ -117,8 +117,8 @@ def _spec_checks(spec: Any) -> tuple[dict[str, Any], list[Any], list[Any]]:
     """The ``preflight(...)`` arguments for ``spec``, and the checks shown before and after
     the ones it runs. Credentials are checked in the environment the job will have: this
     one, plus the spec's ``secrets:`` (from the secret store) and its ``env``."""
-    from corral.constants import ENV_RUN_ID
     from corral.sdk.preflight_checks import Check, check_model, check_readable, check_storage
+    from corral.wire.env import ENV_RUN_ID
 
     workdir = Path(spec.workdir)
     env = {str(k): str(v) for k, v in (spec.env or {}).items()}

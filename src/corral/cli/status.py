@@ -71,6 +71,7 @@ def acceptance_line(acc: Any) -> str | None:
     if not isinstance(acc, dict) or not acc.get("criteria"):
         return None
     verdict = "[green]pass[/]" if acc.get("all_pass") else "[red]fail[/]"
+
     def num(value: Any) -> str:
         return f"{value:g}" if isinstance(value, (int, float)) else str(value)
 

@@ -14,6 +14,7 @@ from corral.control import finishing
 from corral.control.context import Context
 from corral.errors import Conflict
 from corral.store.states import RunState
+from corral.wire.outcome import StopCause
 
 
 def handle_request(ctx: Context, run: Any) -> bool:
@@ -48,7 +49,9 @@ def handle_request(ctx: Context, run: Any) -> bool:
         return True
     ctx.store.update_run(run.id, requested_action=None)
     run = ctx.store.get_run(run.id)
-    finishing.begin_finish(ctx, run, outcome, reason, graceful=(action == "stop"))
+    finishing.begin_finish(
+        ctx, run, outcome, reason, graceful=(action == "stop"), cause=StopCause.USER
+    )
     return True
 
 

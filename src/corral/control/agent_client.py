@@ -6,8 +6,12 @@ from __future__ import annotations
 from typing import Any
 
 import httpx
+from pydantic import ValidationError
 
 from corral.errors import AgentError, AgentUnreachable
+from corral.wire import check_version
+from corral.wire.outcome import StopCause
+from corral.wire.status import AgentStatus
 
 
 class AgentClient:
@@ -49,10 +53,23 @@ class AgentClient:
         return self._request("GET", "/health")
 
     def ready(self) -> bool:
-        return bool(self._request("GET", "/ready").get("ready"))
+        """Whether the agent serves its attempt. An agent of another wire version raises
+        :class:`~corral.errors.WireVersionMismatch` naming both versions."""
+        body = self._request("GET", "/ready")
+        check_version(body.get("wire_version"), who=f"agent at {self.endpoint}")
+        return bool(body.get("ready"))
 
-    def status(self) -> dict[str, Any]:
-        return self._request("GET", "/status")
+    def status(self) -> AgentStatus:
+        body = self._request("GET", "/status")
+        check_version(body.get("wire_version"), who=f"agent at {self.endpoint}")
+        try:
+            return AgentStatus.model_validate(body)
+        except ValidationError as e:
+            first = e.errors()[0]
+            where = ".".join(str(p) for p in first["loc"]) or "status"
+            raise AgentError(
+                f"agent at {self.endpoint} sent a malformed status ({where}: {first['msg']})"
+            ) from None
 
     def events(self, after: int = 0) -> dict[str, Any]:
         return self._request("GET", "/events", params={"after": after})
@@ -65,5 +82,9 @@ class AgentClient:
             "GET", "/logs", params={"stage": stage, "offset": offset, "limit": limit}
         )
 
-    def stop(self) -> dict[str, Any]:
-        return self._request("POST", "/stop")
+    def stop(self, cause: StopCause = StopCause.USER, reason: str = "") -> dict[str, Any]:
+        """Ask for a graceful stop, saying why (the attempt's outcome carries ``cause``)."""
+        body: dict[str, Any] = {"cause": cause.value}
+        if reason:
+            body["reason"] = reason
+        return self._request("POST", "/stop", json=body)

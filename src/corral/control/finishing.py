@@ -10,12 +10,15 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from corral.constants import DEFAULT_GRACE_SECONDS
 from corral.control import launching, recovery, sync
 from corral.control.context import Context, instance_of, log
 from corral.errors import AgentError, Conflict, NotYetTerminated, ProviderError
-from corral.providers.base import InstanceState
 from corral.store.states import RunState
+from corral.wire import outcome as outcomes
+from corral.wire.env import DEFAULT_GRACE_SECONDS
+from corral.wire.machine import InstanceState as MachineState
+from corral.wire.outcome import AttemptOutcome, OutcomeKind, StopCause
+from corral.wire.status import AgentStatus, Phase
 
 
 def run_cost(ctx: Context, run_id: str) -> float:
@@ -39,17 +42,25 @@ def _attempt_cost(a: Any, until: Any) -> float:
 
 
 def begin_finish(
-    ctx: Context, run: Any, outcome: str, reason: str, *, graceful: bool, **fields: Any
+    ctx: Context,
+    run: Any,
+    outcome: str,
+    reason: str,
+    *,
+    graceful: bool,
+    cause: StopCause | None = None,
+    **fields: Any,
 ) -> None:
     """Move the run to STOPPING, heading to ``outcome``. A graceful finish asks the agent to
-    stop its stages (SIGTERM, checkpoint, grace period) before the machine is torn down."""
+    stop its stages (SIGTERM, checkpoint, grace period) before the machine is torn down;
+    ``cause`` says who asked (the attempt's outcome records it)."""
     deadline = None
     if graceful and run.state == RunState.RUNNING:
         res = _active(ctx, run)
         inst = instance_of(res) if res else None
         if inst and inst.endpoint:
             try:
-                ctx.agent(run.id, run.attempt, inst.endpoint).stop()
+                ctx.agent(run.id, run.attempt, inst.endpoint).stop(cause or StopCause.USER, reason)
                 grace = DEFAULT_GRACE_SECONDS  # what the plan gave the agent
                 deadline = ctx.clock() + timedelta(seconds=grace + ctx.settings.stop_margin_s)
             except AgentError as e:
@@ -58,6 +69,8 @@ def begin_finish(
         a = ctx.store.get_attempt(run.id, run.attempt)
         data = dict(a.data or {})
         data["stop_deadline"] = deadline.isoformat() if deadline else None
+        if cause is not None and "outcome" not in data:
+            data["outcome"] = outcomes.stopped_by(cause, reason).model_dump(mode="json")
         ctx.store.update_attempt(run.id, run.attempt, data=data)
     try:
         run = ctx.store.transition(
@@ -75,55 +88,48 @@ def _active(ctx: Context, run: Any) -> Any | None:
     return None
 
 
-def agent_finished(ctx: Context, run: Any, status: dict[str, Any]) -> None:
-    """The agent reports its attempt over: succeed, fail, or recover."""
-    phase = status.get("phase")
-    if phase == "succeeded":
-        ctx.store.update_attempt(run.id, run.attempt, exit_reason="succeeded")
-        begin_finish(ctx, run, RunState.SUCCEEDED, "all stages succeeded", graceful=False)
-        return
-    if phase == "stopped":
+def record_outcome(ctx: Context, run: Any, outcome: AttemptOutcome) -> None:
+    """Keep the attempt's outcome with it (``attempt.data["outcome"]``): the one value that
+    recovery, webhooks and ``corral status`` read."""
+    a = ctx.store.get_attempt(run.id, run.attempt)
+    data = dict(a.data or {})
+    data["outcome"] = outcome.model_dump(mode="json")
+    ctx.store.update_attempt(
+        run.id, run.attempt, data=data, exit_reason=outcome.kind.value, exit_code=outcome.exit_code
+    )
+
+
+def agent_finished(ctx: Context, run: Any, status: AgentStatus) -> None:
+    """The agent reports its attempt over: succeed, stop, fail, or recover."""
+    machine: MachineState | None = None
+    if status.phase == Phase.STOPPED:  # a stop on a machine being preempted is a preemption
         res = _active(ctx, run)
-        st = None
         if res is not None:
             try:
-                st = ctx.provider(res.provider).status(instance_of(res)).state
+                machine = ctx.provider(res.provider).status(instance_of(res)).state
             except ProviderError:
-                st = None
-        if st == InstanceState.PREEMPTED:
-            phase = "preempted"
-        else:
-            ctx.store.update_attempt(run.id, run.attempt, exit_reason="stopped")
-            begin_finish(
-                ctx,
-                run,
-                RunState.STOPPED,
-                status.get("reason") or "the agent stopped",
-                graceful=False,
-            )
-            return
-    stage, code = status.get("failed_stage"), status.get("exit_code")
-    kind = recovery.PREEMPTED if phase == "preempted" else recovery.FAILED
-    if kind == recovery.PREEMPTED:
-        why = f"preempted (stage '{stage}')" if stage else "preempted"
-    elif stage == "_setup":
-        why = f"setup failed with exit code {code}"
-    else:
-        why = f"stage '{stage}' exited with code {code}"
-    end_attempt(ctx, run, kind, why, exit_code=code, failed_stage=stage)
+                machine = None
+    outcome = outcomes.from_agent(status, machine)
+    if outcome.kind == OutcomeKind.SUCCEEDED:
+        record_outcome(ctx, run, outcome)
+        begin_finish(ctx, run, RunState.SUCCEEDED, outcome.reason, graceful=False)
+        return
+    if outcome.kind == OutcomeKind.STOPPED:
+        record_outcome(ctx, run, outcome)
+        begin_finish(ctx, run, RunState.STOPPED, outcome.reason, graceful=False)
+        return
+    end_attempt(ctx, run, outcome)
 
 
-def attempt_lost(ctx: Context, run: Any, state: InstanceState, detail: str) -> None:
+def attempt_lost(ctx: Context, run: Any, state: MachineState, detail: str) -> None:
     """The provider says the machine is gone while the run still needed it."""
-    kind = recovery.PREEMPTED if state == InstanceState.PREEMPTED else recovery.FAILED
-    why = f"machine {state.value.lower()}" + (f": {detail}" if detail else "")
-    end_attempt(ctx, run, kind, why, exit_code=None, failed_stage=None)
+    end_attempt(ctx, run, outcomes.from_machine(state, detail))
 
 
-def end_attempt(
-    ctx: Context, run: Any, kind: str, why: str, *, exit_code: int | None, failed_stage: str | None
-) -> None:
-    ctx.store.update_attempt(run.id, run.attempt, exit_reason=kind, exit_code=exit_code)
+def end_attempt(ctx: Context, run: Any, outcome: AttemptOutcome) -> None:
+    """An attempt failed or was preempted: recover into a new attempt, or fail the run."""
+    record_outcome(ctx, run, outcome)
+    kind, why, exit_code = outcome.kind.value, outcome.reason, outcome.exit_code
     decision = recovery.decide(ctx.spec(run), ctx.store.attempts(run.id), kind, exit_code)
     if decision.recover:
         try:
@@ -141,7 +147,7 @@ def end_attempt(
         )
         handle_recovering(ctx, run)
         return
-    reason = why if kind == recovery.FAILED else f"{why}; {decision.reason}"
+    reason = why if outcome.kind == OutcomeKind.FAILED else f"{why}; {decision.reason}"
     begin_finish(
         ctx,
         run,
@@ -149,7 +155,7 @@ def end_attempt(
         reason,
         graceful=False,
         exit_code=exit_code,
-        failed_stage=failed_stage,
+        failed_stage=outcome.failed_stage,
     )
 
 
@@ -245,10 +251,10 @@ def _waiting_for_graceful_stop(ctx: Context, run: Any) -> bool:
         status = client.status()
     except AgentError:
         return False
-    from corral.control.monitor import TERMINAL_PHASES, poll_agent
+    from corral.control.monitor import poll_agent
 
     poll_agent(ctx, run, client, status)
-    return status.get("phase") not in TERMINAL_PHASES
+    return not status.terminal
 
 
 def _release(ctx: Context, run: Any) -> bool:

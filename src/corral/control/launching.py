@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from corral.constants import ENV_SECRET_NAMES
 from corral.control import planner
 from corral.control.context import Context, log
 from corral.control.plan_builder import build_plan
@@ -21,6 +20,7 @@ from corral.control.tokens import agent_token
 from corral.errors import Conflict, CorralError, NoCapacity, NotFound, ProviderError
 from corral.providers.base import Bootstrap, Offer
 from corral.store.states import RunState
+from corral.wire.env import ENV_SECRET_NAMES
 
 
 def attempt_key(run_id: str, attempt: int, try_index: int = 0) -> str:

@@ -10,11 +10,11 @@ from typing import Any
 
 from corral.control import finishing, launching, planner, sync
 from corral.control.context import Context, instance_of, log
-from corral.errors import AgentError, Conflict, ProviderError
+from corral.errors import AgentError, Conflict, ProviderError, WireVersionMismatch
 from corral.providers.base import InstanceState, Offer
 from corral.store.states import RunState
-
-TERMINAL_PHASES = {"succeeded", "failed", "preempted", "stopped"}
+from corral.wire.outcome import StopCause
+from corral.wire.status import AgentStatus
 
 
 def open_resources(ctx: Context, run: Any) -> list[Any]:
@@ -70,6 +70,9 @@ def handle_provisioning(ctx: Context, run: Any) -> None:
     if inst.endpoint:
         try:
             ready = ctx.agent(run.id, run.attempt, inst.endpoint).ready()
+        except WireVersionMismatch as e:  # no retry or recovery can fix this: say so, stop
+            finishing.begin_finish(ctx, run, RunState.FAILED, e.message, graceful=False)
+            return
         except AgentError:
             ready = False
         if ready:
@@ -110,6 +113,9 @@ def handle_running(ctx: Context, run: Any) -> None:
     try:
         client = ctx.agent(run.id, run.attempt, inst.endpoint)
         status = client.status()
+    except WireVersionMismatch as e:
+        finishing.begin_finish(ctx, run, RunState.FAILED, e.message, graceful=False)
+        return
     except AgentError as e:
         _agent_unreachable(ctx, run, res, memo_key, e)
         return
@@ -118,11 +124,11 @@ def handle_running(ctx: Context, run: Any) -> None:
     if _provider_says_gone(ctx, run, res, client, status):
         return
     poll_agent(ctx, run, client, status)
-    if status.get("phase") in TERMINAL_PHASES:
+    if status.terminal:
         finishing.agent_finished(ctx, run, status)
 
 
-def poll_agent(ctx: Context, run: Any, client: Any, status: dict[str, Any]) -> None:
+def poll_agent(ctx: Context, run: Any, client: Any, status: AgentStatus) -> None:
     """Copy events and logs, cache the agent's status, note completed stages, update cost."""
     attempt = ctx.store.get_attempt(run.id, run.attempt)
     try:
@@ -130,14 +136,14 @@ def poll_agent(ctx: Context, run: Any, client: Any, status: dict[str, Any]) -> N
         sync.sync_logs(ctx, run.id, run.attempt, client)
     except AgentError as e:
         log.info("run %s: sync interrupted: %s", run.id, e.message)
-    done = [s["name"] for s in status.get("stages", []) if s.get("state") == "succeeded"]
+    done = status.succeeded_stages()
     completed = list(run.completed_stages or [])
     new = [s for s in done if s not in completed]
     fields: dict[str, Any] = {}
     if new:
         fields["completed_stages"] = completed + new
     data = dict(attempt.data or {})
-    data["status"] = status
+    data["status"] = status.as_dict()
     ctx.store.update_attempt(run.id, run.attempt, data=data)
     fields["cost_usd"] = finishing.run_cost(ctx, run.id)
     ctx.store.update_run(run.id, **fields)
@@ -166,9 +172,7 @@ def _agent_unreachable(ctx: Context, run: Any, res: Any, memo_key: str, err: Exc
         )
 
 
-def _provider_says_gone(
-    ctx: Context, run: Any, res: Any, client: Any, status: dict[str, Any]
-) -> bool:
+def _provider_says_gone(ctx: Context, run: Any, res: Any, client: Any, status: AgentStatus) -> bool:
     """The preemption watcher: every ``provider_poll_s`` ask the provider about a machine whose
     agent still answers. Preempted (a notice period): ask the agent for a graceful stop so the
     job checkpoints before the kill; the recovery follows when the agent reports its end.
@@ -185,16 +189,12 @@ def _provider_says_gone(
         log.info("run %s: provider status failed: %s", run.id, e.message)
         return False
     if st.state == InstanceState.PREEMPTED:
-        if status.get("phase") not in TERMINAL_PHASES and not ctx.memo.get(key + ":stop"):
+        if not status.terminal and not ctx.memo.get(key + ":stop"):
             ctx.memo[key + ":stop"] = True
-            ctx.store.add_event(
-                run.id,
-                "instance.preempting",
-                f"{res.provider} is preempting the machine: stopping gracefully",
-                attempt=run.attempt,
-            )
+            why = f"{res.provider} is preempting the machine: stopping gracefully"
+            ctx.store.add_event(run.id, "instance.preempting", why, attempt=run.attempt)
             try:
-                client.stop()
+                client.stop(StopCause.PREEMPTION, why)
             except AgentError:
                 pass
         return False

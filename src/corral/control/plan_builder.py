@@ -7,8 +7,8 @@ from pathlib import Path
 from typing import Any
 
 from corral import paths
-from corral.agent.plan import AcceptancePlan, AgentPlan, ArtifactsPlan, EvalPlan, StagePlan
-from corral.constants import (
+from corral.providers.base import Offer
+from corral.wire.env import (
     DEFAULT_GRACE_SECONDS,
     ENV_CKPT_KEEP_BEST,
     ENV_CKPT_KEEP_LAST,
@@ -16,7 +16,7 @@ from corral.constants import (
     ENV_CKPT_MODE,
     ENV_TRACKERS,
 )
-from corral.providers.base import Offer
+from corral.wire.plan import AcceptancePlan, AgentPlan, ArtifactsPlan, EvalPlan, StagePlan
 
 
 def checkpoint_dir(spec: Any, run_id: str) -> str:

@@ -16,8 +16,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-PREEMPTED = "preempted"
-FAILED = "failed"
+from corral.wire.outcome import OutcomeKind
+
+PREEMPTED = OutcomeKind.PREEMPTED.value
+FAILED = OutcomeKind.FAILED.value
 
 
 @dataclass(frozen=True)

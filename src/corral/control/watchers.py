@@ -28,6 +28,7 @@ from typing import Any, ClassVar
 
 from corral.control.context import Context
 from corral.store.states import RunState
+from corral.wire.outcome import StopCause
 
 
 @dataclass(frozen=True)
@@ -186,7 +187,12 @@ def run_watchers(ctx: Context, run: Any) -> bool:
             attempt=run.attempt or None,
         )
         finishing.begin_finish(
-            ctx, run, RunState.STOPPED, action.reason, graceful=run.state == RunState.RUNNING
+            ctx,
+            run,
+            RunState.STOPPED,
+            action.reason,
+            graceful=run.state == RunState.RUNNING,
+            cause=StopCause.parse(watcher.name),
         )
         return True
     return False

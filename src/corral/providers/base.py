@@ -16,7 +16,6 @@ Contract (the abstract-method docstrings are the contract):
 
 from __future__ import annotations
 
-import enum
 from abc import ABC, abstractmethod
 from collections.abc import Iterable
 from datetime import datetime
@@ -24,20 +23,9 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from corral.wire.machine import InstanceState
 
-class InstanceState(enum.StrEnum):
-    PROVISIONING = "PROVISIONING"
-    RUNNING = "RUNNING"
-    PREEMPTED = "PREEMPTED"
-    STOPPED = "STOPPED"
-    TERMINATED = "TERMINATED"
-    FAILED = "FAILED"
-    UNKNOWN = "UNKNOWN"
-
-    @property
-    def gone(self) -> bool:
-        """The instance no longer runs anything and costs nothing more."""
-        return self in (InstanceState.TERMINATED, InstanceState.PREEMPTED, InstanceState.FAILED)
+# InstanceState lives in the wire contract; providers import it from here or from there.
 
 
 class _Model(BaseModel):
@@ -82,7 +70,7 @@ class Offer(_Model):
 class Bootstrap(_Model):
     """What the provider must start on the machine: corral's agent with this plan.
 
-    ``plan`` is an :class:`corral.agent.plan.AgentPlan` as a dict. ``token`` protects the agent's
+    ``plan`` is an :class:`corral.wire.plan.AgentPlan` as a dict. ``token`` protects the agent's
     HTTP API; ``env`` holds values (secrets included) the agent passes to the job. Neither the
     token nor ``env`` values may be logged.
     """

@@ -36,7 +36,7 @@ _EXPORTS: dict[str, str] = {
     "exit_if_preempted": "corral.sdk.signals",
     "stop_reason": "corral.sdk.signals",
     "uninstall_signal_handlers": "corral.sdk.signals",
-    "EXIT_PREEMPTED": "corral.constants",
+    "EXIT_PREEMPTED": "corral.wire.env",
     # cost
     "CostMeter": "corral.sdk.cost",
     "BudgetWarning": "corral.sdk.cost",

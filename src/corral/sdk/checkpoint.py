@@ -38,7 +38,6 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ConfigDict
 
 from corral import __version__
-from corral.constants import ENV_CHECKPOINT_DIR
 from corral.errors import BadInput, CorralError
 from corral.sdk import progress_file
 from corral.sdk.deserialize import load_state, read_all_verified
@@ -56,6 +55,7 @@ from corral.sdk.retention import rank_best, retention_policy, select_to_keep
 from corral.sdk.serialize import Snapshot, snapshot, write_snapshot
 from corral.sdk.staging import StagingPool
 from corral.sdk.storage import Storage, resolve_location
+from corral.wire.env import ENV_CHECKPOINT_DIR
 
 T = TypeVar("T")
 

@@ -29,9 +29,9 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
-from corral.constants import ENV_BUDGET_USD, ENV_COST_OFFSET, ENV_HOURLY_PRICE
 from corral.errors import BadInput
 from corral.sdk import progress_file, signals
+from corral.wire.env import ENV_BUDGET_USD, ENV_COST_OFFSET, ENV_HOURLY_PRICE
 
 
 class BudgetWarning(UserWarning):

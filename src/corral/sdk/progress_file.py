@@ -28,7 +28,7 @@ import threading
 import time
 from typing import Any
 
-from corral.constants import ENV_PROGRESS_FILE
+from corral.wire.env import ENV_PROGRESS_FILE
 
 _lock = threading.Lock()
 

@@ -24,8 +24,8 @@ import os
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from corral.constants import ENV_CKPT_KEEP_BEST, ENV_CKPT_KEEP_LAST, ENV_CKPT_METRIC, ENV_CKPT_MODE
 from corral.errors import BadInput
+from corral.wire.env import ENV_CKPT_KEEP_BEST, ENV_CKPT_KEEP_LAST, ENV_CKPT_METRIC, ENV_CKPT_MODE
 
 _ENV = {
     "keep_last": ENV_CKPT_KEEP_LAST,

@@ -11,7 +11,7 @@ calls :func:`exit_if_preempted` at a safe point (e.g. after the optimizer step):
         train_step()
         exit_if_preempted(checkpointer, lambda: training_state(...), step=step)
 
-:func:`exit_if_preempted` exits with :data:`corral.constants.EXIT_PREEMPTED` (75,
+:func:`exit_if_preempted` exits with :data:`corral.wire.env.EXIT_PREEMPTED` (75,
 ``EX_TEMPFAIL``): the controller reads it as "preempted, state saved as far as possible, start
 me again", not as a crash.
 """
@@ -28,9 +28,9 @@ import warnings
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from corral.constants import DEFAULT_GRACE_SECONDS, ENV_GRACE_SECONDS, EXIT_PREEMPTED
 from corral.errors import BadInput
 from corral.sdk import distributed
+from corral.wire.env import DEFAULT_GRACE_SECONDS, ENV_GRACE_SECONDS, EXIT_PREEMPTED
 
 if TYPE_CHECKING:
     from corral.sdk.checkpoint import Checkpointer
@@ -238,7 +238,7 @@ def exit_if_preempted(
 
 
 def exit_preempted() -> NoReturn:
-    """End the process with :data:`~corral.constants.EXIT_PREEMPTED` (75).
+    """End the process with :data:`~corral.wire.env.EXIT_PREEMPTED` (75).
 
     In the main thread this is ``sys.exit(75)``. In any other thread ``SystemExit`` would end
     only that thread and the process would go on (and could exit 0, "done", with the training

@@ -19,7 +19,7 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from corral.constants import ENV_FAST_COPY
+from corral.wire.env import ENV_FAST_COPY
 
 try:
     from corral.sdk._fastcopy import ISA as _FAST_ISA

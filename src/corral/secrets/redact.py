@@ -161,7 +161,7 @@ def forget_registered() -> None:
 
 
 def _home() -> Path:
-    from corral.constants import ENV_HOME
+    from corral.wire.env import ENV_HOME
 
     return Path(os.environ.get(ENV_HOME) or "~/.corral").expanduser()
 

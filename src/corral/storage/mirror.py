@@ -24,13 +24,13 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from corral.constants import ENV_CKPT_KEEP_BEST, ENV_CKPT_KEEP_LAST, ENV_CKPT_METRIC, ENV_CKPT_MODE
 from corral.errors import BadInput
 from corral.sdk.layout import Found, Layout
 from corral.sdk.manifest import MANIFEST_NAME, CheckpointError, FileEntry, Manifest
 from corral.sdk.retention import select_to_keep, validate_policy
 from corral.sdk.storage import CHUNK_BYTES, LocalStorage, Storage
 from corral.storage.errors import SourceMismatch
+from corral.wire.env import ENV_CKPT_KEEP_BEST, ENV_CKPT_KEEP_LAST, ENV_CKPT_METRIC, ENV_CKPT_MODE
 
 #: A checkpoint directory: ``<prefix>-<step>``, or ``<prefix>-<step>.v<k>`` (a re-saved step on
 #: an object store, see :mod:`corral.sdk.layout`).

@@ -55,7 +55,7 @@ def scrub(text: str, secret: str | None) -> str:
 
 def parse_url(url: str | None) -> DbUrl:
     """The database to use: ``url``, else ``CORRAL_DATABASE_URL``, else SQLite under home."""
-    from corral.constants import ENV_DATABASE_URL
+    from corral.wire.env import ENV_DATABASE_URL
 
     raw = url or os.environ.get(ENV_DATABASE_URL) or ""
     if not raw:

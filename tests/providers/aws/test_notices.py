@@ -18,9 +18,9 @@ from corral.agent.notices import (
     SpotNoticePoller,
     build_notice_hook,
 )
-from corral.agent.plan import AgentPlan
-from corral.constants import EXIT_PREEMPTED
 from corral.errors import BadInput
+from corral.wire.env import EXIT_PREEMPTED
+from corral.wire.plan import AgentPlan
 
 from .fake_imds import FakeImds
 

@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 
-from corral.constants import ENV_AGENT_TOKEN
 from corral.errors import BadInput
 from corral.providers.base import InstanceState, Requirements
 from corral.providers.runpod import boot
@@ -25,6 +24,7 @@ from corral.providers.runpod.bootstrap import (
 )
 from corral.providers.runpod.graphql import EnumValue, literal
 from corral.providers.runpod.settings import RunPodSettings
+from corral.wire.env import ENV_AGENT_TOKEN
 
 from . import fake_graphql
 from .fake_server import API_KEY
@@ -119,7 +119,7 @@ def test_a_missing_network_volume_is_bad_input(make_provider):
 
 def test_boot_writes_the_plan_privately_and_binds_where_told(tmp_path):
     b = bootstrap(tmp_path / "work", "rboot-a1")
-    from corral.agent.plan import AgentPlan
+    from corral.wire.plan import AgentPlan
 
     plan = AgentPlan.model_validate(b.plan).model_copy(update={"host": "0.0.0.0", "port": 8750})
     env = {ENV_PLAN: encode_plan(plan), ENV_BIND: "127.0.0.1:5555", ENV_AGENT_TOKEN: "t"}

@@ -9,6 +9,7 @@ from corral.control.agent_client import AgentClient
 from corral.errors import AgentError
 from corral.providers.base import InstanceState
 from corral.providers.runpod.pods import Pod, pod_state
+from corral.wire.status import AgentStatus, Phase
 
 from .helpers import bootstrap, new_key, offer, wait_state, wait_until
 
@@ -62,7 +63,7 @@ def test_pod_env_is_read_from_rest_and_graphql_shapes():
     assert Pod.model_validate({"id": "p"}).env_value("A") is None
 
 
-def agent_status(endpoint: str, token: str) -> dict:
+def agent_status(endpoint: str, token: str) -> AgentStatus:
     def ask():
         try:
             return AgentClient(endpoint, token, timeout=2.0).status()
@@ -79,7 +80,7 @@ def test_running_pod_serves_the_agent_through_runpods_proxy(make_provider, fake,
     inst = p.launch(offer(p, spot=False), bs, key)
     st = wait_state(p, inst, S.RUNNING)
     assert st.endpoint == f"{fake.base_url}/proxy/{inst.instance_id}-8750" == inst.endpoint
-    assert agent_status(st.endpoint, bs.token)["phase"] in ("starting", "running")
+    assert agent_status(st.endpoint, bs.token).phase in (Phase.SETUP, Phase.RUNNING)
     with pytest.raises(AgentError, match="rejected the controller's token"):
         AgentClient(st.endpoint, "wrong-token").status()
 

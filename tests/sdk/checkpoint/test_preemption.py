@@ -14,7 +14,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from corral.constants import EXIT_PREEMPTED
 from corral.errors import BadInput
 from corral.sdk import (
     Checkpointer,
@@ -25,6 +24,7 @@ from corral.sdk import (
     should_stop,
 )
 from corral.sdk import signals as sig
+from corral.wire.env import EXIT_PREEMPTED
 
 SCRIPT = Path(__file__).parent / "scripts" / "sigterm_train.py"
 

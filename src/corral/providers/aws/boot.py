@@ -16,10 +16,10 @@ import os
 import sys
 from pathlib import Path
 
-from corral.agent.plan import AgentPlan
-from corral.constants import ENV_AGENT_TOKEN
 from corral.errors import CorralError
 from corral.providers.aws.userdata import decode_payload
+from corral.wire.env import ENV_AGENT_TOKEN
+from corral.wire.plan import AgentPlan
 
 
 def prepare(payload_path: Path) -> tuple[list[str], dict[str, str], str, Path]:

@@ -20,7 +20,6 @@ from typing import Any
 
 import httpx
 
-from corral.agent.plan import AgentPlan
 from corral.errors import BadInput, ProviderError
 from corral.pricing import CatalogEntry
 from corral.providers.aws import network, volumes
@@ -28,6 +27,7 @@ from corral.providers.aws.client import Ec2
 from corral.providers.aws.settings import AwsSettings
 from corral.providers.aws.userdata import MachinePayload, machine_plan, user_data
 from corral.providers.base import Bootstrap, Offer
+from corral.wire.plan import AgentPlan
 
 KEY_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 TAG_KEY = "corral:key"

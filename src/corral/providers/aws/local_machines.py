@@ -27,13 +27,13 @@ from pathlib import Path
 import httpx
 
 from corral import paths
-from corral.agent.plan import AgentPlan
 from corral.errors import NotYetTerminated
 from corral.gpu import GpuInfo
 from corral.pricing import load_catalog
 from corral.providers.aws.userdata import extract_payload
 from corral.providers.base import Bootstrap, Offer
 from corral.providers.local import LocalProvider
+from corral.wire.plan import AgentPlan
 
 ENV_IMDS_URL = "CORRAL_IMDS_URL"
 ENV_NOTICE_INTERVAL = "CORRAL_NOTICE_INTERVAL_S"

@@ -31,7 +31,6 @@ from typing import Any, ClassVar, Protocol
 import httpx
 from pydantic import ValidationError
 
-from corral.agent.plan import AgentPlan
 from corral.errors import AuthFailed, BadInput, NotYetTerminated, ProviderError
 from corral.pricing import Catalog, load_catalog
 from corral.providers.aws import launch as L
@@ -56,6 +55,7 @@ from corral.providers.base import (
     SupportsSpot,
     SupportsVolumes,
 )
+from corral.wire.plan import AgentPlan
 
 log = logging.getLogger("corral.providers.aws")
 LIVE = ["pending", "running", "shutting-down", "stopping", "stopped"]

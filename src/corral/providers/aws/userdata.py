@@ -24,8 +24,8 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from corral import __version__
-from corral.agent.plan import AgentPlan
 from corral.errors import BadInput
+from corral.wire.plan import AgentPlan
 
 MARKER = "CORRAL_PAYLOAD"
 MAX_USER_DATA = 16 * 1024

@@ -34,7 +34,6 @@ from typing import Any, ClassVar
 from pydantic import ValidationError
 
 from corral import paths
-from corral.agent.plan import AgentPlan
 from corral.errors import BadInput, Conflict, CorralError, NoCapacity, NotFound, ProviderError
 from corral.providers.base import (
     Bootstrap,
@@ -56,6 +55,7 @@ from corral.providers.fake.state import TIMER_OUT, FakeRecord, Layout, next_even
 from corral.providers.local import process as procs
 from corral.providers.local.settings import plan_error
 from corral.providers.local.state import check_key
+from corral.wire.plan import AgentPlan
 
 _GONE = ("preempted", "failed", "terminated")
 

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import psutil
 
-from corral.constants import ENV_FAKE_GPUS
 from corral.errors import InfeasibleRequest, NoCapacity
 from corral.gpu import GpuInfo, describe
 from corral.providers.base import Requirements
+from corral.wire.env import ENV_FAKE_GPUS
 
 
 @dataclass(frozen=True)

@@ -19,8 +19,6 @@ from typing import Any, ClassVar
 from pydantic import ValidationError
 
 from corral import paths
-from corral.agent.plan import AgentPlan
-from corral.constants import ENV_AGENT_TOKEN
 from corral.errors import BadInput, Conflict, NotFound, NotYetTerminated, ProviderError
 from corral.gpu import GpuInfo, describe, detect
 from corral.providers.base import (
@@ -47,6 +45,8 @@ from corral.providers.local.state import (
     utcnow,
     write_atomic,
 )
+from corral.wire.env import ENV_AGENT_TOKEN
+from corral.wire.plan import AgentPlan
 
 
 class LocalProvider(Provider, SupportsLogs, SupportsSimulatedPreemption):

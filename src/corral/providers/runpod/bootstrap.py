@@ -22,11 +22,11 @@ import json
 import shlex
 from typing import Any
 
-from corral.agent.plan import AgentPlan
-from corral.constants import ENV_AGENT_TOKEN
 from corral.providers.base import Bootstrap, Offer
 from corral.providers.runpod.graphql import EnumValue
 from corral.providers.runpod.settings import RunPodSettings
+from corral.wire.env import ENV_AGENT_TOKEN
+from corral.wire.plan import AgentPlan
 
 NAME_PREFIX = "corral-"
 ENV_PLAN = "CORRAL_PLAN_GZ"

@@ -34,7 +34,6 @@ import httpx
 from pydantic import ValidationError
 
 from corral import paths
-from corral.agent.plan import AgentPlan
 from corral.errors import AuthFailed, BadInput, NotYetTerminated, ProviderError, ProviderUnavailable
 from corral.providers.base import (
     Bootstrap,
@@ -59,6 +58,7 @@ from corral.providers.runpod.marks import StoppedMarks
 from corral.providers.runpod.offers import build_offers, gpu_count
 from corral.providers.runpod.pods import Pod, pod_state
 from corral.providers.runpod.settings import ENV_API_KEY, RunPodSettings
+from corral.wire.plan import AgentPlan
 
 log = logging.getLogger("corral.providers.runpod")
 

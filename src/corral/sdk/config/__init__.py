@@ -62,7 +62,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-from corral.constants import ENV_CHECKPOINT_DIR
 from corral.errors import BadInput
 from corral.sdk.config.masking import masked
 from corral.sdk.config.values import (
@@ -74,6 +73,7 @@ from corral.sdk.config.values import (
     set_key,
     suggest,
 )
+from corral.wire.env import ENV_CHECKPOINT_DIR
 
 __all__ = [
     "TrainingConfig",

@@ -36,7 +36,7 @@ What the callback does (on the main process only):
   time left and the longest last save of any rank (with nccl the all_reduce also synchronises
   the GPU: a larger ``check_every`` makes that rarer);
   ``exit_if_preempted()`` after ``trainer.train()`` returns exits with
-  :data:`corral.constants.EXIT_PREEMPTED`. A stop asked by the budget or by
+  :data:`corral.wire.env.EXIT_PREEMPTED`. A stop asked by the budget or by
   :class:`~corral.sdk.early_stop.EarlyStopping` saves and stops too, but does not exit.
 * Each save writes ``corral_state.json`` (cost so far) into the checkpoint and a ``checkpoint``
   record to the progress file; the cost continues from it on resume. It also writes the

@@ -37,7 +37,6 @@ import threading
 from collections.abc import Iterable
 from typing import Any
 
-from corral.constants import ENV_TRACKERS  # the JSON list of the spec's trackers
 from corral.errors import BadInput
 from corral.sdk.config import is_rank_zero
 from corral.sdk.trackers.base import CompositeTracker, NullTracker, Tracker
@@ -45,6 +44,7 @@ from corral.sdk.trackers.factory import TrackerSpec, make_trackers
 from corral.sdk.trackers.jsonl import JsonlTracker
 from corral.sdk.trackers.mlflow_sink import MlflowTracker
 from corral.sdk.trackers.wandb_sink import WandbTracker
+from corral.wire.env import ENV_TRACKERS  # the JSON list of the spec's trackers
 
 __all__ = [
     "ENV_TRACKERS",

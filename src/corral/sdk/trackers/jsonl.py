@@ -12,9 +12,9 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from corral.constants import ENV_PROGRESS_FILE
 from corral.sdk import progress_file
 from corral.sdk.trackers.base import Tracker
+from corral.wire.env import ENV_PROGRESS_FILE
 
 __all__ = ["JsonlTracker"]
 

@@ -18,8 +18,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from corral.constants import ENV_RUN_ID
 from corral.sdk.trackers.base import Tracker, numeric_metrics, table_columns
+from corral.wire.env import ENV_RUN_ID
 
 __all__ = ["RUN_ID_TAG", "MlflowTracker", "metric_name"]
 

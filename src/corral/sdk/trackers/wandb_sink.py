@@ -19,8 +19,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-from corral.constants import ENV_RUN_ID
 from corral.sdk.trackers.base import Tracker, table_columns
+from corral.wire.env import ENV_RUN_ID
 
 __all__ = ["STEP_METRIC", "WandbTracker", "wandb_run_id"]
 

@@ -15,7 +15,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from corral.constants import DEFAULT_GRACE_SECONDS
+from corral.wire import WIRE_VERSION
+from corral.wire.env import DEFAULT_GRACE_SECONDS
 
 
 class _Model(BaseModel):
@@ -52,6 +53,9 @@ class EvalPlan(_Model):
 
 
 class AgentPlan(_Model):
+    wire_version: int = Field(
+        WIRE_VERSION, description="Version of the wire contract the plan was built for."
+    )
     run_id: str
     attempt: int = Field(ge=1)
     workdir: str = Field(description="Absolute directory the setup and stages run in.")

@@ -1,4 +1,4 @@
-"""Values shared by the controller, the agent and the SDK (the contract between them)."""
+"""The `CORRAL_*` environment contract and shared values of the controller, the agent and the SDK."""
 
 from __future__ import annotations
 

@@ -1,0 +1,81 @@
+"""Agent events: what the agent records (``GET /events?after=N``) and the controller copies
+into the store. ``seq`` starts at 1 and is dense; ``ts`` is ISO 8601 UTC."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+ATTEMPT_STARTED = "attempt.started"
+SETUP_STARTED = "setup.started"
+SETUP_FINISHED = "setup.finished"
+STAGE_STARTED = "stage.started"
+STAGE_WAITING = "stage.waiting"
+STAGE_FINISHED = "stage.finished"
+STAGE_SKIPPED = "stage.skipped"
+PROGRESS = "progress"
+CHECKPOINT_SAVED = "checkpoint.saved"
+ATTEMPT_FINISHED = "attempt.finished"
+STOP_REQUESTED = "stop.requested"
+#: a hook failed (data: hook, message)
+AGENT_ERROR = "agent.error"
+#: a complete checkpoint is in object storage (data: step, uri)
+CHECKPOINT_UPLOADED = "checkpoint.uploaded"
+#: restored from object storage at attempt start (data: step, uri)
+CHECKPOINT_RESTORED = "checkpoint.restored"
+#: corrupt: not restored/uploaded (data: step, name, uri, reason)
+CHECKPOINT_SKIPPED = "checkpoint.skipped"
+#: data: uri, files, bytes
+ARTIFACTS_UPLOADED = "artifacts.uploaded"
+#: data: uri
+MANIFEST_WRITTEN = "manifest.written"
+#: data: criteria [{metric, op, value, observed, passed}], all_pass
+EVAL_ACCEPTANCE = "eval.acceptance"
+#: the machine learnt of its coming preemption (data: the provider's notice)
+PREEMPTION_NOTICE = "preemption.notice"
+
+EVENT_TYPES = frozenset(
+    {
+        ATTEMPT_STARTED,
+        SETUP_STARTED,
+        SETUP_FINISHED,
+        STAGE_STARTED,
+        STAGE_WAITING,
+        STAGE_FINISHED,
+        STAGE_SKIPPED,
+        PROGRESS,
+        CHECKPOINT_SAVED,
+        ATTEMPT_FINISHED,
+        STOP_REQUESTED,
+        AGENT_ERROR,
+        CHECKPOINT_UPLOADED,
+        CHECKPOINT_RESTORED,
+        CHECKPOINT_SKIPPED,
+        ARTIFACTS_UPLOADED,
+        MANIFEST_WRITTEN,
+        EVAL_ACCEPTANCE,
+        PREEMPTION_NOTICE,
+    }
+)
+
+
+class AgentEvent(BaseModel):
+    """One event as the agent serves it. Unknown keys are kept (a newer agent may add some)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    seq: int = Field(ge=1)
+    ts: str | None = None
+    type: str = "agent"
+    stage: str | None = None
+    data: dict[str, Any] = Field(default_factory=dict)
+
+
+class EventsPage(BaseModel):
+    """``GET /events?after=N``: the events after ``N`` and the cursor to ask with next."""
+
+    model_config = ConfigDict(extra="allow")
+
+    events: list[AgentEvent] = Field(default_factory=list)
+    next: int | None = None

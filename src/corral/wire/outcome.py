@@ -1,0 +1,144 @@
+"""What the end of an attempt means: decided here, once, as a typed :class:`AttemptOutcome`
+that the controller (recovery, final state), the webhooks and ``corral status`` all read.
+
+The facts come from two sides and are weighed only here:
+
+* the agent: the phase it reports (a stage's exit code 75 is the SDK's "preempted, resume me";
+  a stop asked for with a :class:`StopCause`), see :func:`stage_state`;
+* the provider: the machine's :class:`~corral.wire.machine.InstanceState`. The provider is the
+  source of truth for a preemption: an attempt the agent reports ``stopped`` on a machine the
+  provider calls PREEMPTED was preempted, and a machine that vanished under its agent was
+  preempted or failed as the provider says.
+"""
+
+from __future__ import annotations
+
+import enum
+
+from pydantic import BaseModel, ConfigDict
+
+from corral.wire.env import EXIT_PREEMPTED
+from corral.wire.machine import InstanceState
+from corral.wire.status import AgentStatus, Phase, StageState
+
+#: the pseudo-stage of the setup commands (its log is ``_setup``)
+SETUP_STAGE = "_setup"
+
+
+class OutcomeKind(enum.StrEnum):
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    PREEMPTED = "preempted"
+    STOPPED = "stopped"
+
+
+class StopCause(enum.StrEnum):
+    """Why a graceful stop was asked for. The controller sends it with ``POST /stop``; the
+    node's own hooks use it too (a cloud's preemption notice)."""
+
+    USER = "user"
+    BUDGET = "budget"
+    DEADLINE = "deadline"
+    IDLE = "idle"
+    #: the provider announced (or carried out) a preemption of the machine
+    PREEMPTION = "preemption"
+    #: the agent process itself was told to stop (SIGTERM, SIGINT) or shut down
+    AGENT = "agent"
+
+    @classmethod
+    def parse(cls, value: object) -> StopCause | None:
+        try:
+            return cls(str(value)) if value else None
+        except ValueError:
+            return None
+
+
+class AttemptOutcome(BaseModel):
+    """How one attempt ended. ``reason`` is one human line; ``cause`` says who stopped it."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    kind: OutcomeKind
+    reason: str
+    cause: StopCause | None = None
+    exit_code: int | None = None
+    failed_stage: str | None = None
+
+
+def stage_state(exit_code: int | None, *, stopped: bool) -> StageState:
+    """The state a stage ends in, from its exit code and whether the agent stopped it."""
+    if exit_code == 0 and not stopped:
+        return StageState.SUCCEEDED
+    if exit_code == EXIT_PREEMPTED:
+        return StageState.PREEMPTED
+    return StageState.STOPPED if stopped else StageState.FAILED
+
+
+def attempt_phase(stage: StageState) -> Phase | None:
+    """The phase a stage's end puts the whole attempt in (None: the attempt goes on)."""
+    if stage == StageState.FAILED:
+        return Phase.FAILED
+    if stage == StageState.PREEMPTED:
+        return Phase.PREEMPTED
+    return None
+
+
+def _failure_reason(status: AgentStatus) -> str:
+    stage, code = status.failed_stage, status.exit_code
+    if stage == SETUP_STAGE:
+        return f"setup failed with exit code {code}"
+    if stage and code is not None:
+        return f"stage '{stage}' exited with code {code}"
+    return status.reason or (f"stage '{stage}' failed" if stage else "the attempt failed")
+
+
+def from_agent(status: AgentStatus, machine: InstanceState | None = None) -> AttemptOutcome:
+    """The outcome of an attempt whose agent reports a terminal phase. ``machine``: the
+    provider's view of the machine, when asked (decides whether a stop was a preemption)."""
+    phase = status.phase
+    if not phase.terminal:
+        raise ValueError(f"the attempt has not ended: phase {phase.value}")
+    cause = StopCause.parse(status.stop_cause)
+    stage, code = status.failed_stage, status.exit_code
+    if phase == Phase.SUCCEEDED:
+        return AttemptOutcome(kind=OutcomeKind.SUCCEEDED, reason="all stages succeeded")
+    if phase == Phase.STOPPED and (
+        machine == InstanceState.PREEMPTED or cause == StopCause.PREEMPTION
+    ):
+        phase, cause = Phase.PREEMPTED, StopCause.PREEMPTION
+    if phase == Phase.PREEMPTED:
+        return AttemptOutcome(
+            kind=OutcomeKind.PREEMPTED,
+            reason=f"preempted (stage '{stage}')" if stage else "preempted",
+            cause=cause,
+            exit_code=code,
+            failed_stage=stage,
+        )
+    if phase == Phase.STOPPED:
+        return AttemptOutcome(
+            kind=OutcomeKind.STOPPED,
+            reason=status.reason or "the agent stopped",
+            cause=cause,
+            exit_code=code,
+            failed_stage=stage,
+        )
+    return AttemptOutcome(
+        kind=OutcomeKind.FAILED,
+        reason=_failure_reason(status),
+        exit_code=code,
+        failed_stage=stage,
+    )
+
+
+def from_machine(state: InstanceState, detail: str = "") -> AttemptOutcome:
+    """The outcome of an attempt whose machine the provider reports gone under a run that
+    still needed it (no word from the agent)."""
+    why = f"machine {state.value.lower()}" + (f": {detail}" if detail else "")
+    if state == InstanceState.PREEMPTED:
+        return AttemptOutcome(kind=OutcomeKind.PREEMPTED, reason=why, cause=StopCause.PREEMPTION)
+    return AttemptOutcome(kind=OutcomeKind.FAILED, reason=why)
+
+
+def stopped_by(cause: StopCause, reason: str) -> AttemptOutcome:
+    """The outcome of an attempt the controller stopped (budget, deadline, idle, the user)."""
+    return AttemptOutcome(kind=OutcomeKind.STOPPED, reason=reason, cause=cause)

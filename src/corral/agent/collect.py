@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass, field
+from collections.abc import Sequence
 from pathlib import Path
 
 _WILD = re.compile(r"[*?\[]")
@@ -82,7 +83,9 @@ def _inside(path: str, root: str) -> bool:
     return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
 
 
-def collect(workdir: str | Path, patterns: list[str], exclude: list[str | Path] = ()) -> Collected:
+def collect(
+    workdir: str | Path, patterns: list[str], exclude: Sequence[str | Path] = ()
+) -> Collected:
     """Every file inside ``workdir`` that one of ``patterns`` names (see the module doc)."""
     result = Collected()
     work = os.path.realpath(workdir)

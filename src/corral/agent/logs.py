@@ -12,7 +12,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import BinaryIO
+from typing import IO
 
 from corral.agent.fsutil import iso
 
@@ -26,7 +26,7 @@ class LogPump:
 
     def __init__(
         self,
-        pipe: BinaryIO,
+        pipe: IO[bytes],
         path: str | Path,
         now: Callable[[], float] = time.time,
         max_line: int = MAX_LINE,

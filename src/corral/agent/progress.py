@@ -242,7 +242,8 @@ class ProgressTailer:
                     "metrics": {},
                 },
             )
-            latest["metrics"] = _merge(latest.get("metrics") or {}, metrics)
+            old = latest.get("metrics")
+            latest["metrics"] = _merge(old if isinstance(old, dict) else {}, metrics)
             latest["ts"] = ts
         elif kind == "checkpoint" and step is not None and isinstance(record.get("path"), str):
             self._last_checkpoint = {"stage": stage, "step": step, "path": record["path"], "ts": ts}

@@ -121,7 +121,7 @@ class Runner:
     def status(self) -> dict[str, Any]:
         with self._lock:
             _, failed_stage, exit_code, reason = self._outcome or (None, None, None, "")
-            stages = [
+            stages: list[dict[str, Any]] = [
                 {
                     "name": name,
                     "state": s.state.value,
@@ -147,7 +147,7 @@ class Runner:
                 "stop_cause": self._stop_cause.value if stopped and self._stop_cause else None,
             }
         for stage in stages:
-            stage["progress"] = self._tailer.latest(stage["name"])
+            stage["progress"] = self._tailer.latest(str(stage["name"]))
         extra: dict[str, Any] = {}
         for hook in self.hooks:
             try:

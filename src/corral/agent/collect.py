@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass, field
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 _WILD = re.compile(r"[*?\[]")

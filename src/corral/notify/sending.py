@@ -13,6 +13,8 @@ from datetime import UTC
 from email.utils import parsedate_to_datetime
 from typing import Any
 
+from corral.backoff import backoff_delay
+
 RETRY_STATUSES = frozenset({408, 429})
 
 
@@ -31,8 +33,7 @@ class RetryPolicy:
 
     def delay(self, attempts: int, rng: random.Random, retry_after: float | None = None) -> float:
         """Seconds to wait after ``attempts`` failed tries."""
-        backoff = min(self.max_delay, self.base_delay * 2 ** max(0, attempts - 1))
-        wait = backoff * (0.5 + 0.5 * rng.random())
+        wait = backoff_delay(attempts, base=self.base_delay, max_delay=self.max_delay, rng=rng)
         if retry_after is not None:
             wait = max(wait, min(retry_after, self.max_retry_after))
         return wait

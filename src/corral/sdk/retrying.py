@@ -32,6 +32,7 @@ from typing import Any, TypeVar
 
 import tenacity
 
+from corral.backoff import backoff_delay
 from corral.secrets.redact import redact
 
 __all__ = ["NOT_TRANSIENT", "backoff_delay", "retry"]
@@ -46,21 +47,6 @@ NOT_TRANSIENT: tuple[type[BaseException], ...] = (
 
 log = logging.getLogger("corral.sdk.retry")
 F = TypeVar("F", bound=Callable[..., Any])
-
-
-def backoff_delay(
-    retry_number: int,
-    *,
-    base: float,
-    max_delay: float,
-    jitter: bool,
-    rng: random.Random | None = None,
-) -> float:
-    """Seconds to wait before retry ``retry_number`` (1 = the first retry)."""
-    delay = min(float(max_delay), float(base) * 2 ** max(0, retry_number - 1))
-    if jitter:
-        delay = (rng or random).uniform(delay / 2, delay)
-    return delay
 
 
 def _exception_types(what: str, value: Any) -> tuple[type[BaseException], ...]:

@@ -54,15 +54,14 @@ from __future__ import annotations
 import copy
 import dataclasses
 import importlib.util
-import json
 import os
 import sys
-import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
 from corral.errors import BadInput
+from corral.files import write_json_atomic
 from corral.sdk.config.masking import masked
 from corral.sdk.config.values import (
     check_all,
@@ -130,14 +129,8 @@ class TrainingConfig:
         are written as ``***`` (:mod:`corral.sdk.config.masking`)."""
         target = Path(path)
         target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = target.with_name(f".{target.name}.{os.getpid()}.{uuid.uuid4().hex[:12]}.tmp")
-        try:
-            text = json.dumps(masked(self.to_dict()), indent=2, sort_keys=True)
-            tmp.write_text(text + "\n")
-            os.replace(tmp, target)
-        except BaseException:
-            tmp.unlink(missing_ok=True)
-            raise
+        data = masked(self.to_dict())
+        write_json_atomic(target, data, indent=2, sort_keys=True, newline=True, mode=0o644)
         return target
 
     @classmethod

@@ -62,6 +62,7 @@ from typing import Any
 from transformers import TrainerCallback
 
 from corral.errors import BadInput
+from corral.files import write_json_atomic
 from corral.sdk import distributed, signals, trackers
 from corral.sdk.cost import CostMeter
 from corral.sdk.resume import loaded_config, plain_config
@@ -132,9 +133,9 @@ def _metric_at(state: dict[str, Any], step: int, metric: str | None) -> dict[str
 
 
 def _write_json(target: Path, data: Any) -> None:
-    tmp = target.with_name(target.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=1, sort_keys=True, default=str) + "\n")
-    os.replace(tmp, target)
+    write_json_atomic(
+        target, data, indent=1, sort_keys=True, default=str, newline=True, mode=0o644, fsync=False
+    )
 
 
 def _numbers(logs: dict[str, Any]) -> dict[str, float]:

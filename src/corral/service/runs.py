@@ -72,6 +72,14 @@ def current_attempt(store: Store, run: RunRecord | RunView) -> AttemptRecord | N
         return None
 
 
+def snapshot(ref: str, *, store: Store | None = None) -> tuple[RunView, AttemptRecord | None]:
+    """The run and its current attempt (whose ``data["status"]`` is the agent's last status
+    as the controller cached it), for a caller that polls a run it watches."""
+    with using(store) as st:
+        run = st.get_run(ref)
+        return RunView.of(run), current_attempt(st, run)
+
+
 def _checkpoint_dir(run: RunRecord) -> str | None:
     """Where the run keeps its checkpoints; None without a valid spec."""
     if not run.spec:

@@ -8,8 +8,8 @@ scripts reading that output keep working.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
-from typing import Annotated, Any, Literal, Protocol
+from datetime import datetime
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -20,6 +20,7 @@ from pydantic import (
     model_serializer,
 )
 
+from corral.service.timing import run_duration
 from corral.store.records import AttemptRecord, EventRecord, RunRecord
 from corral.store.states import TERMINAL_STATES
 
@@ -38,22 +39,6 @@ class View(BaseModel):
     def to_json(self) -> Any:
         """The JSON-ready document (plain dicts, lists, strings and numbers)."""
         return self.model_dump(mode="json")
-
-
-class _Timed(Protocol):
-    @property
-    def started_at(self) -> datetime | None: ...
-    @property
-    def finished_at(self) -> datetime | None: ...
-
-
-def run_duration(run: _Timed, now: datetime | None = None) -> float | None:
-    """Seconds the run has been running (until it finished, else until ``now``); None before
-    it started."""
-    if run.started_at is None:
-        return None
-    end = run.finished_at or now or datetime.now(UTC)
-    return (end - run.started_at).total_seconds()
 
 
 # --- runs --------------------------------------------------------------------------------------

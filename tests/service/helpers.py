@@ -10,7 +10,6 @@ from corral.spec import load_spec_text
 from corral.store import Store
 
 
-
 def resolved_spec(text: str = "name: rec\nstages: [{name: train, run: 'true'}]\n") -> dict:
     """A spec as a run records it: validated, every default filled in."""
     return load_spec_text(text).model_dump(mode="json")

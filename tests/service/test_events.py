@@ -37,7 +37,7 @@ def test_bad_cursor_limit_type_or_run_are_one_line_errors() -> None:
         run_events(run_id, after=-1)
     with pytest.raises(BadInput, match="limit must be between 1 and 1000, not 0"):
         run_events(run_id, limit=0)
-    with pytest.raises(BadInput, match="event type ' run.state'"):
+    with pytest.raises(BadInput, match=r"event type ' run\.state'"):
         run_events(run_id, types=[" run.state"])
     with pytest.raises(NotFound, match="'missing'"):
         run_events("missing")

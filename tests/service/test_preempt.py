@@ -9,13 +9,13 @@ import time
 from pathlib import Path
 
 import pytest
-from control.helpers import write_spec
 
+from control.helpers import write_spec
 from corral.errors import BadInput, Conflict
 from corral.providers.base import InstanceState
 from corral.providers.fake import ENV_FAKE_CLOUD
+from corral.service.actions import wait_for_end
 from corral.service.preempt import preempt_run
-from corral.service.runs import wait_for_end
 from corral.service.submit import submit_run
 from corral.store import Store
 

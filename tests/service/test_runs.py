@@ -6,18 +6,13 @@ import time
 from pathlib import Path
 
 import pytest
-from control.helpers import wait_for, write_spec
 
+from control.helpers import wait_for, write_spec
 from corral.errors import BadInput, Conflict, NotFound
+from corral.service.actions import cancel_run, request, stop_run, wait_for_end
+from corral.service.details import get_run
 from corral.service.logs import open_logs
-from corral.service.runs import (
-    cancel_run,
-    get_run,
-    list_runs,
-    request,
-    stop_run,
-    wait_for_end,
-)
+from corral.service.runs import list_runs
 from corral.service.submit import submit_run
 from corral.store import Store
 

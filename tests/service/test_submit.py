@@ -7,12 +7,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from control.helpers import write_spec
 
+from control.helpers import write_spec
 from corral.errors import BadInput, InfeasibleRequest, NotFound, SpecError
+from corral.service.actions import wait_for_end
+from corral.service.details import get_run
 from corral.service.events import run_events
 from corral.service.logs import open_logs
-from corral.service.runs import get_run, list_runs, wait_for_end
+from corral.service.runs import list_runs
 from corral.service.submit import TEXT_SOURCE, submit_run
 
 HELLO = """
@@ -82,6 +84,6 @@ def test_refusals_record_nothing(tmp_path: Path, monkeypatch) -> None:
         submit_run(text="name: s\nsecrets: [MISSING_TOKEN]\nrun: echo\n")
     monkeypatch.setenv("CORRAL_FAKE_GPUS", "L40S:2")
     greedy = 'name: greedy\nresources: {gpus: "L40S:4"}\nrun: echo never\n'
-    with pytest.raises(InfeasibleRequest, match="has 2 L40S GPUs.*asks for 4"):
+    with pytest.raises(InfeasibleRequest, match=r"has 2 L40S GPUs.*asks for 4"):
         submit_run(text=greedy)
     assert list_runs() == []

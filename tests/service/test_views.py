@@ -7,7 +7,7 @@ import json
 import pytest
 from pydantic import ValidationError
 
-from corral.service.runs import details
+from corral.service.details import details
 from corral.service.views import RunView
 from corral.store import Store
 

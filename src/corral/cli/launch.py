@@ -43,7 +43,7 @@ def launch(
         return
     try:
         if wait:
-            from corral.service.runs import wait_for_end
+            from corral.service.actions import wait_for_end
 
             run = wait_for_end(run.id)
         else:
@@ -62,7 +62,7 @@ def launch(
         print_json(run)
     else:
         from corral.cli.status import print_summary
-        from corral.service.runs import get_run
+        from corral.service.details import get_run
 
         print_summary(get_run(run.id))
     if run.state != "SUCCEEDED":

@@ -10,7 +10,7 @@ if TYPE_CHECKING:
 
 def request(run_ref: str, action: str, *, wait: bool, json_: bool) -> RunView:
     from corral.cli.output import console, print_json
-    from corral.service.runs import request as request_action
+    from corral.service.actions import request as request_action
 
     run = request_action(run_ref, action, wait=wait)
     if json_:

@@ -71,7 +71,7 @@ def status(
 ) -> None:
     """Show a run: state and reason, attempts, stages with progress, cost."""
     from corral.cli.output import print_json
-    from corral.service.runs import get_run
+    from corral.service.details import get_run
 
     details = get_run(run_ref or None)
     if json_:

@@ -7,7 +7,9 @@ Modules, each small and importable on its own (the CLI imports them inside its c
 * :mod:`corral.service.views` - the typed, strict values every function returns; their
   ``to_json()`` is exactly what ``corral ... --json`` prints.
 * :mod:`corral.service.submit` - submit a run (``corral launch`` without the following).
-* :mod:`corral.service.runs` - list runs, one run in detail, request stop/cancel, wait.
+* :mod:`corral.service.runs` - list runs; a watched run's snapshot (light: ``corral ls``).
+* :mod:`corral.service.details` - one run in detail (``corral status``).
+* :mod:`corral.service.actions` - ask for a stop or a cancel; wait for the end of a run.
 * :mod:`corral.service.preempt` - preempt a run's machine on request (fake and local clouds).
 * :mod:`corral.service.logs` - a run's stage logs: lines for following, chunks from an offset.
 * :mod:`corral.service.events` - a run's events after a cursor.

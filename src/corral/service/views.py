@@ -34,7 +34,8 @@ JsonObject = dict[str, JsonValue]
 class View(BaseModel):
     """Base of every returned value."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    #: defer_build: a model's validator is built on first use, not at import (CLI start-up)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
     def to_json(self) -> Any:
         """The JSON-ready document (plain dicts, lists, strings and numbers)."""

@@ -2,88 +2,20 @@
 
 from __future__ import annotations
 
-import re
 import time
-from collections.abc import Iterator
-from pathlib import Path
-from typing import Any
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
 
-from corral import paths
+if TYPE_CHECKING:
+    from corral.service.logs import LogTailer
+    from corral.service.views import RunView
 
-_TS = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?Z?) ?")
 COLORS = ["cyan", "magenta", "green", "yellow", "blue", "red", "bright_cyan", "bright_magenta"]
 
 
-def split_ts(line: str) -> tuple[str, str]:
-    m = _TS.match(line)
-    if not m:
-        return "", line
-    return m.group(1), line[m.end() :]
-
-
-class LogTailer:
-    """Reads new complete lines of a run's copied stage logs (all attempts, in order)."""
-
-    def __init__(
-        self,
-        run_id: str,
-        *,
-        stages: list[str] | None = None,
-        attempt: int | None = None,
-        from_end: bool = False,
-    ):
-        self.root = paths.home() / "runs" / run_id / "logs"
-        self.stages = set(stages) if stages else None
-        self.attempt = attempt
-        self.offsets: dict[Path, int] = {}
-        self.seen_attempts: set[int] = set()
-        if from_end:
-            for path in self._files():
-                self.offsets[path] = path.stat().st_size
-
-    def _files(self) -> list[Path]:
-        if not self.root.exists():
-            return []
-        out = []
-        for adir in sorted(self.root.glob("a*"), key=lambda p: int(p.name[1:] or 0)):
-            if not adir.name[1:].isdigit():
-                continue
-            if self.attempt is not None and int(adir.name[1:]) != self.attempt:
-                continue
-            for f in sorted(adir.glob("*.log")):
-                if self.stages is None or f.stem in self.stages:
-                    out.append(f)
-        return out
-
-    def read(self) -> Iterator[tuple[int, str, str, str]]:
-        """New lines as (attempt, stage, timestamp, text), ordered by timestamp per batch."""
-        batch: list[tuple[int, str, str, str]] = []
-        for path in self._files():
-            offset = self.offsets.get(path, 0)
-            size = path.stat().st_size
-            if size <= offset:
-                continue
-            with open(path, "rb") as f:
-                f.seek(offset)
-                data = f.read(size - offset)
-            end = data.rfind(b"\n")
-            if end < 0:
-                continue
-            self.offsets[path] = offset + end + 1
-            attempt = int(path.parent.name[1:])
-            for raw in data[: end + 1].decode("utf-8", "replace").splitlines():
-                ts, text = split_ts(raw)
-                batch.append((attempt, path.stem, ts, text))
-        batch.sort(key=lambda r: (r[0], r[2]))
-        yield from batch
-
-
-def stage_width(run: Any) -> int:
-    """Width of the stage-name column: the longest stage name of the run's spec."""
-    names = [s.get("name", "") for s in ((run.spec or {}).get("stages") or [])] or ["main"]
-    if (run.spec or {}).get("setup"):
-        names.append("_setup")
-    return min(24, max(len(n) for n in names))
+def stage_width(names: Iterable[str]) -> int:
+    """Width of the stage-name column: the longest of the run's stage names (at most 24)."""
+    return min(24, max((len(n) for n in names), default=0))
 
 
 def format_line(
@@ -96,6 +28,30 @@ def format_line(
     if timestamps and ts:
         prefix += f"[dim]{ts}[/] "
     return prefix + escape(text)
+
+
+class LinePrinter:
+    """Prints a tailer's new lines, with an ``── attempt N ──`` rule when the attempt
+    changes."""
+
+    def __init__(self, tailer: LogTailer, *, timestamps: bool = False):
+        self.tailer = tailer
+        self.timestamps = timestamps
+        self.colors: dict[str, str] = {}
+        self.width = stage_width(tailer.stage_names)
+        self.attempt = 0
+
+    def emit(self, printer: Callable[[str], Any]) -> None:
+        for line in self.tailer.read():
+            if line.attempt != self.attempt:
+                if self.attempt:
+                    printer(f"[bold]── attempt {line.attempt} ──[/]")
+                self.attempt = line.attempt
+            printer(
+                format_line(
+                    line.stage, line.ts, line.text, self.colors, self.width, self.timestamps
+                )
+            )
 
 
 def _status_line(run: Any, attempt: Any | None) -> str:
@@ -125,8 +81,7 @@ def _status_line(run: Any, attempt: Any | None) -> str:
 
 
 def follow(
-    store: Any,
-    run_id: str,
+    run_ref: str,
     *,
     stages: list[str] | None = None,
     poll_s: float = 0.25,
@@ -134,42 +89,22 @@ def follow(
     timestamps: bool = False,
     from_end: bool = False,
     status_lines: bool = True,
-) -> Any:
-    """Print new log lines until the run ends; returns the final run record."""
+) -> RunView:
+    """Print new log lines until the run ends; returns the final run."""
     from rich.live import Live
 
-    from corral.cli.output import console
+    from corral.cli.output import console, err_console
+    from corral.service.controller import ControllerGuard
+    from corral.service.logs import open_logs
+    from corral.service.runs import snapshot
+    from corral.store import Store
 
-    tailer = LogTailer(run_id, stages=stages, from_end=from_end)
-    color: dict[str, str] = {}
-    width = stage_width(store.get_run(run_id))
-    last_attempt = [0]
-
-    def emit(printer: Any) -> None:
-        for attempt, stage, ts, text in tailer.read():
-            if attempt != last_attempt[0]:
-                if last_attempt[0]:
-                    printer(f"[bold]── attempt {attempt} ──[/]")
-                last_attempt[0] = attempt
-            printer(format_line(stage, ts, text, color, width, timestamps))
-
-    def snapshot() -> tuple[Any, Any]:
-        run = store.get_run(run_id)
-        attempt = None
-        if run.attempt:
-            try:
-                attempt = store.get_attempt(run.id, run.attempt)
-            except Exception:
-                attempt = None
-        return run, attempt
-
-    from corral.cli.output import err_console
-    from corral.cli.waiting import ControllerGuard
-
+    store = Store.open()  # one store for the whole poll loop
+    tailer = open_logs(run_ref, stages=stages, from_end=from_end, store=store)
+    lines = LinePrinter(tailer, timestamps=timestamps)
     guard = ControllerGuard(notify=lambda m: err_console.print(f"[dim]{m}[/]"))
-    run, attempt = snapshot()
-    use_live = live and console.is_terminal
-    if not use_live:
+    run, attempt = snapshot(tailer.run_id, store=store)
+    if not (live and console.is_terminal):
         # no live line in a pipe: print each state change (with its reason) as a line instead
         last_state = None
         while True:
@@ -177,22 +112,22 @@ def follow(
                 last_state = run.state
                 reason = f": {run.reason}" if run.reason else ""
                 err_console.print(f"[dim]{run.id} {run.state}{reason}[/]")
-            emit(console.print)
+            lines.emit(console.print)
             if run.terminal:
-                emit(console.print)
+                lines.emit(console.print)
                 return run
-            guard.check(run)
+            guard.check(run.terminal)
             time.sleep(poll_s)
-            run, attempt = snapshot()
+            run, attempt = snapshot(run.id, store=store)
     with Live(
         _status_line(run, attempt), console=console, refresh_per_second=4, transient=True
     ) as lv:
         while True:
-            emit(lv.console.print)
+            lines.emit(lv.console.print)
             lv.update(_status_line(run, attempt))
             if run.terminal:
-                emit(lv.console.print)
+                lines.emit(lv.console.print)
                 return run
-            guard.check(run)
+            guard.check(run.terminal)
             time.sleep(poll_s)
-            run, attempt = snapshot()
+            run, attempt = snapshot(run.id, store=store)

@@ -14,32 +14,21 @@ def ls(
     json_: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """List runs."""
-    from corral.errors import BadInput
-    from corral.store import Store
-    from corral.store.states import RUN_STATES
+    from corral.service.runs import list_runs
 
-    states = [s.upper() for s in state] or None
-    for s in states or []:
-        if s not in RUN_STATES:
-            raise BadInput(f"--state {s!r}: expected one of {', '.join(sorted(RUN_STATES))}")
-    store = Store.open()
-    runs = store.list_runs(states=states)
-    if not all_ and not states and not json_:
-        active = [r for r in runs if r.active]
-        runs = active or runs
-    if limit is not None:
-        runs = runs[:limit]
+    runs = []
+    if not all_ and not state and not json_:  # the active runs, else every run
+        runs = list_runs(active_only=True, limit=limit)
+    runs = runs or list_runs(states=state, limit=limit)
     if json_:
         import json
         import sys
 
-        from corral.cli.output import run_dict
-
-        sys.stdout.write(json.dumps([run_dict(r) for r in runs], default=str) + "\n")
+        sys.stdout.write(json.dumps([r.to_json() for r in runs], default=str) + "\n")
         return
     from rich.table import Table
 
-    from corral.cli.output import ago, console, fmt_cost, fmt_duration, run_duration, styled_state
+    from corral.cli.output import ago, console, fmt_cost, fmt_duration, styled_state
 
     if not runs:
         console.print("no runs yet: start one with `corral launch corral.yaml`")
@@ -54,7 +43,7 @@ def ls(
             str(r.attempt),
             fmt_cost(r.cost_usd),
             ago(r.created_at),
-            fmt_duration(run_duration(r)),
+            fmt_duration(r.duration_s),
             (r.reason or "")[:60],
         )
     console.print(t)

@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from corral.cli.lazy import LazyConsole
+from corral.service.timing import run_duration as run_duration  # re-exported
 
 #: rich is imported on first use, so `--json` paths never pay for it
 console = LazyConsole(highlight=False, soft_wrap=True)  # log lines are never re-wrapped
@@ -27,6 +28,9 @@ STATE_STYLE = {
 
 
 def print_json(obj: Any) -> None:
+    """``obj`` (a service view, or plain JSON data) as indented JSON on stdout."""
+    if hasattr(obj, "to_json"):
+        obj = obj.to_json()
     sys.stdout.write(json.dumps(obj, indent=2, default=str) + "\n")
     sys.stdout.flush()
 
@@ -62,19 +66,3 @@ def ago(ts: datetime | None, now: datetime | None = None) -> str:
         return "-"
     now = now or datetime.now(UTC)
     return fmt_duration((now - ts).total_seconds()) + " ago"
-
-
-def run_duration(run: Any, now: datetime | None = None) -> float | None:
-    if run.started_at is None:
-        return None
-    end = run.finished_at or now or datetime.now(UTC)
-    return (end - run.started_at).total_seconds()
-
-
-def run_dict(run: Any) -> dict[str, Any]:
-    d = run.to_dict()
-    d.pop("spec", None)
-    d.pop("lease_owner", None)
-    d.pop("lease_expires_at", None)
-    d["duration_s"] = run_duration(run)
-    return d

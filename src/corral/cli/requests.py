@@ -1,25 +1,20 @@
-"""Shared by ``cancel`` and ``stop``: record the request, make sure a controller acts on it."""
+"""Shared by ``cancel`` and ``stop``: ask for the action through the service, print the run."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from corral.service.views import RunView
 
 
-def request(run_ref: str, action: str, *, wait: bool, json_: bool) -> Any:
-    from corral.cli.output import console, print_json, run_dict
-    from corral.control.daemon import start_background
-    from corral.store import Store
+def request(run_ref: str, action: str, *, wait: bool, json_: bool) -> RunView:
+    from corral.cli.output import console, print_json
+    from corral.service.actions import request as request_action
 
-    store = Store.open()
-    run = store.get_run(run_ref)
-    run = store.request_action(run.id, action)
-    start_background(wait_s=5.0)
-    if wait:
-        from corral.cli.waiting import wait_for_end
-
-        run = wait_for_end(store, run.id)
+    run = request_action(run_ref, action, wait=wait)
     if json_:
-        print_json(run_dict(run))
+        print_json(run)
     elif run.terminal:
         console.print(f"{run.id}: {run.state} ({run.reason})")
     else:

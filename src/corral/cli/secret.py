@@ -55,17 +55,17 @@ def set_(
     it is not a terminal (`corral secret set HF_TOKEN < token.txt`)."""
     from corral.cli.output import console, print_json
     from corral.errors import BadInput
-    from corral.secrets import SecretStore, check_name
+    from corral.service.secrets import check_name, set_secret
 
     if extra:  # never echo it: it is probably the value
         raise BadInput(
             "the value is never a command-line argument (shell history, ps): "
             f"run `corral secret set {check_name(name)}` and type it, or pipe it to stdin"
         )
-    check_name(name)
-    info = SecretStore().set(name, _read_value(name))
+    check_name(name)  # before asking for the value
+    info = set_secret(name, _read_value(name))
     if json_:
-        print_json(info.to_dict())
+        print_json(info)
     else:
         console.print(f"secret {name} saved (encrypted)")
 
@@ -74,11 +74,11 @@ def set_(
 def list_(json_: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
     """Names and dates of the stored secrets (never their values)."""
     from corral.cli.output import ago, console, print_json
-    from corral.secrets import SecretStore
+    from corral.service.secrets import list_secrets
 
-    infos = SecretStore().list()
+    infos = list_secrets()
     if json_:
-        print_json([i.to_dict() for i in infos])
+        print_json([i.to_json() for i in infos])
         return
     if not infos:
         console.print("no secrets stored (add one with `corral secret set NAME`)")
@@ -96,13 +96,11 @@ def rm(
 ) -> None:
     """Delete secret NAME from the store (exit 3 if there is none)."""
     from corral.cli.output import console, print_json
-    from corral.errors import NotFound
-    from corral.secrets import SecretStore, check_name
+    from corral.service.secrets import delete_secret
 
-    if not SecretStore().delete(check_name(name)):
-        raise NotFound(f"no secret named {name} in the store")
+    deleted = delete_secret(name)
     if json_:
-        print_json({"name": name, "deleted": True})
+        print_json(deleted)
     else:
         console.print(f"secret {name} deleted")
 
@@ -118,15 +116,14 @@ def rotate(
     still decrypt unless --drop-old). With CORRAL_SECRET_KEY set, put the new key first in
     it (comma-separated) and run this to re-encrypt with it."""
     from corral.cli.output import console, print_json
-    from corral.secrets import SecretStore
+    from corral.service.secrets import rotate_secrets
 
-    store = SecretStore()
-    count = store.rotate(drop_old=drop_old)
-    keys = len(store.keyring.keys())
+    done = rotate_secrets(drop_old=drop_old)
     if json_:
-        print_json({"reencrypted": count, "keys": keys, "source": store.keyring.source})
+        print_json(done)
     else:
+        count, keys = done.reencrypted, done.keys
         console.print(
             f"re-encrypted {count} secret{'s' if count != 1 else ''} with the new key "
-            f"({keys} key{'s' if keys != 1 else ''} in {store.keyring.source})"
+            f"({keys} key{'s' if keys != 1 else ''} in {done.source})"
         )

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import time
 from pathlib import Path
 
 import typer
@@ -50,24 +49,23 @@ def verify(
     The body must be the exact bytes received (do not re-encode the JSON)."""
     from corral.cli.output import console, print_json
     from corral.errors import BadInput
-    from corral.notify.signing import SignatureInvalid, verify
+    from corral.service.webhooks import SignatureInvalid, rejected, verify_signature
 
     secret = os.environ.get(secret_env)
     if not secret:
         raise BadInput(f"the environment variable {secret_env} (the webhook secret) is not set")
     data = _read_body(body)
     try:
-        verify(secret, timestamp, data, signature, tolerance=tolerance)
+        result = verify_signature(secret, timestamp, data, signature, tolerance=tolerance)
     except SignatureInvalid as e:
         if not json_:
             raise
-        print_json({"valid": False, "reason": e.message})
+        print_json(rejected(e))
         raise typer.Exit(e.exit_code) from None
-    age = time.time() - int(timestamp.strip())
     if json_:
-        print_json({"valid": True, "age_s": round(age, 1), "bytes": len(data)})
+        print_json(result)
     else:
-        console.print(f"signature valid ({len(data)} bytes, timestamp {age:.0f}s old)")
+        console.print(f"signature valid ({result.bytes} bytes, timestamp {result.age_s:.0f}s old)")
 
 
 def _read_body(source: str) -> bytes:

@@ -1,0 +1,23 @@
+"""The service layer: what a user can do with corral, with no knowledge of typer, rich, click
+or HTTP. The CLI (``corral.cli``), the HTTP server and the worker pool call these same
+functions and render what they return.
+
+Modules, each small and importable on its own (the CLI imports them inside its commands):
+
+* :mod:`corral.service.views` - the typed, strict values every function returns; their
+  ``to_json()`` is exactly what ``corral ... --json`` prints.
+* :mod:`corral.service.submit` - submit a run (``corral launch`` without the following).
+* :mod:`corral.service.runs` - list runs; a watched run's snapshot (light: ``corral ls``).
+* :mod:`corral.service.details` - one run in detail (``corral status``).
+* :mod:`corral.service.actions` - ask for a stop or a cancel; wait for the end of a run.
+* :mod:`corral.service.preempt` - preempt a run's machine on request (fake and local clouds).
+* :mod:`corral.service.logs` - a run's stage logs: lines for following, chunks from an offset.
+* :mod:`corral.service.events` - a run's events after a cursor.
+* :mod:`corral.service.secrets` - set, list (names and dates only), delete, rotate secrets.
+* :mod:`corral.service.webhooks` - check a webhook request's signature.
+* :mod:`corral.service.controller` - make sure a background controller babysits the runs.
+
+Every error is a :class:`corral.errors.CorralError` subclass with a one-line message.
+Functions that read or write runs take an optional ``store`` (default: ``Store.open()``,
+closed again before returning) so that tests and a server can inject theirs.
+"""

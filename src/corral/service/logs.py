@@ -1,0 +1,208 @@
+"""A run's stage logs, as the controller copies them from the node to
+``CORRAL_HOME/runs/<run>/logs/a<attempt>/<stage>.log`` (one line per record, each starting
+with the agent's UTC timestamp).
+
+* :func:`open_logs` - a :class:`LogTailer` over the run's logs (all attempts, or one; some
+  stages): each ``read()`` gives the complete lines written since the last one.
+* :func:`log_files` - which stage logs exist and their sizes.
+* :func:`read_log` - a chunk of one stage log from a byte offset (for a client that pages).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from corral import paths
+from corral.errors import BadInput, NotFound
+from corral.service._store import using
+from corral.service.views import LogChunk, LogFile, LogLine
+from corral.store import RunRecord, Store
+
+#: the stage name of the setup commands' log
+SETUP_STAGE = "_setup"
+#: the stage name of a spec with a top-level ``run:`` and no ``stages:``
+MAIN_STAGE = "main"
+#: the largest chunk :func:`read_log` returns
+MAX_CHUNK = 4 * 1024 * 1024
+
+_TS = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?Z?) ?")
+
+
+def split_ts(line: str) -> tuple[str, str]:
+    """(the line's leading timestamp or "", the rest)."""
+    m = _TS.match(line)
+    if not m:
+        return "", line
+    return m.group(1), line[m.end() :]
+
+
+def logs_dir(run_id: str) -> Path:
+    return paths.home() / "runs" / run_id / "logs"
+
+
+def stage_names(spec: dict[str, Any] | None) -> list[str]:
+    """The names of the stages that write a log, in spec order (``_setup`` last when the spec
+    has setup commands)."""
+    spec = spec or {}
+    names = [str(s.get("name", "")) for s in spec.get("stages") or []] or [MAIN_STAGE]
+    if spec.get("setup"):
+        names.append(SETUP_STAGE)
+    return names
+
+
+def _attempt_dirs(root: Path) -> list[tuple[int, Path]]:
+    if not root.exists():
+        return []
+    found = [(int(p.name[1:]), p) for p in root.glob("a*") if p.name[1:].isdigit()]
+    return sorted(found)
+
+
+class LogTailer:
+    """Reads the new complete lines of a run's copied stage logs (all attempts, in order).
+    ``stages``/``attempt`` narrow what is read; ``from_end`` skips what is there now."""
+
+    def __init__(
+        self,
+        run_id: str,
+        *,
+        stages: Iterable[str] | None = None,
+        attempt: int | None = None,
+        from_end: bool = False,
+        stage_names: list[str] | None = None,
+    ):
+        self.run_id = run_id
+        #: every stage of the run that writes a log (for a caller laying out columns)
+        self.stage_names = list(stage_names or [MAIN_STAGE])
+        self.root = logs_dir(run_id)
+        self.stages = set(stages) if stages else None
+        self.attempt = attempt
+        #: bytes already read of each log file
+        self.offsets: dict[Path, int] = {}
+        if from_end:
+            for path in self._files():
+                self.offsets[path] = path.stat().st_size
+
+    def _files(self) -> list[Path]:
+        out = []
+        for number, adir in _attempt_dirs(self.root):
+            if self.attempt is not None and number != self.attempt:
+                continue
+            for f in sorted(adir.glob("*.log")):
+                if self.stages is None or f.stem in self.stages:
+                    out.append(f)
+        return out
+
+    def read(self) -> list[LogLine]:
+        """The new complete lines, ordered by attempt then timestamp. A partial last line is
+        left for the next read."""
+        batch: list[LogLine] = []
+        for path in self._files():
+            offset = self.offsets.get(path, 0)
+            size = path.stat().st_size
+            if size <= offset:
+                continue
+            with open(path, "rb") as f:
+                f.seek(offset)
+                data = f.read(size - offset)
+            end = data.rfind(b"\n")
+            if end < 0:
+                continue
+            self.offsets[path] = offset + end + 1
+            attempt = int(path.parent.name[1:])
+            for raw in data[: end + 1].decode("utf-8", "replace").splitlines():
+                ts, text = split_ts(raw)
+                batch.append(LogLine(attempt=attempt, stage=path.stem, ts=ts, text=text))
+        batch.sort(key=lambda line: (line.attempt, line.ts))
+        return batch
+
+
+def _check(run: RunRecord, stages: Iterable[str], attempt: int | None) -> None:
+    """NotFound for a stage the run's spec does not have or an attempt it never made."""
+    if run.spec:
+        known = set(stage_names(run.spec)) - {SETUP_STAGE}
+        for s in stages:
+            if s not in known and s != SETUP_STAGE:
+                raise NotFound(
+                    f"run {run.id} has no stage {s!r} (stages: {', '.join(sorted(known))})"
+                )
+    if attempt is not None and not 1 <= attempt <= max(run.attempt, 1):
+        raise NotFound(f"run {run.id} has no attempt {attempt} (attempts: 1..{run.attempt})")
+
+
+def open_logs(
+    ref: str,
+    *,
+    stages: Iterable[str] | None = None,
+    attempt: int | None = None,
+    from_end: bool = False,
+    store: Store | None = None,
+) -> LogTailer:
+    """A :class:`LogTailer` over the logs of the run named by ``ref``, after checking that
+    the run has the ``stages`` and the ``attempt`` asked for (NotFound otherwise)."""
+    wanted = list(stages or [])
+    with using(store) as st:
+        run = st.get_run(ref)
+    _check(run, wanted, attempt)
+    return LogTailer(
+        run.id,
+        stages=wanted or None,
+        attempt=attempt,
+        from_end=from_end,
+        stage_names=stage_names(run.spec),
+    )
+
+
+def log_files(ref: str, *, store: Store | None = None) -> list[LogFile]:
+    """The stage logs copied so far, by attempt then stage name."""
+    with using(store) as st:
+        run = st.get_run(ref)
+    return [
+        LogFile(attempt=number, stage=f.stem, size=f.stat().st_size)
+        for number, adir in _attempt_dirs(logs_dir(run.id))
+        for f in sorted(adir.glob("*.log"))
+    ]
+
+
+def read_log(
+    ref: str,
+    stage: str,
+    *,
+    attempt: int | None = None,
+    offset: int = 0,
+    max_bytes: int = 64 * 1024,
+    store: Store | None = None,
+) -> LogChunk:
+    """Up to ``max_bytes`` of the log of ``stage`` (default attempt: the run's current one)
+    from byte ``offset``; ask again from ``next_offset`` for more. A log not copied yet reads
+    as empty."""
+    if offset < 0:
+        raise BadInput(f"offset must be >= 0, not {offset}")
+    if not 1 <= max_bytes <= MAX_CHUNK:
+        raise BadInput(f"max_bytes must be between 1 and {MAX_CHUNK}, not {max_bytes}")
+    with using(store) as st:
+        run = st.get_run(ref)
+    _check(run, [stage], attempt)
+    number = attempt if attempt is not None else max(run.attempt, 1)
+    path = logs_dir(run.id) / f"a{number}" / f"{stage}.log"
+    data = b""
+    size = 0
+    if path.is_file():
+        with open(path, "rb") as f:
+            size = f.seek(0, 2)
+            f.seek(offset)
+            data = f.read(max_bytes)
+    if offset + len(data) < size and b"\n" in data:  # more follows: end at a line end
+        data = data[: data.rfind(b"\n") + 1]
+    next_offset = offset + len(data)
+    return LogChunk(
+        run_id=run.id,
+        attempt=number,
+        stage=stage,
+        offset=offset,
+        next_offset=next_offset,
+        eof=next_offset >= size,
+        text=data.decode("utf-8", "replace"),
+    )

@@ -1,0 +1,266 @@
+"""The typed values the service returns. Strict (``extra="forbid"``) and frozen.
+
+``to_json()`` gives the JSON document a front door shows: the CLI prints it for ``--json``
+and a server sends it as is. Field order and formats are those of the CLI's JSON output
+since before the service existed (datetimes as Python ``isoformat()``, with ``+00:00``), so
+scripts reading that output keep working.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    JsonValue,
+    PlainSerializer,
+    SerializerFunctionWrapHandler,
+    model_serializer,
+)
+
+from corral.service.timing import run_duration
+from corral.store.records import AttemptRecord, EventRecord, RunRecord
+from corral.store.states import TERMINAL_STATES
+
+#: A UTC datetime, written in JSON as ``datetime.isoformat()`` (``...+00:00``), the way the
+#: store's records have always been shown.
+IsoDatetime = Annotated[datetime, PlainSerializer(datetime.isoformat, when_used="json")]
+
+JsonObject = dict[str, JsonValue]
+
+
+class View(BaseModel):
+    """Base of every returned value."""
+
+    #: defer_build: a model's validator is built on first use, not at import (CLI start-up)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
+
+    def to_json(self) -> Any:
+        """The JSON-ready document (plain dicts, lists, strings and numbers)."""
+        return self.model_dump(mode="json")
+
+
+# --- runs --------------------------------------------------------------------------------------
+
+
+class RunView(View):
+    """One run as listed (``corral ls --json``, ``corral launch --json``): the run's columns
+    without its spec and lease, plus ``duration_s``."""
+
+    id: str
+    name: str
+    state: str
+    reason: str
+    outcome: str | None
+    requested_action: str | None
+    spec_hash: str
+    spec_path: str
+    workdir: str
+    provider: str | None
+    attempt: int
+    cost_usd: float
+    exit_code: int | None
+    failed_stage: str | None
+    completed_stages: list[str]
+    created_at: IsoDatetime
+    updated_at: IsoDatetime
+    started_at: IsoDatetime | None
+    finished_at: IsoDatetime | None
+    duration_s: float | None
+
+    @property
+    def terminal(self) -> bool:
+        return self.state in TERMINAL_STATES
+
+    @classmethod
+    def fields_of(cls, run: RunRecord, now: datetime | None = None) -> dict[str, Any]:
+        values = {name: getattr(run, name) for name in RunView.model_fields if name != "duration_s"}
+        values["duration_s"] = run_duration(run, now)
+        return values
+
+    @classmethod
+    def of(cls, run: RunRecord, now: datetime | None = None) -> RunView:
+        return RunView(**cls.fields_of(run, now))
+
+
+class AttemptView(View):
+    """One attempt of a run: an attempt's columns without its private bookkeeping (the
+    cached agent status and the log copy offsets)."""
+
+    id: int
+    run_id: str
+    number: int
+    provider: str
+    offer: JsonObject
+    instance_id: str | None
+    endpoint: str | None
+    state: str
+    price_per_hour: float
+    started_at: IsoDatetime | None
+    running_at: IsoDatetime | None
+    ended_at: IsoDatetime | None
+    billed_until: IsoDatetime | None
+    exit_reason: str | None
+    exit_code: int | None
+    cost_usd: float
+    events_cursor: int
+
+    @classmethod
+    def of(cls, attempt: AttemptRecord) -> AttemptView:
+        return cls(**{name: getattr(attempt, name) for name in cls.model_fields})
+
+
+class RunDetails(RunView):
+    """One run in detail (``corral status --json``): the run, its attempts, and what its
+    agent last reported (stage table, acceptance verdict, manifest, checkpoint sync).
+    ``checkpoint_dir`` is left out of the JSON when the run's spec gives none."""
+
+    attempts: list[AttemptView]
+    stages: list[JsonObject]
+    acceptance: JsonValue
+    manifest: JsonValue
+    checkpoint_sync: JsonValue
+    logs_dir: str
+    checkpoint_dir: str | None = None
+
+    @model_serializer(mode="wrap")
+    def _drop_missing_checkpoint_dir(self, handler: SerializerFunctionWrapHandler) -> Any:
+        data = handler(self)
+        if isinstance(data, dict) and data.get("checkpoint_dir") is None:
+            data.pop("checkpoint_dir", None)
+        return data
+
+
+class BudgetWarning(View):
+    """The cheapest offer for the whole ``limits.max_runtime`` costs more than the budget:
+    the run will be stopped at the budget (``hours_at_budget`` in)."""
+
+    provider: str
+    price_per_hour: float
+    hours: float
+    worst_cost_usd: float
+    budget_usd: float
+    hours_at_budget: float
+
+
+class Submission(View):
+    """What submitting a run did: the run as it is right after its first launch, warnings
+    for the user, and notices about the controller (e.g. restarted with new settings)."""
+
+    run: RunView
+    warnings: list[BudgetWarning]
+    notices: list[str]
+
+
+class Preemption(View):
+    """A machine preempted on request (``corral debug preempt --json``)."""
+
+    run_id: str
+    attempt: int
+    provider: str
+    instance_id: str
+    key: str
+    grace_s: float
+    instance_state: str
+    detail: str
+
+
+# --- events and logs ---------------------------------------------------------------------------
+
+
+class EventView(View):
+    """One event of a run's history (``run.state`` transitions, agent events, ...)."""
+
+    id: int
+    run_id: str
+    attempt: int | None
+    ts: IsoDatetime
+    type: str
+    reason: str
+    data: JsonObject
+
+    @classmethod
+    def of(cls, event: EventRecord) -> EventView:
+        return cls(**{name: getattr(event, name) for name in cls.model_fields})
+
+
+class EventPage(View):
+    """Events after a cursor; ask again with ``after=cursor`` for the next ones (``cursor``
+    is the last id returned, or the ``after`` asked with when there was none)."""
+
+    run_id: str
+    events: list[EventView]
+    cursor: int
+
+
+class LogLine(View):
+    """One line of a stage log: its attempt, stage, the agent's UTC timestamp ("" if the line
+    carries none) and the text."""
+
+    attempt: int
+    stage: str
+    ts: str
+    text: str
+
+
+class LogFile(View):
+    """One stage log of one attempt, as copied from the node."""
+
+    attempt: int
+    stage: str
+    size: int
+
+
+class LogChunk(View):
+    """Bytes ``offset..next_offset`` of one stage log, decoded as UTF-8. It ends at a line
+    end unless a single line is longer than the chunk; ``eof`` says the log had no more
+    bytes when it was read (a live stage may write more later)."""
+
+    run_id: str
+    attempt: int
+    stage: str
+    offset: int
+    next_offset: int
+    eof: bool
+    text: str
+
+
+# --- secrets and webhooks ----------------------------------------------------------------------
+
+
+class SecretView(View):
+    """What may be shown about a secret: its name and dates, never its value."""
+
+    name: str
+    created_at: IsoDatetime
+    updated_at: IsoDatetime
+
+
+class SecretDeleted(View):
+    name: str
+    deleted: Literal[True] = True
+
+
+class SecretsRotated(View):
+    """Every secret re-encrypted with a new key; ``keys`` left in the key ring's ``source``."""
+
+    reencrypted: int
+    keys: int
+    source: str
+
+
+class SignatureValid(View):
+    """A webhook request whose signature and timestamp check out."""
+
+    valid: Literal[True] = True
+    age_s: float
+    bytes: int
+
+
+class SignatureRejected(View):
+    """A webhook request that does not check out, and why."""
+
+    valid: Literal[False] = False
+    reason: str

@@ -1,0 +1,36 @@
+"""Webhooks: check a request's signature the way a receiver should (see docs/webhooks.md)."""
+
+from __future__ import annotations
+
+import time
+
+from corral.errors import BadInput
+from corral.notify.signing import DEFAULT_TOLERANCE_S, SignatureInvalid, verify
+from corral.service.views import SignatureRejected, SignatureValid
+
+__all__ = ["SignatureInvalid", "rejected", "verify_signature"]
+
+
+def verify_signature(
+    secret: str,
+    timestamp: str,
+    body: bytes,
+    signature: str,
+    *,
+    tolerance: float = DEFAULT_TOLERANCE_S,
+    now: float | None = None,
+) -> SignatureValid:
+    """Check that ``signature`` is the HMAC-SHA256 of ``"<timestamp>.<body>"`` with
+    ``secret`` and that ``timestamp`` is within ``tolerance`` seconds of ``now`` (0 or less:
+    no time check). Raises :class:`SignatureInvalid` (one line saying why) when it is not."""
+    if not secret:
+        raise BadInput("the webhook secret is empty")
+    now = time.time() if now is None else now
+    verify(secret, timestamp, body, signature, tolerance=tolerance, now=now)
+    age = now - int(timestamp.strip())
+    return SignatureValid(age_s=round(age, 1), bytes=len(body))
+
+
+def rejected(error: SignatureInvalid) -> SignatureRejected:
+    """The JSON-ready form of a failed check."""
+    return SignatureRejected(reason=error.message)

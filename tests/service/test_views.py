@@ -1,0 +1,52 @@
+"""The views' JSON is what `corral ... --json` printed before the service existed."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from pydantic import ValidationError
+
+from corral.service.details import details
+from corral.service.views import RunView
+from corral.store import Store
+
+from .helpers import record_run
+
+
+def _legacy_run_json(store: Store, run_id: str) -> dict:
+    """The run as cli/output.run_dict showed it: the record minus spec and lease, plus
+    duration_s (None: the run never started)."""
+    d = store.get_run(run_id).to_dict()
+    for key in ("spec", "lease_owner", "lease_expires_at"):
+        d.pop(key)
+    d["duration_s"] = None
+    return d
+
+
+def test_a_run_view_is_the_record_without_spec_and_lease_in_the_same_order() -> None:
+    store = Store.open()
+    run_id = record_run(store)
+    view = RunView.of(store.get_run(run_id))
+    legacy = _legacy_run_json(store, run_id)
+    assert json.dumps(view.to_json()) == json.dumps(legacy)  # same keys, order and formats
+    assert view.to_json()["created_at"].endswith("+00:00")
+
+
+def test_details_leave_out_the_checkpoint_dir_of_a_run_without_a_spec() -> None:
+    store = Store.open()
+    with_spec = details(store, store.get_run(record_run(store)))
+    assert with_spec.to_json()["checkpoint_dir"] == with_spec.checkpoint_dir
+    assert with_spec.checkpoint_dir
+    bare = details(store, store.get_run(record_run(store, spec={})))
+    doc = bare.to_json()
+    assert "checkpoint_dir" not in doc
+    assert list(doc)[-6:] == ["attempts", "stages", "acceptance", "manifest",
+                              "checkpoint_sync", "logs_dir"]  # fmt: skip
+
+
+def test_views_refuse_unknown_fields() -> None:
+    store = Store.open()
+    fields = RunView.of(store.get_run(record_run(store))).model_dump()
+    with pytest.raises(ValidationError, match="extra"):
+        RunView(**fields, spec={})

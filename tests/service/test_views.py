@@ -8,7 +8,7 @@ import pytest
 from pydantic import ValidationError
 
 from corral.service.details import details
-from corral.service.views import RunView
+from corral.service.run_view import RunView
 from corral.store import Store
 
 from .helpers import record_run
@@ -47,6 +47,20 @@ def test_details_leave_out_the_checkpoint_dir_of_a_run_without_a_spec() -> None:
 
 def test_views_refuse_unknown_fields() -> None:
     store = Store.open()
-    fields = RunView.of(store.get_run(record_run(store))).model_dump()
-    with pytest.raises(ValidationError, match="extra"):
+    run = store.get_run(record_run(store))
+    fields = RunView.fields_of(run)
+    with pytest.raises(TypeError, match="spec"):
         RunView(**fields, spec={})
+    doc = details(store, run).model_dump()
+    with pytest.raises(ValidationError, match="extra"):
+        type(details(store, run))(**doc, spec={})
+
+
+def test_the_listed_run_and_the_detailed_run_show_the_run_alike() -> None:
+    store = Store.open()
+    run = store.get_run(record_run(store))
+    listed = RunView.of(run).to_json()
+    detailed = details(store, run).to_json()
+    assert {k: detailed[k] for k in listed if k != "duration_s"} == {
+        k: v for k, v in listed.items() if k != "duration_s"
+    }

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from corral.service.views import RunView
+    from corral.service.run_view import RunView
 
 
 def request(run_ref: str, action: str, *, wait: bool, json_: bool) -> RunView:

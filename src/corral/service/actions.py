@@ -9,7 +9,7 @@ from typing import Any
 from corral.errors import BadInput
 from corral.service._store import using
 from corral.service.controller import ControllerGuard, Notify, ensure_controller
-from corral.service.views import RunView
+from corral.service.run_view import RunView
 from corral.store import Store
 from corral.store.states import Action
 

@@ -7,7 +7,7 @@ from collections.abc import Iterable
 
 from corral.errors import BadInput, CorralError
 from corral.service._store import using
-from corral.service.views import RunView
+from corral.service.run_view import RunView
 from corral.store import AttemptRecord, RunRecord, Store
 from corral.store.states import RUN_STATES
 

@@ -9,7 +9,7 @@ scripts reading that output keep working.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_type_hints
 
 from pydantic import (
     BaseModel,
@@ -17,12 +17,13 @@ from pydantic import (
     JsonValue,
     PlainSerializer,
     SerializerFunctionWrapHandler,
+    create_model,
     model_serializer,
 )
 
-from corral.service.timing import run_duration
-from corral.store.records import AttemptRecord, EventRecord, RunRecord
-from corral.store.states import TERMINAL_STATES
+from corral.service.run_view import FIELDS as RUN_FIELDS
+from corral.service.run_view import RunView
+from corral.store.records import AttemptRecord, EventRecord
 
 #: A UTC datetime, written in JSON as ``datetime.isoformat()`` (``...+00:00``), the way the
 #: store's records have always been shown.
@@ -43,46 +44,6 @@ class View(BaseModel):
 
 
 # --- runs --------------------------------------------------------------------------------------
-
-
-class RunView(View):
-    """One run as listed (``corral ls --json``, ``corral launch --json``): the run's columns
-    without its spec and lease, plus ``duration_s``."""
-
-    id: str
-    name: str
-    state: str
-    reason: str
-    outcome: str | None
-    requested_action: str | None
-    spec_hash: str
-    spec_path: str
-    workdir: str
-    provider: str | None
-    attempt: int
-    cost_usd: float
-    exit_code: int | None
-    failed_stage: str | None
-    completed_stages: list[str]
-    created_at: IsoDatetime
-    updated_at: IsoDatetime
-    started_at: IsoDatetime | None
-    finished_at: IsoDatetime | None
-    duration_s: float | None
-
-    @property
-    def terminal(self) -> bool:
-        return self.state in TERMINAL_STATES
-
-    @classmethod
-    def fields_of(cls, run: RunRecord, now: datetime | None = None) -> dict[str, Any]:
-        values = {name: getattr(run, name) for name in RunView.model_fields if name != "duration_s"}
-        values["duration_s"] = run_duration(run, now)
-        return values
-
-    @classmethod
-    def of(cls, run: RunRecord, now: datetime | None = None) -> RunView:
-        return RunView(**cls.fields_of(run, now))
 
 
 class AttemptView(View):
@@ -112,7 +73,29 @@ class AttemptView(View):
         return cls(**{name: getattr(attempt, name) for name in cls.model_fields})
 
 
-class RunDetails(RunView):
+def _pydantic_type(hint: Any) -> Any:
+    """A RunView field's type for pydantic: datetimes serialised the way RunView does."""
+    if hint is datetime:
+        return IsoDatetime
+    if hint == (datetime | None):
+        return IsoDatetime | None
+    return hint
+
+
+#: The fields of :class:`RunView` as a pydantic base: one list of a run's fields for both.
+RunFields: type[View] = create_model(  # type: ignore[call-overload]
+    "RunFields",
+    __base__=View,
+    **{
+        f.name: (_pydantic_type(hint), ...)
+        for f, hint in zip(
+            RUN_FIELDS, (get_type_hints(RunView)[f.name] for f in RUN_FIELDS), strict=True
+        )
+    },
+)
+
+
+class RunDetails(RunFields):
     """One run in detail (``corral status --json``): the run, its attempts, and what its
     agent last reported (stage table, acceptance verdict, manifest, checkpoint sync).
     ``checkpoint_dir`` is left out of the JSON when the run's spec gives none."""
@@ -149,7 +132,7 @@ class Submission(View):
     """What submitting a run did: the run as it is right after its first launch, warnings
     for the user, and notices about the controller (e.g. restarted with new settings)."""
 
-    run: RunView
+    run: Annotated[RunView, PlainSerializer(RunView.to_json, when_used="json")]
     warnings: list[BudgetWarning]
     notices: list[str]
 

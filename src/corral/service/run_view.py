@@ -1,0 +1,69 @@
+"""One run as listed (``corral ls --json``, ``corral launch --json``): a frozen dataclass,
+free of pydantic, because listing a thousand runs must not pay for importing it.
+
+Its JSON (``to_json()``) is the run's columns without its spec and lease, plus
+``duration_s``, in the table's order, with datetimes as ``isoformat()`` (``...+00:00``): what
+the CLI printed before the service existed. ``views.RunDetails`` carries the same fields.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from corral.service.timing import run_duration
+from corral.store.records import RunRecord
+from corral.store.states import TERMINAL_STATES
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunView:
+    id: str
+    name: str
+    state: str
+    reason: str
+    outcome: str | None
+    requested_action: str | None
+    spec_hash: str
+    spec_path: str
+    workdir: str
+    provider: str | None
+    attempt: int
+    cost_usd: float
+    exit_code: int | None
+    failed_stage: str | None
+    completed_stages: list[str]
+    created_at: datetime
+    updated_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    duration_s: float | None
+
+    @property
+    def terminal(self) -> bool:
+        return self.state in TERMINAL_STATES
+
+    @classmethod
+    def fields_of(cls, run: RunRecord, now: datetime | None = None) -> dict[str, Any]:
+        """The view's values for ``run`` (``duration_s`` until ``now``), by field name."""
+        values = {f.name: getattr(run, f.name) for f in FIELDS if f.name != "duration_s"}
+        values["completed_stages"] = list(values["completed_stages"] or [])
+        values["duration_s"] = run_duration(run, now)
+        return values
+
+    @classmethod
+    def of(cls, run: RunRecord, now: datetime | None = None) -> RunView:
+        return cls(**cls.fields_of(run, now))
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON-ready document (datetimes as ISO 8601 with ``+00:00``)."""
+        out: dict[str, Any] = {}
+        for f in FIELDS:
+            value = getattr(self, f.name)
+            out[f.name] = value.isoformat() if isinstance(value, datetime) else value
+        return out
+
+
+FIELDS: tuple[dataclasses.Field[Any], ...] = dataclasses.fields(RunView)

@@ -10,7 +10,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from agent.helpers import TOKEN
+from ..helpers import TOKEN
 
 
 def fetch(url: str, token: str | None = TOKEN) -> tuple[int, bytes, dict[str, str]]:

@@ -57,6 +57,22 @@ def _cleanup_home(home: Path) -> None:
                     provider.terminate(inst)
 
 
+@pytest.fixture(scope="session")
+def migrated_sqlite(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A SQLite file migrated to head with no rows, made once per session (its WAL folded in):
+    tests copy it, never open it in place."""
+    import sqlite3
+
+    from corral.store import Store
+
+    path = tmp_path_factory.mktemp("migrated-sqlite") / "template.db"
+    Store.open(f"sqlite:///{path}").close()
+    conn = sqlite3.connect(path)
+    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    conn.close()
+    return path
+
+
 @pytest.fixture
 def postgres_url() -> Iterator[str]:
     """A fresh database on the local PostgreSQL server."""

@@ -10,7 +10,6 @@ test costs about half a second on PostgreSQL).
 from __future__ import annotations
 
 import shutil
-import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -37,16 +36,6 @@ def fresh_db_url(backend: str, request: pytest.FixtureRequest, tmp_path: Path) -
 
 
 @pytest.fixture(scope="session")
-def _sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = tmp_path_factory.mktemp("store-template") / "template.db"
-    Store.open(f"sqlite:///{path}").close()
-    conn = sqlite3.connect(path)
-    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-    conn.close()
-    return path
-
-
-@pytest.fixture(scope="session")
 def _postgres_shared() -> Iterator[str]:
     with scratch_database("corral_ts_") as url:
         Store.open(url).close()
@@ -58,7 +47,7 @@ def db_url(backend: str, request: pytest.FixtureRequest, tmp_path: Path) -> str:
     """A database at head with no rows."""
     if backend == "sqlite":
         path = tmp_path / "store.db"
-        shutil.copyfile(request.getfixturevalue("_sqlite_template"), path)
+        shutil.copyfile(request.getfixturevalue("migrated_sqlite"), path)
         return f"sqlite:///{path}"
     url: str = request.getfixturevalue("_postgres_shared")
     import psycopg

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from support.postgres import scratch_database
 
 
 @pytest.fixture(autouse=True)
@@ -54,28 +57,24 @@ def _cleanup_home(home: Path) -> None:
                     provider.terminate(inst)
 
 
+@pytest.fixture(scope="session")
+def migrated_sqlite(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A SQLite file migrated to head with no rows, made once per session (its WAL folded in):
+    tests copy it, never open it in place."""
+    import sqlite3
+
+    from corral.store import Store
+
+    path = tmp_path_factory.mktemp("migrated-sqlite") / "template.db"
+    Store.open(f"sqlite:///{path}").close()
+    conn = sqlite3.connect(path)
+    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    conn.close()
+    return path
+
+
 @pytest.fixture
-def postgres_url() -> str:
-    """A fresh database on the local PostgreSQL server (skips nothing: the server is required)."""
-    import uuid
-
-    import sqlalchemy as sa
-
-    base = os.environ.get("CORRAL_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
-    name = "corral_t_" + uuid.uuid4().hex[:10]
-    admin = sa.create_engine(base, isolation_level="AUTOCOMMIT")
-    with admin.connect() as c:
-        c.execute(sa.text(f'CREATE DATABASE "{name}"'))
-    url = base.rsplit("/", 1)[0] + "/" + name
-    try:
+def postgres_url() -> Iterator[str]:
+    """A fresh database on the local PostgreSQL server."""
+    with scratch_database("corral_t_") as url:
         yield url
-    finally:
-        with admin.connect() as c:
-            c.execute(
-                sa.text(
-                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = :n"
-                ),
-                {"n": name},
-            )
-            c.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}"'))
-        admin.dispose()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -11,6 +10,7 @@ from typing import Any
 
 from corral.agent.main import Agent
 from corral.wire.plan import AgentPlan
+from support.waiting import wait_until
 
 TOKEN = "tok-3f9a1c77e2b54d0d"
 
@@ -64,13 +64,13 @@ class Client:
 
     def wait_until(self, predicate, timeout: float = 15.0) -> dict:
         """Poll /status until ``predicate(status)`` holds; returns that status."""
-        deadline = time.monotonic() + timeout
-        while True:
-            status = self.get("/status")
-            if predicate(status):
-                return status
-            assert time.monotonic() < deadline, f"timed out; last status: {status}"
-            time.sleep(0.05)
+        last: list[dict] = []
+
+        def holds() -> dict | None:
+            last[:] = [self.get("/status")]
+            return last[0] if predicate(last[0]) else None
+
+        return wait_until(holds, timeout, message=lambda: f"the agent's status; last: {last[0]}")
 
     def wait_finished(self, timeout: float = 15.0) -> dict:
         return self.wait_until(lambda s: s["finished_at"] is not None, timeout)

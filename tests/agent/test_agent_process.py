@@ -14,6 +14,7 @@ import psutil
 import pytest
 
 from corral.agent.main import main
+from support.waiting import wait_until
 
 from .helpers import TOKEN, Client, make_plan
 
@@ -29,12 +30,13 @@ def _spawn_agent(plan_path: Path) -> subprocess.Popen:
 
 
 def _wait_for_agent_json(state_dir: Path, proc: subprocess.Popen, timeout: float = 10.0) -> dict:
-    deadline = time.monotonic() + timeout
     path = state_dir / "agent.json"
-    while not path.exists():
+
+    def written() -> bool:
         assert proc.poll() is None, proc.communicate()
-        assert time.monotonic() < deadline, "agent.json never appeared"
-        time.sleep(0.02)
+        return path.exists()
+
+    wait_until(written, timeout, 0.02, "agent.json")
     return json.loads(path.read_text())
 
 
@@ -152,10 +154,9 @@ def test_stages_die_with_their_agent(tmp_path):
     pid_file = Path(plan.workdir) / "shell.pid"
     try:
         _wait_for_agent_json(Path(plan.state_dir), proc)
-        deadline = time.monotonic() + 10
-        while not pid_file.exists() or not pid_file.read_text().strip():
-            assert time.monotonic() < deadline
-            time.sleep(0.02)
+        wait_until(
+            lambda: pid_file.exists() and pid_file.read_text().strip(), 10, 0.02, "shell.pid"
+        )
         shell = psutil.Process(int(pid_file.read_text()))
         group = [shell, *shell.children(recursive=True)]
     finally:

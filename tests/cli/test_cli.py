@@ -13,6 +13,8 @@ from typer.testing import CliRunner
 from corral.cli.app import app
 from corral.errors import EXIT_BAD_INPUT, EXIT_CONFLICT, EXIT_NOT_FOUND, EXIT_PROVIDER
 
+from .helpers import wait_state
+
 runner = CliRunner()
 
 
@@ -25,17 +27,6 @@ def spec(tmp_path: Path, body: str, name: str = "corral.yaml") -> str:
     path = tmp_path / name
     path.write_text(textwrap.dedent(body).lstrip())
     return str(path)
-
-
-def wait_state(run_id: str, states: set[str], timeout: float = 60) -> dict:
-    deadline = time.monotonic() + timeout
-    while True:
-        code, out, _ = cli("status", run_id, "--json")
-        assert code == 0
-        data = json.loads(out)
-        if data["state"] in states or time.monotonic() > deadline:
-            return data
-        time.sleep(0.1)
 
 
 HELLO = """

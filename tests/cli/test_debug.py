@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import textwrap
-import time
 from pathlib import Path
 from typing import ClassVar
 
@@ -29,6 +28,9 @@ from corral.providers.base import (
 )
 from corral.providers.fake import ENV_FAKE_CLOUD
 from corral.store import Store
+from support.waiting import wait_until
+
+from .helpers import wait_state
 
 runner = CliRunner()
 
@@ -51,25 +53,6 @@ def write_spec(tmp_path: Path, body: str) -> str:
     path = tmp_path / "corral.yaml"
     path.write_text(textwrap.dedent(body).lstrip())
     return str(path)
-
-
-def wait_state(run_id: str, states: set[str], timeout: float = 60.0) -> dict:
-    deadline = time.monotonic() + timeout
-    while True:
-        code, out, _ = cli("status", run_id, "--json")
-        assert code == 0
-        data = json.loads(out)
-        if data["state"] in states:
-            return data
-        assert time.monotonic() < deadline, f"{run_id} is {data['state']}, not {states}"
-        time.sleep(0.1)
-
-
-def wait_file(path: Path, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not path.exists():
-        assert time.monotonic() < deadline, f"{path} never appeared"
-        time.sleep(0.05)
 
 
 SPOTTY = """
@@ -100,7 +83,7 @@ def test_preempting_a_run_by_hand_makes_the_controller_recover_it(
     )
     assert code == 0, err
     run_id = json.loads(out)["id"]
-    wait_file(tmp_path / "up")  # attempt 1 runs and its trap is set
+    wait_until((tmp_path / "up").exists, 60, message="attempt 1's trap")  # it runs, trap set
     code, out, err = cli("debug", "preempt", run_id, "--grace", "3", "--json")
     assert code == 0, err
     info = json.loads(out)

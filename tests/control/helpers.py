@@ -6,12 +6,14 @@ import os
 import subprocess
 import sys
 import textwrap
-import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from corral.control.controller import Controller
 from corral.control.lock import running_pid
 from corral.store import Store
+from support.waiting import wait_until
 
 
 def write_spec(dir_: Path, body: str, name: str = "corral.yaml") -> Path:
@@ -46,28 +48,53 @@ def start_controller(tick: float = 0.1) -> subprocess.Popen:
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
+
+    def locked() -> bool:
         if running_pid(home) == proc.pid:
-            return proc
+            return True
         if proc.poll() is not None:
             raise AssertionError("controller exited: " + (home / "controller-test.log").read_text())
-        time.sleep(0.02)
-    raise AssertionError("controller did not take the lock")
+        return False
+
+    wait_until(locked, 20, 0.02, "the controller to take the lock")
+    return proc
 
 
 def wait_for(store: Store, run_id: str, states: set[str], timeout: float = 60.0) -> Any:
-    deadline = time.monotonic() + timeout
-    run = store.get_run(run_id)
-    while time.monotonic() < deadline:
+    seen = [store.get_run(run_id)]
+
+    def reached() -> Any:
+        seen[0] = store.get_run(run_id)
+        return seen[0] if seen[0].state in states else None
+
+    def still() -> str:
+        log = Path(os.environ["CORRAL_HOME"]) / "controller-test.log"
+        return f"run {run_id} to be {states}; it is {seen[0].state} ({seen[0].reason})\n" + (
+            log.read_text()[-3000:] if log.exists() else ""
+        )
+
+    return wait_until(reached, timeout, message=still)
+
+
+def tick_until(
+    controller: Controller,
+    store: Store,
+    run_id: str,
+    until: Callable[[Any], bool],
+    timeout: float = 60.0,
+) -> Any:
+    """Tick an in-process ``controller`` every 0.1 s until ``until(run)`` holds; that run."""
+
+    def ticked() -> Any:
+        controller.tick()
         run = store.get_run(run_id)
-        if run.state in states:
-            return run
-        time.sleep(0.05)
-    log = Path(os.environ["CORRAL_HOME"]) / "controller-test.log"
-    raise AssertionError(
-        f"run {run_id} is {run.state} ({run.reason}), not {states}\n"
-        + (log.read_text()[-3000:] if log.exists() else "")
+        return run if until(run) else None
+
+    return wait_until(
+        ticked,
+        timeout,
+        0.1,
+        lambda: f"run {run_id} to move on; stuck in {store.get_run(run_id).state}",
     )
 
 

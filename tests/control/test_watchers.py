@@ -15,7 +15,7 @@ from corral.control.watchers import _activity
 from corral.providers.local.provider import LocalProvider
 from corral.store import Store
 
-from .helpers import submit, write_spec
+from .helpers import submit, tick_until, write_spec
 
 pytestmark = pytest.mark.slow
 
@@ -36,14 +36,7 @@ def drive(
             settings=settings or Settings(tick_seconds=0.1),
         )
     )
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        controller.tick()
-        run = store.get_run(run_id)
-        if run.terminal:
-            return run
-        time.sleep(0.1)
-    raise AssertionError(f"run still {store.get_run(run_id).state}")
+    return tick_until(controller, store, run_id, lambda run: run.terminal, timeout)
 
 
 TRAP_SCRIPT = """\

@@ -18,7 +18,7 @@ from typing import Any
 import psutil
 import pytest
 
-from control.helpers import start_controller, submit, wait_for, write_spec
+from control.helpers import start_controller, submit, tick_until, wait_for, write_spec
 from corral.control.context import Context, Settings
 from corral.control.controller import Controller
 from corral.providers.fake import FakeProvider
@@ -72,17 +72,6 @@ def _controller(store: Store, provider: Any) -> Controller:
     return Controller(Context(store=store, providers={"fake": provider}, settings=settings))
 
 
-def _drive(controller: Controller, store: Store, run_id: str, until: Any, timeout: float = 60):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        controller.tick()
-        run = store.get_run(run_id)
-        if until(run):
-            return run
-        time.sleep(0.1)
-    raise AssertionError(f"run {run_id} stuck in {store.get_run(run_id).state}")
-
-
 def _setup(tmp_path: Path, run: str) -> tuple[Store, FakeProvider, str, Path]:
     marker = tmp_path / "starts.txt"
     spec = write_spec(
@@ -114,13 +103,13 @@ def _assert_clean(store: Store, provider: FakeProvider, run_id: str) -> None:
 
 
 def _finish(store: Store, provider: FakeProvider, run_id: str):
-    return _drive(_controller(store, provider), store, run_id, lambda r: r.terminal)
+    return tick_until(_controller(store, provider), store, run_id, lambda r: r.terminal)
 
 
 def test_killed_during_provisioning(tmp_path: Path) -> None:
     store, fake, run_id, marker = _setup(tmp_path, "sleep 1")
     with pytest.raises(Killed):
-        _drive(_controller(store, KillAfter(fake, "launch")), store, run_id, lambda r: False)
+        tick_until(_controller(store, KillAfter(fake, "launch")), store, run_id, lambda r: False)
     run = _finish(store, fake, run_id)
     assert run.state == "SUCCEEDED", run.reason
     assert _machines(fake) == 1 and marker.read_text().split() == ["1"]
@@ -130,7 +119,7 @@ def test_killed_during_provisioning(tmp_path: Path) -> None:
 def _preempt_once_running(
     store: Store, fake: FakeProvider, run_id: str, controller: Controller
 ) -> None:
-    _drive(controller, store, run_id, lambda r: r.state == "RUNNING")
+    tick_until(controller, store, run_id, lambda r: r.state == "RUNNING")
     time.sleep(0.5)
     [inst] = fake.list_instances()
     fake.preempt(inst, grace=1.0)
@@ -147,7 +136,7 @@ def test_killed_during_recovery_teardown(tmp_path: Path) -> None:
     first = _controller(store, killer)
     _preempt_once_running(store, fake, run_id, first)
     with pytest.raises(Killed):
-        _drive(first, store, run_id, lambda r: False)
+        tick_until(first, store, run_id, lambda r: False)
     run = _finish(store, fake, run_id)
     assert run.state == "SUCCEEDED", run.reason
     assert [a.exit_reason for a in store.attempts(run_id)] == ["preempted", "succeeded"]
@@ -161,7 +150,7 @@ def test_killed_during_recovery_launch(tmp_path: Path) -> None:
     first = _controller(store, killer)
     _preempt_once_running(store, fake, run_id, first)
     with pytest.raises(Killed):
-        _drive(first, store, run_id, lambda r: False)
+        tick_until(first, store, run_id, lambda r: False)
     run = _finish(store, fake, run_id)
     assert run.state == "SUCCEEDED", run.reason
     assert _machines(fake) == 2 and marker.read_text().split() == ["1", "2"]
@@ -172,7 +161,7 @@ def test_killed_during_final_teardown(tmp_path: Path) -> None:
     store, fake, run_id, marker = _setup(tmp_path, "echo done")
     killer = KillAfter(fake, "terminate")
     with pytest.raises(Killed):
-        _drive(_controller(store, killer), store, run_id, lambda r: False)
+        tick_until(_controller(store, killer), store, run_id, lambda r: False)
     assert store.get_run(run_id).state == "STOPPING"
     run = _finish(store, fake, run_id)
     assert run.state == "SUCCEEDED", run.reason

@@ -46,6 +46,7 @@ from corral.providers.base import (
     Requirements,
 )
 from corral.wire.plan import AgentPlan, StagePlan
+from support.waiting import wait_until
 
 
 def trivial_plan(workdir: Path, key: str, run: str = "sleep 60") -> AgentPlan:
@@ -63,6 +64,13 @@ def trivial_plan(workdir: Path, key: str, run: str = "sleep 60") -> AgentPlan:
 
 def new_key() -> str:
     return f"r{uuid.uuid4().hex[:10]}-a1"
+
+
+def wait_state(provider: Provider, instance: Instance, state: InstanceState) -> InstanceStatus:
+    """Poll ``provider.status(instance)`` until the instance is in ``state``; that status."""
+    return wait_until(
+        lambda: (st := provider.status(instance)).state == state and st, message=str(state)
+    )
 
 
 class ProviderContract:

@@ -26,8 +26,9 @@ from corral.providers.base import (
 from corral.providers.fake import ENV_FAKE_CLOUD, FakeCloud, FakeProvider, preemption_at
 from corral.providers.local import LocalProvider
 from corral.providers.registry import get_provider
+from support.waiting import wait_until
 
-from .contract import ProviderContract, trivial_plan
+from .contract import ProviderContract, trivial_plan, wait_state
 
 
 class Clock:
@@ -74,20 +75,6 @@ def alive(pid: int | None) -> bool:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return False
-
-
-def wait_until(cond, timeout: float = 20.0, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = cond()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
-
-
-def wait_state(p: FakeProvider, inst, state: InstanceState):
-    return wait_until(lambda: (st := p.status(inst)).state == state and st, what=str(state))
 
 
 def stage_pids(inst) -> list[int]:
@@ -214,8 +201,8 @@ def test_scheduled_preemption_hits_that_launch_with_sigterm_then_sigkill(
     hit = p.launch(offer(p), bootstrap(tmp_path, "s1-a1", run, grace=60.0), "s1-a1")
     wait_state(p, hit, InstanceState.RUNNING)
     agent = p.find("s1-a1").data["pid"]
-    stages = wait_until(lambda: stage_pids(hit), what="the stage to start")
-    wait_until((tmp_path / "trap-set").exists, what="the stage's trap")
+    stages = wait_until(lambda: stage_pids(hit), message="the stage to start")
+    wait_until((tmp_path / "trap-set").exists, message="the stage's trap")
     clock.advance(29.9)
     assert p.status(hit).state == InstanceState.RUNNING
     clock.advance(0.1)
@@ -223,7 +210,7 @@ def test_scheduled_preemption_hits_that_launch_with_sigterm_then_sigkill(
     assert st.state == InstanceState.PREEMPTED
     assert "schedule" in st.detail and "notice at +30.0s" in st.detail
     events = Path(hit.data["dir"]) / "machine" / "local" / "instances" / "s1-a1" / "agent"
-    wait_until(lambda: "stop.requested" in (events / "events.jsonl").read_text(), what="notice")
+    wait_until(lambda: "stop.requested" in (events / "events.jsonl").read_text(), message="notice")
     time.sleep(0.3)
     assert alive(agent) and all(alive(pid) for pid in stages)  # noticed, not killed yet
     clock.advance(10.0)
@@ -243,10 +230,10 @@ def test_the_notice_lets_a_job_that_handles_sigterm_end_before_the_kill(
     inst = p.launch(offer(p), bootstrap(tmp_path, "n-a1", run, grace=20.0), "n-a1")
     wait_state(p, inst, InstanceState.RUNNING)
     agent = p.find("n-a1").data["pid"]
-    wait_until((tmp_path / "trap-set").exists, what="the stage's trap")
+    wait_until((tmp_path / "trap-set").exists, message="the stage's trap")
     clock.advance(5.0)
     assert p.status(inst).state == InstanceState.PREEMPTED
-    wait_until(lambda: not alive(agent), what="the agent to stop on its own")
+    wait_until(lambda: not alive(agent), message="the agent to stop on its own")
     assert (tmp_path / "saved.txt").read_text() == "saved\n"
 
 
@@ -335,13 +322,13 @@ def test_on_the_wall_clock_a_timer_boots_notices_and_kills_without_provider_call
         return json.loads(record.read_text())["state"]
 
     assert state() == "provisioning" and timer_procs("wall-a1")
-    wait_until(lambda: state() == "running", what="the boot")
-    wait_until(lambda: state() in ("preempting", "preempted"), what="the notice")
-    wait_until(lambda: state() == "preempted", what="the kill")
+    wait_until(lambda: state() == "running", message="the boot")
+    wait_until(lambda: state() in ("preempting", "preempted"), message="the notice")
+    wait_until(lambda: state() == "preempted", message="the kill")
     rec = json.loads(record.read_text())
     assert rec["ended_at"] == pytest.approx(rec["launched_at"] + 2.0)
     assert not alive(p.find("wall-a1").data["pid"])
-    wait_until(lambda: not timer_procs("wall-a1"), what="the timer to exit")
+    wait_until(lambda: not timer_procs("wall-a1"), message="the timer to exit")
 
 
 # --- restart safety, configuration, capabilities ----------------------------------------------

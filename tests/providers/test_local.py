@@ -21,6 +21,7 @@ from corral.gpu import parse_fake
 from corral.providers.base import Bootstrap, InstanceState, Requirements
 from corral.providers.local import ENV_LOCAL_PRICE, LocalProvider
 from corral.providers.local.state import InstanceRecord, Layout, utcnow
+from support.waiting import wait_until
 
 from .contract import ProviderContract, trivial_plan
 
@@ -32,16 +33,6 @@ def bootstrap(workdir: Path, key: str, run: str = "sleep 60", **env: str) -> Boo
 
 def gpu_req(n: int, gpu_type: str | None = None) -> Requirements:
     return Requirements(gpu_type=gpu_type, gpu_count_min=n, gpu_count_max=n)
-
-
-def wait_until(cond, timeout: float = 20.0, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = cond()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
 
 
 def running(pid: int) -> bool:
@@ -61,7 +52,7 @@ def stage_entries(inst) -> list[dict]:
         except (FileNotFoundError, ValueError):
             return []
 
-    return wait_until(read, what="a stage in children.json")
+    return wait_until(read, message="a stage in children.json")
 
 
 def group_pids(pgid: int) -> list[int]:
@@ -250,7 +241,7 @@ def test_the_agent_gets_the_token_and_bootstrap_env_and_the_plan_is_private(
     inst = p.launch(offer, bootstrap(tmp_path, "env-a1", run, HF_TOKEN="hf-secret"), "env-a1")
     assert wait_until(lambda: (tmp_path / "hf.txt").exists() and (tmp_path / "hf.txt").read_text())
     assert (tmp_path / "hf.txt").read_text() == "hf-secret"  # bootstrap.env reached the stage
-    endpoint = wait_until(lambda: p.status(inst).endpoint, what="the agent's endpoint")
+    endpoint = wait_until(lambda: p.status(inst).endpoint, message="the agent's endpoint")
     assert httpx.get(f"{endpoint}/health").status_code == 401
     ok = httpx.get(f"{endpoint}/health", headers={"Authorization": "Bearer tok-env-a1"})
     assert ok.status_code == 200  # the agent was given bootstrap.token
@@ -317,7 +308,7 @@ def test_terminate_kills_the_whole_tree_including_detached_grandchildren(make_pr
     def sleeps() -> list[int]:
         return [q for q in group_pids(pgid) if psutil.Process(q).cmdline()[:1] == ["sleep"]]
 
-    tree = wait_until(lambda: len(sleeps()) == 2 and sleeps(), what="stage and grandchild")
+    tree = wait_until(lambda: len(sleeps()) == 2 and sleeps(), message="stage and grandchild")
     tree = [*tree, inst.data["pid"], pgid]
     p.terminate(inst)
     assert [q for q in tree if running(q)] == []
@@ -350,7 +341,7 @@ def test_the_agent_outlives_the_process_that_launched_it(make_provider, corral_h
     inst = p.find("orph-a1")
     assert inst is not None and inst.data["pid"] == pid
     st = wait_until(
-        lambda: (s := p.status(inst)).state == InstanceState.RUNNING and s, what="RUNNING"
+        lambda: (s := p.status(inst)).state == InstanceState.RUNNING and s, message="RUNNING"
     )
     assert st.endpoint and st.endpoint.startswith("http://127.0.0.1:")
     assert running(pid)
@@ -371,7 +362,7 @@ def test_the_launching_process_reaps_its_ended_agents(make_provider, tmp_path):
         except psutil.NoSuchProcess:
             return False
 
-    wait_until(lambda: not our_zombie(), timeout=5, what="the agent to be reaped")
+    wait_until(lambda: not our_zombie(), timeout=5, message="the agent to be reaped")
 
 
 def test_an_agent_that_dies_is_failed_and_frees_its_gpus(make_provider, tmp_path):
@@ -379,7 +370,7 @@ def test_an_agent_that_dies_is_failed_and_frees_its_gpus(make_provider, tmp_path
     inst = p.launch(p.offers(gpu_req(1))[0], bootstrap(tmp_path, "die-a1", "sleep 60"), "die-a1")
     for entry in stage_entries(inst):
         os.killpg(entry["pgid"], signal.SIGKILL)
-        wait_until(lambda e=entry: not group_pids(e["pgid"]), what="the stage to die")
+        wait_until(lambda e=entry: not group_pids(e["pgid"]), message="the stage to die")
     os.kill(inst.data["pid"], signal.SIGKILL)
     st = wait_until(lambda: (s := p.status(inst)).state == InstanceState.FAILED and s)
     assert st.detail == f"agent process exited (see {inst.data['dir']}/agent.out)"
@@ -423,7 +414,7 @@ def test_logs_tail_the_agent_output_and_stage_logs(make_provider, tmp_path):
     p = make_provider("L40S:1")
     run = "for i in $(seq 1 50); do echo line-$i; done; sleep 60"
     inst = p.launch(p.offers(gpu_req(1))[0], bootstrap(tmp_path, "log-a1", run), "log-a1")
-    text = wait_until(lambda: "line-50" in (t := p.logs(inst, tail=5)) and t, what="logs")
+    text = wait_until(lambda: "line-50" in (t := p.logs(inst, tail=5)) and t, message="logs")
     assert "==> agent.out <==" in text
     assert "==> agent/logs/train.log <==" in text
     assert "line-46" in text and "line-45" not in text

@@ -8,7 +8,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -17,6 +16,7 @@ pytest.importorskip("peft")
 pytest.importorskip("transformers")
 
 from corral.wire.env import EXIT_PREEMPTED
+from support.waiting import wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -62,11 +62,14 @@ def test_sigterm_mid_run_exits_75_and_the_rerun_resumes_from_the_saved_step(tmp_
     first_progress = tmp_path / "first.jsonl"
 
     first = start(workdir, first_progress)
-    deadline = time.monotonic() + 60
-    while not any(s >= 3 for s in progress_steps(first_progress)):
+
+    def trained_3_steps() -> bool:
+        if any(s >= 3 for s in progress_steps(first_progress)):
+            return True
         assert first.poll() is None, first.communicate()[0]
-        assert time.monotonic() < deadline, "no training progress within 60 s"
-        time.sleep(0.05)
+        return False
+
+    wait_until(trained_3_steps, 60, message="three training steps")
     first.send_signal(signal.SIGTERM)
     output, _ = first.communicate(timeout=60)
     assert first.returncode == EXIT_PREEMPTED, output

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import json
 import struct
-import time
 from pathlib import Path
 from typing import Any
+
+from support.waiting import wait_until
 
 _BLOCK = 32 * 1024
 _HEADER = 7
@@ -72,11 +73,10 @@ def run_ids(path: Path) -> list[str]:
 def wait_until_written(path: Path, timeout: float = 30.0) -> None:
     """Wait for the run's ``exit`` record: ``run.finish()`` can return before W&B's service
     process has flushed an offline run file (it holds only the header for a moment)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        kinds = [r.WhichOneof("record_type") for r in read_records(path)]
-        if "exit" in kinds:
-            return
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{path} still has no exit record after {timeout}s: {kinds}")
-        time.sleep(0.1)
+    kinds: list[str] = []
+
+    def written() -> bool:
+        kinds[:] = [r.WhichOneof("record_type") for r in read_records(path)]
+        return "exit" in kinds
+
+    wait_until(written, timeout, 0.1, lambda: f"an exit record in {path}; it has {kinds}")

@@ -16,6 +16,7 @@ from corral.agent.events import EventLog
 from corral.sdk import Checkpointer
 from corral.sdk.storage import LocalStorage
 from corral.storage.errors import StorageAccessDenied, StorageUnavailable
+from support.waiting import wait_until
 
 
 def setup(tmp_path: Path, *, storage=None, keep_last: int = 2, grace: float = 0.5, **kw):
@@ -117,10 +118,12 @@ def test_a_stopped_attempt_waits_at_most_the_grace_period_for_its_upload(tmp_pat
     sync, _, plan = setup(tmp_path, storage=storage, grace=0.3)
     save_local(plan.checkpoint_dir, 1)
     sync.before_stages(None)
-    deadline = time.monotonic() + 5
-    while sync.status()["checkpoint_sync"]["uploading"] != "ckpt-1":
-        assert time.monotonic() < deadline
-        time.sleep(0.01)
+    wait_until(
+        lambda: sync.status()["checkpoint_sync"]["uploading"] == "ckpt-1",
+        5,
+        0.01,
+        "ckpt-1's upload",
+    )
     began = time.monotonic()
     reason = sync.after_stages(None, "preempted")
     assert 0.25 < time.monotonic() - began < 3

@@ -9,10 +9,7 @@ test costs about half a second on PostgreSQL).
 
 from __future__ import annotations
 
-import os
 import shutil
-import sqlite3
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,6 +17,7 @@ import pytest
 from storekit import FakeClock
 
 from corral.store import Store
+from support.postgres import scratch_database
 
 BACKENDS = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
 TABLES = "runs, attempts, events, resources"
@@ -38,38 +36,10 @@ def fresh_db_url(backend: str, request: pytest.FixtureRequest, tmp_path: Path) -
 
 
 @pytest.fixture(scope="session")
-def _sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = tmp_path_factory.mktemp("store-template") / "template.db"
-    Store.open(f"sqlite:///{path}").close()
-    conn = sqlite3.connect(path)
-    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-    conn.close()
-    return path
-
-
-@pytest.fixture(scope="session")
 def _postgres_shared() -> Iterator[str]:
-    import sqlalchemy as sa
-
-    base = os.environ.get("CORRAL_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
-    name = "corral_ts_" + uuid.uuid4().hex[:10]
-    admin = sa.create_engine(base, isolation_level="AUTOCOMMIT")
-    with admin.connect() as c:
-        c.execute(sa.text(f'CREATE DATABASE "{name}"'))
-    url = base.rsplit("/", 1)[0] + "/" + name
-    try:
+    with scratch_database("corral_ts_") as url:
         Store.open(url).close()
         yield url
-    finally:
-        with admin.connect() as c:
-            c.execute(
-                sa.text(
-                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = :n"
-                ),
-                {"n": name},
-            )
-            c.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}"'))
-        admin.dispose()
 
 
 @pytest.fixture
@@ -77,7 +47,7 @@ def db_url(backend: str, request: pytest.FixtureRequest, tmp_path: Path) -> str:
     """A database at head with no rows."""
     if backend == "sqlite":
         path = tmp_path / "store.db"
-        shutil.copyfile(request.getfixturevalue("_sqlite_template"), path)
+        shutil.copyfile(request.getfixturevalue("migrated_sqlite"), path)
         return f"sqlite:///{path}"
     url: str = request.getfixturevalue("_postgres_shared")
     import psycopg

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import os
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from control.helpers import start_controller, submit, wait_for, write_spec
 from corral.store import Store
+from support.waiting import wait_until
 
 from .fake_imds import FakeImds
 from .harness import MotoAws
@@ -78,11 +78,8 @@ def test_a_spot_notice_on_aws_is_recovered_elsewhere_and_nothing_is_left(
     try:
         wait_for(store, run_id, {"RUNNING"}, timeout=60)
         first = store.attempts(run_id)[0]
-        deadline = time.monotonic() + 30
         # the job runs and has saved a step: a notice before that would resume from 0
-        while not (work / "saved-once").exists():
-            assert time.monotonic() < deadline, "the job never started"
-            time.sleep(0.05)
+        wait_until((work / "saved-once").exists, 30, message="the job to save a step")
         imds.interrupt(first.instance_id)
         run = wait_for(store, run_id, {"SUCCEEDED", "FAILED", "STOPPED", "CANCELLED"}, timeout=90)
         assert run.state == "SUCCEEDED", run.reason

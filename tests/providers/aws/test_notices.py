@@ -21,6 +21,7 @@ from corral.agent.notices import (
 from corral.errors import BadInput
 from corral.wire.env import EXIT_PREEMPTED
 from corral.wire.plan import AgentPlan
+from support.waiting import wait_until
 
 from .fake_imds import FakeImds
 
@@ -38,13 +39,6 @@ open("started", "w").close()
 while True:
     time.sleep(0.05)
 """
-
-
-def wait_until(cond, timeout: float = 15.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
 
 
 def test_imds_client_gets_a_token_once_and_renews_it_after_a_401(imds: FakeImds) -> None:
@@ -98,7 +92,7 @@ def test_poller_stops_on_an_on_demand_instance(imds: FakeImds) -> None:
     imds.set_lifecycle("i-od", "on-demand")
     poller = SpotNoticePoller(Imds(imds.base_url("i-od")), lambda n: None, interval=0.01)
     poller.start()
-    wait_until(lambda: not poller.active, what="the poller to give up")
+    wait_until(lambda: not poller.active, timeout=15, message="the poller to give up")
     poller.close()
     assert not any("instance-action" in p for p in imds.paths("GET"))
     assert poller.status()["polling"] is False
@@ -148,7 +142,11 @@ def test_a_spot_notice_stops_the_job_gracefully_with_a_checkpoint(
     agent = Agent(plan, TOKEN)
     try:
         agent.start()
-        wait_until(lambda: (Path(plan.workdir) / "started").exists(), what="the job to start")
+        wait_until(
+            lambda: (Path(plan.workdir) / "started").exists(),
+            timeout=15,
+            message="the job to start",
+        )
         noticed = time.monotonic()
         imds_env.interrupt("i-agent", in_s=120)
         assert agent.wait(timeout=20), "the attempt did not end after the notice"

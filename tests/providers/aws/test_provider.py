@@ -22,6 +22,7 @@ from corral.errors import NoCapacity, ProviderError, ProviderUnavailable, QuotaE
 from corral.providers.aws.provider import AwsProvider
 from corral.providers.aws.userdata import extract_payload
 from corral.providers.base import Bootstrap, InstanceState, Requirements
+from support.waiting import wait_until
 
 from ..contract import ProviderContract, new_key, trivial_plan
 from .harness import ACCESS_KEY, SECRET_KEY
@@ -41,13 +42,15 @@ def pick(provider: AwsProvider, spot: bool, itype: str = "g5.xlarge", **req: obj
 
 
 def wait_status(provider, inst, states, timeout: float = 30.0):
-    deadline = time.monotonic() + timeout
-    while True:
-        st = provider.status(inst)
-        if st.state in states:
-            return st
-        assert time.monotonic() < deadline, f"still {st.state} {st.detail}"
-        time.sleep(0.1)
+    seen = []
+
+    def reached():
+        seen[:] = [provider.status(inst)]
+        return seen[0].state in states and seen[0]
+
+    return wait_until(
+        reached, timeout, 0.1, lambda: f"{states}; still {seen[0].state} {seen[0].detail}"
+    )
 
 
 class TestAwsContract(ProviderContract):
@@ -197,18 +200,17 @@ def test_a_spot_notice_stops_the_job_then_the_reclaim_reads_as_preempted(
     inst = p.launch(pick(p, spot=True), boot, key)
     st = wait_status(p, inst, {InstanceState.RUNNING})
     agent = httpx.Client(base_url=st.endpoint, headers={"Authorization": f"Bearer {boot.token}"})
-    deadline = time.monotonic() + 20
-    while not (tmp_path / "started").exists():
-        assert time.monotonic() < deadline, "the job never started"
-        time.sleep(0.1)
+    wait_until((tmp_path / "started").exists, 20, 0.1, "the job to start")
     imds.interrupt(inst.instance_id)
     st = p.status(inst)
     assert st.state == InstanceState.PREEMPTED and "marked-for-termination" in st.detail
     assert st.endpoint  # still running: the controller can watch the graceful stop
-    deadline = time.monotonic() + 20
-    while agent.get("/status").json()["phase"] != "stopped":
-        assert time.monotonic() < deadline, "the agent did not stop on the notice"
-        time.sleep(0.1)
+    wait_until(
+        lambda: agent.get("/status").json()["phase"] == "stopped",
+        20,
+        0.1,
+        "the agent to stop on the notice",
+    )
     assert (tmp_path / "checkpoints" / "ckpt-on-notice").exists()
     aws.reclaim(inst.instance_id, runner=runner)
     st = p.status(inst)

@@ -8,7 +8,6 @@ import signal
 import stat
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
@@ -26,6 +25,7 @@ from corral.providers.aws.userdata import (
     machine_plan,
     user_data,
 )
+from support.waiting import wait_until
 
 from ..contract import trivial_plan
 
@@ -120,10 +120,12 @@ def test_boot_writes_a_private_plan_and_starts_the_agent_with_the_token(tmp_path
     assert stat.S_IMODE(plan_file.stat().st_mode) == 0o600
     assert TOKEN not in plan_file.read_text() and SECRET not in plan_file.read_text()
     agent_json = tmp_path / "state" / "agent.json"
-    deadline = time.monotonic() + 20
-    while not agent_json.exists():
-        assert time.monotonic() < deadline, (root / "agent" / "run1-a1.out").read_text()
-        time.sleep(0.1)
+    wait_until(
+        agent_json.exists,
+        20,
+        0.1,
+        lambda: f"{agent_json}; agent output: " + (root / "agent" / "run1-a1.out").read_text(),
+    )
     info = json.loads(agent_json.read_text())
     try:
         r = httpx.get(f"{info['url']}/status", headers={"Authorization": f"Bearer {TOKEN}"})

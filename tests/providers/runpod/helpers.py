@@ -2,20 +2,15 @@
 
 from __future__ import annotations
 
-import time
 import uuid
 from pathlib import Path
 
-from corral.providers.base import Bootstrap, Instance, InstanceState, Offer, Requirements
+from corral.providers.base import Bootstrap, Offer, Requirements
 from corral.providers.runpod import RunPodProvider
 
 from ..contract import trivial_plan
 
 L40S = Requirements(gpu_type="L40S", gpu_count_min=1, gpu_count_max=1)
-
-
-def new_key() -> str:
-    return f"r{uuid.uuid4().hex[:10]}-a1"
 
 
 def bootstrap(
@@ -31,17 +26,3 @@ def bootstrap(
 def offer(provider: RunPodProvider, *, spot: bool, req: Requirements = L40S) -> Offer:
     offers = provider.offers(req.model_copy(update={"spot": spot}))
     return next(o for o in offers if o.available)
-
-
-def wait_until(cond, timeout: float = 20.0, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = cond()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
-
-
-def wait_state(provider: RunPodProvider, inst: Instance, state: InstanceState):
-    return wait_until(lambda: (st := provider.status(inst)).state == state and st, what=str(state))

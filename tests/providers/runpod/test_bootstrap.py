@@ -25,10 +25,12 @@ from corral.providers.runpod.bootstrap import (
 from corral.providers.runpod.graphql import EnumValue, literal
 from corral.providers.runpod.settings import RunPodSettings
 from corral.wire.env import ENV_AGENT_TOKEN
+from support.waiting import wait_until
 
+from ..contract import new_key, wait_state
 from . import fake_graphql
 from .fake_server import API_KEY
-from .helpers import bootstrap, new_key, offer, wait_state, wait_until
+from .helpers import bootstrap, offer
 
 REQ = Requirements(gpu_type="L40S", gpu_count_min=2, cpus=16, memory_gb=64, disk_gb=200)
 
@@ -105,7 +107,7 @@ def test_network_volume_holds_the_checkpoints_and_pins_the_data_center(
     checkpoints = mount / "corral" / key[:-3] / "checkpoints"
     assert decode_plan(body["env"][ENV_PLAN])["checkpoint_dir"] == str(checkpoints)
     wait_state(p, inst, InstanceState.RUNNING)
-    wait_until(checkpoints.is_dir, what="the agent to create the checkpoint directory")
+    wait_until(checkpoints.is_dir, message="the agent to create the checkpoint directory")
     assert [v["id"] for v in p.volumes()] == [volume["id"]]
     p.delete_volume(volume["id"])
     p.delete_volume(volume["id"])  # a missing volume is fine
@@ -159,7 +161,7 @@ def test_a_pod_whose_job_ended_terminates_itself_without_a_controller(
     key = new_key()
     bs = bootstrap(tmp_path, key, run="true", controller_timeout_s=0.5)
     inst = p.launch(offer(p, spot=False), bs, key)
-    wait_until(lambda: not fake.cloud.list(), timeout=20, what="the pod to terminate itself")
+    wait_until(lambda: not fake.cloud.list(), timeout=20, message="the pod to terminate itself")
     assert f"DELETE /pods/{inst.instance_id}" in fake.routes()
     assert p.status(inst).state == InstanceState.TERMINATED
 

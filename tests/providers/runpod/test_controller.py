@@ -12,9 +12,9 @@ from corral.control.launching import attempt_key
 from corral.providers.base import Requirements
 from corral.providers.runpod.bootstrap import pod_name
 from corral.store import Store
+from support.waiting import wait_until
 
 from .fake_server import API_KEY
-from .helpers import wait_until
 
 
 def _controller(store: Store, provider) -> Controller:
@@ -131,10 +131,10 @@ def test_an_interrupted_spot_run_resumes_on_a_new_pod_from_the_network_volume(
     proc = start_controller()
     try:
         checkpoint = mount / "corral" / run_id / "checkpoints" / "latest"
-        wait_until(checkpoint.exists, timeout=40, what="the first attempt's checkpoint")
+        wait_until(checkpoint.exists, timeout=40, message="the first attempt's checkpoint")
         wait_until(
             lambda: "prep" in (store.get_run(run_id).completed_stages or []),
-            what="the controller to see prep done",
+            message="the controller to see prep done",
         )
         [pod] = fake.cloud.list()
         fake.interrupt(pod.id, notice=3.0)

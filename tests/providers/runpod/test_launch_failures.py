@@ -10,7 +10,8 @@ from corral.errors import NoCapacity, ProviderUnavailable
 from corral.providers.base import Instance, InstanceState
 from corral.providers.runpod.bootstrap import pod_name
 
-from .helpers import bootstrap, new_key, offer
+from ..contract import new_key
+from .helpers import bootstrap, offer
 
 
 def test_create_answering_500_after_creating_the_pod_adopts_that_pod(make_provider, fake, tmp_path):

@@ -16,8 +16,9 @@ from corral.providers.registry import get_provider
 from corral.providers.runpod import RunPodProvider, RunPodSettings
 from corral.secrets import SecretStore
 
+from ..contract import new_key, wait_state
 from .fake_server import API_KEY
-from .helpers import L40S, bootstrap, new_key, offer, wait_state
+from .helpers import L40S, bootstrap, offer
 
 
 def test_cdn_rejects_requests_without_a_user_agent_and_corral_always_sends_one(make_provider, fake):

@@ -10,8 +10,10 @@ from corral.errors import AgentError
 from corral.providers.base import InstanceState
 from corral.providers.runpod.pods import Pod, pod_state
 from corral.wire.status import AgentStatus, Phase
+from support.waiting import wait_until
 
-from .helpers import bootstrap, new_key, offer, wait_state, wait_until
+from ..contract import new_key, wait_state
+from .helpers import bootstrap, offer
 
 S = InstanceState
 
@@ -70,7 +72,7 @@ def agent_status(endpoint: str, token: str) -> AgentStatus:
         except AgentError:
             return None
 
-    return wait_until(ask, what="the agent through the proxy")
+    return wait_until(ask, message="the agent through the proxy")
 
 
 def test_running_pod_serves_the_agent_through_runpods_proxy(make_provider, fake, tmp_path):
@@ -110,7 +112,7 @@ def test_interrupted_spot_pod_is_preempted_and_its_agent_stops_gracefully(
     st = p.status(inst)
     assert st.state == S.PREEMPTED and "interrupted by RunPod" in st.detail
     assert st.endpoint is None
-    wait_until(lambda: container.poll() is not None, timeout=4.5, what="the agent to exit")
+    wait_until(lambda: container.poll() is not None, timeout=4.5, message="the agent to exit")
     assert container.returncode == 0  # SIGTERM handled before the SIGKILL
     p.terminate(inst)
     assert p.status(inst).state == S.TERMINATED

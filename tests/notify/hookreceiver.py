@@ -11,6 +11,7 @@ from typing import Any
 
 from corral.errors import CorralError
 from corral.notify import verify
+from support.waiting import wait_until
 
 
 @dataclass
@@ -105,12 +106,12 @@ class Receiver:
         return [r.type for r in self.accepted()]
 
     def wait_for(self, count: int, timeout: float = 10.0) -> list[Request]:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if len(self.accepted()) >= count:
-                return self.accepted()
-            time.sleep(0.01)
-        raise AssertionError(f"{len(self.accepted())} of {count} deliveries arrived")
+        return wait_until(
+            lambda: len(accepted := self.accepted()) >= count and accepted,
+            timeout,
+            0.01,
+            lambda: f"{count} deliveries; {len(self.accepted())} arrived",
+        )
 
     def close(self) -> None:
         self.server.shutdown()

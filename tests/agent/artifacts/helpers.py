@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import time
 import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Any
 
-from agent.helpers import TOKEN
+from ..helpers import TOKEN
 
 
 def fetch(url: str, token: str | None = TOKEN) -> tuple[int, bytes, dict[str, str]]:
@@ -31,16 +30,6 @@ def sha256(path: Path) -> str:
 
 def read_json(path: Path) -> Any:
     return json.loads(path.read_text())
-
-
-def wait_for(predicate, timeout: float = 10.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.02)
 
 
 class FakeRunner:

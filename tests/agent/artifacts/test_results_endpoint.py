@@ -9,9 +9,10 @@ import socket
 import tarfile
 from pathlib import Path
 
-from agent.helpers import make_plan
+from support.waiting import wait_until
 
-from .helpers import fetch, wait_for
+from ..helpers import make_plan
+from .helpers import fetch
 
 RUN = (
     "mkdir -p outputs eval && echo weights > outputs/model.bin && echo tok > outputs/tok.txt"
@@ -58,7 +59,12 @@ def test_results_are_404_before_and_the_packaged_manifest_and_artifacts_after(
 
     (work / "go").touch()
     client.wait_finished()
-    wait_for(lambda: client.get("/status")["manifest"]["package"] == "results.tar.gz")
+    wait_until(
+        lambda: client.get("/status")["manifest"]["package"] == "results.tar.gz",
+        10,
+        0.02,
+        "the results package in the manifest",
+    )
     status, body, headers = fetch(url)
     assert status == 200 and headers["Content-Type"] == "application/gzip"
     assert int(headers["Content-Length"]) == len(body)
@@ -84,7 +90,9 @@ def test_results_need_the_token_and_nothing_outside_the_package_is_served(tmp_pa
     (Path(plan.workdir) / "go").touch()
     client = start_agent(plan)
     client.wait_finished()
-    wait_for(lambda: client.get("/status")["manifest"]["package"])
+    wait_until(
+        lambda: client.get("/status")["manifest"]["package"], 10, 0.02, "a package in the manifest"
+    )
     url = client.url + "/artifacts/results.tar.gz"
     for token in (None, "wrong"):
         status, body, _ = fetch(url, token=token)

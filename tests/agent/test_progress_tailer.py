@@ -11,6 +11,7 @@ import time
 from corral.agent.events import EventLog
 from corral.agent.progress import ProgressTailer
 from corral.sdk import progress_file
+from support.waiting import wait_until
 
 from .helpers import make_plan
 
@@ -101,10 +102,12 @@ def test_the_background_poller_survives_a_bad_record(tmp_path):
     try:
         time.sleep(0.2)
         _append(path, {"ts": 2.0, "kind": "progress", "step": 5, "total": 10})
-        deadline = time.monotonic() + 5
-        while (tailer.latest("train") or {}).get("step") != 5:
-            assert time.monotonic() < deadline, "the poller stopped"
-            time.sleep(0.02)
+        wait_until(
+            lambda: (tailer.latest("train") or {}).get("step") == 5,
+            5,
+            0.02,
+            "the poller to read step 5 (it stopped?)",
+        )
     finally:
         tailer.close()
 

@@ -6,9 +6,9 @@ import json
 import subprocess
 from pathlib import Path
 
-from agent.helpers import make_plan
 from corral import __version__
 
+from ..helpers import make_plan
 from .helpers import read_json, sha256
 
 TRAIN = (

@@ -6,13 +6,14 @@ from pathlib import Path
 
 import pytest
 
-from agent.helpers import make_plan
 from corral.agent import artifacts as artifacts_mod
 from corral.agent.artifacts import ArtifactsHook
 from corral.agent.events import EventLog
 from corral.sdk import storage as storage_mod
+from support.waiting import wait_until
 
-from .helpers import FakeRunner, read_json, wait_for
+from ..helpers import make_plan
+from .helpers import FakeRunner, read_json
 
 NOW = 1_800_000_000.0
 
@@ -103,7 +104,9 @@ def test_an_upload_failure_fails_the_attempt_and_leaves_no_stale_manifest(tmp_pa
     assert "agent.error" in types and "manifest.written" in types
     assert "artifacts.uploaded" not in types
     assert hook2.status()["manifest"]["upload_error"] == local["upload_error"]
-    wait_for(lambda: hook2.package("results.tar.gz"))  # the local results are still packaged
+    wait_until(
+        lambda: hook2.package("results.tar.gz"), 10, 0.02, "the results package"
+    )  # the local results are still packaged
     for hook_ in (hook, hook2):
         hook_.close()
     events.close()

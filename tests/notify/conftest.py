@@ -4,7 +4,6 @@ receivers on loopback."""
 from __future__ import annotations
 
 import shutil
-import sqlite3
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -21,20 +20,10 @@ def clock() -> FakeClock:
     return FakeClock()
 
 
-@pytest.fixture(scope="session")
-def _migrated(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = tmp_path_factory.mktemp("webhooks-template") / "template.db"
-    Store.open(f"sqlite:///{path}").close()
-    conn = sqlite3.connect(path)
-    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-    conn.close()
-    return path
-
-
 @pytest.fixture
-def store(tmp_path: Path, clock: FakeClock, _migrated: Path) -> Iterator[Store]:
+def store(tmp_path: Path, clock: FakeClock, migrated_sqlite: Path) -> Iterator[Store]:
     """A migrated SQLite store (a copy of one migrated once) whose clock is ``clock``."""
-    shutil.copyfile(_migrated, tmp_path / "corral.db")
+    shutil.copyfile(migrated_sqlite, tmp_path / "corral.db")
     s = Store.open(f"sqlite:///{tmp_path}/corral.db", clock=clock.dt)
     try:
         yield s

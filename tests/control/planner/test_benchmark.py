@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "planner.py"
+BENCH = Path(__file__).resolve().parents[3] / "benchmarks" / "planner.py"
 
 
 def load_benchmark():

@@ -5,7 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from corral.control import transitions
+from corral.control.controller import reconcile
 from corral.control.transitions import AskStop, Note, Transition
+from corral.errors import NoCapacity
 from corral.store.states import RunState
 from corral.wire.outcome import AttemptOutcome, OutcomeKind, StopCause
 
@@ -96,3 +98,32 @@ def test_notes_and_stop_requests_leave_the_state_alone(tmp_path: Path) -> None:
     assert note.attempt == 1 and note.data == {"a": 1}
     assert r.agent.stops == [(StopCause.PREEMPTION, "preempting")]
     assert len(r.store.events(r.run_id, types=["instance.preempting"])) == 1
+
+
+def test_an_attempts_end_runs_through_stopping_to_its_final_state_in_one_tick(
+    tmp_path: Path,
+) -> None:
+    r = rig(tmp_path, RunState.RUNNING)
+    r.agent.phase = "succeeded"
+    reconcile(r.ctx, r.run())
+    run = r.run()
+    assert run.state == RunState.SUCCEEDED and run.reason == "all stages succeeded"
+    states = [e.data["to"] for e in r.store.events(r.run_id, types=["run.state"])]
+    assert states[-2:] == ["STOPPING", "SUCCEEDED"]
+    assert not r.store.resources(run_id=r.run_id, open_only=True)
+    outcome = r.store.get_attempt(r.run_id, 1).data["outcome"]
+    assert outcome["kind"] == "succeeded"
+
+
+def test_a_recovery_with_no_capacity_goes_back_to_waiting_once_per_tick(tmp_path: Path) -> None:
+    r = rig(tmp_path, RunState.RUNNING)
+    r.store.transition(r.run_id, RunState.RECOVERING, "preempted")
+    r.provider.launch = _no_capacity  # type: ignore[method-assign]
+    reconcile(r.ctx, r.run())
+    run = r.run()
+    assert run.state == RunState.RECOVERING and run.attempt == 1  # attempt 2 is tried again
+    assert len(r.store.events(r.run_id, types=["provider.no_capacity"])) == 1
+
+
+def _no_capacity(*_: object) -> None:
+    raise NoCapacity("full")

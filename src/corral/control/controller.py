@@ -35,31 +35,32 @@ HANDLERS: dict[RunState, Handler] = {
     RunState.STOPPING: lambda ctx, run, obs: finishing.handle_stopping(ctx, run),
 }
 
-#: states whose handler runs at once when a transition enters them (a stop or a recovery
-#: starts in the same tick that decided it)
-FOLLOW_AT_ONCE = frozenset({RunState.RECOVERING, RunState.STOPPING})
-#: how many transitions one run may take in one tick (RECOVERING -> PROVISIONING ->
-#: STOPPING -> terminal is the longest chain)
+#: how many transitions one run may take in one tick (RUNNING -> RECOVERING -> PROVISIONING
+#: -> STOPPING -> terminal is the longest chain)
 MAX_STEPS = 4
 
 
 def reconcile(ctx: Context, run: RunRecord) -> None:
     """One step of one run: the user's request if there is one, else the watchers, else the
-    handler of its state; the transition decided is applied (``transitions.apply``), and a
-    stop or a recovery it starts goes on at once."""
+    handler of its state; the step decided is applied (``transitions.apply``), and a stop
+    or a recovery it starts (``Transition.follow``) goes on at once."""
     obs = Observation(ctx, run)
     if run.requested_action:
         step = actions.handle_request(ctx, run)
     else:
         step = run_watchers(ctx, run, obs)
-        if step is None:
-            step = HANDLERS[RunState(run.state)](ctx, run, obs)
+        handler = HANDLERS.get(RunState(run.state))
+        if step is None and handler is not None:
+            step = handler(ctx, run, obs)
     for _ in range(MAX_STEPS):
         moved = transitions.apply(ctx, run, step)
-        if moved is None or moved.state not in FOLLOW_AT_ONCE:
+        if moved is None or not isinstance(step, Transition) or not step.follow:
             return
         run = moved
-        step = HANDLERS[RunState(run.state)](ctx, run, Observation(ctx, run))
+        handler = HANDLERS.get(RunState(run.state))
+        if handler is None:
+            return
+        step = handler(ctx, run, Observation(ctx, run))
 
 
 class Controller:

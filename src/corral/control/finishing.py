@@ -65,6 +65,7 @@ def end_attempt(ctx: Context, run: RunRecord, outcome: AttemptOutcome) -> Transi
             RunState.RECOVERING,
             f"{why}; {decision.reason}",
             attempt_outcome=outcome,
+            follow=True,
             events=(
                 Note(
                     "run.recovering",

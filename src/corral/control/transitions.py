@@ -88,6 +88,8 @@ class Transition:
     attempt_fields: Mapping[str, Any] = field(default_factory=dict)
     #: events recorded once the transition happened
     events: tuple[Note, ...] = ()
+    #: the new state's handler runs in the same tick (a stop or a recovery starts at once)
+    follow: bool = False
 
 
 Step = Note | AskStop | Transition
@@ -115,6 +117,7 @@ def finish(
         attempt_outcome=attempt_outcome,
         fields=fields,
         events=events,
+        follow=True,
     )
 
 

@@ -11,9 +11,10 @@ import pytest
 from corral import paths
 from corral.control.context import Context, Settings
 from corral.control.controller import Controller
-from corral.control.watchers import _activity
+from corral.control.watchers.idle import activity
 from corral.providers.local.provider import LocalProvider
 from corral.store import Store
+from corral.wire.status import AgentStatus
 
 from .helpers import submit, tick_until, write_spec
 
@@ -144,15 +145,17 @@ def test_progress_resets_the_idle_timer(tmp_path: Path, monkeypatch) -> None:
     assert run.state == "SUCCEEDED", run.reason
 
 
+def _status(stages: list[dict], gpus: list[dict]) -> AgentStatus:
+    return AgentStatus(run_id="r", attempt=1, phase="running", stages=stages, gpus=gpus)
+
+
 def test_activity_rules() -> None:
-    idle_gpu = {
-        "stages": [{"name": "t", "state": "running", "progress": {"step": 3}}],
-        "gpus": [{"id": "0", "utilization_pct": 0.0}],
-    }
-    assert _activity(idle_gpu, 5.0)["busy"] is False
-    busy_gpu = {**idle_gpu, "gpus": [{"id": "0", "utilization_pct": 80.0}]}
-    assert _activity(busy_gpu, 5.0)["busy"] is True
-    nothing_running = {"stages": [{"name": "t", "state": "succeeded"}], "gpus": []}
-    assert _activity(nothing_running, 5.0)["busy"] is False
-    cpu_no_reports = {"stages": [{"name": "t", "state": "running", "progress": None}], "gpus": []}
-    assert _activity(cpu_no_reports, 5.0)["busy"] is True
+    running = [{"name": "t", "state": "running", "progress": {"step": 3}}]
+    idle_gpu = _status(running, [{"id": "0", "utilization_pct": 0.0}])
+    assert activity(idle_gpu, 5.0).busy is False
+    busy_gpu = _status(running, [{"id": "0", "utilization_pct": 80.0}])
+    assert activity(busy_gpu, 5.0).busy is True
+    nothing_running = _status([{"name": "t", "state": "succeeded"}], [])
+    assert activity(nothing_running, 5.0).busy is False
+    cpu_no_reports = _status([{"name": "t", "state": "running", "progress": None}], [])
+    assert activity(cpu_no_reports, 5.0).busy is True

@@ -64,4 +64,11 @@ def test_a_real_run_is_delivered_in_order_and_signed(tmp_path, receivers, monkey
     assert progress["data"]["step"] == 5 and progress["data"]["total"] == 10
     assert progress["data"]["stage"] == "train" and "cost_usd" in progress["data"]
     assert rx.accepted()[-1].json["data"]["state"] == "SUCCEEDED"
+    # how the run ended, from the last attempt's recorded outcome
+    assert rx.accepted()[-1].json["data"]["outcome"] == {
+        "kind": "succeeded",
+        "cause": None,
+        "exit_code": None,
+        "failed_stage": None,
+    }
     assert SECRET not in b"".join(r.body for r in rx.accepted()).decode()

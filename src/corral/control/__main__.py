@@ -18,6 +18,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tick", type=float, default=None, help="seconds between ticks")
     parser.add_argument("--log-file", type=Path, default=None)
     args = parser.parse_args(argv)
+    # lazy on purpose (not a cycle): --help answers without loading the controller
     from corral.control.daemon import run_foreground
     from corral.errors import Conflict
 

@@ -8,33 +8,38 @@ carried out by the controller on its next tick.
 
 from __future__ import annotations
 
-from typing import Any
-
-from corral.control import finishing
+from corral.control import finishing, transitions
 from corral.control.context import Context
-from corral.errors import Conflict
-from corral.store.states import RunState
+from corral.control.transitions import Note, Transition
+from corral.store.records import RunRecord
+from corral.store.states import Action, RunState
 from corral.wire.outcome import StopCause
 
 
-def handle_request(ctx: Context, run: Any) -> bool:
-    """Carry out ``run.requested_action``; True if the run was handled this tick."""
+def handle_request(ctx: Context, run: RunRecord) -> Transition | None:
+    """Carry out ``run.requested_action`` (the caller checked there is one): the run's next
+    move, or None while a stop already under way goes on."""
     action = run.requested_action
-    if not action:
-        return False
-    outcome = RunState.CANCELLED if action == "cancel" else RunState.STOPPED
-    reason = "cancelled by user" if action == "cancel" else "user"
+    cancel = action == Action.CANCEL
+    heading = RunState.CANCELLED if cancel else RunState.STOPPED
+    reason = "cancelled by user" if cancel else "user"
     if run.state == RunState.PENDING or (run.state == RunState.RECOVERING and not _open(ctx, run)):
-        try:
-            ctx.store.transition(run.id, outcome, reason, expect={run.state}, requested_action=None)
-            ctx.store.add_event(
-                run.id, "run.finished", f"{outcome.lower()}: {reason}", data={"state": str(outcome)}
-            )
-        except Conflict:
-            pass
-        return True
+        # no machine to stop: straight to the end
+        return Transition(
+            heading,
+            reason,
+            fields={"requested_action": None},
+            events=(
+                Note(
+                    "run.finished",
+                    f"{heading.lower()}: {reason}",
+                    data={"state": str(heading)},
+                    attempt=None,
+                ),
+            ),
+        )
     if run.state == RunState.STOPPING:
-        if action == "cancel" and run.outcome != RunState.CANCELLED:
+        if cancel and run.outcome != RunState.CANCELLED:
             # a cancel during a graceful stop cuts the wait short
             a = ctx.store.get_attempt(run.id, run.attempt)
             data = dict(a.data or {})
@@ -45,15 +50,10 @@ def handle_request(ctx: Context, run: Any) -> bool:
             )
         else:
             run = ctx.store.update_run(run.id, requested_action=None)
-        finishing.handle_stopping(ctx, run)
-        return True
-    ctx.store.update_run(run.id, requested_action=None)
-    run = ctx.store.get_run(run.id)
-    finishing.begin_finish(
-        ctx, run, outcome, reason, graceful=(action == "stop"), cause=StopCause.USER
-    )
-    return True
+        return finishing.handle_stopping(ctx, run)
+    run = ctx.store.update_run(run.id, requested_action=None)
+    return transitions.finish(heading, reason, graceful=not cancel, cause=StopCause.USER)
 
 
-def _open(ctx: Context, run: Any) -> bool:
+def _open(ctx: Context, run: RunRecord) -> bool:
     return bool(ctx.store.resources(run_id=run.id, open_only=True))

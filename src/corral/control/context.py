@@ -12,12 +12,18 @@ from typing import TYPE_CHECKING, Any
 from corral import paths
 from corral.control.tokens import agent_token
 from corral.errors import BadInput
-from corral.providers.base import Instance, Provider
+from corral.providers.base import Provider
+from corral.spec import JobSpec
+from corral.store.records import RunRecord
+from corral.store.store import Store
 
 if TYPE_CHECKING:
     from corral.control.agent_client import AgentClient
 
 log = logging.getLogger("corral.controller")
+
+#: builds an agent API client from (endpoint, token)
+ClientFactory = Callable[[str, str], "AgentClient"]
 
 
 def utcnow() -> datetime:
@@ -54,19 +60,27 @@ class Settings:
     idle_gpu_threshold_pct: float = 5.0
 
 
+def _default_client(endpoint: str, token: str) -> AgentClient:
+    # lazy on purpose (not a cycle): the agent client pulls in httpx, and the launch path of
+    # the CLI never talks to an agent and should not pay for the import
+    from corral.control.agent_client import AgentClient
+
+    return AgentClient(endpoint, token)
+
+
 @dataclass
 class Context:
-    store: Any
+    store: Store
     providers: dict[str, Provider]
     clock: Callable[[], datetime] = utcnow
     settings: Settings = field(default_factory=Settings)
     home: Path = field(default_factory=paths.home)
-    #: builds the agent API client (default: httpx, imported on first use: the launch path
-    #: of the CLI never talks to an agent and should not pay for the import)
-    client_factory: Callable[[str, str], AgentClient] | None = None
-    #: in-memory notes that do not need to survive a restart (first unreachable time, ...)
+    #: builds the agent API client (default: httpx, imported on first use)
+    client_factory: ClientFactory | None = None
+    #: in-memory notes that do not need to survive a restart (first unreachable time, ...),
+    #: keyed ``"<run id>:..."`` so that :meth:`forget` drops a finished run's notes
     memo: dict[str, Any] = field(default_factory=dict)
-    _spec_cache: dict[str, tuple[str, Any]] = field(default_factory=dict)
+    _spec_cache: dict[str, tuple[str, JobSpec]] = field(default_factory=dict)
     _clients: dict[tuple[str, str], AgentClient] = field(default_factory=dict)
 
     def provider(self, name: str) -> Provider:
@@ -75,13 +89,11 @@ class Context:
         except KeyError:
             raise BadInput(f"provider {name!r} is not enabled on this controller") from None
 
-    def spec(self, run: Any) -> Any:
+    def spec(self, run: RunRecord) -> JobSpec:
         """The run's JobSpec, validated once per spec hash."""
         cached = self._spec_cache.get(run.id)
         if cached and cached[0] == run.spec_hash:
             return cached[1]
-        from corral.spec import JobSpec
-
         spec = JobSpec.model_validate(run.spec)
         self._spec_cache[run.id] = (run.spec_hash, spec)
         return spec
@@ -90,9 +102,7 @@ class Context:
         key = (f"{run_id}:{attempt}", endpoint)
         client = self._clients.get(key)
         if client is None:
-            factory = self.client_factory
-            if factory is None:
-                from corral.control.agent_client import AgentClient as factory
+            factory = self.client_factory or _default_client
             client = factory(endpoint, agent_token(run_id, attempt, self.home))
             self._clients[key] = client
         return client
@@ -101,11 +111,5 @@ class Context:
         self._spec_cache.pop(run_id, None)
         for key in [k for k in self._clients if k[0].startswith(run_id + ":")]:
             self._clients.pop(key).close()
-        for key in [k for k in self.memo if k.startswith(run_id + ":")]:
-            self.memo.pop(key, None)
-
-
-def instance_of(resource: Any) -> Instance | None:
-    if not resource or not resource.instance:
-        return None
-    return Instance.model_validate(resource.instance)
+        for memo_key in [k for k in self.memo if k.startswith(run_id + ":")]:
+            self.memo.pop(memo_key, None)

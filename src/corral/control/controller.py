@@ -14,20 +14,53 @@ import threading
 import time
 import traceback
 from collections.abc import Callable
-from typing import Any
 
-from corral.control import actions, finishing, launching, monitor, watchers
+from corral.control import actions, finishing, launching, monitor, transitions
 from corral.control.context import Context, log
+from corral.control.observe import Observation
+from corral.control.transitions import Transition
+from corral.control.watchers import run_watchers
 from corral.errors import CorralError
+from corral.store.records import RunRecord
 from corral.store.states import RunState
 
-HANDLERS = {
-    RunState.PENDING: launching.start_attempt,
+Handler = Callable[[Context, RunRecord, Observation], Transition | None]
+
+#: the handler of each active state: where the run goes next (None: it stays this tick)
+HANDLERS: dict[RunState, Handler] = {
+    RunState.PENDING: lambda ctx, run, obs: launching.next_attempt(ctx, run),
     RunState.PROVISIONING: monitor.handle_provisioning,
     RunState.RUNNING: monitor.handle_running,
-    RunState.RECOVERING: finishing.handle_recovering,
-    RunState.STOPPING: finishing.handle_stopping,
+    RunState.RECOVERING: lambda ctx, run, obs: finishing.handle_recovering(ctx, run),
+    RunState.STOPPING: lambda ctx, run, obs: finishing.handle_stopping(ctx, run),
 }
+
+#: how many transitions one run may take in one tick (RUNNING -> RECOVERING -> PROVISIONING
+#: -> STOPPING -> terminal is the longest chain)
+MAX_STEPS = 4
+
+
+def reconcile(ctx: Context, run: RunRecord) -> None:
+    """One step of one run: the user's request if there is one, else the watchers, else the
+    handler of its state; the step decided is applied (``transitions.apply``), and a stop
+    or a recovery it starts (``Transition.follow``) goes on at once."""
+    obs = Observation(ctx, run)
+    if run.requested_action:
+        step = actions.handle_request(ctx, run)
+    else:
+        step = run_watchers(ctx, run, obs)
+        handler = HANDLERS.get(RunState(run.state))
+        if step is None and handler is not None:
+            step = handler(ctx, run, obs)
+    for _ in range(MAX_STEPS):
+        moved = transitions.apply(ctx, run, step)
+        if moved is None or not isinstance(step, Transition) or not step.follow:
+            return
+        run = moved
+        handler = HANDLERS.get(RunState(run.state))
+        if handler is None:
+            return
+        step = handler(ctx, run, Observation(ctx, run))
 
 
 class Controller:
@@ -40,14 +73,8 @@ class Controller:
         #: other work that keeps the controller from exiting when idle (webhook deliveries)
         self.busy: Callable[[], bool] = lambda: False
 
-    def reconcile(self, run: Any) -> None:
-        if actions.handle_request(self.ctx, run):
-            return
-        if watchers.run_watchers(self.ctx, run):
-            return
-        handler = HANDLERS.get(RunState(run.state))
-        if handler is not None:
-            handler(self.ctx, run)
+    def reconcile(self, run: RunRecord) -> None:
+        reconcile(self.ctx, run)
 
     def tick(self) -> int:
         """One pass over the active runs; returns how many there were."""

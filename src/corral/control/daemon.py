@@ -69,6 +69,8 @@ def run_foreground(
 ) -> int:
     """Hold the lock and tick until stopped; returns 0. Raises Conflict if another controller
     already runs for this home."""
+    # lazy on purpose (not a cycle: nothing below imports daemon): the CLI imports this
+    # module to start or find a background controller and should not load the controller
     from corral.control.context import Context, Settings
     from corral.control.controller import Controller
     from corral.control.providers import load_providers

@@ -1,173 +1,98 @@
-"""Ending attempts and runs: graceful stops, teardown until the provider confirms the machine
-is gone, cost, recovery into a new attempt, and the final state.
+"""Ending attempts and runs: what an attempt's end means for the run (recover or finish),
+graceful stops, teardown until the provider confirms the machine is gone, cost, and the final
+state.
 
 A run reaches a terminal state only after every resource of it is confirmed gone, so a
-SUCCEEDED/FAILED/... run never leaves a paid machine behind.
+SUCCEEDED/FAILED/... run never leaves a paid machine behind. Every move is returned as a
+:class:`~corral.control.transitions.Transition`; the caller applies it.
 """
 
 from __future__ import annotations
 
-from datetime import timedelta
-from typing import Any
+from datetime import datetime
 
-from corral.control import launching, recovery, sync
-from corral.control.context import Context, instance_of, log
-from corral.errors import AgentError, Conflict, NotYetTerminated, ProviderError
-from corral.store.states import RunState
+from corral.control import launching, recovery, sync, transitions
+from corral.control.context import Context, log
+from corral.control.cost import attempt_cost, run_cost
+from corral.control.resources import instance_of, live_resource
+from corral.control.transitions import Note, Transition
+from corral.errors import AgentError, NotYetTerminated, ProviderError
+from corral.store.records import RunRecord
+from corral.store.states import ResourceState, RunState
 from corral.wire import outcome as outcomes
-from corral.wire.env import DEFAULT_GRACE_SECONDS
-from corral.wire.machine import InstanceState as MachineState
-from corral.wire.outcome import AttemptOutcome, OutcomeKind, StopCause
+from corral.wire.machine import InstanceState
+from corral.wire.outcome import AttemptOutcome, OutcomeKind
 from corral.wire.status import AgentStatus, Phase
 
 
-def run_cost(ctx: Context, run_id: str) -> float:
-    """Sum over attempts of price x billed time (until confirmed teardown, or now if live)."""
-    total = 0.0
-    now = ctx.clock()
-    for a in ctx.store.attempts(run_id):
-        if a.started_at is None or not a.price_per_hour:
-            continue
-        if a.exit_reason == "no_capacity":
-            continue
-        end = a.billed_until or now
-        total += a.price_per_hour * max(0.0, (end - a.started_at).total_seconds()) / 3600.0
-    return round(total, 6)
-
-
-def _attempt_cost(a: Any, until: Any) -> float:
-    if a.started_at is None or not a.price_per_hour:
-        return 0.0
-    return round(a.price_per_hour * max(0.0, (until - a.started_at).total_seconds()) / 3600.0, 6)
-
-
-def begin_finish(
-    ctx: Context,
-    run: Any,
-    outcome: str,
-    reason: str,
-    *,
-    graceful: bool,
-    cause: StopCause | None = None,
-    **fields: Any,
-) -> None:
-    """Move the run to STOPPING, heading to ``outcome``. A graceful finish asks the agent to
-    stop its stages (SIGTERM, checkpoint, grace period) before the machine is torn down;
-    ``cause`` says who asked (the attempt's outcome records it)."""
-    deadline = None
-    if graceful and run.state == RunState.RUNNING:
-        res = _active(ctx, run)
-        inst = instance_of(res) if res else None
-        if inst and inst.endpoint:
-            try:
-                ctx.agent(run.id, run.attempt, inst.endpoint).stop(cause or StopCause.USER, reason)
-                grace = DEFAULT_GRACE_SECONDS  # what the plan gave the agent
-                deadline = ctx.clock() + timedelta(seconds=grace + ctx.settings.stop_margin_s)
-            except AgentError as e:
-                log.info("run %s: graceful stop not delivered: %s", run.id, e.message)
-    if run.attempt:
-        a = ctx.store.get_attempt(run.id, run.attempt)
-        data = dict(a.data or {})
-        data["stop_deadline"] = deadline.isoformat() if deadline else None
-        if cause is not None and "outcome" not in data:
-            data["outcome"] = outcomes.stopped_by(cause, reason).model_dump(mode="json")
-        ctx.store.update_attempt(run.id, run.attempt, data=data)
-    try:
-        run = ctx.store.transition(
-            run.id, RunState.STOPPING, reason, expect={run.state}, outcome=outcome, **fields
-        )
-    except Conflict:
-        return
-    handle_stopping(ctx, run)
-
-
-def _active(ctx: Context, run: Any) -> Any | None:
-    for r in ctx.store.resources(run_id=run.id, open_only=True):
-        if r.attempt == run.attempt and r.state in ("active", "terminating"):
-            return r
-    return None
-
-
-def record_outcome(ctx: Context, run: Any, outcome: AttemptOutcome) -> None:
-    """Keep the attempt's outcome with it (``attempt.data["outcome"]``): the one value that
-    recovery, webhooks and ``corral status`` read."""
-    a = ctx.store.get_attempt(run.id, run.attempt)
-    data = dict(a.data or {})
-    data["outcome"] = outcome.model_dump(mode="json")
-    ctx.store.update_attempt(
-        run.id, run.attempt, data=data, exit_reason=outcome.kind.value, exit_code=outcome.exit_code
-    )
-
-
-def agent_finished(ctx: Context, run: Any, status: AgentStatus) -> None:
+def agent_finished(ctx: Context, run: RunRecord, status: AgentStatus) -> Transition:
     """The agent reports its attempt over: succeed, stop, fail, or recover."""
-    machine: MachineState | None = None
+    machine: InstanceState | None = None
     if status.phase == Phase.STOPPED:  # a stop on a machine being preempted is a preemption
-        res = _active(ctx, run)
-        if res is not None:
+        res = live_resource(ctx, run)
+        inst = instance_of(res)
+        if res is not None and inst is not None:
             try:
-                machine = ctx.provider(res.provider).status(instance_of(res)).state
+                machine = ctx.provider(res.provider).status(inst).state
             except ProviderError:
                 machine = None
     outcome = outcomes.from_agent(status, machine)
     if outcome.kind == OutcomeKind.SUCCEEDED:
-        record_outcome(ctx, run, outcome)
-        begin_finish(ctx, run, RunState.SUCCEEDED, outcome.reason, graceful=False)
-        return
-    if outcome.kind == OutcomeKind.STOPPED:
-        record_outcome(ctx, run, outcome)
-        begin_finish(ctx, run, RunState.STOPPED, outcome.reason, graceful=False)
-        return
-    end_attempt(ctx, run, outcome)
-
-
-def attempt_lost(ctx: Context, run: Any, state: MachineState, detail: str) -> None:
-    """The provider says the machine is gone while the run still needed it."""
-    end_attempt(ctx, run, outcomes.from_machine(state, detail))
-
-
-def end_attempt(ctx: Context, run: Any, outcome: AttemptOutcome) -> None:
-    """An attempt failed or was preempted: recover into a new attempt, or fail the run."""
-    record_outcome(ctx, run, outcome)
-    kind, why, exit_code = outcome.kind.value, outcome.reason, outcome.exit_code
-    decision = recovery.decide(ctx.spec(run), ctx.store.attempts(run.id), kind, exit_code)
-    if decision.recover:
-        try:
-            run = ctx.store.transition(
-                run.id, RunState.RECOVERING, f"{why}; {decision.reason}", expect={run.state}
-            )
-        except Conflict:
-            return
-        ctx.store.add_event(
-            run.id,
-            "run.recovering",
-            f"{why}; {decision.reason}",
-            attempt=run.attempt,
-            data={"kind": kind, "exit_code": exit_code},
+        return transitions.finish(
+            RunState.SUCCEEDED, outcome.reason, graceful=False, attempt_outcome=outcome
         )
-        handle_recovering(ctx, run)
-        return
+    if outcome.kind == OutcomeKind.STOPPED:
+        return transitions.finish(
+            RunState.STOPPED, outcome.reason, graceful=False, attempt_outcome=outcome
+        )
+    return end_attempt(ctx, run, outcome)
+
+
+def attempt_lost(ctx: Context, run: RunRecord, state: InstanceState, detail: str) -> Transition:
+    """The provider says the machine is gone while the run still needed it."""
+    return end_attempt(ctx, run, outcomes.from_machine(state, detail))
+
+
+def end_attempt(ctx: Context, run: RunRecord, outcome: AttemptOutcome) -> Transition:
+    """An attempt failed or was preempted: recover into a new attempt, or fail the run. The
+    outcome is counted as the attempt's own by the recovery limits."""
+    kind, why, exit_code = outcome.kind.value, outcome.reason, outcome.exit_code
+    decision = recovery.decide(
+        ctx.spec(run), ctx.store.attempts(run.id), run.attempt, outcome.kind, exit_code
+    )
+    if decision.recover:
+        return Transition(
+            RunState.RECOVERING,
+            f"{why}; {decision.reason}",
+            attempt_outcome=outcome,
+            follow=True,
+            events=(
+                Note(
+                    "run.recovering",
+                    f"{why}; {decision.reason}",
+                    data={"kind": kind, "exit_code": exit_code},
+                ),
+            ),
+        )
     reason = why if outcome.kind == OutcomeKind.FAILED else f"{why}; {decision.reason}"
-    begin_finish(
-        ctx,
-        run,
+    return transitions.finish(
         RunState.FAILED,
         reason,
         graceful=False,
+        attempt_outcome=outcome,
         exit_code=exit_code,
         failed_stage=outcome.failed_stage,
     )
 
 
-def teardown(ctx: Context, run: Any) -> bool:
+def teardown(ctx: Context, run: RunRecord) -> bool:
     """Terminate every open resource of the run; True once the provider confirmed all gone."""
     all_gone = True
     for res in ctx.store.resources(run_id=run.id, open_only=True):
         inst = instance_of(res)
         if inst is None:  # intent never launched: ask the provider by key, then forget it
-            provider = ctx.provider(res.provider)
             try:
-                inst = provider.find(res.key)
+                inst = ctx.provider(res.provider).find(res.key)
             except ProviderError as e:
                 log.warning("run %s: find %s failed: %s", run.id, res.key, e.message)
                 all_gone = False
@@ -177,10 +102,10 @@ def teardown(ctx: Context, run: Any) -> bool:
                 if young:  # a launch may still be in flight elsewhere: look again later
                     all_gone = False
                     continue
-                ctx.store.update_resource(res.key, state="gone")
+                ctx.store.update_resource(res.key, state=ResourceState.GONE)
                 continue
-        if res.state != "terminating":
-            ctx.store.update_resource(res.key, state="terminating")
+        if res.state != ResourceState.TERMINATING:
+            ctx.store.update_resource(res.key, state=ResourceState.TERMINATING)
         try:
             ctx.provider(res.provider).terminate(inst)
         except NotYetTerminated:
@@ -190,7 +115,7 @@ def teardown(ctx: Context, run: Any) -> bool:
             log.warning("run %s: terminate %s failed: %s", run.id, inst.instance_id, e.message)
             all_gone = False
             continue
-        ctx.store.update_resource(res.key, state="gone")
+        ctx.store.update_resource(res.key, state=ResourceState.GONE)
         ctx.store.add_event(
             run.id,
             "instance.terminated",
@@ -200,9 +125,8 @@ def teardown(ctx: Context, run: Any) -> bool:
     return all_gone
 
 
-def _final_sync(ctx: Context, run: Any) -> None:
-    res = _active(ctx, run)
-    inst = instance_of(res) if res else None
+def _final_sync(ctx: Context, run: RunRecord) -> None:
+    inst = instance_of(live_resource(ctx, run))
     if not inst or not inst.endpoint:
         return
     try:
@@ -214,7 +138,7 @@ def _final_sync(ctx: Context, run: Any) -> None:
         pass
 
 
-def _close_attempt(ctx: Context, run: Any) -> None:
+def _close_attempt(ctx: Context, run: RunRecord) -> None:
     if not run.attempt:
         return
     a = ctx.store.get_attempt(run.id, run.attempt)
@@ -226,24 +150,21 @@ def _close_attempt(ctx: Context, run: Any) -> None:
         run.attempt,
         ended_at=a.ended_at or now,
         billed_until=now,
-        cost_usd=_attempt_cost(a, now),
+        cost_usd=attempt_cost(a, now),
         state="ended",
     )
 
 
-def _waiting_for_graceful_stop(ctx: Context, run: Any) -> bool:
+def _waiting_for_graceful_stop(ctx: Context, run: RunRecord) -> bool:
+    """True while the agent is still stopping its stages within the recorded deadline (its
+    events and logs keep being copied meanwhile)."""
     if not run.attempt:
         return False
     a = ctx.store.get_attempt(run.id, run.attempt)
     deadline = (a.data or {}).get("stop_deadline")
-    if not deadline:
+    if not deadline or ctx.clock() >= datetime.fromisoformat(deadline):
         return False
-    from datetime import datetime
-
-    if ctx.clock() >= datetime.fromisoformat(deadline):
-        return False
-    res = _active(ctx, run)
-    inst = instance_of(res) if res else None
+    inst = instance_of(live_resource(ctx, run))
     if not inst or not inst.endpoint:
         return False
     try:
@@ -251,13 +172,11 @@ def _waiting_for_graceful_stop(ctx: Context, run: Any) -> bool:
         status = client.status()
     except AgentError:
         return False
-    from corral.control.monitor import poll_agent
-
-    poll_agent(ctx, run, client, status)
+    sync.poll_agent(ctx, run, client, status)
     return not status.terminal
 
 
-def _release(ctx: Context, run: Any) -> bool:
+def _release(ctx: Context, run: RunRecord) -> bool:
     """Ask every provider the run used to free what outlives its machines (volumes)."""
     done = True
     for name in sorted({a.provider for a in ctx.store.attempts(run.id) if a.provider}):
@@ -273,41 +192,41 @@ def _release(ctx: Context, run: Any) -> bool:
     return done
 
 
-def handle_stopping(ctx: Context, run: Any) -> None:
+def handle_stopping(ctx: Context, run: RunRecord) -> Transition | None:
+    """STOPPING: wait out a graceful stop, copy the last events and logs, tear down until the
+    provider confirms, close the attempt's bill; then the terminal state the run was heading
+    to (None while any of that is still under way)."""
     if _waiting_for_graceful_stop(ctx, run):
-        return
+        return None
     _final_sync(ctx, run)
     if not teardown(ctx, run):
-        return
+        return None
     _close_attempt(ctx, run)
     if not _release(ctx, run):
-        return
-    outcome = run.outcome or RunState.FAILED
-    try:
-        ctx.store.transition(
-            run.id,
-            outcome,
-            run.reason,
-            expect={RunState.STOPPING},
-            cost_usd=run_cost(ctx, run.id),
-            requested_action=None,
-        )
-    except Conflict:
-        return
-    ctx.store.add_event(
-        run.id,
-        "run.finished",
-        f"{outcome.lower()}: {run.reason}",
-        data={"state": str(outcome), "cost_usd": run_cost(ctx, run.id)},
+        return None
+    final = RunState(run.outcome or RunState.FAILED)
+    cost = run_cost(ctx, run.id)
+    return Transition(
+        final,
+        run.reason,
+        expect=frozenset({RunState.STOPPING}),
+        fields={"cost_usd": cost, "requested_action": None},
+        events=(
+            Note(
+                "run.finished",
+                f"{final.lower()}: {run.reason}",
+                data={"state": str(final), "cost_usd": cost},
+                attempt=None,
+            ),
+        ),
     )
-    ctx.forget(run.id)
 
 
-def handle_recovering(ctx: Context, run: Any) -> None:
+def handle_recovering(ctx: Context, run: RunRecord) -> Transition | None:
+    """RECOVERING: tear the ended attempt down, then plan and launch the next one."""
     _final_sync(ctx, run)
     if not teardown(ctx, run):
-        return
+        return None
     _close_attempt(ctx, run)
-    ctx.store.update_run(run.id, cost_usd=run_cost(ctx, run.id))
-    run = ctx.store.get_run(run.id)
-    launching.start_attempt(ctx, run)
+    run = ctx.store.update_run(run.id, cost_usd=run_cost(ctx, run.id))
+    return launching.next_attempt(ctx, run)

@@ -6,21 +6,39 @@ Restart safety, in order:
 2. a resource row (``intent``) with the idempotency key is written BEFORE the provider call;
 3. the provider call is idempotent on that key, so a process that dies anywhere after step 2
    is followed by one that calls ``launch`` again with the same key and gets the same instance.
+
+The claim is applied here (it must be in the store before step 2); every other move of the
+run is returned as a :class:`~corral.control.transitions.Transition` for the caller to apply.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import enum
 
-from corral.control import planner
+from corral.control import planner, transitions
 from corral.control.context import Context, log
 from corral.control.plan_builder import build_plan
 from corral.control.strategies import get_strategy
 from corral.control.tokens import agent_token
-from corral.errors import Conflict, CorralError, NoCapacity, NotFound, ProviderError
+from corral.control.transitions import Note, Transition
+from corral.errors import CorralError, NoCapacity, NotFound, ProviderError
 from corral.providers.base import Bootstrap, Offer
-from corral.store.states import RunState
+from corral.store.records import RunRecord
+from corral.store.states import ResourceState, RunState
 from corral.wire.env import ENV_SECRET_NAMES
+
+
+class Launch(enum.StrEnum):
+    """What became of one launch call."""
+
+    #: the provider returned an instance
+    LAUNCHED = "launched"
+    #: this offer cannot be had: try the next one, or wait
+    NEXT = "next"
+    #: the call may have taken effect: the intent stays and the same key is launched again
+    PENDING = "pending"
+    #: the launch can never succeed (bad input such as a missing workdir)
+    FATAL = "fatal"
 
 
 def attempt_key(run_id: str, attempt: int, try_index: int = 0) -> str:
@@ -33,15 +51,23 @@ def _offer_text(offer: Offer) -> str:
     return f"{offer.provider}/{offer.region} {gpus} {kind} ${offer.price_per_hour:.2f}/h"
 
 
-def _note_waiting(ctx: Context, run: Any, reason: str) -> None:
+def _note_waiting(ctx: Context, run: RunRecord, reason: str) -> None:
     """Record why the run waits; one event per distinct reason, not one per tick."""
     if run.reason != reason:
         ctx.store.update_run(run.id, reason=reason)
         ctx.store.add_event(run.id, "run.waiting", reason)
 
 
-def start_attempt(ctx: Context, run: Any) -> None:
-    """Plan and launch the next attempt of a PENDING or RECOVERING run."""
+def start_attempt(ctx: Context, run: RunRecord) -> RunRecord | None:
+    """Plan and launch the next attempt of a PENDING or RECOVERING run, applying what
+    follows (the CLI's fast path). Returns the run if it moved on after the claim."""
+    return transitions.apply(ctx, run, next_attempt(ctx, run))
+
+
+def next_attempt(ctx: Context, run: RunRecord) -> Transition | None:
+    """Plan the next attempt of a PENDING or RECOVERING run, claim it and launch it. Returns
+    the run's next move (a failure when no provider can ever run it, back to waiting when no
+    offer had capacity), None when it launched or waits."""
     spec = ctx.spec(run)
     req = planner.requirements_from_spec(spec)
     result = planner.plan(ctx.providers, req)
@@ -49,19 +75,21 @@ def start_attempt(ctx: Context, run: Any) -> None:
         why = result.explain() or "no provider is enabled"
         if run.state == RunState.PENDING:
             reason = f"no provider can run this job: {why}"
-            try:
-                ctx.store.transition(run.id, RunState.FAILED, reason, expect={RunState.PENDING})
-            except Conflict:
-                return
-            ctx.store.add_event(
-                run.id,
-                "run.finished",
-                f"failed: {reason}",
-                data={"state": "FAILED", "cost_usd": 0.0},
+            return Transition(
+                RunState.FAILED,
+                reason,
+                expect=frozenset({RunState.PENDING}),
+                events=(
+                    Note(
+                        "run.finished",
+                        f"failed: {reason}",
+                        data={"state": "FAILED", "cost_usd": 0.0},
+                        attempt=None,
+                    ),
+                ),
             )
-        else:
-            _note_waiting(ctx, run, f"waiting for an offer: {why}")
-        return
+        _note_waiting(ctx, run, f"waiting for an offer: {why}")
+        return None
     offers = result.available
     if offers and run.state == RunState.RECOVERING:
         offers = get_strategy(spec.recovery.strategy).order(offers, ctx.store.attempts(run.id))
@@ -75,24 +103,21 @@ def start_attempt(ctx: Context, run: Any) -> None:
                 for o in result.offers[:3]
             ),
         )
-        return
+        return None
     number = run.attempt + 1
-    try:
-        run = ctx.store.transition(
-            run.id,
-            RunState.PROVISIONING,
-            f"launching attempt {number} on {_offer_text(offers[0])}",
-            expect={run.state},
-            attempt=number,
-            provider=offers[0].provider,
-            data={"attempt": number, "offer": offers[0].model_dump(mode="json")},
-        )
-    except Conflict:
-        return  # someone else (the CLI or another controller) claimed it first
-    launch_offers(ctx, run, offers)
+    claim = Transition(
+        RunState.PROVISIONING,
+        f"launching attempt {number} on {_offer_text(offers[0])}",
+        fields={"attempt": number, "provider": offers[0].provider},
+        event_data={"attempt": number, "offer": offers[0].model_dump(mode="json")},
+    )
+    claimed = transitions.apply(ctx, run, claim)
+    if claimed is None:
+        return None  # someone else (the CLI or another controller) claimed it first
+    return launch_offers(ctx, claimed, offers)
 
 
-def _bootstrap(ctx: Context, run: Any, number: int, offer: Offer) -> Bootstrap:
+def _bootstrap(ctx: Context, run: RunRecord, number: int, offer: Offer) -> Bootstrap:
     spec = ctx.spec(run)
     plan = build_plan(
         spec,
@@ -117,16 +142,18 @@ def _bootstrap(ctx: Context, run: Any, number: int, offer: Offer) -> Bootstrap:
     )
 
 
-def _ensure_attempt(ctx: Context, run: Any, number: int, offer: Offer) -> None:
-    fields = dict(
-        provider=offer.provider,
-        offer=offer.model_dump(mode="json"),
-        price_per_hour=offer.price_per_hour,
-    )
+def _ensure_attempt(ctx: Context, run: RunRecord, number: int, offer: Offer) -> None:
+    offer_json = offer.model_dump(mode="json")
     try:
         ctx.store.get_attempt(run.id, number)
     except NotFound:
-        ctx.store.create_attempt(run.id, number, **fields)
+        ctx.store.create_attempt(
+            run.id,
+            number,
+            provider=offer.provider,
+            offer=offer_json,
+            price_per_hour=offer.price_per_hour,
+        )
         return
     ctx.store.update_attempt(
         run.id,
@@ -135,12 +162,16 @@ def _ensure_attempt(ctx: Context, run: Any, number: int, offer: Offer) -> None:
         exit_reason=None,
         ended_at=None,
         started_at=ctx.clock(),
-        **fields,
+        provider=offer.provider,
+        offer=offer_json,
+        price_per_hour=offer.price_per_hour,
     )
 
 
-def launch_offers(ctx: Context, run: Any, offers: list[Offer]) -> bool:
-    """Try ``offers`` in order for the run's current attempt; True once one launched."""
+def launch_offers(ctx: Context, run: RunRecord, offers: list[Offer]) -> Transition | None:
+    """Try ``offers`` in order for the run's current attempt (a PROVISIONING run). None once
+    one launched (or its outcome is pending); otherwise the run's next move: failed (the
+    launch can never succeed) or back to waiting, reusing this attempt number next time."""
     number = run.attempt
     reasons = []
     for i, offer in enumerate(offers):
@@ -153,48 +184,46 @@ def launch_offers(ctx: Context, run: Any, offers: list[Offer]) -> bool:
             key=key,
             data={"offer": offer.model_dump(mode="json")},
         )
-        ctx.store.update_resource(key, state="intent")
-        outcome = launch_key(ctx, run, number, key, offer)
-        if outcome in (LAUNCHED, PENDING):
-            return True
-        if outcome == FATAL:
-            return False
+        ctx.store.update_resource(key, state=ResourceState.INTENT)
+        result, failure = launch_key(ctx, run, number, key, offer)
+        if result in (Launch.LAUNCHED, Launch.PENDING):
+            return None
+        if result == Launch.FATAL:
+            return failure
         reasons.append(f"{offer.provider}: no capacity")
-    # nothing could be had: go back to waiting, and reuse this attempt number next time
+    return back_to_waiting(ctx, run, reasons)
+
+
+def back_to_waiting(ctx: Context, run: RunRecord, reasons: list[str]) -> Transition:
+    """Nothing could be had for the current attempt: PENDING (or RECOVERING after a first
+    attempt) again, with this attempt number reused next time."""
+    number = run.attempt
     ctx.store.update_attempt(
         run.id, number, state="no_capacity", exit_reason="no_capacity", ended_at=ctx.clock()
     )
     back = RunState.RECOVERING if (run.attempt or 0) > 1 else RunState.PENDING
-    try:
-        ctx.store.transition(
-            run.id,
-            back,
-            "waiting for capacity: " + "; ".join(reasons),
-            expect={RunState.PROVISIONING},
-            attempt=number - 1,
-        )
-    except Conflict:
-        pass
-    return False
+    return Transition(
+        back,
+        "waiting for capacity: " + "; ".join(reasons),
+        expect=frozenset({RunState.PROVISIONING}),
+        fields={"attempt": number - 1},
+    )
 
 
-LAUNCHED, NEXT, FATAL, PENDING = "launched", "next", "fatal", "pending"
-
-
-def launch_key(ctx: Context, run: Any, number: int, key: str, offer: Offer) -> str:
+def launch_key(
+    ctx: Context, run: RunRecord, number: int, key: str, offer: Offer
+) -> tuple[Launch, Transition | None]:
     """Call the provider for one resource key. Idempotent; safe to repeat after a crash.
 
-    Returns LAUNCHED; NEXT when this offer cannot be had (try the next one or wait); FATAL when
-    the launch can never succeed (bad input such as a missing workdir): the run has been failed;
-    PENDING when the outcome is unknown (the call may have taken effect): the intent stays and
-    the same key is launched again later.
+    Returns what became of the call (:class:`Launch`) and, for FATAL, the run's failure to
+    apply (the resource row is closed: nothing was launched).
     """
     provider = ctx.provider(offer.provider)
     try:
         instance = provider.launch(offer, _bootstrap(ctx, run, number, offer), key)
     except NoCapacity as e:
         log.info("run %s: %s has no capacity: %s", run.id, offer.provider, e.message)
-        ctx.store.update_resource(key, state="gone")
+        ctx.store.update_resource(key, state=ResourceState.GONE)
         ctx.store.add_event(
             run.id,
             "provider.no_capacity",
@@ -202,7 +231,7 @@ def launch_key(ctx: Context, run: Any, number: int, key: str, offer: Offer) -> s
             attempt=number,
             data={"provider": offer.provider, "offer_id": offer.offer_id},
         )
-        return NEXT
+        return Launch.NEXT, None
     except ProviderError as e:
         if e.fields.get("maybe_done"):
             # the request may have reached the provider: the key stays an intent and is
@@ -214,8 +243,8 @@ def launch_key(ctx: Context, run: Any, number: int, key: str, offer: Offer) -> s
                 attempt=number,
                 data={"provider": offer.provider, "code": e.code},
             )
-            return PENDING
-        ctx.store.update_resource(key, state="gone")
+            return Launch.PENDING, None
+        ctx.store.update_resource(key, state=ResourceState.GONE)
         ctx.store.add_event(
             run.id,
             "provider.error",
@@ -223,19 +252,19 @@ def launch_key(ctx: Context, run: Any, number: int, key: str, offer: Offer) -> s
             attempt=number,
             data={"provider": offer.provider, "code": e.code},
         )
-        return NEXT
+        return Launch.NEXT, None
     except CorralError as e:  # the plan itself is wrong: no retry can fix it
-        ctx.store.update_resource(key, state="gone")
-        run = ctx.store.get_run(run.id)
-        from corral.control import finishing
-
-        finishing.begin_finish(
-            ctx, run, RunState.FAILED, f"launch failed: {e.message}", graceful=False
+        ctx.store.update_resource(key, state=ResourceState.GONE)
+        failure = transitions.finish(
+            RunState.FAILED,
+            f"launch failed: {e.message}",
+            graceful=False,
+            expect=frozenset({RunState.PROVISIONING}),
         )
-        return FATAL
+        return Launch.FATAL, failure
     ctx.store.update_resource(
         key,
-        state="active",
+        state=ResourceState.ACTIVE,
         instance_id=instance.instance_id,
         instance=instance.model_dump(mode="json"),
     )
@@ -253,4 +282,4 @@ def launch_key(ctx: Context, run: Any, number: int, key: str, offer: Offer) -> s
         attempt=number,
         data={"provider": offer.provider, "instance_id": instance.instance_id},
     )
-    return LAUNCHED
+    return Launch.LAUNCHED, None

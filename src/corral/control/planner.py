@@ -16,10 +16,13 @@ from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from operator import attrgetter
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from corral.errors import CorralError, InfeasibleRequest, ProviderError
-from corral.providers.base import Offer, Provider, Requirements
+from corral.providers.base import Offer, Provider, Requirements, SupportsPriceRefresh
+
+if TYPE_CHECKING:  # only a type here: the planner (corral offers) never loads the spec models
+    from corral.spec import JobSpec
 
 log = logging.getLogger("corral.control.planner")
 
@@ -27,7 +30,7 @@ log = logging.getLogger("corral.control.planner")
 MAX_WORKERS = 8
 
 
-def requirements_from_spec(spec: Any) -> Requirements:
+def requirements_from_spec(spec: JobSpec) -> Requirements:
     """Turn ``spec.resources`` into provider-neutral :class:`Requirements`.
 
     ``spot: auto`` becomes ``spot=None`` (either kind; the cheapest wins)."""
@@ -160,7 +163,8 @@ def sort_key(offer: Offer) -> tuple:
 
 def sort_offers(offers: Iterable[Offer]) -> list[Offer]:
     """``offers`` in :func:`sort_key` order (faster than ``sorted(key=sort_key)``)."""
-    available, unavailable = [], []
+    available: list[Offer] = []
+    unavailable: list[Offer] = []
     for o in offers:
         (available if o.available else unavailable).append(o)
     available.sort(key=_ORDER)
@@ -250,8 +254,6 @@ def refresh_prices(
     """Ask every provider that publishes live prices (:class:`SupportsPriceRefresh`) to
     reload them now. Returns, per provider: ``{"refreshed": bool, "prices_as_of": str|None,
     "reason": str}`` (the reason when not refreshed: not supported, or the error)."""
-    from corral.providers.base import SupportsPriceRefresh
-
     out: dict[str, dict[str, Any]] = {}
     live = {n: p for n, p in providers.items() if isinstance(p, SupportsPriceRefresh)}
     for name in providers:
@@ -262,7 +264,7 @@ def refresh_prices(
                 "reason": "prices come from its catalog or its offers; nothing to refresh",
             }
 
-    def one(p: Any) -> Any:
+    def one(p: SupportsPriceRefresh) -> str | Exception | None:
         try:
             return p.refresh_prices()
         except Exception as exc:

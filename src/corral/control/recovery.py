@@ -13,9 +13,11 @@ Rules (spec ``recovery``):
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
+from corral.spec import JobSpec
+from corral.store.records import AttemptRecord
 from corral.wire.outcome import OutcomeKind
 
 PREEMPTED = OutcomeKind.PREEMPTED.value
@@ -28,16 +30,25 @@ class Decision:
     reason: str
 
 
-def decide(spec: Any, attempts: list[Any], kind: str, exit_code: int | None) -> Decision:
+def decide(
+    spec: JobSpec,
+    attempts: Sequence[AttemptRecord],
+    current: int,
+    kind: OutcomeKind,
+    exit_code: int | None,
+) -> Decision:
+    """Whether attempt ``current``, which ended as ``kind`` (a preemption or a failure), is
+    recovered; ``attempts`` are the run's attempts (the current one's own exit is ``kind``
+    whatever the store says of it yet)."""
     rec = spec.recovery
-    ended = [a for a in attempts if a.exit_reason in (PREEMPTED, FAILED)]
-    if kind == PREEMPTED:
-        used = sum(1 for a in ended if a.exit_reason == PREEMPTED) - 1  # this one is counted
+    ended = [a for a in attempts if a.number != current and a.exit_reason in (PREEMPTED, FAILED)]
+    if kind == OutcomeKind.PREEMPTED:
+        used = sum(1 for a in ended if a.exit_reason == PREEMPTED)
         limit = rec.max_preemption_restarts
         if used < limit:
             return Decision(True, f"preempted: restart {used + 1} of {limit}")
         return Decision(False, f"preempted {used + 1} times; max_preemption_restarts is {limit}")
-    used = sum(1 for a in ended if a.exit_reason == FAILED) - 1
+    used = sum(1 for a in ended if a.exit_reason == FAILED)
     limit = rec.max_error_restarts
     codes = list(rec.recover_on_exit_codes or [])
     if codes and exit_code is not None and exit_code not in codes:  # None: the machine failed

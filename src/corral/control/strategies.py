@@ -8,10 +8,12 @@ in the order returned, falling back down the list on ``NoCapacity``.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from typing import Any, ClassVar
 
 from corral.errors import BadInput
 from corral.providers.base import Offer
+from corral.store.records import AttemptRecord
 
 
 def _same(offer: Offer, previous: dict[str, Any]) -> bool:
@@ -26,7 +28,7 @@ class RecoveryStrategy(ABC):
     name: ClassVar[str]
 
     @abstractmethod
-    def order(self, offers: list[Offer], attempts: list[Any]) -> list[Offer]:
+    def order(self, offers: list[Offer], attempts: Sequence[AttemptRecord]) -> list[Offer]:
         """The offers to try, best first. ``offers`` come sorted cheapest first;
         ``attempts`` are the run's earlier attempts, oldest first."""
 
@@ -38,7 +40,7 @@ class SameOffer(RecoveryStrategy):
 
     name = "same-offer"
 
-    def order(self, offers: list[Offer], attempts: list[Any]) -> list[Offer]:
+    def order(self, offers: list[Offer], attempts: Sequence[AttemptRecord]) -> list[Offer]:
         last = next((a.offer for a in reversed(attempts) if a.offer and a.instance_id), None)
         if not last:
             return list(offers)
@@ -53,7 +55,7 @@ class NextCheapest(RecoveryStrategy):
 
     name = "next-cheapest"
 
-    def order(self, offers: list[Offer], attempts: list[Any]) -> list[Offer]:
+    def order(self, offers: list[Offer], attempts: Sequence[AttemptRecord]) -> list[Offer]:
         last = next((a for a in reversed(attempts) if a.offer and a.instance_id), None)
         if last is None:
             return list(offers)

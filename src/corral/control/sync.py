@@ -1,5 +1,5 @@
 """Copy what the agent knows into the controller's home: events into the store, stage logs
-into ``runs/<id>/logs/a<attempt>/<stage>.log``.
+into ``runs/<id>/logs/a<attempt>/<stage>.log``, its status onto the attempt.
 
 The agent's byte offset reached for each stage log is kept beside the copy, so a restarted
 controller continues where it stopped.
@@ -12,7 +12,12 @@ from typing import Any
 
 from corral import paths
 from corral.control.agent_client import AgentClient
-from corral.control.context import Context
+from corral.control.context import Context, log
+from corral.control.cost import run_cost
+from corral.errors import AgentError
+from corral.secrets.redact import Redactor, current_redactor, register_names
+from corral.store.records import RunRecord
+from corral.wire.status import AgentStatus
 
 
 def logs_dir(run_id: str, attempt: int) -> Path:
@@ -62,11 +67,9 @@ def sync_logs(ctx: Context, run_id: str, attempt: int, client: AgentClient) -> N
             offset = nxt
 
 
-def _redactor(ctx: Context, run_id: str) -> Any:
+def _redactor(ctx: Context, run_id: str) -> Redactor:
     """Every secret value in play, the run's spec ``secrets:`` included (for a controller
     restarted since the launch, which has not resolved them itself)."""
-    from corral.secrets import current_redactor, register_names
-
     register_names(ctx.spec(ctx.store.get_run(run_id)).secrets)
     return current_redactor()
 
@@ -125,3 +128,25 @@ def sync_events(ctx: Context, run_id: str, attempt: int, client: AgentClient, cu
             batch.append({"type": ev.get("type", "agent"), "reason": _describe(ev), "data": data})
         cursor = int(page.get("next") or events[-1].get("seq") or cursor)
         ctx.store.append_agent_events(run_id, attempt, batch, cursor=cursor)
+
+
+def poll_agent(ctx: Context, run: RunRecord, client: AgentClient, status: AgentStatus) -> None:
+    """Copy events and logs, cache the agent's status on the attempt
+    (``attempt.data["status"]``), note completed stages, update the run's cost."""
+    attempt = ctx.store.get_attempt(run.id, run.attempt)
+    try:
+        sync_events(ctx, run.id, run.attempt, client, attempt.events_cursor or 0)
+        sync_logs(ctx, run.id, run.attempt, client)
+    except AgentError as e:
+        log.info("run %s: sync interrupted: %s", run.id, e.message)
+    done = status.succeeded_stages()
+    completed = list(run.completed_stages or [])
+    new = [s for s in done if s not in completed]
+    fields: dict[str, Any] = {}
+    if new:
+        fields["completed_stages"] = completed + new
+    data = dict(attempt.data or {})
+    data["status"] = status.as_dict()
+    ctx.store.update_attempt(run.id, run.attempt, data=data)
+    fields["cost_usd"] = run_cost(ctx, run.id)
+    ctx.store.update_run(run.id, **fields)

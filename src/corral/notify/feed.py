@@ -16,6 +16,7 @@ from typing import Any
 from corral.notify import payloads
 from corral.notify.keys import Item, Key, Run
 from corral.store.records import EventRecord
+from corral.wire.outcome import AttemptOutcome
 
 log = logging.getLogger("corral.notify")
 
@@ -137,8 +138,19 @@ class FeedReader:
             if run.id not in live:
                 live[run.id] = self._live(run.id)
             extra = live[run.id]
-        payload = payloads.build(e, run_name=run.name, webhook=key.hook.index, live=extra)
+        payload = payloads.build(
+            e, run_name=run.name, webhook=key.hook.index, live=extra, outcome=self._outcome(e)
+        )
         return Item(e.id, e.type, payload, e.ts if e.type == "progress" else None)
+
+    def _outcome(self, e: EventRecord) -> AttemptOutcome | None:
+        if e.type not in payloads.OUTCOME_EVENTS:
+            return None
+        try:
+            return payloads.outcome_for(self.store, e)
+        except Exception as exc:  # the payload goes out without it rather than not at all
+            log.warning("run %s: no outcome for a %s webhook: %s", e.run_id, e.type, exc)
+            return None
 
     def _live(self, run_id: str) -> dict[str, Any]:
         try:

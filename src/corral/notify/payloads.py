@@ -12,11 +12,18 @@ import logging
 import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
+from pydantic import ValidationError
+
+from corral.errors import NotFound
 from corral.spec.models import ALL_EVENTS, EVENTS
-from corral.store.records import EventRecord
+from corral.store.records import AttemptRecord, EventRecord, RunRecord
+from corral.wire.outcome import AttemptOutcome
+
+if TYPE_CHECKING:
+    from corral.store.store import Store
 
 log = logging.getLogger("corral.notify")
 
@@ -37,6 +44,11 @@ FIELDS: dict[str, tuple[str, ...]] = {
     "run.finished": ("state", "cost_usd"),
 }
 GPU_FIELDS = ("id", "utilization_pct", "memory_used_mb", "memory_total_mb")
+#: The events that say how an attempt or the run ended: their payload describes the end from
+#: the attempt's own outcome (``attempt.data["outcome"]``, decided once by corral.wire.outcome).
+OUTCOME_EVENTS = frozenset({"run.recovering", "run.finished"})
+#: What ``data.outcome`` carries of an :class:`~corral.wire.outcome.AttemptOutcome`.
+OUTCOME_FIELDS = ("kind", "cause", "exit_code", "failed_stage")
 
 
 @dataclass(frozen=True)
@@ -99,15 +111,23 @@ def build(
     run_name: str,
     webhook: int,
     live: dict[str, Any] | None = None,
+    outcome: AttemptOutcome | None = None,
 ) -> dict[str, Any]:
     """The JSON payload of one webhook delivery. ``live`` (progress only): ``cost_usd`` and
-    ``gpus`` from the run and its latest agent status."""
+    ``gpus`` from the run and its latest agent status. ``outcome`` (``run.recovering``,
+    ``run.finished``): how the attempt ended, from :func:`outcome_for`; it gives the
+    recovering attempt's ``kind`` and ``exit_code`` and the ``outcome`` field."""
     fields = FIELDS[event.type]
     data = {k: event.data.get(k) for k in fields if k in event.data}
     if event.type == "progress":
         live = live or {}
         data["cost_usd"] = live.get("cost_usd")
         data["gpus"] = live.get("gpus") or []
+    if event.type in OUTCOME_EVENTS and outcome is not None:
+        described = outcome.model_dump(mode="json")
+        if event.type == "run.recovering":
+            data["kind"], data["exit_code"] = described["kind"], described["exit_code"]
+        data["outcome"] = {k: described[k] for k in OUTCOME_FIELDS}
     return {
         "id": delivery_id(event.run_id, webhook, event.id),
         "type": event.type,
@@ -119,7 +139,35 @@ def build(
     }
 
 
-def live_status(run: Any, attempt: Any | None) -> dict[str, Any]:
+def outcome_of(attempt: AttemptRecord | None) -> AttemptOutcome | None:
+    """The attempt's typed outcome as the controller recorded it (None: not ended yet, or
+    written by an older corral)."""
+    if attempt is None:
+        return None
+    raw = (attempt.data or {}).get("outcome")
+    if not raw:
+        return None
+    try:
+        return AttemptOutcome.model_validate(raw)
+    except ValidationError:
+        log.warning("attempt %s of run %s: unreadable outcome", attempt.number, attempt.run_id)
+        return None
+
+
+def outcome_for(store: Store, event: EventRecord) -> AttemptOutcome | None:
+    """The outcome an ``OUTCOME_EVENTS`` event describes: its attempt's, or for a run-level
+    event (``run.finished``) the run's last attempt's. None for other events, a run that
+    ended before any attempt, or an attempt without a recorded outcome."""
+    if event.type not in OUTCOME_EVENTS:
+        return None
+    try:
+        number = event.attempt or store.get_run(event.run_id).attempt
+        return outcome_of(store.get_attempt(event.run_id, number)) if number else None
+    except NotFound:
+        return None
+
+
+def live_status(run: RunRecord, attempt: AttemptRecord | None) -> dict[str, Any]:
     """What a progress payload adds from the store: the run's cost so far and per-GPU usage
     from the attempt's cached agent status (``attempt.data["status"]["gpus"]``)."""
     gpus = []

@@ -67,7 +67,10 @@ def test_ready_is_503_until_the_runner_starts(tmp_path):
     ).start()
     try:
         client = Client(f"http://127.0.0.1:{server.port}")
-        assert client.request("GET", "/ready") == (503, {"ready": False, "wire_version": WIRE_VERSION})
+        assert client.request("GET", "/ready") == (
+            503,
+            {"ready": False, "wire_version": WIRE_VERSION},
+        )
         assert client.get("/health")["ok"] is True
     finally:
         server.shutdown()

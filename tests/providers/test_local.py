@@ -15,12 +15,12 @@ from pathlib import Path
 import httpx
 import psutil
 import pytest
+from corral.providers.local.state import InstanceRecord, Layout, utcnow
 
 from corral.errors import BadInput, Conflict, InfeasibleRequest, NoCapacity, ProviderError
 from corral.gpu import parse_fake
 from corral.providers.base import Bootstrap, InstanceState, Requirements
 from corral.providers.local import ENV_LOCAL_PRICE, LocalProvider
-from corral.providers.local.state import InstanceRecord, Layout, utcnow
 
 from .contract import ProviderContract, trivial_plan
 

@@ -245,7 +245,6 @@ def test_storage_without_a_path_fails_instead_of_checking_the_current_directory(
     assert check.status == "fail" and "no path given" in check.detail
 
 
-
 @pytest.mark.parametrize("what", ["model", "dataset", "output", "sqlite"])
 def test_a_path_that_cannot_be_looked_into_fails_its_check_not_the_run(tmp_path, what):
     """A permission error (a parent directory without search permission) is a failed check with

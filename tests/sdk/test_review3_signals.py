@@ -58,7 +58,5 @@ RESET_BY_A_LIBRARY = textwrap.dedent(
 def test_installing_again_after_a_library_reset_the_handler_puts_it_back(tmp_path):
     script = tmp_path / "reset.py"
     script.write_text(RESET_BY_A_LIBRARY)
-    proc = subprocess.run(
-        [sys.executable, str(script)], capture_output=True, text=True, timeout=20
-    )
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=20)
     assert proc.returncode == EXIT_PREEMPTED, (proc.returncode, proc.stderr)

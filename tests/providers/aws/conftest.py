@@ -12,8 +12,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-
 from corral.providers.aws.local_machines import LocalMachineRunner
+
 from corral.providers.aws.provider import AwsProvider
 
 from .fake_imds import FakeImds

@@ -7,9 +7,6 @@ import time
 from pathlib import Path
 
 import pytest
-
-from corral.agent.events import EventLog
-from corral.agent.main import Agent
 from corral.agent.notices import (
     ENV_IMDS_URL,
     ENV_NOTICE_INTERVAL,
@@ -18,6 +15,9 @@ from corral.agent.notices import (
     SpotNoticePoller,
     build_notice_hook,
 )
+
+from corral.agent.events import EventLog
+from corral.agent.main import Agent
 from corral.errors import BadInput
 from corral.wire.env import EXIT_PREEMPTED
 from corral.wire.plan import AgentPlan

@@ -451,8 +451,9 @@ def test_without_credentials_aws_offers_nothing_and_says_why(aws, monkeypatch):
 
 
 def test_the_registry_builds_aws_from_the_environment(aws, imds, owner, monkeypatch):
-    from corral.errors import BadInput
     from corral.providers.aws.local_machines import LocalMachineRunner
+
+    from corral.errors import BadInput
     from corral.providers.registry import get_provider
 
     for name, value in {

@@ -111,6 +111,9 @@ class Bootstrap(_Model):
     passes to the job. Neither the token nor ``env`` values may be logged.
     """
 
+    # never echo input values in a validation error: the plan's env may hold secrets
+    model_config = ConfigDict(extra="forbid", hide_input_in_errors=True)
+
     plan: AgentPlan
     token: str
     env: dict[str, str] = Field(default_factory=dict)

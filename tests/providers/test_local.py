@@ -284,7 +284,9 @@ def test_an_interrupted_launch_is_finished_by_launching_again(make_provider, tmp
         created_at=utcnow(),
         offer=offer.model_dump(mode="json"),
     )
-    Layout(p.home / "local").write(rec)  # what a controller killed right after writing the record leaves
+    Layout(p.home / "local").write(
+        rec
+    )  # what a controller killed right after writing the record leaves
     assert p.find("cut-a1") is not None
     assert p.status(p.find("cut-a1")).state == InstanceState.FAILED
     assert p.gpu_holders()[0]["key"] == "cut-a1"

@@ -30,6 +30,9 @@ _PROVIDERS: dict[str, str] = {
 }
 
 
+#: The providers a controller uses when ``CORRAL_PROVIDERS`` does not say (this machine).
+DEFAULT_PROVIDERS = "local"
+
 #: ``name=module:Class`` pairs, comma-separated: providers registered from outside corral
 ENV_PROVIDER_PLUGINS = "CORRAL_PROVIDER_PLUGINS"
 _NAME_RE = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")

@@ -104,7 +104,7 @@ def test_spot_launch_asks_ec2_for_exactly_what_the_job_needs(make_provider, owne
     ]
 
 
-def test_on_demand_launch_has_no_spot_options_and_no_notice_poller(make_provider, aws, tmp_path):
+def test_on_demand_launch_has_no_spot_options_and_no_notice_hook(make_provider, aws, tmp_path):
     p = make_provider(root_volume_gb=120)
     key = new_key()
     offer = pick(p, spot=False)

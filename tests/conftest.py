@@ -46,7 +46,7 @@ def _cleanup_home(home: Path) -> None:
 
         providers.append(FakeProvider({}, home=home, clock=lambda: 0.0, timers=False))
     if (home / "aws-machines").exists():
-        from corral.providers.aws.local_machines import LocalMachineRunner
+        from corral.testing.aws import LocalMachineRunner
 
         with suppress(Exception):
             LocalMachineRunner(home).stop_all()

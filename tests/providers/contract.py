@@ -32,6 +32,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -60,6 +61,20 @@ def trivial_plan(workdir: Path, key: str, run: str = "sleep 60") -> AgentPlan:
         state_dir=str(workdir / "state" / key),
         grace_seconds=1.0,
     )
+
+
+def provider_plan(
+    provider: Provider, offer: Offer, workdir: Path, key: str, run: str = "sleep 60", **spec: Any
+) -> AgentPlan:
+    """The plan the controller would build for ``key`` on ``offer``: a one-stage job spec
+    (``spec`` adds keys) and ``provider``'s node contribution, through the real plan builder."""
+    from corral.control.plan_builder import build_plan
+    from corral.spec import JobSpec
+
+    job = JobSpec.model_validate({"name": "t", "workdir": str(workdir), "run": run, **spec})
+    run_id = key.rsplit("-a", 1)[0]
+    profile = provider.node_profile(offer, run_id)
+    return build_plan(job, run_id=run_id, attempt=1, offer=offer, profile=profile)
 
 
 def new_key() -> str:

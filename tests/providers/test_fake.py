@@ -79,7 +79,7 @@ def alive(pid: int | None) -> bool:
 
 def stage_pids(inst) -> list[int]:
     """Pids of the stage process groups the machine's agent lists in children.json."""
-    path = Path(inst.data["dir"]) / "machine" / "local" / "instances" / inst.key / "agent"
+    path = Path(inst.data["dir"]) / "machine" / "instances" / inst.key / "agent"
     try:
         entries = json.loads((path / "children.json").read_text())
     except (FileNotFoundError, ValueError):
@@ -187,8 +187,8 @@ def test_instance_boots_after_the_launch_delay_with_the_offer_gpus(make_fake, cl
     assert not pending.exists()
     found = p.find("boot-a1")
     assert found.endpoint == st.endpoint and alive(found.data["pid"])
-    plan_path = Path(inst.data["dir"]) / "machine" / "local" / "instances" / "boot-a1"
-    assert json.loads((plan_path / "plan.json").read_text())["devices"] == ["0"]
+    argv = psutil.Process(found.data["pid"]).cmdline()  # the offer's one GPU, as on a cloud
+    assert argv[argv.index("--devices") + 1] == "0"
 
 
 def test_scheduled_preemption_hits_that_launch_with_sigterm_then_sigkill(
@@ -209,7 +209,7 @@ def test_scheduled_preemption_hits_that_launch_with_sigterm_then_sigkill(
     st = p.status(hit)
     assert st.state == InstanceState.PREEMPTED
     assert "schedule" in st.detail and "notice at +30.0s" in st.detail
-    events = Path(hit.data["dir"]) / "machine" / "local" / "instances" / "s1-a1" / "agent"
+    events = Path(hit.data["dir"]) / "machine" / "instances" / "s1-a1" / "agent"
     wait_until(lambda: "stop.requested" in (events / "events.jsonl").read_text(), message="notice")
     time.sleep(0.3)
     assert alive(agent) and all(alive(pid) for pid in stages)  # noticed, not killed yet
@@ -380,10 +380,14 @@ def test_the_cloud_comes_from_the_file_named_by_the_environment(
 
 def test_ephemeral_disk_gives_each_machine_its_own_checkpoint_dir(make_fake, tmp_path) -> None:
     p = make_fake(cloud(ephemeral_disk=True))
-    inst = p.launch(offer(p), bootstrap(tmp_path, "eph-a1"), "eph-a1")
-    plan = Path(inst.data["dir"]) / "machine" / "local" / "instances" / "eph-a1" / "plan.json"
-    ckpt = json.loads(plan.read_text())["checkpoint_dir"]
-    assert ckpt.startswith(inst.data["dir"]) and ckpt != str(tmp_path / "checkpoints")
+    boot = bootstrap(tmp_path, "eph-a1", run='echo "$CORRAL_CHECKPOINT_DIR" > where; sleep 60')
+    inst = p.launch(offer(p), boot, "eph-a1")
+    # the plan is not rewritten: the machine tells its agent where its own disk is
+    plan = Path(inst.data["dir"]) / "machine" / "instances" / "eph-a1" / "plan.json"
+    assert json.loads(plan.read_text())["checkpoint_dir"] == boot.plan.checkpoint_dir
+    where = tmp_path / "where"
+    ckpt = wait_until(lambda: where.exists() and where.read_text().strip(), message="the stage")
+    assert ckpt == str(Path(inst.data["dir"]) / "machine" / "disk" / "checkpoints")
 
 
 def test_fake_and_local_providers_support_simulated_preemption() -> None:

@@ -15,12 +15,14 @@ from pathlib import Path
 import httpx
 import psutil
 import pytest
+from pydantic import ValidationError
 
 from corral.errors import BadInput, Conflict, InfeasibleRequest, NoCapacity, ProviderError
 from corral.gpu import parse_fake
 from corral.providers.base import Bootstrap, InstanceState, Requirements
+from corral.providers.common.files import utcnow
+from corral.providers.common.host_state import InstanceRecord, Layout
 from corral.providers.local import ENV_LOCAL_PRICE, LocalProvider
-from corral.providers.local.state import InstanceRecord, Layout, utcnow
 from support.waiting import wait_until
 
 from .contract import ProviderContract, trivial_plan
@@ -109,9 +111,12 @@ def test_two_launches_get_disjoint_gpus_and_a_third_waits_until_one_ends(make_pr
     p.terminate(a)
     c = p.launch(offer, bootstrap(tmp_path, "rc-a1"), "rc-a1")
     assert sorted(c.data["gpus"]) == sorted(a.data["gpus"])
+    # the plan file is the plan as built; what only this machine knows is a launch argument
     plan = json.loads((Path(c.data["dir"]) / "plan.json").read_text())
-    assert plan["devices"] == c.data["gpus"]
-    assert plan["state_dir"] == str(Path(c.data["dir"]) / "agent")
+    assert plan == bootstrap(tmp_path, "rc-a1").plan.model_dump(mode="json")
+    argv = psutil.Process(c.data["pid"]).cmdline()
+    assert argv[argv.index("--devices") + 1] == ",".join(c.data["gpus"])
+    assert argv[argv.index("--state-dir") + 1] == str(Path(c.data["dir"]) / "agent")
 
 
 def _race(home: str, python: str, workdir: str, key: str, barrier, results) -> None:
@@ -225,9 +230,9 @@ def test_launch_rejects_bad_keys_missing_workdirs_and_invalid_plans(make_provide
         p.launch(offer, bootstrap(tmp_path, "k"), "../escape")
     with pytest.raises(BadInput, match="is not a directory"):
         p.launch(offer, bootstrap(tmp_path / "missing", "k-a1"), "k-a1")
-    bad = Bootstrap(plan={"run_id": "r", "env": {"SECRET": "hunter2"}}, token="t")
-    with pytest.raises(BadInput, match="bootstrap plan is invalid") as err:
-        p.launch(offer, bad, "k-a1")
+    # a bootstrap holds a valid plan or does not exist; its error never shows the plan's values
+    with pytest.raises(ValidationError, match=r"plan\.workdir") as err:
+        Bootstrap(plan={"run_id": "r", "env": {"SECRET": "hunter2"}}, token="t")
     assert "hunter2" not in str(err.value)
     assert p.list_instances() == []
 
@@ -270,7 +275,9 @@ def test_an_interrupted_launch_is_finished_by_launching_again(make_provider, tmp
         created_at=utcnow(),
         offer=offer.model_dump(mode="json"),
     )
-    Layout(p.home).write(rec)  # what a controller killed right after writing the record leaves
+    Layout(p.home / "local").write(
+        rec
+    )  # what a controller killed right after writing the record leaves
     assert p.find("cut-a1") is not None
     assert p.status(p.find("cut-a1")).state == InstanceState.FAILED
     assert p.gpu_holders()[0]["key"] == "cut-a1"
@@ -285,7 +292,7 @@ def test_an_agent_started_by_an_interrupted_launch_is_adopted_not_started_twice(
     p = make_provider("L40S:1")
     offer = p.offers(gpu_req(1))[0]
     inst = p.launch(offer, bootstrap(tmp_path, "adopt-a1"), "adopt-a1")
-    layout = Layout(p.home)
+    layout = Layout(p.home / "local")
     # what a controller killed between starting the agent and recording its pid leaves
     layout.write(layout.read("adopt-a1").model_copy(update={"pid": None, "create_time": None}))
     assert p.status(inst).state in (InstanceState.PROVISIONING, InstanceState.RUNNING)

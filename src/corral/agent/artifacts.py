@@ -35,12 +35,11 @@ from corral.agent import acceptance, manifest
 from corral.agent.collect import collect
 from corral.agent.fsutil import atomic_write_json, iso
 from corral.agent.package import RESULTS, PackageCancelled, build_package
+from corral.wire.node import EventSink, NodeRunner
+from corral.wire.plan import AgentPlan
 
-if TYPE_CHECKING:
-    from corral.agent.events import EventLog
-    from corral.agent.runner import Runner
+if TYPE_CHECKING:  # a type only: the module itself is loaded when an upload starts
     from corral.sdk.storage import Storage
-    from corral.wire.plan import AgentPlan
 
 MANIFEST = "manifest.json"
 CHUNK_BYTES = 8 * 1024 * 1024
@@ -53,11 +52,12 @@ class ArtifactsHook:
     def __init__(
         self,
         plan: AgentPlan,
-        events: EventLog,
+        events: EventSink,
         *,
         now: Callable[[], float] = time.time,
         sleep: Callable[[float], None] = time.sleep,
         upload_tries: int | None = None,
+        state_dir: str | None = None,
     ):
         self.plan = plan
         self._events = events
@@ -69,14 +69,15 @@ class ArtifactsHook:
         self._packages: dict[str, Path] = {}
         self._cancel = threading.Event()
         self._thread: threading.Thread | None = None
-        self.state_dir = Path(plan.state_dir)
+        #: the agent's state directory on this node (the plan's unless the launch said)
+        self.state_dir = Path(state_dir or plan.state_dir)
 
     # --- hook interface --------------------------------------------------------------------
 
-    def before_stages(self, runner: Runner) -> str | None:
+    def before_stages(self, runner: NodeRunner) -> str | None:
         return None
 
-    def after_stages(self, runner: Runner, phase: str) -> str | None:
+    def after_stages(self, runner: NodeRunner, phase: str) -> str | None:
         plan = self.plan
         problems: list[str] = []
         result = self._evaluate()
@@ -85,7 +86,7 @@ class ArtifactsHook:
             if reject:
                 problems.append(reject)
 
-        found = collect(plan.workdir, plan.artifacts.paths, exclude=[plan.state_dir])
+        found = collect(plan.workdir, plan.artifacts.paths, exclude=[str(self.state_dir)])
         files = dict(found.files)
         report = self._report_file()
         if report is not None:
@@ -247,6 +248,8 @@ class _Upload:
 
     def _open(self) -> Storage:
         if self.storage is None:
+            # lazy for start-up speed: the storage clients load only when something is uploaded
+            # (no cycle: corral.sdk never imports corral.agent)
             from corral.sdk.storage import resolve_location
 
             storage, base = resolve_location(self.uri)

@@ -33,7 +33,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from corral.errors import CorralError
 from corral.sdk.manifest import CheckpointError
@@ -41,10 +41,8 @@ from corral.sdk.storage import LocalStorage, Storage, resolve_location
 from corral.storage import mirror
 from corral.storage.errors import StorageError
 from corral.storage.s3_client import CREDENTIAL_VARS, ENDPOINT_VARS, REGION_VARS, redact
-
-if TYPE_CHECKING:
-    from corral.agent.events import EventLog
-    from corral.wire.plan import AgentPlan
+from corral.wire.node import EventSink, NodeRunner
+from corral.wire.plan import AgentPlan
 
 MAX_BACKOFF_S = 60.0
 FINAL_MAX_BACKOFF_S = 4.0
@@ -56,13 +54,14 @@ class CheckpointSync:
     def __init__(
         self,
         plan: AgentPlan,
-        events: EventLog,
+        events: EventSink,
         *,
         storage: Storage | None = None,
         environ: Mapping[str, str] | None = None,
         poll_seconds: float = 1.0,
         final_attempts: int = 3,
         clock: Callable[[], float] = time.monotonic,
+        checkpoint_dir: str | None = None,
     ):
         self.plan = plan
         self._events = events
@@ -74,7 +73,8 @@ class CheckpointSync:
             if plan.env.get(var):
                 self._env[var] = plan.env[var]
         self._secrets = [self._env[v] for v in CREDENTIAL_VARS if len(self._env.get(v, "")) >= 4]
-        self.local_root = plan.checkpoint_dir
+        #: checkpoints on this node (the plan's unless the launch said otherwise)
+        self.local_root = checkpoint_dir or plan.checkpoint_dir
         self._local = LocalStorage()
         self._problem: str | None = None
         self.root = ""
@@ -112,7 +112,7 @@ class CheckpointSync:
 
     # --- the hook --------------------------------------------------------------------------
 
-    def before_stages(self, runner: Any) -> str | None:
+    def before_stages(self, runner: NodeRunner) -> str | None:
         if self._problem:
             return self._problem
         try:
@@ -123,7 +123,7 @@ class CheckpointSync:
         self._thread.start()
         return None
 
-    def after_stages(self, runner: Any, phase: str) -> str | None:
+    def after_stages(self, runner: NodeRunner, phase: str) -> str | None:
         if self._thread is None:
             return None  # nothing ran, so nothing new to upload
         bounded = phase in ("stopped", "preempted")

@@ -4,16 +4,12 @@ from __future__ import annotations
 
 import json
 import os
-import time
 from pathlib import Path
 from typing import Any
 
+from corral.wire.node import iso  # the wire's time format, shared with node hooks
 
-def iso(ts: float) -> str:
-    """Unix seconds -> ``2026-11-21T21:30:00.123Z`` (UTC, milliseconds)."""
-    whole = int(ts)
-    millis = min(999, int((ts - whole) * 1000))
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(whole)) + f".{millis:03d}Z"
+__all__ = ["atomic_write_json", "iso"]
 
 
 def atomic_write_json(path: str | Path, obj: Any) -> None:

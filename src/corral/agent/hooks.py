@@ -1,56 +1,61 @@
 """Attempt hooks: work the agent does around the stages, besides running them.
 
-A hook is called by the runner at fixed points of an attempt:
-
-* ``before_stages(runner)`` after setup, before the first stage starts (e.g. restore the newest
-  checkpoint from object storage). Return a reason (str) to fail the attempt, or None.
-* ``after_stages(runner, phase)`` once every stage is down and before the attempt is reported
-  finished (e.g. flush checkpoint uploads, upload artifacts, write the manifest). The agent's
-  phase reads ``finishing`` meanwhile, so the controller does not tear the machine down early.
-  Return a reason (str) to turn a succeeded attempt into a failed one, or None.
-* ``status()`` extra keys merged into ``GET /status``.
-* ``close()`` when the agent shuts down.
-
-A hook never raises into the runner: an exception is logged as an ``agent.error`` event and
-treated as a failure reason.
+The protocol a hook implements, and what it may ask of the runner, is the wire's
+(:mod:`corral.wire.node`): the agent's own hooks (checkpoint sync, artifacts) and the node hooks
+a provider names in the plan (``plan.node_hooks``, ``"module:Class"`` references to code in the
+provider's folder) are the same kind of object. This module only decides which hooks an
+attempt gets, and loads the provider's by reference: the agent never imports a provider.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Protocol
+import importlib
 
-if TYPE_CHECKING:
-    from corral.agent.events import EventLog
-    from corral.agent.runner import Runner
-    from corral.wire.plan import AgentPlan
+from corral.agent.artifacts import ArtifactsHook
+from corral.errors import BadInput
+from corral.wire.node import NodeContext, NodeHook
 
-
-class AttemptHook(Protocol):
-    name: str
-
-    def before_stages(self, runner: Runner) -> str | None: ...
-
-    def after_stages(self, runner: Runner, phase: str) -> str | None: ...
-
-    def status(self) -> dict[str, Any]: ...
-
-    def close(self) -> None: ...
+#: The hook protocol under its historical name (see :class:`corral.wire.node.NodeHook`).
+AttemptHook = NodeHook
 
 
-def build_hooks(plan: AgentPlan, events: EventLog) -> list[AttemptHook]:
-    """The hooks a plan asks for (imported only when asked for, to keep start-up fast)."""
-    hooks: list[AttemptHook] = []
-    if plan.notice_poller:  # first: it polls from agent start-up, setup included
-        from corral.agent.notices import build_notice_hook
+def load_node_hook(reference: str, context: NodeContext) -> NodeHook:
+    """Import ``"module:Class"`` and build the hook with ``context``. A reference that does
+    not import, or does not name a hook class, is :class:`BadInput` (the agent does not start)."""
+    module_name, _, attr = reference.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise BadInput(f"node hook {reference!r} cannot be imported: {exc}") from None
+    factory = getattr(module, attr, None)
+    if not callable(factory):
+        raise BadInput(f"node hook {reference!r}: {module_name} has no {attr!r}")
+    hook = factory(context)
+    if not isinstance(hook, NodeHook):
+        raise BadInput(f"node hook {reference!r} does not implement corral.wire.node.NodeHook")
+    return hook
 
-        hooks.append(build_notice_hook(plan, events))
+
+def build_hooks(context: NodeContext) -> list[NodeHook]:
+    """The hooks of one attempt, in the order the runner calls them: the plan's node hooks
+    first (a notice poller watches from agent start-up on, setup included), then checkpoint
+    sync if the plan mirrors checkpoints, then artifacts (always: every attempt ends with a
+    manifest - stage timings, cost, git commit - even with nothing to upload)."""
+    plan = context.plan
+    hooks = [load_node_hook(ref, context) for ref in plan.node_hooks]
     if plan.checkpoint_storage:
+        # imported only when the plan mirrors checkpoints: it pulls in the storage clients,
+        # which most attempts do not need at start-up (no import cycle: it imports no agent
+        # module that imports this one)
         from corral.agent.checkpoint_sync import CheckpointSync
 
-        hooks.append(CheckpointSync(plan, events))
-    # always: every attempt ends with a manifest (stage timings, cost, git commit), even when
-    # there are no artifacts to upload
-    from corral.agent.artifacts import ArtifactsHook
-
-    hooks.append(ArtifactsHook(plan, events))
+        hooks.append(
+            CheckpointSync(
+                plan,
+                context.events,
+                environ=context.environ,
+                checkpoint_dir=context.checkpoint_dir,
+            )
+        )
+    hooks.append(ArtifactsHook(plan, context.events, state_dir=context.state_dir))
     return hooks

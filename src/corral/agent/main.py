@@ -1,18 +1,28 @@
 """``corral agent``: run one attempt of a run on this node and serve its HTTP API.
 
-``python -m corral.agent --plan PLAN.json`` (the token comes from ``CORRAL_AGENT_TOKEN``,
-never from the plan or the command line). :class:`Agent` is the same thing in-process.
+``python -m corral.agent [LAUNCH OPTIONS] --plan PLAN.json`` (the token comes from
+``CORRAL_AGENT_TOKEN``, never from the plan or the command line). :class:`Agent` is the same
+thing in-process.
+
+The plan was built once by the controller and is never rewritten. What only the node knows
+when it starts the agent comes as launch options (:class:`NodeLaunch`), each overriding the
+plan's value for this node: ``--devices`` (the GPUs the provider gave this instance),
+``--state-dir`` (where the instance keeps the agent's files), ``--checkpoint-dir`` (the
+machine's own disk or volume), ``--bind HOST:PORT`` and ``--shutdown-command`` (``""``: none).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import signal
+import subprocess
 import sys
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -21,15 +31,29 @@ from pydantic import ValidationError
 from corral.agent import dag
 from corral.agent.events import EventLog
 from corral.agent.fsutil import atomic_write_json, iso
-from corral.agent.hooks import AttemptHook, build_hooks
+from corral.agent.hooks import build_hooks
 from corral.agent.progress import ProgressTailer
 from corral.agent.runner import Runner
 from corral.agent.server import AgentApi, AgentServer
 from corral.errors import BadInput, CorralError
 from corral.wire import WIRE_VERSION
 from corral.wire.env import ENV_AGENT_TOKEN
+from corral.wire.node import NodeContext, NodeHook
 from corral.wire.outcome import StopCause
 from corral.wire.plan import AgentPlan
+
+
+@dataclass(frozen=True)
+class NodeLaunch:
+    """What the node says when it starts the agent; each None: the plan's value."""
+
+    devices: list[str] | None = None
+    state_dir: str | None = None
+    checkpoint_dir: str | None = None
+    host: str | None = None
+    port: int | None = None
+    #: "" means none (a machine that must not power itself off)
+    shutdown_command: str | None = None
 
 
 class Agent:
@@ -46,16 +70,27 @@ class Agent:
         now: Callable[[], float] = time.time,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
-        hooks: list[AttemptHook] | None = None,
+        hooks: list[NodeHook] | None = None,
+        launch: NodeLaunch | None = None,
     ):
         if not token:
             raise BadInput(f"the agent needs a token: set {ENV_AGENT_TOKEN}")
         dag.validate(plan)
+        node = launch or NodeLaunch()
         self.plan = plan
-        self.state_dir = Path(plan.state_dir)
+        self.state_dir = Path(node.state_dir or plan.state_dir)
+        self.checkpoint_dir = node.checkpoint_dir or plan.checkpoint_dir
+        self.bind = (
+            node.host if node.host is not None else plan.host,
+            node.port if node.port is not None else plan.port,
+        )
+        command = plan.shutdown_command if node.shutdown_command is None else node.shutdown_command
+        self.shutdown_command = command or None
         for sub in ("logs", "progress"):
             (self.state_dir / sub).mkdir(parents=True, exist_ok=True)
-        Path(plan.checkpoint_dir).mkdir(parents=True, exist_ok=True)
+        Path(self.checkpoint_dir).mkdir(parents=True, exist_ok=True)
+        if devices is None:
+            devices = node.devices
         if devices is None:
             devices = plan.devices if plan.devices is not None else _detected_ids()
         usage = usage or _gpu_usage
@@ -63,7 +98,16 @@ class Agent:
         self.tailer = ProgressTailer(
             self.state_dir / "progress", self.events, plan.progress_event_interval, clock=clock
         )
-        self.hooks = build_hooks(plan, self.events) if hooks is None else hooks
+        if hooks is None:
+            context = NodeContext(
+                plan=plan,
+                events=self.events,
+                state_dir=str(self.state_dir),
+                checkpoint_dir=self.checkpoint_dir,
+                environ=dict(os.environ if environ is None else environ),
+            )
+            hooks = build_hooks(context)
+        self.hooks = hooks
         self.runner = Runner(
             plan,
             self.events,
@@ -74,6 +118,8 @@ class Agent:
             clock=clock,
             sleep=sleep,
             hooks=self.hooks,
+            state_dir=str(self.state_dir),
+            checkpoint_dir=self.checkpoint_dir,
         )
         self.api = AgentApi(
             self.runner, self.events, self.tailer, devices, usage, os.getpid(), clock=clock
@@ -87,8 +133,9 @@ class Agent:
 
     def start(self) -> str:
         """Bind, write ``agent.json``, serve, start the attempt; returns the API's URL."""
-        self.server = AgentServer((self.plan.host, self.plan.port), self.api, self._token)
-        self.url = f"http://{self.plan.host}:{self.server.port}"
+        host, port = self.bind
+        self.server = AgentServer((host, port), self.api, self._token)
+        self.url = f"http://{host}:{self.server.port}"
         atomic_write_json(
             self.state_dir / "agent.json",
             {
@@ -155,34 +202,31 @@ def should_exit(agent: Agent, signalled: bool) -> bool:
     return now - last >= timeout
 
 
-def shutdown_machine(plan: AgentPlan) -> None:
-    """Run the plan's shutdown command (a cloud provider sets one that powers the machine off;
+def shutdown_machine(command: str | None) -> None:
+    """Run the node's shutdown command (a cloud provider sets one that powers the machine off;
     instance-initiated shutdown is set to terminate). Never raises."""
-    if not plan.shutdown_command:
+    if not command:
         return
-    import subprocess
-
     try:
-        subprocess.run(["bash", "-c", plan.shutdown_command], timeout=60, check=False)
+        subprocess.run(["bash", "-c", command], timeout=60, check=False)
     except Exception as exc:  # the agent is exiting anyway
         print(f"corral agent: shutdown command failed: {exc}", file=sys.stderr)
 
 
 def _gpu_usage(ids: list[str]) -> list[Any]:
-    from corral import gpu  # on first /status, not at start-up
+    # lazy for start-up speed (on first /status); no cycle: corral.gpu imports no agent module
+    from corral import gpu
 
     return gpu.usage(ids)
 
 
 def _detected_ids() -> list[str]:
-    from corral import gpu
+    from corral import gpu  # lazy for start-up speed, as above
 
     return [g.id for g in gpu.detect()]
 
 
 def _load(path: str) -> AgentPlan:
-    import json
-
     try:
         version = json.loads(Path(path).read_text()).get("wire_version")
     except (OSError, ValueError, AttributeError):
@@ -207,10 +251,17 @@ def main(argv: list[str] | None = None) -> int:
         prog="corral agent", description="Run one attempt of a corral run on this node."
     )
     parser.add_argument("--plan", required=True, help="path of the AgentPlan JSON file")
+    parser.add_argument(
+        "--devices", help="comma-separated GPU ids this instance was given ('': none)"
+    )
+    parser.add_argument("--state-dir", help="where the agent keeps its files on this node")
+    parser.add_argument("--checkpoint-dir", help="where checkpoints live on this node")
+    parser.add_argument("--bind", metavar="HOST:PORT", help="address the agent's API binds")
+    parser.add_argument("--shutdown-command", help="run when no controller calls ('': none)")
     args = parser.parse_args(argv)
     token = os.environ.pop(ENV_AGENT_TOKEN, "")  # gone from this process's environment
     try:
-        agent = Agent(_load(args.plan), token)
+        agent = Agent(_load(args.plan), token, launch=_launch(args))
         url = agent.start()
     except CorralError as exc:
         print(f"corral agent: error: {exc}", file=sys.stderr)
@@ -239,5 +290,29 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
             flush=True,
         )
-        shutdown_machine(agent.plan)
+        shutdown_machine(agent.shutdown_command)
     return 0
+
+
+def _launch(args: argparse.Namespace) -> NodeLaunch:
+    """The launch options as a :class:`NodeLaunch`; a bad ``--bind`` is :class:`BadInput`."""
+    host = port = None
+    if args.bind:
+        host, _, raw = args.bind.rpartition(":")
+        try:
+            port = int(raw)
+        except ValueError:
+            raise BadInput(f"--bind {args.bind!r}: expected HOST:PORT") from None
+        if not host or not 0 <= port <= 65535:
+            raise BadInput(f"--bind {args.bind!r}: expected HOST:PORT")
+    devices = None
+    if args.devices is not None:
+        devices = [d.strip() for d in args.devices.split(",") if d.strip()]
+    return NodeLaunch(
+        devices=devices,
+        state_dir=args.state_dir or None,
+        checkpoint_dir=args.checkpoint_dir or None,
+        host=host,
+        port=port,
+        shutdown_command=args.shutdown_command,
+    )

@@ -29,11 +29,11 @@ from typing import Any
 from corral.agent.events import EventLog
 from corral.agent.fsutil import atomic_write_json, iso
 from corral.agent.gpus import GpuPool
-from corral.agent.hooks import AttemptHook
 from corral.agent.procs import Child
 from corral.agent.progress import ProgressTailer
 from corral.wire import WIRE_VERSION
 from corral.wire import env as C
+from corral.wire.node import NodeHook
 from corral.wire.outcome import SETUP_STAGE, StopCause, attempt_phase, stage_state
 from corral.wire.plan import AgentPlan, StagePlan
 from corral.wire.status import Phase, StageState
@@ -67,11 +67,16 @@ class Runner:
         now: Callable[[], float] = time.time,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
-        hooks: list[AttemptHook] | None = None,
+        hooks: list[NodeHook] | None = None,
+        state_dir: str | None = None,
+        checkpoint_dir: str | None = None,
     ):
         self.plan = plan
         self.hooks = list(hooks or [])
-        self.state_dir = Path(plan.state_dir)
+        # where this node keeps the agent's state and the checkpoints: the plan's, unless the
+        # node's launch said otherwise (``corral agent --state-dir/--checkpoint-dir``)
+        self.state_dir = Path(state_dir or plan.state_dir)
+        self.checkpoint_dir = checkpoint_dir or plan.checkpoint_dir
         self.logs_dir = self.state_dir / "logs"
         self._events = events
         self._tailer = tailer
@@ -410,7 +415,7 @@ class Runner:
                 C.ENV_RUN_ID: plan.run_id,
                 C.ENV_ATTEMPT: str(plan.attempt),
                 C.ENV_STAGE: stage.name if stage else SETUP,
-                C.ENV_CHECKPOINT_DIR: plan.checkpoint_dir,
+                C.ENV_CHECKPOINT_DIR: self.checkpoint_dir,
                 C.ENV_NUM_GPUS: str(len(gpus)),
                 C.ENV_GRACE_SECONDS: str(plan.grace_seconds),
                 C.ENV_HOURLY_PRICE: str(plan.hourly_price),

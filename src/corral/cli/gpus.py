@@ -9,10 +9,11 @@ def gpus(json_: bool = typer.Option(False, "--json", help="Print JSON.")) -> Non
     """Show the local GPU inventory (NVML, CUDA_VISIBLE_DEVICES or CORRAL_FAKE_GPUS) and the
     run holding each GPU."""
     from corral.cli.output import console, print_json
-    from corral.providers.local.provider import LocalProvider
+    from corral.providers.base import RunsOnThisMachine
+    from corral.providers.registry import this_machine
 
-    provider = LocalProvider()
-    rows = provider.gpu_holders()
+    provider = this_machine()  # the provider whose machine is this one
+    rows = provider.gpu_holders() if isinstance(provider, RunsOnThisMachine) else []
     if json_:
         print_json(rows)
         return

@@ -14,7 +14,9 @@ What is checked, from the spec:
   ``secrets:`` and ``env`` (``WANDB_MODE``, ``MLFLOW_TRACKING_URI``, ...; a relative sqlite
   store is under the workdir). Secret values are never shown;
 * GPUs (``resources.gpus`` min), only when they must be on *this* machine: the spec allows
-  only the ``local`` provider, or the command runs inside a corral run (``CORRAL_RUN_ID`` set).
+  only providers that run on this machine (the capability
+  :class:`~corral.providers.base.RunsOnThisMachine`), or the command runs inside a corral run
+  (``CORRAL_RUN_ID`` set).
   Otherwise the rented machine brings them and the check says "not checked".
 
 Exit code 0 when every check passes (warnings allowed), 2 with the table when one fails.
@@ -168,7 +170,7 @@ def _spec_checks(spec: Any) -> tuple[dict[str, Any], list[Any], list[Any]]:
             after.append(Check(f"model (stage {stage.name})", found.status, found.detail))
     need = int(spec.resources.gpus.min)
     providers = spec.resources.providers
-    on_this_machine = providers == ["local"] or bool(os.environ.get(ENV_RUN_ID))
+    on_this_machine = bool(os.environ.get(ENV_RUN_ID)) or _all_on_this_machine(providers)
     if need > 0 and on_this_machine:
         kwargs["need_gpu"] = need
     elif need > 0:
@@ -176,6 +178,19 @@ def _spec_checks(spec: Any) -> tuple[dict[str, Any], list[Any], list[Any]]:
             Check("gpu", "skip", f"not checked: {need} GPU(s) come with the rented machine")
         )
     return kwargs, extra, after
+
+
+def _all_on_this_machine(providers: list[str] | None) -> bool:
+    """Whether the spec allows only providers whose machine is this one."""
+    from corral.errors import CorralError
+    from corral.providers.registry import runs_on_this_machine
+
+    if not providers:
+        return False
+    try:
+        return all(runs_on_this_machine(name) for name in providers)
+    except CorralError:  # unknown or not installed: it is not this machine
+        return False
 
 
 def _explain_wandb(report: Any, spec: Any) -> None:

@@ -23,6 +23,7 @@ from corral.control.tokens import agent_token
 from corral.control.transitions import Note, Transition
 from corral.errors import CorralError, NoCapacity, NotFound, ProviderError
 from corral.providers.base import Bootstrap, Offer
+from corral.secrets import register_names, resolve_many
 from corral.store.records import RunRecord
 from corral.store.states import ResourceState, RunState
 from corral.wire.env import ENV_SECRET_NAMES
@@ -118,6 +119,9 @@ def next_attempt(ctx: Context, run: RunRecord) -> Transition | None:
 
 
 def _bootstrap(ctx: Context, run: RunRecord, number: int, offer: Offer) -> Bootstrap:
+    """The bootstrap of attempt ``number`` on ``offer``: the plan, built once here from the
+    spec and the offer's provider's node contribution, the agent's token and the job's
+    secrets."""
     spec = ctx.spec(run)
     plan = build_plan(
         spec,
@@ -128,8 +132,8 @@ def _bootstrap(ctx: Context, run: RunRecord, number: int, offer: Offer) -> Boots
         cost_offset_usd=float(run.cost_usd or 0.0),
         spec_hash=run.spec_hash,
         controller_timeout_s=ctx.settings.agent_controller_timeout_s,
+        profile=ctx.provider(offer.provider).node_profile(offer, run.id),
     )
-    from corral.secrets import register_names, resolve_many
 
     # spec `secrets:` go to the job through the bootstrap env only (never the plan, the run
     # row or an event); a missing one fails the launch (BadInput naming it) before any call
@@ -137,9 +141,7 @@ def _bootstrap(ctx: Context, run: RunRecord, number: int, offer: Offer) -> Boots
     env = resolve_many(spec.secrets)
     if env:
         env[ENV_SECRET_NAMES] = ",".join(sorted(env))  # the agent masks them in stage logs
-    return Bootstrap(
-        plan=plan.model_dump(mode="json"), token=agent_token(run.id, number, ctx.home), env=env
-    )
+    return Bootstrap(plan=plan, token=agent_token(run.id, number, ctx.home), env=env)
 
 
 def _ensure_attempt(ctx: Context, run: RunRecord, number: int, offer: Offer) -> None:

@@ -1,4 +1,7 @@
-"""Build the agent's plan for one attempt from the run's resolved spec."""
+"""Build the agent's plan for one attempt, once, from the run's resolved spec and the provider's
+node contribution (:class:`~corral.providers.base.NodeProfile`). Nobody edits the plan after
+this: providers serialise and deliver it, and what only the node knows at launch (its GPUs,
+its state directory) goes to ``corral agent`` as launch arguments."""
 
 from __future__ import annotations
 
@@ -7,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from corral import paths
-from corral.providers.base import Offer
+from corral.providers.base import NodeProfile, Offer
 from corral.wire.env import (
     DEFAULT_GRACE_SECONDS,
     ENV_CKPT_KEEP_BEST,
@@ -19,9 +22,12 @@ from corral.wire.env import (
 from corral.wire.plan import AcceptancePlan, AgentPlan, ArtifactsPlan, EvalPlan, StagePlan
 
 
-def checkpoint_dir(spec: Any, run_id: str) -> str:
-    """The checkpoint directory on the node: ``checkpoints.dir`` (relative to the workdir) or,
-    when the spec leaves it open, one per run under CORRAL_HOME (stable across attempts)."""
+def checkpoint_dir(spec: Any, run_id: str, profile: NodeProfile | None = None) -> str:
+    """The checkpoint directory on the node: the node's own (``profile.checkpoint_dir``: a
+    persistent volume, say), else ``checkpoints.dir`` (relative to the workdir), else one per
+    run under CORRAL_HOME (stable across attempts)."""
+    if profile is not None and profile.checkpoint_dir:
+        return profile.checkpoint_dir
     chosen = spec.checkpoints.dir if spec.checkpoints else None
     if chosen:
         p = Path(chosen)
@@ -40,7 +46,17 @@ def build_plan(
     grace_seconds: float = DEFAULT_GRACE_SECONDS,
     spec_hash: str = "",
     controller_timeout_s: float | None = None,
+    profile: NodeProfile | None = None,
 ) -> AgentPlan:
+    """The plan of attempt ``attempt`` of ``run_id`` on ``offer``. ``profile`` is what the
+    offer's provider says its node needs (default: run on this machine); the controller's
+    ``controller_timeout_s`` wins over the profile's default, the profile's grace cap over the
+    requested ``grace_seconds``."""
+    node = profile or NodeProfile()
+    if node.max_grace_seconds is not None:
+        grace_seconds = min(grace_seconds, node.max_grace_seconds)
+    if controller_timeout_s is None:
+        controller_timeout_s = node.controller_timeout_s
     stages = [
         StagePlan(name=s.name, run=s.run, gpus=s.gpus, needs=list(s.needs), env=dict(s.env))
         for s in spec.stage_list()
@@ -63,7 +79,7 @@ def build_plan(
         setup=list(spec.setup),
         stages=stages,
         devices=None,
-        checkpoint_dir=checkpoint_dir(spec, run_id),
+        checkpoint_dir=checkpoint_dir(spec, run_id, node),
         state_dir=str(paths.run_dir(run_id) / f"agent-a{attempt}"),
         skip_stages=list(skip_stages or []),
         grace_seconds=grace_seconds,
@@ -83,4 +99,8 @@ def build_plan(
             fail_run_on_reject=spec.eval.fail_run_on_reject,
         ),
         controller_timeout_s=controller_timeout_s,
+        host=node.host,
+        port=node.port,
+        shutdown_command=node.shutdown_command,
+        node_hooks=list(node.node_hooks),
     )

@@ -8,12 +8,13 @@ import os
 
 from corral.errors import CorralError
 from corral.providers.base import Provider
+from corral.providers.registry import DEFAULT_PROVIDERS
 
 ENV_PROVIDERS = "CORRAL_PROVIDERS"
 
 
 def enabled_names() -> list[str]:
-    raw = os.environ.get(ENV_PROVIDERS, "local")
+    raw = os.environ.get(ENV_PROVIDERS, DEFAULT_PROVIDERS)
     return [n.strip().lower() for n in raw.split(",") if n.strip()]
 
 

@@ -24,6 +24,7 @@ from typing import Any, ClassVar
 from pydantic import BaseModel, ConfigDict, Field
 
 from corral.wire.machine import InstanceState
+from corral.wire.plan import AgentPlan
 
 # InstanceState lives in the wire contract; providers import it from here or from there.
 
@@ -67,15 +68,53 @@ class Offer(_Model):
     details: dict[str, Any] = Field(default_factory=dict)
 
 
+class NodeProfile(_Model):
+    """What a provider's node needs from the agent plan (:meth:`Provider.node_profile`).
+
+    The controller builds the plan once from the spec and this profile; the provider never
+    edits the plan afterwards. The defaults describe "run on this machine": the agent on
+    loopback with a free port, checkpoints where the spec says, no shutdown command, no node
+    hooks.
+    """
+
+    host: str = Field("127.0.0.1", description="Interface the agent's HTTP API binds.")
+    port: int = Field(0, ge=0, le=65535, description="Agent port; 0 picks a free one.")
+    checkpoint_dir: str | None = Field(
+        None,
+        description="Where checkpoints live on the node (a persistent volume, say); None: "
+        "the spec's checkpoints.dir, else one directory per run under CORRAL_HOME.",
+    )
+    max_grace_seconds: float | None = Field(
+        None, gt=0, description="Cap on the job's grace period (a cloud's preemption notice)."
+    )
+    controller_timeout_s: float | None = Field(
+        None,
+        gt=0,
+        description="How long a node whose job ended waits for a controller call before it "
+        "exits, when the controller's settings give no value.",
+    )
+    shutdown_command: str | None = Field(
+        None, description="Run when the agent exits for lack of a controller (powers off)."
+    )
+    node_hooks: list[str] = Field(
+        default_factory=list,
+        description="'module:Class' references to node hooks in the provider's own folder "
+        "(see corral.wire.node); the agent imports them on the node.",
+    )
+
+
 class Bootstrap(_Model):
     """What the provider must start on the machine: corral's agent with this plan.
 
-    ``plan`` is an :class:`corral.wire.plan.AgentPlan` as a dict. ``token`` protects the agent's
-    HTTP API; ``env`` holds values (secrets included) the agent passes to the job. Neither the
-    token nor ``env`` values may be logged.
+    ``plan`` was built once by the controller; a provider only serialises and delivers it.
+    ``token`` protects the agent's HTTP API; ``env`` holds values (secrets included) the agent
+    passes to the job. Neither the token nor ``env`` values may be logged.
     """
 
-    plan: dict[str, Any]
+    # never echo input values in a validation error: the plan's env may hold secrets
+    model_config = ConfigDict(extra="forbid", hide_input_in_errors=True)
+
+    plan: AgentPlan
     token: str
     env: dict[str, str] = Field(default_factory=dict)
 
@@ -144,6 +183,13 @@ class Provider(ABC):
     def find(self, key: str) -> Instance | None:
         """The instance launched with ``key``, if it exists (used to reconcile after a crash)."""
 
+    def node_profile(self, offer: Offer, run_id: str) -> NodeProfile:
+        """What this provider's node needs from the agent plan of ``run_id`` on ``offer``:
+        the agent's bind address, where checkpoints live, a grace cap, the controller-timeout
+        default, the shutdown command and the node hooks to load. The controller builds the
+        plan from the spec and this, once. The default: run as on this machine."""
+        return NodeProfile()
+
     def list_instances(self) -> list[Instance]:
         """Every instance this provider holds for corral (used by the leak sweep)."""
         return []
@@ -193,10 +239,9 @@ class SupportsVolumes:
 
 
 class SupportsPreemptionNotice:
-    """The machine learns of a coming preemption ahead of time; the agent polls for it."""
-
-    #: Name of the agent-side notice poller for this provider (see corral.agent).
-    notice_poller: ClassVar[str] = ""
+    """The machine learns of a coming preemption ahead of time. How is the provider's own
+    business: a node hook it names in :meth:`Provider.node_profile` (a poller of the
+    cloud's metadata service), or a signal to the agent."""
 
 
 class SupportsLogs:
@@ -214,6 +259,17 @@ class SupportsSimulatedPreemption:
     def preempt(self, instance: Instance, grace: float = 5.0) -> None:  # pragma: no cover
         """Preempt ``instance``. :class:`~corral.errors.NotFound` if the provider does not know
         it, :class:`~corral.errors.Conflict` if it is already terminated."""
+        raise NotImplementedError
+
+
+class RunsOnThisMachine:
+    """The provider's machine is the one corral runs on: its GPUs are this machine's GPUs
+    (``corral gpus`` shows them, ``corral preflight`` checks them here). Not listed among the
+    capabilities a provider shows: it says where, not what."""
+
+    def gpu_holders(self) -> list[dict[str, Any]]:  # pragma: no cover - interface
+        """Each GPU of this machine (``GpuInfo.to_dict()``) with the instance ``key``,
+        ``run_id`` and ``instance_id`` holding it, or None in each."""
         raise NotImplementedError
 
 

@@ -59,7 +59,9 @@ _PROVIDER_RE = re.compile(r"^[a-z][a-z0-9_-]*$")
 
 def _provider_name(value: object) -> str:
     if not isinstance(value, str) or not _PROVIDER_RE.match(value.strip().lower()):
-        raise ValueError(f"invalid provider name {describe(value)} (e.g. 'aws', 'runpod', 'local')")
+        raise ValueError(
+            f"invalid provider name {describe(value)} (a registered provider: see `corral providers`)"
+        )
     return value.strip().lower()
 
 

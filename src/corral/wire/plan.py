@@ -4,19 +4,28 @@ The controller builds the plan from the job spec; the provider delivers it to th
 (a file for the local provider, user-data for a cloud). The agent never reads the job spec or
 the store, only this plan, so the two sides can change independently.
 
-GPU indices in a plan are *logical*: index ``i`` is the i-th device in ``devices`` (the GPUs
-the provider gave this instance). ``devices=None`` means "every GPU this node has".
+GPU indices in a plan are *logical*: index ``i`` is the i-th device the agent was given (the
+GPUs the provider gave this instance, ``corral agent --devices``). ``devices=None`` and no
+``--devices`` mean "every GPU this node has".
+
+The plan is built once (``corral.control.plan_builder``) from the spec and the provider's node
+contribution (``Provider.node_profile``); nobody edits it afterwards. Facts that only the node
+knows when it starts the agent (the GPUs it allocated, where the instance keeps its state)
+are launch arguments of ``corral agent``, not plan edits.
 """
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from corral.wire import WIRE_VERSION
 from corral.wire.env import DEFAULT_GRACE_SECONDS
+
+_DOTTED = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 
 
 class _Model(BaseModel):
@@ -95,11 +104,20 @@ class AgentPlan(_Model):
         None,
         description="Run when the agent exits for lack of a controller (powers a cloud machine off).",
     )
-    notice_poller: str | None = Field(
-        None,
-        description="Preemption notice poller the agent runs ('aws': EC2 spot notices through "
-        "the instance metadata service, see corral.agent.notices); None: none.",
+    node_hooks: list[str] = Field(
+        default_factory=list,
+        description="Node hooks the agent loads, as 'module:Class' references to code in the "
+        "provider's own folder (a preemption-notice poller, say); see corral.wire.node.",
     )
+
+    @field_validator("node_hooks")
+    @classmethod
+    def _references(cls, value: list[str]) -> list[str]:
+        for ref in value:
+            module, sep, attr = ref.partition(":")
+            if not (sep and _DOTTED.match(module) and attr.isidentifier()):
+                raise ValueError(f"{ref!r} is not a 'package.module:Class' reference")
+        return value
 
     @classmethod
     def load(cls, path: str | Path) -> AgentPlan:

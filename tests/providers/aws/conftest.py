@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from corral.providers.aws.local_machines import LocalMachineRunner
 from corral.providers.aws.provider import AwsProvider
+from corral.testing.aws import LocalMachineRunner
 
 from .fake_imds import FakeImds
 from .harness import MotoAws

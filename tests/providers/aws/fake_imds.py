@@ -12,7 +12,7 @@ is instance ``default``). It follows the contract in ``shared/providers/aws.md``
 * ``instance-life-cycle`` is ``spot`` (or what :meth:`FakeImds.set_lifecycle` says),
   ``instance-id`` the instance id.
 
-Control (for :class:`~corral.providers.aws.local_machines.LocalMachineRunner`):
+Control (for :class:`~corral.testing.aws.LocalMachineRunner`):
 ``GET /_fake/<instance id>`` answers ``{"interruption": ..., "rebalance": ..., "lifecycle": ...}``.
 """
 

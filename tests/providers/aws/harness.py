@@ -1,6 +1,6 @@
 """The fake AWS for tests: a moto server on loopback (EC2's books) plus what moto cannot do -
 reclaiming a spot instance the way EC2 does (``StateReason`` ``Server.SpotInstanceTermination``).
-Machines are played by :class:`~corral.providers.aws.local_machines.LocalMachineRunner`, spot
+Machines are played by :class:`~corral.testing.aws.LocalMachineRunner`, spot
 notices by :class:`fake_imds.FakeImds`.
 
 Usable from other test packages (``from providers.aws.harness import MotoAws``) and across

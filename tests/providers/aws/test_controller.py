@@ -11,7 +11,9 @@ from pathlib import Path
 import pytest
 
 from control.helpers import start_controller, submit, wait_for, write_spec
+from corral.providers.registry import ENV_PROVIDER_PLUGINS
 from corral.store import Store
+from corral.testing.aws import ENV_TEST_IMDS, LocalMachineRunner
 from support.waiting import wait_until
 
 from .fake_imds import FakeImds
@@ -54,8 +56,9 @@ def test_a_spot_notice_on_aws_is_recovered_elsewhere_and_nothing_is_left(
         "CORRAL_AWS_IMAGE_ID": aws.image_id(),
         "CORRAL_AWS_CONTROLLER_CIDR": "203.0.113.7/32",
         "CORRAL_AWS_OWNER": owner,
-        "CORRAL_AWS_TEST_MACHINES": "local",
-        "CORRAL_AWS_FAKE_IMDS": imds.url,
+        # the controller (a background process) builds the test double in the real one's place
+        ENV_PROVIDER_PLUGINS: "aws=corral.testing.aws:LocalAwsProvider",
+        ENV_TEST_IMDS: imds.url,
     }.items():
         monkeypatch.setenv(name, value)
     work = tmp_path / "work"
@@ -96,6 +99,4 @@ def test_a_spot_notice_on_aws_is_recovered_elsewhere_and_nothing_is_left(
     finally:
         proc.terminate()
         proc.wait(10)
-        from corral.providers.aws.local_machines import LocalMachineRunner
-
         LocalMachineRunner(Path(os.environ["CORRAL_HOME"])).stop_all()

@@ -1,5 +1,6 @@
-"""The agent's EC2 spot notice poller, against a fake IMDSv2 on loopback: token handling,
-interruption and rebalance notices, and the graceful stop of a running job inside the notice."""
+"""The EC2 spot-notice node hook, against a fake IMDSv2 on loopback: token handling,
+interruption and rebalance notices, and the graceful stop of a running job inside the notice,
+with the hook loaded by the agent from the plan's ``node_hooks`` reference."""
 
 from __future__ import annotations
 
@@ -9,17 +10,20 @@ from pathlib import Path
 import pytest
 
 from corral.agent.events import EventLog
+from corral.agent.hooks import load_node_hook
 from corral.agent.main import Agent
-from corral.agent.notices import (
+from corral.errors import BadInput
+from corral.providers.aws.notices import (
     ENV_IMDS_URL,
     ENV_NOTICE_INTERVAL,
     Imds,
     ImdsError,
+    NoticeHook,
     SpotNoticePoller,
-    build_notice_hook,
 )
-from corral.errors import BadInput
+from corral.providers.aws.userdata import NOTICE_HOOK
 from corral.wire.env import EXIT_PREEMPTED
+from corral.wire.node import NodeContext
 from corral.wire.plan import AgentPlan
 from support.waiting import wait_until
 
@@ -124,7 +128,7 @@ def notice_plan(tmp_path: Path, setup: list[str] | None = None) -> AgentPlan:
         state_dir=str(tmp_path / "state"),
         devices=[],
         grace_seconds=5.0,
-        notice_poller="aws",
+        node_hooks=[NOTICE_HOOK],
     )
 
 
@@ -182,15 +186,21 @@ def test_a_notice_during_setup_stops_before_the_first_stage(
         agent.close(timeout=10)
 
 
-def test_unknown_poller_or_bad_interval_is_bad_input(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    plan = notice_plan(tmp_path).model_copy(update={"notice_poller": "gcp"})
+def test_an_unknown_hook_or_a_bad_interval_is_bad_input(tmp_path: Path) -> None:
+    plan = notice_plan(tmp_path)
     (tmp_path / "state").mkdir()
     events = EventLog(tmp_path / "state" / "events.jsonl")
-    with pytest.raises(BadInput, match="unknown notice poller 'gcp' \\(known: aws\\)"):
-        build_notice_hook(plan, events)
-    monkeypatch.setenv(ENV_NOTICE_INTERVAL, "soon")
+
+    def context(**environ: str) -> NodeContext:
+        return NodeContext(plan, events, str(tmp_path / "state"), plan.checkpoint_dir, environ)
+
+    with pytest.raises(BadInput, match=r"node hook 'corral\.providers\.gcp\.notices:X' cannot be"):
+        load_node_hook("corral.providers.gcp.notices:X", context())
+    with pytest.raises(BadInput, match="has no 'Nope'"):
+        load_node_hook("corral.providers.aws.notices:Nope", context())
     with pytest.raises(BadInput, match=ENV_NOTICE_INTERVAL):
-        build_notice_hook(plan.model_copy(update={"notice_poller": "aws"}), events)
+        load_node_hook(NOTICE_HOOK, context(**{ENV_NOTICE_INTERVAL: "soon"}))
+    hook = load_node_hook(NOTICE_HOOK, context(**{ENV_IMDS_URL: "http://127.0.0.1:9"}))
+    assert isinstance(hook, NoticeHook)
+    hook.close()
     events.close()

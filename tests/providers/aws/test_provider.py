@@ -20,11 +20,11 @@ from botocore import exceptions as bx
 
 from corral.errors import NoCapacity, ProviderError, ProviderUnavailable, QuotaExceeded
 from corral.providers.aws.provider import AwsProvider
-from corral.providers.aws.userdata import extract_payload
+from corral.providers.aws.userdata import NOTICE_HOOK, extract_payload
 from corral.providers.base import Bootstrap, InstanceState, Requirements
 from support.waiting import wait_until
 
-from ..contract import ProviderContract, new_key, trivial_plan
+from ..contract import ProviderContract, new_key, provider_plan, trivial_plan
 from .harness import ACCESS_KEY, SECRET_KEY
 from .test_notices import JOB
 
@@ -67,7 +67,8 @@ def test_spot_launch_asks_ec2_for_exactly_what_the_job_needs(make_provider, owne
     p = make_provider()
     offer = pick(p, spot=True, disk_gb=250.0)
     key = new_key()
-    inst = p.launch(offer, bootstrap(tmp_path, key, HF_TOKEN="hf-secret"), key)
+    bs = bootstrap(tmp_path, key, HF_TOKEN="hf-secret")
+    inst = p.launch(offer, bs, key)
     ec2 = aws.client()
     item = aws.instances(InstanceIds=[inst.instance_id])[0]
     assert item["InstanceLifecycle"] == "spot" and item["InstanceType"] == "g5.xlarge"
@@ -86,8 +87,10 @@ def test_spot_launch_asks_ec2_for_exactly_what_the_job_needs(make_provider, owne
     assert volume["Size"] == 250 and volume["VolumeType"] == "gp3" and root["DeleteOnTermination"]
     raw = ec2.describe_instance_attribute(InstanceId=inst.instance_id, Attribute="userData")
     payload = extract_payload(base64.b64decode(raw["UserData"]["Value"]).decode())
-    assert payload.plan["shutdown_command"] == "shutdown -h now"
-    assert payload.plan["notice_poller"] == "aws" and payload.plan["port"] == 7450
+    assert payload.plan == bs.plan  # delivered as the controller built it
+    profile = p.node_profile(offer, inst.data["run_id"])
+    assert profile.shutdown_command == "shutdown -h now"
+    assert profile.node_hooks == [NOTICE_HOOK] and profile.port == 7450
     assert payload.env == {"HF_TOKEN": "hf-secret"}
     groups = ec2.describe_security_groups(GroupIds=[g["GroupId"] for g in item["SecurityGroups"]])
     rules = [r for g in groups["SecurityGroups"] for r in g["IpPermissions"]]
@@ -104,18 +107,19 @@ def test_spot_launch_asks_ec2_for_exactly_what_the_job_needs(make_provider, owne
     ]
 
 
-def test_on_demand_launch_has_no_spot_options_and_no_notice_poller(make_provider, aws, tmp_path):
+def test_on_demand_launch_has_no_spot_options_and_no_notice_hook(make_provider, aws, tmp_path):
     p = make_provider(root_volume_gb=120)
     key = new_key()
-    inst = p.launch(pick(p, spot=False), bootstrap(tmp_path, key), key)
+    offer = pick(p, spot=False)
+    assert p.node_profile(offer, "r").node_hooks == []
+    inst = p.launch(offer, bootstrap(tmp_path, key), key)
     item = aws.instances(InstanceIds=[inst.instance_id])[0]
     assert "InstanceLifecycle" not in item
     raw = aws.client().describe_instance_attribute(
         InstanceId=inst.instance_id, Attribute="userData"
     )
     assert (
-        extract_payload(base64.b64decode(raw["UserData"]["Value"]).decode()).plan["notice_poller"]
-        is None
+        extract_payload(base64.b64decode(raw["UserData"]["Value"]).decode()).plan.node_hooks == []
     )
     root = aws.client().describe_volumes(
         VolumeIds=[item["BlockDeviceMappings"][0]["Ebs"]["VolumeId"]]
@@ -196,8 +200,13 @@ def test_a_spot_notice_stops_the_job_then_the_reclaim_reads_as_preempted(
     (tmp_path / "job.py").write_text(JOB)
     p = make_provider()
     key = new_key()
-    boot = bootstrap(tmp_path, key, run="python job.py")
-    inst = p.launch(pick(p, spot=True), boot, key)
+    offer = pick(p, spot=True)
+    # the plan the controller builds: the spot machine's notice hook included
+    plan = provider_plan(
+        p, offer, tmp_path, key, "python job.py", checkpoints={"dir": "checkpoints"}
+    )
+    boot = Bootstrap(plan=plan, token="tok-" + uuid.uuid4().hex)
+    inst = p.launch(offer, boot, key)
     st = wait_status(p, inst, {InstanceState.RUNNING})
     agent = httpx.Client(base_url=st.endpoint, headers={"Authorization": f"Bearer {boot.token}"})
     wait_until((tmp_path / "started").exists, 20, 0.1, "the job to start")
@@ -373,15 +382,12 @@ def test_a_data_volume_outlives_the_instance_and_is_released_with_the_run(
 ):
     p = make_provider(data_volume_gb=50)
     run = "rvol" + uuid.uuid4().hex[:6]
-    first = p.launch(pick(p, spot=False), bootstrap(tmp_path, f"{run}-a1"), f"{run}-a1")
+    offer = pick(p, spot=False)
+    assert p.node_profile(offer, run).checkpoint_dir == f"/mnt/corral-data/{run}/checkpoints"
+    first = p.launch(offer, bootstrap(tmp_path, f"{run}-a1"), f"{run}-a1")
     [vol] = p.volumes(run)
     assert vol["Size"] == 50 and vol["Encrypted"]
     assert first.data["zone"] == vol["AvailabilityZone"]
-    raw = aws.client().describe_instance_attribute(
-        InstanceId=first.instance_id, Attribute="userData"
-    )
-    payload = extract_payload(base64.b64decode(raw["UserData"]["Value"]).decode())
-    assert payload.plan["checkpoint_dir"] == f"/mnt/corral-data/{run}/checkpoints"
     wait_status(p, first, {InstanceState.RUNNING})
     [vol] = p.volumes(run)
     assert [a["InstanceId"] for a in vol["Attachments"]] == [first.instance_id]
@@ -454,8 +460,8 @@ def test_without_credentials_aws_offers_nothing_and_says_why(aws, monkeypatch):
 
 def test_the_registry_builds_aws_from_the_environment(aws, imds, owner, monkeypatch):
     from corral.errors import BadInput
-    from corral.providers.aws.local_machines import LocalMachineRunner
-    from corral.providers.registry import get_provider
+    from corral.providers.registry import ENV_PROVIDER_PLUGINS, get_provider
+    from corral.testing.aws import ENV_TEST_IMDS, LocalAwsProvider, LocalMachineRunner
 
     for name, value in {
         **aws.env(),
@@ -463,12 +469,15 @@ def test_the_registry_builds_aws_from_the_environment(aws, imds, owner, monkeypa
         "CORRAL_AWS_IMAGE_ID": aws.image_id(),
         "CORRAL_AWS_AGENT_PORT": "7999",
         "CORRAL_AWS_OWNER": owner,
-        "CORRAL_AWS_TEST_MACHINES": "local",
-        "CORRAL_AWS_FAKE_IMDS": imds.url,
     }.items():
         monkeypatch.setenv(name, value)
+    assert get_provider("aws").runner is None  # the real provider plays no machines
+    # a test registers the test double in its place, as a third-party provider would be
+    monkeypatch.setenv(ENV_PROVIDER_PLUGINS, "aws=corral.testing.aws:LocalAwsProvider")
+    monkeypatch.setenv(ENV_TEST_IMDS, imds.url)
     p = get_provider("aws")
-    assert isinstance(p, AwsProvider) and isinstance(p.runner, LocalMachineRunner)
+    assert isinstance(p, LocalAwsProvider) and isinstance(p.runner, LocalMachineRunner)
+    assert p.runner.imds_url == imds.url
     assert p.regions == ["us-east-1", "us-west-2"] and p.settings.agent_port == 7999
     assert {o.region for o in p.offers(A10G.model_copy(update={"spot": False}))} == {
         "us-east-1",

@@ -1,7 +1,9 @@
-"""The machine's plan and user-data, and the boot step that starts the agent on the instance."""
+"""What an EC2 machine needs from the plan (the node contribution), the user-data, and the
+boot step that starts the agent on the instance."""
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import signal
@@ -17,14 +19,16 @@ import pytest
 from corral.errors import BadInput
 from corral.providers.aws.userdata import (
     MAX_USER_DATA,
+    NOTICE_HOOK,
     SHUTDOWN_COMMAND,
     MachinePayload,
     decode_payload,
     encode_payload,
     extract_payload,
-    machine_plan,
+    node_profile,
     user_data,
 )
+from corral.wire.node import NodeHook
 from support.waiting import wait_until
 
 from ..contract import trivial_plan
@@ -35,29 +39,31 @@ SECRET = "job-secret-value-fedcba9876543210"
 
 def payload(tmp_path: Path, **plan_update: object) -> MachinePayload:
     plan = trivial_plan(tmp_path, "run1-a1").model_copy(update=plan_update)
-    mplan = machine_plan(plan, key="run1-a1", root="/opt/corral", port=7450, spot=True)
     return MachinePayload(
-        key="run1-a1",
-        root="/opt/corral",
-        plan=mplan.model_dump(mode="json"),
-        token=TOKEN,
-        env={"HF_TOKEN": SECRET},
+        key="run1-a1", root="/opt/corral", plan=plan, token=TOKEN, env={"HF_TOKEN": SECRET}
     )
 
 
-def test_machine_plan_listens_for_the_controller_and_powers_off_without_it(tmp_path) -> None:
-    plan = trivial_plan(tmp_path, "run1-a1").model_copy(update={"grace_seconds": 300.0})
-    m = machine_plan(plan, key="run1-a1", root="/opt/corral", port=7450, spot=True)
+def test_a_machine_listens_for_the_controller_and_powers_off_without_it() -> None:
+    m = node_profile("run1", port=7450, spot=True)
     assert (m.host, m.port) == ("0.0.0.0", 7450)
-    assert m.state_dir == "/opt/corral/agent/run1-a1"
     assert m.shutdown_command == SHUTDOWN_COMMAND
     assert m.controller_timeout_s and m.controller_timeout_s > 0
-    assert m.notice_poller == "aws"
-    assert m.grace_seconds == 90.0  # inside the two-minute notice
-    assert m.checkpoint_dir == plan.checkpoint_dir and m.workdir == plan.workdir
-    od = machine_plan(plan, key="k", root="/r", port=1, spot=False, data_mount="/mnt/d")
-    assert od.notice_poller is None
+    assert m.node_hooks == [NOTICE_HOOK]  # a spot machine polls for interruption notices
+    assert m.max_grace_seconds == 90.0  # inside the two-minute notice
+    assert m.checkpoint_dir is None  # the spec's
+    od = node_profile("run1", port=1, spot=False, data_mount="/mnt/d")
+    assert od.node_hooks == []
     assert od.checkpoint_dir == "/mnt/d/run1/checkpoints"
+
+
+def test_the_notice_hook_reference_names_a_node_hook_in_the_aws_folder() -> None:
+    module, _, attr = NOTICE_HOOK.partition(":")
+    assert module.startswith("corral.providers.aws.")
+    cls = getattr(importlib.import_module(module), attr)
+    for method in ("before_stages", "after_stages", "status", "close"):
+        assert callable(getattr(cls, method))
+    assert NodeHook.__name__ == "NodeHook"
 
 
 def test_user_data_is_valid_bash_and_carries_the_payload_encoded(tmp_path) -> None:
@@ -95,10 +101,8 @@ def test_a_plan_too_large_for_user_data_is_refused_before_any_launch(tmp_path) -
 
 def test_boot_writes_a_private_plan_and_starts_the_agent_with_the_token(tmp_path) -> None:
     """What the instance does at first boot, run for real with a loopback plan."""
-    p = payload(tmp_path)
-    plan = dict(p.plan, host="127.0.0.1", port=0, state_dir=str(tmp_path / "state"))
     root = tmp_path / "root"
-    p = p.model_copy(update={"plan": plan, "root": str(root)})
+    p = payload(tmp_path, host="127.0.0.1", port=0).model_copy(update={"root": str(root)})
     (tmp_path / "bootstrap.b64").write_text(encode_payload(p))
     env = {k: v for k, v in os.environ.items() if not k.startswith("CORRAL_AGENT")}
     done = subprocess.run(
@@ -119,7 +123,7 @@ def test_boot_writes_a_private_plan_and_starts_the_agent_with_the_token(tmp_path
     plan_file = root / "agent" / "run1-a1.plan.json"
     assert stat.S_IMODE(plan_file.stat().st_mode) == 0o600
     assert TOKEN not in plan_file.read_text() and SECRET not in plan_file.read_text()
-    agent_json = tmp_path / "state" / "agent.json"
+    agent_json = root / "agent" / "run1-a1" / "agent.json"  # the machine's state dir
     wait_until(
         agent_json.exists,
         20,

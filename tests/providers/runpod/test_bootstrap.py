@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from corral.errors import BadInput
-from corral.providers.base import InstanceState, Requirements
+from corral.providers.base import Bootstrap, InstanceState, Requirements
 from corral.providers.runpod import boot
 from corral.providers.runpod.bootstrap import (
     ENV_BIND,
@@ -25,9 +25,10 @@ from corral.providers.runpod.bootstrap import (
 from corral.providers.runpod.graphql import EnumValue, literal
 from corral.providers.runpod.settings import RunPodSettings
 from corral.wire.env import ENV_AGENT_TOKEN
+from corral.wire.plan import AgentPlan
 from support.waiting import wait_until
 
-from ..contract import new_key, wait_state
+from ..contract import new_key, provider_plan, wait_state
 from . import fake_graphql
 from .fake_server import API_KEY
 from .helpers import bootstrap, offer
@@ -52,9 +53,20 @@ def test_on_demand_create_body_starts_the_agent_with_plan_and_token_in_env(
     assert env[ENV_AGENT_TOKEN] == bs.token and env["HF_TOKEN"] == "hf_secret_value"
     assert env[ENV_REST_URL] == fake.settings()["rest_url"]  # the shutdown command's API
     plan = decode_plan(env[ENV_PLAN])
-    assert (plan["host"], plan["port"], plan["run_id"]) == ("0.0.0.0", 8750, key[:-3])
-    assert plan["controller_timeout_s"] == 1800.0
+    assert plan == bs.plan.model_dump(mode="json")  # delivered as built, never edited
     assert bs.token not in env[ENV_PLAN] and "hf_secret" not in str(plan)
+
+
+def test_a_pods_plan_binds_every_interface_on_the_agent_port(make_provider, tmp_path):
+    p = make_provider()
+    key = new_key()
+    o = offer(p, spot=False, req=REQ)
+    profile = p.node_profile(o, key[:-3])
+    assert (profile.host, profile.port, profile.controller_timeout_s) == ("0.0.0.0", 8750, 1800.0)
+    assert profile.checkpoint_dir is None and profile.node_hooks == []
+    plan = provider_plan(p, o, tmp_path, key)  # what the controller builds from it
+    assert (plan.host, plan.port, plan.run_id) == ("0.0.0.0", 8750, key[:-3])
+    assert plan.controller_timeout_s == 1800.0  # the controller's own setting wins if given
 
 
 def test_spot_create_is_a_graphql_bid_at_the_offer_price(make_provider, fake, tmp_path):
@@ -100,7 +112,11 @@ def test_network_volume_holds_the_checkpoints_and_pins_the_data_center(
     assert offers and {o.region for o in offers} == {"EU-RO-1"}
     assert p.offers(Requirements(gpu_count_min=1, regions=["US-TX-3"])) == []
     key = new_key()
-    inst = p.launch(next(o for o in offers if not o.spot), bootstrap(tmp_path / "w", key), key)
+    o = next(o for o in offers if not o.spot)
+    (tmp_path / "w").mkdir()
+    plan = provider_plan(p, o, tmp_path / "w", key).model_copy(update={"host": "127.0.0.1"})
+    bs = Bootstrap(plan=plan, token="tok-" + key)
+    inst = p.launch(o, bs, key)
     body = fake.creates[-1]
     assert body["networkVolumeId"] == volume["id"] and body["dataCenterIds"] == ["EU-RO-1"]
     assert body["volumeMountPath"] == str(mount)
@@ -120,16 +136,15 @@ def test_a_missing_network_volume_is_bad_input(make_provider):
 
 
 def test_boot_writes_the_plan_privately_and_binds_where_told(tmp_path):
-    b = bootstrap(tmp_path / "work", "rboot-a1")
-    from corral.wire.plan import AgentPlan
-
-    plan = AgentPlan.model_validate(b.plan).model_copy(update={"host": "0.0.0.0", "port": 8750})
+    plan = bootstrap(tmp_path / "work", "rboot-a1", host="0.0.0.0", port=8750).plan
     env = {ENV_PLAN: encode_plan(plan), ENV_BIND: "127.0.0.1:5555", ENV_AGENT_TOKEN: "t"}
-    path = boot.start_agent(env, exec_agent=False)
-    assert stat.S_IMODE(path.stat().st_mode) == 0o600
-    written = AgentPlan.load(path)
-    assert (written.host, written.port) == ("127.0.0.1", 5555)
-    assert written.shutdown_command.endswith("-m corral.providers.runpod.boot shutdown")
+    argv = boot.start_agent(env, exec_agent=False)
+    path = Path(argv[-1])
+    assert argv[-2] == "--plan" and stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert AgentPlan.load(path) == plan  # the plan as built; the node's facts are arguments
+    assert argv[argv.index("--bind") + 1] == "127.0.0.1:5555"
+    shutdown = argv[argv.index("--shutdown-command") + 1]
+    assert shutdown.endswith("-m corral.providers.runpod.boot shutdown")
     assert ENV_PLAN not in env  # the plan leaves the environment the agent passes on
     with pytest.raises(SystemExit, match="CORRAL_PLAN_GZ is not set"):
         boot.start_agent({}, exec_agent=False)

@@ -1,7 +1,7 @@
 """Runs on the EC2 instance, once, from the user-data script (as root, after corral was
-installed): decode the payload, write the agent plan (mode 0600), start ``corral agent``
-detached with the token and the job's environment in its environment only, delete the
-payload file.
+installed): decode the payload, write the agent plan as the controller built it (mode 0600),
+start ``corral agent --state-dir <root>/agent/<key>`` detached with the token and the job's
+environment in its environment only, delete the payload file.
 
 ``python -m corral.providers.aws.boot --payload /opt/corral/bootstrap.b64``
 
@@ -18,25 +18,31 @@ from pathlib import Path
 
 from corral.errors import CorralError
 from corral.providers.aws.userdata import decode_payload
+from corral.providers.common.process import spawn_detached
 from corral.wire.env import ENV_AGENT_TOKEN
-from corral.wire.plan import AgentPlan
+
+
+def state_dir(root: str, key: str) -> str:
+    """Where the agent of launch ``key`` keeps its files on the instance."""
+    return f"{root}/agent/{key}"
 
 
 def prepare(payload_path: Path) -> tuple[list[str], dict[str, str], str, Path]:
     """(argv, env, cwd, output file) of the agent to start; writes the plan file."""
     payload = decode_payload(payload_path.read_text())
-    plan = AgentPlan.model_validate(payload.plan)
+    plan = payload.plan
     agent_dir = Path(payload.root) / "agent"
     agent_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    state = state_dir(payload.root, payload.key)
     Path(plan.workdir).mkdir(parents=True, exist_ok=True)
     Path(plan.checkpoint_dir).mkdir(parents=True, exist_ok=True)
-    Path(plan.state_dir).mkdir(mode=0o700, parents=True, exist_ok=True)
+    Path(state).mkdir(mode=0o700, parents=True, exist_ok=True)
     plan_path = agent_dir / f"{payload.key}.plan.json"
     fd = os.open(plan_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as f:
         f.write(plan.model_dump_json(indent=2))
     env = {**os.environ, **payload.env, ENV_AGENT_TOKEN: payload.token}
-    argv = [sys.executable, "-m", "corral.agent", "--plan", str(plan_path)]
+    argv = [sys.executable, "-m", "corral.agent", "--state-dir", state, "--plan", str(plan_path)]
     return argv, env, plan.workdir, agent_dir / f"{payload.key}.out"
 
 
@@ -49,8 +55,6 @@ def main(argv: list[str] | None = None) -> int:
     except (CorralError, OSError, ValueError) as exc:
         print(f"corral boot: error: {exc}", file=sys.stderr)
         return 2
-    from corral.providers.local.process import spawn_detached
-
     pid, _ = spawn_detached(cmd, cwd, env, out)
     args.payload.unlink(missing_ok=True)
     print(f"corral boot: agent started (pid {pid}, output {out})", file=sys.stderr)

@@ -25,7 +25,7 @@ from corral.pricing import CatalogEntry
 from corral.providers.aws import network, volumes
 from corral.providers.aws.client import Ec2
 from corral.providers.aws.settings import AwsSettings
-from corral.providers.aws.userdata import MachinePayload, machine_plan, user_data
+from corral.providers.aws.userdata import MachinePayload, user_data
 from corral.providers.base import Bootstrap, Offer
 from corral.wire.plan import AgentPlan
 
@@ -221,20 +221,11 @@ class Launcher:
         disk = float(offer.details.get("disk_gb") or 0)
         root_gb = max(s.root_volume_gb, image_gb, int(-(-disk // 1)))
         mount = s.data_mount if volume_id else None
-        mplan = machine_plan(
-            plan,
-            key=key,
-            root=s.remote_root,
-            port=s.agent_port,
-            spot=spot,
-            data_mount=mount,
-            max_grace_s=s.max_grace_s,
-        )
         payload = MachinePayload(
             key=key,
             root=s.remote_root,
             data_mount=mount,
-            plan=mplan.model_dump(mode="json"),
+            plan=plan,
             token=bootstrap.token,
             env=dict(bootstrap.env),
         )

@@ -15,8 +15,11 @@
 * **Terminate** is idempotent (missing = done; ``shutting-down`` = :class:`NotYetTerminated`).
 * **Leak sweep**: :meth:`sweep` terminates this controller's instances whose key is not active.
 
-Credentials come only from the boto3 session. ``machine_runner`` is for tests: it runs each
-instance's agent on this machine (:mod:`.local_machines`), because moto boots nothing.
+* **Node** (:meth:`node_profile`): what its machines need from the agent plan (bind address,
+  data-volume checkpoints, grace cap, power-off, the spot-notice hook :mod:`.notices`).
+
+Credentials come only from the boto3 session. ``machine_runner`` plays the machines where
+nothing boots them (moto in tests: ``corral.testing.aws`` injects one).
 """
 
 from __future__ import annotations
@@ -29,7 +32,6 @@ from datetime import datetime
 from typing import Any, ClassVar, Protocol
 
 import httpx
-from pydantic import ValidationError
 
 from corral.errors import AuthFailed, BadInput, NotYetTerminated, ProviderError
 from corral.pricing import Catalog, load_catalog
@@ -41,11 +43,13 @@ from corral.providers.aws.housekeeping import Housekeeping
 from corral.providers.aws.mapping import is_spot, map_state, state_name, tags
 from corral.providers.aws.offers import SpotPriceCache, _offer, build_offers, parse_offer_id
 from corral.providers.aws.settings import AwsSettings, settings_from_env
+from corral.providers.aws.userdata import node_profile
 from corral.providers.base import (
     Bootstrap,
     Instance,
     InstanceState,
     InstanceStatus,
+    NodeProfile,
     Offer,
     Provider,
     Requirements,
@@ -55,7 +59,6 @@ from corral.providers.base import (
     SupportsSpot,
     SupportsVolumes,
 )
-from corral.wire.plan import AgentPlan
 
 log = logging.getLogger("corral.providers.aws")
 LIVE = ["pending", "running", "shutting-down", "stopping", "stopped"]
@@ -83,7 +86,6 @@ class AwsProvider(
     SupportsPriceRefresh,
 ):
     name: ClassVar[str] = "aws"
-    notice_poller: ClassVar[str] = "aws"
     unsupported: ClassVar[dict[str, str]] = {
         "SupportsStop": "corral's EC2 instances terminate on shutdown (one-time spot requests "
         "cannot be stopped); a stopped run resumes from its checkpoints on a new instance",
@@ -116,10 +118,6 @@ class AwsProvider(
         )
         self.spot_errors: dict[str, str] = {}
         self.launcher = L.Launcher(self.ec2, self.settings, http)
-        if machine_runner is None and self.settings.test_machines == "local":
-            from corral.providers.aws.local_machines import LocalMachineRunner
-
-            machine_runner = LocalMachineRunner(imds_url=self.settings.fake_imds_url)
         self.runner = machine_runner
 
     # --- regions and offers -----------------------------------------------------------------
@@ -163,6 +161,20 @@ class AwsProvider(
         """The run's data volumes go once its instances are gone."""
         self.release_volumes(run_id)
 
+    # --- the node ---------------------------------------------------------------------------
+
+    def node_profile(self, offer: Offer, run_id: str) -> NodeProfile:
+        """An EC2 machine's needs (:func:`.userdata.node_profile`); a spot offer gets the
+        spot-notice hook."""
+        s = self.settings
+        return node_profile(
+            run_id,
+            port=s.agent_port,
+            spot=offer.spot,
+            data_mount=s.data_mount if s.data_volume_gb else None,
+            max_grace_s=s.max_grace_s,
+        )
+
     # --- launch -----------------------------------------------------------------------------
 
     def launch(self, offer: Offer, bootstrap: Bootstrap, key: str) -> Instance:
@@ -171,10 +183,7 @@ class AwsProvider(
         entry = self.catalog.entry(parsed[1]) if parsed else None
         if parsed is None or entry is None:
             raise BadInput(f"offer {offer.offer_id!r} ({offer.provider}) is not an AWS offer")
-        try:
-            plan = AgentPlan.model_validate(bootstrap.plan)
-        except ValidationError as exc:
-            raise BadInput(f"invalid agent plan: {exc.errors()[0]['msg']}") from None
+        plan = bootstrap.plan
         region = offer.region
         found = self._find_in(region, key)
         if found is not None:  # idempotent: the instance launched with this key

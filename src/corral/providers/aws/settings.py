@@ -24,9 +24,6 @@ CORRAL_AWS_KEY_NAME                EC2 key pair (for debugging over SSH; not nee
 CORRAL_AWS_SUBNET_ID               launch into this subnet (its VPC gets the security group)
 CORRAL_AWS_PRIVATE_IP              "1": reach the agent on the private address (VPN, peering)
 CORRAL_AWS_OWNER                   tag value that scopes the leak sweep to this controller
-CORRAL_AWS_TEST_MACHINES           "local": TESTS ONLY - run each instance's agent on this
-                                   machine (see :mod:`corral.providers.aws.local_machines`)
-CORRAL_AWS_FAKE_IMDS               TESTS ONLY - base URL of a fake instance metadata service
 =================================  ==============================================================
 """
 
@@ -80,8 +77,6 @@ class AwsSettings(BaseModel):
     max_grace_s: float = Field(
         90.0, gt=0, le=110, description="Cap on the plan's grace period (the notice is 120 s)."
     )
-    test_machines: str | None = Field(None, pattern=r"^local$")
-    fake_imds_url: str | None = None
 
     @field_validator("controller_cidr")
     @classmethod
@@ -112,8 +107,6 @@ _ENV_FIELDS = {
     "SUBNET_ID": "subnet_id",
     "PRIVATE_IP": "use_private_ip",
     "OWNER": "owner",
-    "TEST_MACHINES": "test_machines",
-    "FAKE_IMDS": "fake_imds_url",
 }
 
 

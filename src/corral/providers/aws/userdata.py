@@ -1,5 +1,6 @@
-"""What an EC2 instance boots with: the agent plan rewritten for the machine, and the
-user-data script that installs corral and starts ``corral agent`` with it.
+"""What an EC2 instance boots with: the node contribution of the AWS provider (what its
+machines need from the agent plan), and the user-data script that installs corral and starts
+``corral agent`` with the plan the controller built.
 
 The plan, the agent token and the job's environment travel in one payload (JSON, gzip,
 base64) inside the script, between ``CORRAL_PAYLOAD`` heredoc markers; on the instance
@@ -19,17 +20,18 @@ import gzip
 import json
 import shlex
 import textwrap
-from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from corral import __version__
 from corral.errors import BadInput
+from corral.providers.base import NodeProfile
 from corral.wire.plan import AgentPlan
 
 MARKER = "CORRAL_PAYLOAD"
 MAX_USER_DATA = 16 * 1024
-NOTICE_POLLER = "aws"
+#: the spot-notice node hook (:mod:`corral.providers.aws.notices`)
+NOTICE_HOOK = "corral.providers.aws.notices:NoticeHook"
 #: a cloud machine whose controller went away powers itself off this long after its job ended
 DEFAULT_CONTROLLER_TIMEOUT_S = 3600.0
 SHUTDOWN_COMMAND = "shutdown -h now"
@@ -45,40 +47,34 @@ class MachinePayload(BaseModel):
     key: str
     root: str = Field(description="Directory corral owns on the instance.")
     data_mount: str | None = Field(None, description="Mount point of the data volume, if any.")
-    plan: dict[str, Any]
+    plan: AgentPlan
     token: str
     env: dict[str, str] = Field(default_factory=dict)
 
 
-def machine_plan(
-    plan: AgentPlan,
+def node_profile(
+    run_id: str,
     *,
-    key: str,
-    root: str,
     port: int,
     spot: bool,
     data_mount: str | None = None,
     max_grace_s: float = 90.0,
-) -> AgentPlan:
-    """``plan`` as it must run on an EC2 instance: the agent listens on ``port`` on every
-    interface (the security group admits only the controller), keeps its state under ``root``,
-    powers the machine off when its controller is gone (instance-initiated shutdown is
-    ``terminate``), polls for spot notices on a spot instance, and stops within the two-minute
-    notice. With a data volume, checkpoints live on it."""
-    update: dict[str, Any] = {
-        "host": "0.0.0.0",
-        "port": port,
-        "state_dir": f"{root}/agent/{key}",
-        "shutdown_command": SHUTDOWN_COMMAND,
-        "notice_poller": NOTICE_POLLER if spot else None,
-        "grace_seconds": min(plan.grace_seconds, max_grace_s),
-        "devices": None,
-    }
-    if plan.controller_timeout_s is None:
-        update["controller_timeout_s"] = DEFAULT_CONTROLLER_TIMEOUT_S
-    if data_mount:
-        update["checkpoint_dir"] = f"{data_mount}/{plan.run_id}/checkpoints"
-    return plan.model_copy(update=update)
+) -> NodeProfile:
+    """What an EC2 instance needs from the plan of ``run_id``: the agent listens on ``port``
+    on every interface (the security group admits only the controller), powers the machine
+    off when its controller is gone (instance-initiated shutdown is ``terminate``), polls for
+    spot notices on a spot instance, and stops within the two-minute notice. With a data
+    volume, checkpoints live on it. The agent keeps its state under the payload's root
+    (``--state-dir``, set by :mod:`corral.providers.aws.boot`)."""
+    return NodeProfile(
+        host="0.0.0.0",
+        port=port,
+        checkpoint_dir=f"{data_mount}/{run_id}/checkpoints" if data_mount else None,
+        max_grace_seconds=max_grace_s,
+        controller_timeout_s=DEFAULT_CONTROLLER_TIMEOUT_S,
+        shutdown_command=SHUTDOWN_COMMAND,
+        node_hooks=[NOTICE_HOOK] if spot else [],
+    )
 
 
 def encode_payload(payload: MachinePayload) -> str:
@@ -136,7 +132,7 @@ def user_data(payload: MachinePayload, *, install: str, volume_id: str | None = 
         mount = _mount_script(volume_id, shlex.quote(payload.data_mount))
     script = f"""\
 #!/bin/bash
-# corral {__version__} bootstrap: {payload.key} (run {plan.get("run_id")}, attempt {plan.get("attempt")})
+# corral {__version__} bootstrap: {payload.key} (run {plan.run_id}, attempt {plan.attempt})
 set -euo pipefail
 umask 077
 exec >>{BOOTSTRAP_LOG} 2>&1

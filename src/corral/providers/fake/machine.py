@@ -1,84 +1,96 @@
-"""One machine of the fake cloud: a local provider of its own, with exactly the offer's GPUs.
+"""One machine of the fake cloud: an agent host of its own, with exactly the offer's GPUs.
 
-The fake provider does not run processes itself. Each instance gets a
-:class:`~corral.providers.local.LocalProvider` whose home is the instance's ``machine/``
-directory and whose (fake) GPU inventory is the offer's, so the agent runs for real on this
-machine, sees GPU ids ``0..n-1`` like on a fresh cloud machine, and is started, tracked and
-killed by the local provider's machinery (process groups checked by create time).
+The fake provider does not run processes itself. Each instance gets an
+:class:`~corral.providers.common.host.AgentHost` rooted in the instance's ``machine/``
+directory whose (fake) GPUs are the offer's, so the agent runs for real on this machine, sees
+GPU ids ``0..n-1`` like on a fresh cloud machine, and is started, tracked and killed by the
+shared host machinery (process groups checked by create time). A machine with an ephemeral
+disk gives its agent ``machine/disk/checkpoints`` as its checkpoint directory.
 """
 
 from __future__ import annotations
 
-import signal
 from pathlib import Path
 
-from corral.gpu import GpuInfo
-from corral.providers.base import Bootstrap, Instance, InstanceState, InstanceStatus, Offer
-from corral.providers.local import LocalProvider
-from corral.providers.local import process as procs
+from corral.providers.base import Bootstrap, InstanceState, InstanceStatus, Offer
+from corral.providers.common.host import AgentHost
+from corral.providers.common.host_state import InstanceRecord
 
 
 class Machine:
     def __init__(
-        self, home: Path, key: str, gpu_type: str | None, gpu_count: int, python: str
+        self,
+        home: Path,
+        key: str,
+        gpu_type: str | None,
+        gpu_count: int,
+        python: str,
+        *,
+        ephemeral_disk: bool = False,
     ) -> None:
-        gpus = [
-            GpuInfo(index=i, id=str(i), name=gpu_type or "GPU", fake=True) for i in range(gpu_count)
-        ]
         self.key = key
-        self.local = LocalProvider(home=home, gpus=gpus, price_per_hour=0.0, python=python)
-        self._offer = Offer(
-            provider=LocalProvider.name,
-            offer_id="local",
-            gpu_type=gpu_type if gpu_count else None,
-            gpu_count=gpu_count,
+        self.home = home
+        self.host = AgentHost(home, python, label="fake machine")
+        self.gpu_type = gpu_type if gpu_count else None
+        self.gpus = [str(i) for i in range(gpu_count)]
+        self.ephemeral_disk = ephemeral_disk
+
+    @property
+    def disk(self) -> Path:
+        """The machine's own disk (with ``ephemeral_disk``: checkpoints go there)."""
+        return self.home / "disk"
+
+    def start(self, bootstrap: Bootstrap, offer: Offer) -> InstanceRecord:
+        """Start the agent (idempotent on the key). Raises what the host raises."""
+        return self.host.launch(
+            self.key,
+            bootstrap,
+            offer=offer,
+            choose_gpus=lambda _held: list(self.gpus),
+            gpu_type=self.gpu_type,
+            launch_args=(
+                ["--checkpoint-dir", str(self.disk / "checkpoints")] if self.ephemeral_disk else []
+            ),
         )
 
-    def start(self, bootstrap: Bootstrap) -> Instance:
-        """Start the agent (idempotent on the key). Raises what the local provider raises."""
-        return self.local.launch(self._offer, bootstrap, self.key)
-
-    def instance(self) -> Instance | None:
-        return self.local.find(self.key)
+    def record(self) -> InstanceRecord | None:
+        return self.host.record(self.key)
 
     def notice(self) -> bool:
         """The preemption notice: SIGTERM to the agent only (it stops its stages gracefully,
         with the plan's grace period). True if a live agent got it."""
-        rec = self.local.layout.read(self.key)
-        if rec is None or rec.pgid is None:
-            return False
-        agent = procs.Group(rec.pgid, rec.create_time, "agent")
-        return procs.signal_groups([agent], rec.since, signal.SIGTERM) > 0
+        rec = self.record()
+        return rec is not None and self.host.signal_agent(rec)
 
     def kill(self) -> None:
         """The machine is reclaimed: every process of it gets SIGKILL now."""
-        inst = self.instance()
-        if inst is not None and inst.data.get("state") == "active":
-            self.local.preempt(inst, grace=0.0)
+        rec = self.record()
+        if rec is not None and rec.state == "active":
+            self.host.preempt(rec.key, rec.instance_id, grace=0.0)
 
     def terminate(self) -> None:
         """Stop everything and mark it terminated. May raise NotYetTerminated."""
-        inst = self.instance()
-        if inst is not None:
-            self.local.terminate(inst)
+        rec = self.record()
+        if rec is not None:
+            self.host.terminate(rec)
 
     def status(self) -> InstanceStatus:
-        inst = self.instance()
-        if inst is None:
+        rec = self.record()
+        if rec is None:
             return InstanceStatus(state=InstanceState.FAILED, detail="the agent never started")
-        st = self.local.status(inst)
+        st = self.host.status(rec)
         if st.state == InstanceState.TERMINATED:
             return InstanceStatus(state=InstanceState.FAILED, detail="the agent is gone")
         return st
 
     def endpoint(self) -> str | None:
-        inst = self.instance()
-        return inst.endpoint if inst else None
+        rec = self.record()
+        return self.host.endpoint(rec) if rec else None
 
     def agent_pid(self) -> int | None:
-        inst = self.instance()
-        return inst.data.get("pid") if inst else None
+        rec = self.record()
+        return rec.pid if rec else None
 
     def logs(self, tail: int) -> str:
-        inst = self.instance()
-        return self.local.logs(inst, tail) if inst else ""
+        rec = self.record()
+        return self.host.logs(rec, tail) if rec else ""

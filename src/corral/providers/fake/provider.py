@@ -31,8 +31,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, ClassVar
 
-from pydantic import ValidationError
-
 from corral import paths
 from corral.errors import BadInput, Conflict, CorralError, NoCapacity, NotFound, ProviderError
 from corral.providers.base import (
@@ -48,14 +46,12 @@ from corral.providers.base import (
     SupportsSimulatedPreemption,
     SupportsSpot,
 )
+from corral.providers.common import process as procs
+from corral.providers.common.files import check_key
 from corral.providers.fake import market
 from corral.providers.fake.cloud import FakeCloud, load_cloud
 from corral.providers.fake.machine import Machine
 from corral.providers.fake.state import TIMER_OUT, FakeRecord, Layout, next_event
-from corral.providers.local import process as procs
-from corral.providers.local.settings import plan_error
-from corral.providers.local.state import check_key
-from corral.wire.plan import AgentPlan
 
 _GONE = ("preempted", "failed", "terminated")
 
@@ -68,9 +64,8 @@ class FakeProvider(
     """A simulated spot cloud. ``cloud``: a :class:`FakeCloud`, a dict or a JSON/YAML path;
     default: the file named by ``CORRAL_FAKE_CLOUD``, else the built-in catalog."""
 
+    #: the notice is delivered as SIGTERM to the agent: no node hook needed
     name: ClassVar[str] = "fake"
-    #: the notice is delivered as SIGTERM to the agent, not through a poller
-    notice_poller: ClassVar[str] = ""
     unsupported: ClassVar[dict[str, str]] = {
         "SupportsStop": "the fake cloud sells spot and on-demand machines only; none can be "
         "stopped and started again",
@@ -117,7 +112,8 @@ class FakeProvider(
         entry = self.cloud.entry(parsed[0]) if parsed else None
         if entry is None or parsed is None:
             raise BadInput(f"offer {offer.offer_id!r} is not in the fake cloud's catalog")
-        plan = self._plan(bootstrap)
+        plan = bootstrap.plan
+        self._check_workdir(bootstrap)
         now = self.clock()
         with self.layout.lock():
             rec = self.layout.read(key)
@@ -166,20 +162,24 @@ class FakeProvider(
             self._start_timer(rec, now)
         return self._instance(rec)
 
-    def _plan(self, bootstrap: Bootstrap) -> AgentPlan:
-        try:
-            plan = AgentPlan.model_validate(bootstrap.plan)
-        except ValidationError as exc:
-            raise plan_error(exc) from None
-        if not Path(plan.workdir).is_dir():
-            raise BadInput(f"the plan's workdir {plan.workdir} is not a directory")
-        return plan
+    @staticmethod
+    def _check_workdir(bootstrap: Bootstrap) -> None:
+        workdir = bootstrap.plan.workdir
+        if not Path(workdir).is_dir():
+            raise BadInput(f"the plan's workdir {workdir} is not a directory")
 
     # --- the simulation (every method below runs with the lock held) ------------------------
 
     def _machine(self, rec: FakeRecord) -> Machine:
         home = self.layout.machine_home(rec.key)
-        return Machine(home, rec.key, rec.gpu_type, rec.gpu_count, self.python)
+        return Machine(
+            home,
+            rec.key,
+            rec.gpu_type,
+            rec.gpu_count,
+            self.python,
+            ephemeral_disk=rec.ephemeral_disk,
+        )
 
     def _advance(
         self, rec: FakeRecord, now: float, bootstrap: Bootstrap | None = None
@@ -210,12 +210,8 @@ class FakeProvider(
         if bs is None:
             return rec  # interrupted launch: status says so; a launch with this key boots it
         try:
-            plan = self._plan(bs)
-            if rec.ephemeral_disk:
-                disk = self.layout.machine_home(rec.key) / "disk" / "checkpoints"
-                plan = plan.model_copy(update={"checkpoint_dir": str(disk)})
-            bs = bs.model_copy(update={"plan": plan.model_dump(mode="json")})
-            self._machine(rec).start(bs)
+            self._check_workdir(bs)
+            self._machine(rec).start(bs, Offer.model_validate(rec.offer))
         except CorralError as exc:
             self.layout.drop_bootstrap(rec.key)
             detail = f"the machine could not start the agent: {exc.message}"

@@ -8,7 +8,7 @@
     fake/instances/<key>/instance.json    FakeRecord (written atomically)
     fake/instances/<key>/bootstrap.json   the bootstrap while the machine "boots" (mode 0600,
                                           deleted once the agent started or the machine died)
-    fake/instances/<key>/machine/         the machine's own local-provider home (agent, logs)
+    fake/instances/<key>/machine/         the machine: its agent host (agent, logs) and its disk
     fake/instances/<key>/timer.out        output of the instance's timer (wall clock only)
 """
 
@@ -23,7 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from corral.errors import BadInput
 from corral.fslock import exclusive
 from corral.providers.base import Bootstrap
-from corral.providers.local.state import check_key, read_json, write_atomic
+from corral.providers.common.files import check_key, read_json, write_atomic
 
 INSTANCE_FILE = "instance.json"
 BOOTSTRAP_FILE = "bootstrap.json"

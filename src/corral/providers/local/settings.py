@@ -1,19 +1,14 @@
-"""Settings of the local provider: its price, its stop timing, and plan validation errors."""
+"""Settings of the local provider: its price."""
 
 from __future__ import annotations
 
 import math
 import os
 
-from pydantic import ValidationError
-
 from corral.errors import BadInput
 
 #: USD per hour charged for this machine in cost accounting (default 0).
 ENV_LOCAL_PRICE = "CORRAL_LOCAL_PRICE_PER_HOUR"
-
-#: Seconds ``terminate`` gives processes between SIGTERM and SIGKILL.
-TERMINATE_GRACE = 2.0
 
 
 def price(value: float | None) -> float:
@@ -33,12 +28,3 @@ def price(value: float | None) -> float:
             f"{source}={raw!r}: expected a price in USD per hour such as 0.8 (0 or more)"
         )
     return float(value)
-
-
-def plan_error(exc: ValidationError) -> BadInput:
-    # Never echo input values: the plan's env may hold secrets.
-    parts = [
-        f"{'.'.join(str(x) for x in e['loc']) or 'plan'}: {e['msg']}"
-        for e in exc.errors(include_input=False, include_url=False)
-    ]
-    return BadInput("bootstrap plan is invalid: " + "; ".join(parts))

@@ -1,10 +1,11 @@
 """Runs inside a RunPod pod: start corral's agent, or terminate the pod.
 
 ``python -m corral.providers.runpod.boot agent`` (the pod's start command ends with it):
-reads the plan from ``CORRAL_PLAN_GZ``, creates the workdir, writes the plan (mode 0600) in
-the agent's state directory, sets the plan's shutdown command to ``... boot shutdown`` with
-this python, and replaces itself with ``python -m corral.agent --plan FILE`` (the token stays
-in ``CORRAL_AGENT_TOKEN``, which the agent removes from its environment).
+reads the plan from ``CORRAL_PLAN_GZ``, creates the workdir, writes the plan as the
+controller built it (mode 0600) in the agent's state directory, and replaces itself with
+``python -m corral.agent --shutdown-command '<this python> -m ... boot shutdown' --plan FILE``
+(plus ``--bind`` when ``CORRAL_AGENT_BIND`` says so; the token stays in
+``CORRAL_AGENT_TOKEN``, which the agent removes from its environment).
 
 ``python -m corral.providers.runpod.boot shutdown`` (the agent runs it when its job ended and
 no controller called for a long time): terminates this pod through the REST API with the key
@@ -30,8 +31,8 @@ def _say(message: str) -> None:
     print(f"corral boot: {message}", file=sys.stderr, flush=True)
 
 
-def start_agent(environ: dict[str, str] | None = None, exec_agent: bool = True) -> Path:
-    """Write the plan file and exec the agent (or return the plan's path when
+def start_agent(environ: dict[str, str] | None = None, exec_agent: bool = True) -> list[str]:
+    """Write the plan file and exec the agent (or return the agent's command line when
     ``exec_agent`` is False)."""
     env = os.environ if environ is None else environ
     raw = env.pop(ENV_PLAN, None)
@@ -41,12 +42,11 @@ def start_agent(environ: dict[str, str] | None = None, exec_agent: bool = True) 
         plan = decode_plan(raw)
     except (ValueError, OSError) as exc:
         raise SystemExit(f"corral boot: {ENV_PLAN} does not hold a plan ({type(exc).__name__})")
+    python = shlex.quote(sys.executable)
+    launch = ["--shutdown-command", f"{python} -m corral.providers.runpod.boot shutdown"]
     bind = env.get(ENV_BIND, "")
     if bind:
-        host, _, port = bind.rpartition(":")
-        plan["host"], plan["port"] = host or plan.get("host", "0.0.0.0"), int(port)
-    python = shlex.quote(sys.executable)
-    plan["shutdown_command"] = f"{python} -m corral.providers.runpod.boot shutdown"
+        launch += ["--bind", bind]
     Path(plan["workdir"]).mkdir(parents=True, exist_ok=True)
     state = Path(plan["state_dir"])
     state.mkdir(parents=True, exist_ok=True)
@@ -54,10 +54,10 @@ def start_agent(environ: dict[str, str] | None = None, exec_agent: bool = True) 
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as f:
         json.dump(plan, f)
+    argv = [sys.executable, "-m", "corral.agent", *launch, "--plan", str(path)]
     if exec_agent:
-        argv = [sys.executable, "-m", "corral.agent", "--plan", str(path)]
         os.execve(sys.executable, argv, dict(env))
-    return path
+    return argv
 
 
 def terminate_pod(environ: dict[str, str] | None = None) -> int:

@@ -8,10 +8,11 @@ RunPod's proxy). The plan (gzip + base64), the agent token and the job's env tra
 environment variables: RunPod shows a pod's env to holders of the account's API key, like a
 cloud shows user-data, and never to anyone else; corral never logs or returns them.
 
-The plan is adapted for the pod (:func:`pod_plan`): the agent listens on all interfaces on
-the agent port, checkpoints go to the network volume when one is mounted (so the next
-attempt, in a new pod, resumes from them), and a pod whose job ended terminates itself when
-no controller has called for ``controller_timeout_s``.
+What a pod needs from the plan is the provider's node contribution (:func:`node_profile`):
+the agent listens on all interfaces on the agent port, checkpoints go to the network volume
+when one is mounted (so the next attempt, in a new pod, resumes from them), and a pod whose job
+ended terminates itself when no controller has called for ``controller_timeout_s``. The plan
+travels as the controller built it.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import json
 import shlex
 from typing import Any
 
-from corral.providers.base import Bootstrap, Offer
+from corral.providers.base import Bootstrap, NodeProfile, Offer
 from corral.providers.runpod.graphql import EnumValue
 from corral.providers.runpod.settings import RunPodSettings
 from corral.wire.env import ENV_AGENT_TOKEN
@@ -34,8 +35,8 @@ ENV_KEY = "CORRAL_RUNPOD_LAUNCH_KEY"
 ENV_OFFER = "CORRAL_RUNPOD_OFFER"
 #: where the pod's shutdown command sends its DELETE (set only when not the default)
 ENV_REST_URL = "CORRAL_RUNPOD_REST_URL"
-#: "host:port" the agent binds instead of the plan's (a fake server running several pods'
-#: agents on one host gives each its own port; a real pod never sets it)
+#: "host:port" the agent binds instead of the plan's (``corral agent --bind``: a fake server
+#: running several pods' agents on one host gives each its own port; a real pod never sets it)
 ENV_BIND = "CORRAL_AGENT_BIND"
 
 
@@ -48,14 +49,18 @@ def key_of(name: str) -> str | None:
     return name[len(NAME_PREFIX) :] if name.startswith(NAME_PREFIX) else None
 
 
-def pod_plan(plan: AgentPlan, settings: RunPodSettings) -> AgentPlan:
-    update: dict[str, Any] = {"host": "0.0.0.0", "port": settings.agent_port}
+def node_profile(run_id: str, settings: RunPodSettings) -> NodeProfile:
+    """What a pod of ``run_id`` needs from the agent plan (see the module doc)."""
+    checkpoint_dir = None
     if settings.network_volume_id:
         mount = settings.volume_mount_path.rstrip("/")
-        update["checkpoint_dir"] = f"{mount}/corral/{plan.run_id}/checkpoints"
-    if plan.controller_timeout_s is None:
-        update["controller_timeout_s"] = settings.controller_timeout_s
-    return plan.model_copy(update=update)
+        checkpoint_dir = f"{mount}/corral/{run_id}/checkpoints"
+    return NodeProfile(
+        host="0.0.0.0",
+        port=settings.agent_port,
+        checkpoint_dir=checkpoint_dir,
+        controller_timeout_s=settings.controller_timeout_s,
+    )
 
 
 def encode_plan(plan: AgentPlan) -> str:
@@ -68,10 +73,10 @@ def decode_plan(value: str) -> dict[str, Any]:
 
 
 def pod_env(
-    plan: AgentPlan, bootstrap: Bootstrap, offer: Offer, key: str, settings: RunPodSettings
+    bootstrap: Bootstrap, offer: Offer, key: str, settings: RunPodSettings
 ) -> dict[str, str]:
     env = dict(bootstrap.env)
-    env[ENV_PLAN] = encode_plan(pod_plan(plan, settings))
+    env[ENV_PLAN] = encode_plan(bootstrap.plan)
     env[ENV_AGENT_TOKEN] = bootstrap.token
     env[ENV_KEY] = key
     env[ENV_OFFER] = offer.model_dump_json()

@@ -14,7 +14,7 @@ import json
 from collections.abc import Iterator
 from pathlib import Path
 
-from corral.providers.local.state import write_atomic
+from corral.providers.common.files import write_atomic
 
 
 class StoppedMarks:

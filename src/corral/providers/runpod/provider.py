@@ -40,6 +40,7 @@ from corral.providers.base import (
     Instance,
     InstanceState,
     InstanceStatus,
+    NodeProfile,
     Offer,
     Provider,
     Requirements,
@@ -48,9 +49,8 @@ from corral.providers.base import (
     SupportsStop,
     SupportsVolumes,
 )
+from corral.providers.common.files import check_key
 from corral.providers.http import RetryPolicy
-from corral.providers.local.settings import plan_error
-from corral.providers.local.state import check_key
 from corral.providers.runpod import bootstrap as boot
 from corral.providers.runpod.api import RunPodAPI
 from corral.providers.runpod.gpus import canonical_name
@@ -58,7 +58,6 @@ from corral.providers.runpod.marks import StoppedMarks
 from corral.providers.runpod.offers import build_offers, gpu_count
 from corral.providers.runpod.pods import Pod, pod_state
 from corral.providers.runpod.settings import ENV_API_KEY, RunPodSettings
-from corral.wire.plan import AgentPlan
 
 log = logging.getLogger("corral.providers.runpod")
 
@@ -154,6 +153,16 @@ class RunPodProvider(Provider, SupportsSpot, SupportsStop, SupportsVolumes, Supp
             self._volume_dc = str(volume.get("dataCenterId") or "") or None
         return self._volume_dc
 
+    # --- the node ---------------------------------------------------------------------------
+
+    def node_profile(self, offer: Offer, run_id: str) -> NodeProfile:
+        """What a pod needs from the plan: the agent on every interface on the agent port
+        (exposed through RunPod's proxy), checkpoints on the network volume when one is
+        mounted (the next attempt, in a new pod, resumes from them), and the pod's
+        controller timeout. The shutdown command (it needs the pod's python) is set by
+        :mod:`.boot` when it starts the agent."""
+        return boot.node_profile(run_id, self.settings)
+
     # --- launch -----------------------------------------------------------------------------
 
     def launch(self, offer: Offer, bootstrap: Bootstrap, key: str) -> Instance:
@@ -163,14 +172,10 @@ class RunPodProvider(Provider, SupportsSpot, SupportsStop, SupportsVolumes, Supp
         needed = ("gpu_type_id", "cloud_type") + (("bid_per_gpu",) if offer.spot else ())
         if any(offer.details.get(k) in (None, "") for k in needed):
             raise BadInput(f"offer {offer.offer_id!r} is not a RunPod offer (details missing)")
-        try:
-            plan = AgentPlan.model_validate(bootstrap.plan)
-        except ValidationError as exc:
-            raise plan_error(exc) from None
         found = self._lookup(key)
         if found is not None:  # launched before (a retry, a restarted controller)
             return self._instance(found, key)
-        env = boot.pod_env(plan, bootstrap, offer, key, self.settings)
+        env = boot.pod_env(bootstrap, offer, key, self.settings)
         last: ProviderError | None = None
         for attempt in range(1, self.settings.create_attempts + 1):
             try:

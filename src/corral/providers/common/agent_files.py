@@ -1,4 +1,4 @@
-"""Files the agent writes in its ``state_dir`` that the local provider reads.
+"""Files an agent running on this machine writes in its state dir, read by its agent host.
 
 * ``agent.json``: where the agent's HTTP API listens (``{"url": ...}``, or ``host`` + ``port``).
 * ``children.json``: ``[{"stage", "pgid", "create_time"}]``, one process group per stage.
@@ -10,8 +10,9 @@ from __future__ import annotations
 from collections import deque
 from pathlib import Path
 
-from corral.providers.local.process import Group
-from corral.providers.local.state import AGENT_DIR, AGENT_JSON, AGENT_OUT, CHILDREN_JSON, read_json
+from corral.providers.common.files import read_json
+from corral.providers.common.host_state import AGENT_DIR, AGENT_JSON, AGENT_OUT, CHILDREN_JSON
+from corral.providers.common.process import Group
 
 
 def agent_endpoint(agent_dir: Path) -> str | None:

@@ -1,8 +1,11 @@
-"""Preemption notices on the node: the agent polls the cloud's metadata service and stops the
-attempt gracefully (SIGTERM to the stages, the SDK checkpoints, SIGKILL after the grace period)
-as soon as a spot interruption is announced, well inside EC2's two-minute notice.
+"""EC2 spot notices on the node: a node hook (:mod:`corral.wire.node`) that polls the instance
+metadata service and stops the attempt gracefully (SIGTERM to the stages, the SDK checkpoints,
+SIGKILL after the grace period) as soon as a spot interruption is announced, well inside EC2's
+two-minute notice. The AWS provider names it (``userdata.NOTICE_HOOK``) in the node contribution of a spot
+offer; the agent loads it by that reference. It imports corral.wire, corral.errors and httpx
+only, never corral.agent.
 
-EC2 (``plan.notice_poller == "aws"``), through IMDSv2:
+Through IMDSv2:
 
 1. ``PUT /latest/api/token`` (header ``X-aws-ec2-metadata-token-ttl-seconds``) gives a session
    token, reused until shortly before it expires; a 401 drops it and gets a new one.
@@ -29,19 +32,14 @@ import os
 import threading
 import time
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import httpx
 
 from corral import __version__
-from corral.agent.fsutil import iso
 from corral.errors import BadInput
+from corral.wire.node import NodeContext, NodeRunner, iso
 from corral.wire.outcome import StopCause
-
-if TYPE_CHECKING:
-    from corral.agent.events import EventLog
-    from corral.agent.runner import Runner
-    from corral.wire.plan import AgentPlan
 
 ENV_IMDS_URL = "CORRAL_IMDS_URL"
 ENV_NOTICE_INTERVAL = "CORRAL_NOTICE_INTERVAL_S"
@@ -226,13 +224,12 @@ class NoticeHook:
 
     def __init__(
         self,
-        plan: AgentPlan,
-        events: EventLog,
+        context: NodeContext,
         *,
         environ: Mapping[str, str] | None = None,
         client: httpx.Client | None = None,
     ) -> None:
-        env = os.environ if environ is None else environ
+        env = environ if environ is not None else (context.environ or os.environ)
         url = env.get(ENV_IMDS_URL) or DEFAULT_IMDS_URL
         try:
             interval = float(env.get(ENV_NOTICE_INTERVAL) or INTERVAL_S)
@@ -241,7 +238,7 @@ class NoticeHook:
         if interval <= 0:
             raise BadInput(f"{ENV_NOTICE_INTERVAL} must be more than 0")
         self._lock = threading.Lock()
-        self._runner: Runner | None = None
+        self._runner: NodeRunner | None = None
         self._reason: str | None = None
         self.poller = SpotNoticePoller(
             Imds(url, client=client), self._interrupted, interval=interval
@@ -259,7 +256,7 @@ class NoticeHook:
         if runner is not None:
             runner.request_stop(reason, StopCause.PREEMPTION)
 
-    def before_stages(self, runner: Runner) -> str | None:
+    def before_stages(self, runner: NodeRunner) -> str | None:
         with self._lock:
             self._runner = runner
             reason = self._reason
@@ -267,7 +264,7 @@ class NoticeHook:
             runner.request_stop(reason, StopCause.PREEMPTION)
         return None
 
-    def after_stages(self, runner: Runner, phase: str) -> str | None:
+    def after_stages(self, runner: NodeRunner, phase: str) -> str | None:
         return None
 
     def status(self) -> dict[str, Any]:
@@ -275,15 +272,3 @@ class NoticeHook:
 
     def close(self) -> None:
         self.poller.close()
-
-
-POLLERS: dict[str, type[NoticeHook]] = {"aws": NoticeHook}
-
-
-def build_notice_hook(plan: AgentPlan, events: EventLog) -> NoticeHook:
-    """The hook for ``plan.notice_poller``; an unknown name is :class:`BadInput`."""
-    cls = POLLERS.get(plan.notice_poller or "")
-    if cls is None:
-        known = ", ".join(sorted(POLLERS))
-        raise BadInput(f"unknown notice poller {plan.notice_poller!r} (known: {known})")
-    return cls(plan, events)

@@ -1,34 +1,26 @@
-"""On-disk state of the local provider, under ``<CORRAL_HOME>/local/``.
+"""On-disk state of an agent host (:mod:`corral.providers.common.host`), under its root::
 
-::
+    <root>/lock                          fcntl.flock: every allocation decision holds it
+    <root>/instances/<key>/instance.json InstanceRecord (written atomically)
+    <root>/instances/<key>/plan.json     the AgentPlan the agent runs (mode 0600: it holds env)
+    <root>/instances/<key>/agent.out     the agent's stdout and stderr
+    <root>/instances/<key>/agent/        the agent's state dir (agent.json, children.json, logs)
 
-    local/lock                          fcntl.flock: every allocation decision holds it
-    local/instances/<key>/instance.json InstanceRecord (written atomically)
-    local/instances/<key>/plan.json     the AgentPlan the agent runs (mode 0600: it holds env)
-    local/instances/<key>/agent.out     the agent's stdout and stderr
-    local/instances/<key>/agent/        the agent's state_dir (agent.json, children.json, logs)
-
-The provider never imports the store: these files are the local provider's own truth, shared
-by every controller and CLI on this machine.
+A provider never imports the store: these files are its own truth, shared by every controller
+and CLI on this machine.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
-import os
-import re
-import tempfile
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from corral.errors import BadInput
 from corral.fslock import exclusive
-
-_KEY_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+from corral.providers.common.files import KEY_RE, check_key, read_json, write_atomic
 
 INSTANCE_FILE = "instance.json"
 PLAN_FILE = "plan.json"
@@ -57,6 +49,9 @@ class InstanceRecord(BaseModel):
     preempted_at: datetime | None = None
     terminated_at: datetime | None = None
     offer: dict[str, Any]
+    launch_args: list[str] = Field(
+        default_factory=list, description="More `corral agent` launch options of this machine."
+    )
 
     @property
     def since(self) -> float:
@@ -64,47 +59,11 @@ class InstanceRecord(BaseModel):
         return self.created_at.timestamp()
 
 
-def check_key(key: str) -> str:
-    if not isinstance(key, str) or not _KEY_RE.match(key):
-        raise BadInput(
-            f"bad instance key {key!r}: use letters, digits, '.', '_' and '-' (at most 128)"
-        )
-    return key
-
-
-def utcnow() -> datetime:
-    return datetime.now(UTC)
-
-
-def write_atomic(path: Path, text: str, mode: int = 0o644) -> None:
-    """Write ``text`` to ``path`` so readers see the old or the new content, never a mix."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
-
-
-def read_json(path: Path) -> Any | None:
-    """The JSON in ``path``, or None if it is missing or not (yet) valid JSON."""
-    try:
-        return json.loads(path.read_text())
-    except (FileNotFoundError, NotADirectoryError, json.JSONDecodeError, UnicodeDecodeError):
-        return None
-
-
 class Layout:
     """Paths of the local provider's files under ``home``."""
 
-    def __init__(self, home: Path):
-        self.root = Path(home) / "local"
+    def __init__(self, root: Path):
+        self.root = Path(root)
         self.instances = self.root / "instances"
         self.lock_path = self.root / "lock"
 
@@ -138,7 +97,7 @@ class Layout:
             return []
         out = []
         for d in sorted(self.instances.iterdir()):
-            if d.is_dir() and _KEY_RE.match(d.name):
+            if d.is_dir() and KEY_RE.match(d.name):
                 rec = self.read(d.name)
                 if rec is not None:
                     out.append(rec)

@@ -1,45 +1,54 @@
-"""TESTS ONLY: run the agent of each (moto) EC2 instance on this machine.
+"""Test support: EC2 instances (moto's) whose agents run on this machine.
 
 moto keeps EC2's books but boots nothing. :class:`LocalMachineRunner` plays the machines: when
-the provider sees an instance ``running`` it calls :meth:`boot` with the instance's real
-user-data; the runner takes the payload out of it (the same bytes a real instance would run),
-moves the machine's paths (``/opt/corral/...``, the data mount) under
-``CORRAL_HOME/aws-machines/<instance id>/fs/``, and starts the agent through a
-:class:`~corral.providers.local.LocalProvider` of its own (fake GPUs of the instance type,
-loopback only, no power-off command), so it is tracked and killed like a local instance.
+the provider sees an instance ``running`` it calls :meth:`~LocalMachineRunner.boot` with the
+instance's real user-data; the runner takes the payload out of it (the same bytes a real
+instance would run) and starts the agent with the plan exactly as the controller built it, on
+an :class:`~corral.providers.common.host.AgentHost` of its own (fake GPUs of the instance
+type) under ``CORRAL_HOME/aws-machines/<instance id>/``. What differs from a real machine is
+said with ``corral agent`` launch options, as any node would: loopback with a free port, no
+power-off command, and the machine's paths (the data mount) moved under ``fs/``.
 
 The spot market side comes from a fake instance metadata service (tests'
 ``fake_imds.FakeImds``) at ``imds_url``: each agent polls ``<imds_url>/<instance id>/latest/...``
-for notices, and :meth:`spot_status` reads ``GET <imds_url>/_fake/<instance id>`` to answer what
-EC2's spot request would say (``marked-for-termination`` once an interruption is scheduled) -
-moto creates no spot requests.
+for notices, and :meth:`~LocalMachineRunner.spot_status` reads
+``GET <imds_url>/_fake/<instance id>`` to answer what EC2's spot request would say
+(``marked-for-termination`` once an interruption is scheduled) - moto creates no spot requests.
 
-Everything is in files under the home, so the controller (another process, built from
-``CORRAL_AWS_TEST_MACHINES=local`` and ``CORRAL_AWS_FAKE_IMDS``) and the test share the machines.
+:class:`LocalAwsProvider` is the AWS provider with such a runner. A test registers it in place
+of the real one for the controller it starts (another process, which inherits the
+environment)::
+
+    CORRAL_PROVIDER_PLUGINS=aws=corral.testing.aws:LocalAwsProvider
+    CORRAL_TEST_AWS_IMDS=<fake IMDS url>
 """
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 
 from corral import paths
 from corral.errors import NotYetTerminated
-from corral.gpu import GpuInfo
 from corral.pricing import load_catalog
+from corral.providers.aws.notices import ENV_IMDS_URL, ENV_NOTICE_INTERVAL
+from corral.providers.aws.provider import AwsProvider
 from corral.providers.aws.userdata import extract_payload
 from corral.providers.base import Bootstrap, Offer
-from corral.providers.local import LocalProvider
-from corral.wire.plan import AgentPlan
+from corral.providers.common.host import AgentHost
 
-ENV_IMDS_URL = "CORRAL_IMDS_URL"
-ENV_NOTICE_INTERVAL = "CORRAL_NOTICE_INTERVAL_S"
+#: base URL of the fake instance metadata service the machines' agents poll
+ENV_TEST_IMDS = "CORRAL_TEST_AWS_IMDS"
 
 
 class LocalMachineRunner:
+    """Plays the EC2 machines of the tests on this machine (see the module doc)."""
+
     def __init__(
         self,
         home: Path | None = None,
@@ -53,11 +62,8 @@ class LocalMachineRunner:
         self.notice_interval = notice_interval
         self.python = python
 
-    def _local(self, instance_id: str, gpus: int = 0, gpu_type: str | None = None) -> LocalProvider:
-        fake = [GpuInfo(index=i, id=str(i), name=gpu_type or "GPU", fake=True) for i in range(gpus)]
-        return LocalProvider(
-            home=self.root / instance_id, gpus=fake, price_per_hour=0.0, python=self.python
-        )
+    def _host(self, instance_id: str) -> AgentHost:
+        return AgentHost(self.root / instance_id, self.python, label="aws test machine")
 
     def machines(self) -> list[str]:
         if not self.root.is_dir():
@@ -81,17 +87,7 @@ class LocalMachineRunner:
                     return str(fs) + path
             return path
 
-        plan = AgentPlan.model_validate(payload.plan)
-        plan = plan.model_copy(
-            update={
-                "host": "127.0.0.1",
-                "port": 0,
-                "shutdown_command": None,
-                "state_dir": local(plan.state_dir),
-                "checkpoint_dir": local(plan.checkpoint_dir),
-                "workdir": local(plan.workdir),
-            }
-        )
+        plan = payload.plan
         Path(plan.workdir).mkdir(parents=True, exist_ok=True)
         env = dict(payload.env)
         if self.imds_url:
@@ -100,16 +96,25 @@ class LocalMachineRunner:
         entry = load_catalog("aws", "ec2").entry(instance_type)
         count = entry.gpu_count if entry else 0
         gpu_type = entry.gpu_type if entry else None
-        offer = Offer(provider="local", offer_id="local", gpu_type=gpu_type, gpu_count=count)
-        boot = Bootstrap(plan=plan.model_dump(mode="json"), token=payload.token, env=env)
-        self._local(instance_id, count, gpu_type).launch(offer, boot, instance_id)
+        offer = Offer(provider="aws", offer_id=instance_type, gpu_type=gpu_type, gpu_count=count)
+        launch = ["--bind", "127.0.0.1:0", "--shutdown-command", ""]
+        launch += ["--checkpoint-dir", local(plan.checkpoint_dir)]
+        self._host(instance_id).launch(
+            instance_id,
+            Bootstrap(plan=plan, token=payload.token, env=env),
+            offer=offer,
+            choose_gpus=lambda _held: [str(i) for i in range(count)],
+            gpu_type=gpu_type if count else None,
+            launch_args=launch,
+        )
         (self.root / instance_id / "booted").touch()
 
     def endpoint(self, instance_id: str) -> str | None:
         if not self.booted(instance_id):
             return None
-        inst = self._local(instance_id).find(instance_id)
-        return inst.endpoint if inst else None
+        host = self._host(instance_id)
+        rec = host.record(instance_id)
+        return host.endpoint(rec) if rec else None
 
     def spot_status(self, instance_id: str) -> str | None:
         """What EC2's spot request would say: ``marked-for-termination`` once the fake IMDS
@@ -127,14 +132,14 @@ class LocalMachineRunner:
         """The machine is gone: every process of it stops (idempotent)."""
         if not (self.root / instance_id).is_dir():
             return
-        local = self._local(instance_id)
-        inst = local.find(instance_id)
-        if inst is None:
+        host = self._host(instance_id)
+        rec = host.record(instance_id)
+        if rec is None:
             return
         deadline = time.monotonic() + timeout
         while True:
             try:
-                local.terminate(inst)
+                host.terminate(rec)
                 return
             except NotYetTerminated:
                 if time.monotonic() > deadline:
@@ -143,10 +148,10 @@ class LocalMachineRunner:
 
     def kill(self, instance_id: str) -> None:
         """The machine is reclaimed: SIGKILL to all its processes now."""
-        local = self._local(instance_id)
-        inst = local.find(instance_id)
-        if inst is not None and inst.data.get("state") == "active":
-            local.preempt(inst, grace=0.0)
+        host = self._host(instance_id)
+        rec = host.record(instance_id)
+        if rec is not None and rec.state == "active":
+            host.preempt(rec.key, rec.instance_id, grace=0.0)
 
     def stop_all(self) -> None:
         for instance_id in self.machines():
@@ -154,3 +159,13 @@ class LocalMachineRunner:
                 self.stop(instance_id)
             except Exception:  # a teardown reaches every machine
                 pass
+
+
+class LocalAwsProvider(AwsProvider):
+    """The AWS provider whose instances' agents run on this machine (see the module doc).
+    ``machine_runner`` defaults to a :class:`LocalMachineRunner` on ``CORRAL_TEST_AWS_IMDS``."""
+
+    def __init__(self, *args: Any, machine_runner: Any = None, **kw: Any) -> None:
+        if machine_runner is None:
+            machine_runner = LocalMachineRunner(imds_url=os.environ.get(ENV_TEST_IMDS) or None)
+        super().__init__(*args, machine_runner=machine_runner, **kw)

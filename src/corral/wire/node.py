@@ -1,0 +1,103 @@
+"""The node-hook protocol: code that runs on the node beside the stages, inside the agent.
+
+The agent runs some hooks of its own (checkpoint sync, artifacts) and, for each
+``"module:Class"`` reference in :attr:`corral.wire.plan.AgentPlan.node_hooks`, one hook that a
+provider ships in its own folder (an EC2 spot-notice poller, say). A provider's node code
+imports this module, :mod:`corral.wire` and :mod:`corral.errors` only, never ``corral.agent``:
+this protocol is everything the two sides share.
+
+A hook class is built once per agent with a :class:`NodeContext` (``cls(context)``), before
+the attempt starts (it may start a thread, and watch the node from the agent's start-up on).
+The runner then calls it at fixed points of the attempt:
+
+* ``before_stages(runner)`` after setup, before the first stage starts. Return a reason (str)
+  to fail the attempt, or None.
+* ``after_stages(runner, phase)`` once every stage is down, before the attempt is reported
+  finished (``phase`` is the attempt's :class:`~corral.wire.status.Phase` value so far). The
+  agent's phase reads ``finishing`` meanwhile. Return a reason to turn a succeeded attempt
+  into a failed one, or None.
+* ``status()`` extra keys merged into the agent's ``GET /status`` answer.
+* ``close()`` when the agent shuts down.
+
+What a hook may ask of the runner is :class:`NodeRunner`: a graceful stop of the attempt with
+a :class:`~corral.wire.outcome.StopCause` (a preemption notice uses ``PREEMPTION``), the
+runner's status, and when the attempt started. It records what it saw through
+:class:`EventSink` (event types are the agent's closed set, :mod:`corral.wire.events`).
+
+A hook never raises into the runner: an exception is logged as an ``agent.error`` event and
+treated as a failure reason.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+from corral.wire.outcome import StopCause
+from corral.wire.plan import AgentPlan
+
+
+def iso(ts: float) -> str:
+    """Unix seconds -> ``2026-11-21T21:30:00.123Z`` (UTC, milliseconds): how the agent and its
+    hooks write times in events and status answers."""
+    whole = int(ts)
+    millis = min(999, int((ts - whole) * 1000))
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(whole)) + f".{millis:03d}Z"
+
+
+class EventSink(Protocol):
+    """Where a hook records what happened (the agent's event log)."""
+
+    def emit(
+        self, type: str, stage: str | None = None, data: dict[str, Any] | None = None
+    ) -> dict[str, Any]: ...
+
+
+class NodeRunner(Protocol):
+    """What a hook may ask of the runner of the attempt."""
+
+    started_at: float
+
+    def request_stop(self, reason: str = ..., cause: StopCause = ...) -> None:
+        """Graceful stop of the whole attempt; the first request's reason and cause win."""
+        ...
+
+    def status(self) -> dict[str, Any]:
+        """The agent's ``GET /status`` answer as it stands."""
+        ...
+
+
+@runtime_checkable
+class NodeHook(Protocol):
+    """Work the agent does around the stages, besides running them (see the module doc)."""
+
+    name: str
+
+    def before_stages(self, runner: NodeRunner) -> str | None: ...
+
+    def after_stages(self, runner: NodeRunner, phase: str) -> str | None: ...
+
+    def status(self) -> dict[str, Any]: ...
+
+    def close(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class NodeContext:
+    """What a hook is built with: the plan, the agent's event log, where this node keeps the
+    agent's state and the checkpoints (the plan's, unless the node's launch said otherwise),
+    and the agent's environment (read settings from here, not from ``os.environ``)."""
+
+    plan: AgentPlan
+    events: EventSink
+    state_dir: str
+    checkpoint_dir: str
+    environ: Mapping[str, str] = field(default_factory=dict)
+
+
+class NodeHookFactory(Protocol):
+    """A node hook class: ``cls(context)``."""
+
+    def __call__(self, context: NodeContext) -> NodeHook: ...

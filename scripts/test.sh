@@ -17,7 +17,7 @@ ruff check src tests benchmarks examples
 # the layering of docs/architecture.md ([tool.importlinter] in pyproject.toml) and the types
 # of the packages [tool.mypy] names
 lint-imports --no-cache
-# mypy: added once control/ is clean (issue #10 in progress)
+mypy
 
 # -p no:cacheprovider keeps the clone clean; exit code 5 (no tests collected) fails the run.
 set +e

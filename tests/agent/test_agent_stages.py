@@ -312,3 +312,27 @@ def test_the_jobs_secret_values_are_masked_in_the_stage_logs(tmp_path, start_age
     text = (Path(plan.state_dir) / "logs" / "leak.log").read_text()
     assert "token is ***;" in text and "hf_s3cr3t" not in text
     assert "short 1234" in text  # under 6 characters: not masked (documented)
+
+
+def test_the_attempt_finished_event_is_recorded_before_the_phase_turns_terminal(tmp_path):
+    """Whoever sees the attempt ended in GET /status finds its attempt.finished event in
+    GET /events too (a reader in between saw a terminal phase and no event)."""
+    from corral.agent.main import Agent
+
+    agent = Agent(make_plan(tmp_path, [{"name": "s", "run": "exit 3"}]), TOKEN, hooks=[])
+    seen: list[str] = []
+    emit = agent.events.emit
+
+    def recording(type: str, *args, **kw):
+        if type == "attempt.finished":
+            seen.append(agent.runner.phase.value)
+        return emit(type, *args, **kw)
+
+    agent.events.emit = recording  # type: ignore[method-assign]
+    agent.start()
+    try:
+        assert agent.wait(20)
+    finally:
+        agent.close(timeout=10)
+    assert seen and seen[0] not in ("succeeded", "failed", "preempted", "stopped")
+    assert agent.runner.phase.value == "failed"

@@ -12,7 +12,7 @@ import pytest
 
 from corral.sdk import Checkpointer, LocalStorage
 from corral.sdk.storage import resolve_location
-from corral.storage import mirror
+from corral.agent import mirror
 
 
 class NonAtomicLocal(LocalStorage):

@@ -8,11 +8,11 @@ import time
 import httpx
 import pytest
 
+from agent.helpers import make_plan
 from corral.agent.main import Agent
 from corral.control.agent_client import AgentClient
 from corral.wire import outcome
 from corral.wire.outcome import OutcomeKind, StopCause
-from corral.wire.plan import AgentPlan
 from corral.wire.status import Phase
 
 TOKEN = "stop-cause-token-1234"
@@ -20,18 +20,7 @@ TOKEN = "stop-cause-token-1234"
 
 @pytest.fixture
 def agent(tmp_path):
-    plan = AgentPlan.model_validate(
-        {
-            "run_id": "r",
-            "attempt": 1,
-            "workdir": str(tmp_path),
-            "checkpoint_dir": str(tmp_path / "ck"),
-            "state_dir": str(tmp_path / "st"),
-            "devices": [],
-            "grace_seconds": 2,
-            "stages": [{"name": "train", "run": "sleep 30"}],
-        }
-    )
+    plan = make_plan(tmp_path, [{"name": "train", "run": "sleep 30"}], grace_seconds=2)
     a = Agent(plan, TOKEN, hooks=[])
     url = a.start()
     client = AgentClient(url, TOKEN)

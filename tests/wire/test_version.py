@@ -10,10 +10,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
+from agent.helpers import make_plan
 from corral.control.agent_client import AgentClient
 from corral.errors import AgentError, WireVersionMismatch
 from corral.wire import WIRE_VERSION, check_version
-from corral.wire.plan import AgentPlan
 
 
 def test_check_version_accepts_only_its_own():
@@ -75,16 +75,7 @@ def test_the_controller_refuses_an_agent_of_another_version(version):
 
 
 def test_the_agent_refuses_a_plan_of_another_version(tmp_path):
-    plan = AgentPlan.model_validate(
-        {
-            "run_id": "r",
-            "attempt": 1,
-            "workdir": str(tmp_path),
-            "checkpoint_dir": str(tmp_path / "ck"),
-            "state_dir": str(tmp_path / "st"),
-            "stages": [{"name": "s", "run": "true"}],
-        }
-    )
+    plan = make_plan(tmp_path, [{"name": "s", "run": "true"}])
     raw = json.loads(plan.model_dump_json())
     raw["wire_version"] = WIRE_VERSION + 1
     path = tmp_path / "plan.json"
@@ -99,4 +90,4 @@ def test_the_agent_refuses_a_plan_of_another_version(tmp_path):
     assert proc.returncode == 2
     line = proc.stderr.strip().splitlines()[-1]
     assert f"wire version {WIRE_VERSION + 1}" in line and f"speaks {WIRE_VERSION}" in line
-    assert not (tmp_path / "st").exists()  # refused before anything ran
+    assert not (tmp_path / "state").exists()  # refused before anything ran

@@ -38,7 +38,7 @@ from typing import Any
 from corral.errors import CorralError
 from corral.sdk.manifest import CheckpointError
 from corral.sdk.storage import LocalStorage, Storage, resolve_location
-from corral.storage import mirror
+from corral.agent import mirror
 from corral.storage.errors import StorageError
 from corral.storage.s3_client import CREDENTIAL_VARS, ENDPOINT_VARS, REGION_VARS, redact
 from corral.wire.node import EventSink, NodeRunner

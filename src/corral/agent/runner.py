@@ -357,7 +357,6 @@ class Runner:
                 phase, reason = Phase.FAILED, problem
         with self._lock:
             self._outcome = (phase, failed_stage, code, reason)
-            self.phase, self.finished_at = phase, self._now()
         self._write_children()
         data = {
             "phase": phase.value,
@@ -367,7 +366,11 @@ class Runner:
         }
         if phase == Phase.STOPPED and self._stop_cause is not None:
             data["stop_cause"] = self._stop_cause.value
+        # the event first, then the terminal phase: whoever sees the attempt ended in
+        # GET /status finds its attempt.finished event in GET /events too
         self._events.emit("attempt.finished", data=data)
+        with self._lock:
+            self.phase, self.finished_at = phase, self._now()
         self.finished.set()
 
     def _secret_values(self) -> list[bytes]:

@@ -7,12 +7,21 @@ Each check returns ``(loc, message)`` pairs with ``loc`` relative to the job spe
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import Protocol
 
+from corral.spec.gpus import StageGpus
 from corral.spec.suggest import did_you_mean
 
-if TYPE_CHECKING:
-    from corral.spec.job import Stage
+
+class Stage(Protocol):
+    """What the checks read of a stage (``corral.spec.job.Stage`` has it)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def needs(self) -> list[str]: ...
+    @property
+    def gpus(self) -> StageGpus: ...
 
 Problem = tuple[tuple[str | int, ...], str]
 

@@ -10,9 +10,9 @@ from typing import Any
 import numpy as np
 import pytest
 
+from corral.agent import mirror
 from corral.sdk import Checkpointer, LocalStorage
 from corral.sdk.storage import resolve_location
-from corral.agent import mirror
 
 
 class NonAtomicLocal(LocalStorage):

@@ -35,10 +35,10 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from corral.agent import mirror
 from corral.errors import CorralError
 from corral.sdk.manifest import CheckpointError
 from corral.sdk.storage import LocalStorage, Storage, resolve_location
-from corral.agent import mirror
 from corral.storage.errors import StorageError
 from corral.storage.s3_client import CREDENTIAL_VARS, ENDPOINT_VARS, REGION_VARS, redact
 from corral.wire.node import EventSink, NodeRunner

@@ -23,6 +23,7 @@ class Stage(Protocol):
     @property
     def gpus(self) -> StageGpus: ...
 
+
 Problem = tuple[tuple[str | int, ...], str]
 
 

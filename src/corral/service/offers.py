@@ -61,6 +61,8 @@ def provider_rows(
     free = Counter(o.provider for o in result.offers if o.available)
     rows = []
     for name in names:
+        reason: str | None
+        code: str | None
         if name in skipped:
             reason, code = skipped[name], "not_loaded"
         else:

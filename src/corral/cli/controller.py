@@ -26,49 +26,49 @@ def controller(
     """Without a subcommand: run the controller in the foreground (Ctrl-C stops it)."""
     if ctx.invoked_subcommand is not None:
         return
-    from corral.control.daemon import run_foreground
+    from corral.service.controller import run_controller
 
-    raise typer.Exit(run_foreground(idle_exit_s=idle_exit, tick_seconds=tick))
+    raise typer.Exit(run_controller(idle_exit_s=idle_exit, tick_s=tick))
 
 
 @app.command("start")
 def start(json_: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
     """Start the background controller if none runs."""
     from corral.cli.output import console, print_json
-    from corral.control.daemon import start_background
+    from corral.service.controller import start_controller
 
-    pid = start_background()
+    started = start_controller()
     if json_:
-        print_json({"running": True, "pid": pid})
+        print_json(started)
     else:
-        console.print(f"controller running (pid {pid})")
+        console.print(f"controller running (pid {started.pid})")
 
 
 @app.command("stop")
 def stop(json_: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
     """Stop the background controller. Runs keep running; a new controller re-attaches."""
     from corral.cli.output import console, print_json
-    from corral.control.daemon import stop_background
+    from corral.service.controller import stop_controller
 
-    pid = stop_background()
+    stopped = stop_controller()
     if json_:
-        print_json({"stopped": pid is not None, "pid": pid})
+        print_json(stopped)
+    elif stopped.stopped:
+        console.print(f"controller {stopped.pid} stopped")
     else:
-        console.print(f"controller {pid} stopped" if pid else "no controller was running")
+        console.print("no controller was running")
 
 
 @app.command("status")
 def status(json_: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
     """Is a controller running for this CORRAL_HOME?"""
-    from corral import paths
     from corral.cli.output import console, print_json
-    from corral.control.lock import running_pid
+    from corral.service.controller import controller_status
 
-    pid = running_pid()
-    info = {"running": pid is not None, "pid": pid, "home": str(paths.home())}
+    found = controller_status()
     if json_:
-        print_json(info)
-    elif pid:
-        console.print(f"controller running (pid {pid}) for {info['home']}")
+        print_json(found)
+    elif found.running:
+        console.print(f"controller running (pid {found.pid}) for {found.home}")
     else:
-        console.print(f"no controller running for {info['home']}")
+        console.print(f"no controller running for {found.home}")

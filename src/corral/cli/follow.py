@@ -7,8 +7,10 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from corral.service.controller import ControllerGuard
     from corral.service.logs import LogTailer
     from corral.service.run_view import RunView
+    from corral.service.watch import RunWatch
 
 COLORS = ["cyan", "magenta", "green", "yellow", "blue", "red", "bright_cyan", "bright_magenta"]
 
@@ -91,34 +93,49 @@ def follow(
     status_lines: bool = True,
 ) -> RunView:
     """Print new log lines until the run ends; returns the final run."""
-    from rich.live import Live
-
     from corral.cli.output import console, err_console
     from corral.service.controller import ControllerGuard
-    from corral.service.logs import open_logs
-    from corral.service.runs import snapshot
-    from corral.store import Store
+    from corral.service.watch import watch_run
 
-    store = Store.open()  # one store for the whole poll loop
-    tailer = open_logs(run_ref, stages=stages, from_end=from_end, store=store)
-    lines = LinePrinter(tailer, timestamps=timestamps)
-    guard = ControllerGuard(notify=lambda m: err_console.print(f"[dim]{m}[/]"))
-    run, attempt = snapshot(tailer.run_id, store=store)
-    if not (live and console.is_terminal):
-        # no live line in a pipe: print each state change (with its reason) as a line instead
-        last_state = None
-        while True:
-            if status_lines and run.state != last_state and not run.terminal:
-                last_state = run.state
-                reason = f": {run.reason}" if run.reason else ""
-                err_console.print(f"[dim]{run.id} {run.state}{reason}[/]")
+    with watch_run(run_ref, stages=stages, from_end=from_end) as watch:
+        lines = LinePrinter(watch.tailer, timestamps=timestamps)
+        guard = ControllerGuard(notify=lambda m: err_console.print(f"[dim]{m}[/]"))
+        if live and console.is_terminal:
+            return _follow_live(watch, lines, guard, poll_s)
+        return _follow_plain(watch, lines, guard, poll_s, status_lines)
+
+
+def _follow_plain(
+    watch: RunWatch, lines: LinePrinter, guard: ControllerGuard, poll_s: float, status: bool
+) -> RunView:
+    """No live line (a pipe): each state change (with its reason) is a line on stderr."""
+    from corral.cli.output import console, err_console
+
+    run, _ = watch.snapshot()
+    last_state = None
+    while True:
+        if status and run.state != last_state and not run.terminal:
+            last_state = run.state
+            reason = f": {run.reason}" if run.reason else ""
+            err_console.print(f"[dim]{run.id} {run.state}{reason}[/]")
+        lines.emit(console.print)
+        if run.terminal:
             lines.emit(console.print)
-            if run.terminal:
-                lines.emit(console.print)
-                return run
-            guard.check(run.terminal)
-            time.sleep(poll_s)
-            run, attempt = snapshot(run.id, store=store)
+            return run
+        guard.check(run.terminal)
+        time.sleep(poll_s)
+        run, _ = watch.snapshot()
+
+
+def _follow_live(
+    watch: RunWatch, lines: LinePrinter, guard: ControllerGuard, poll_s: float
+) -> RunView:
+    """Log lines above a live status line that is redrawn on each poll."""
+    from rich.live import Live
+
+    from corral.cli.output import console
+
+    run, attempt = watch.snapshot()
     with Live(
         _status_line(run, attempt), console=console, refresh_per_second=4, transient=True
     ) as lv:
@@ -130,4 +147,4 @@ def follow(
                 return run
             guard.check(run.terminal)
             time.sleep(poll_s)
-            run, attempt = snapshot(run.id, store=store)
+            run, attempt = watch.snapshot()

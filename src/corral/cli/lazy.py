@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from types import TracebackType
 from typing import Any
 
 
@@ -19,3 +20,16 @@ class LazyConsole:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._get(), name)
+
+    # ``with console:`` (rich's Live renders inside one) looks the methods up on the type,
+    # past __getattr__: they are passed on here
+    def __enter__(self) -> Any:
+        return self._get().__enter__()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._get().__exit__(exc_type, exc, tb)

@@ -15,7 +15,13 @@ Modules, each small and importable on its own (the CLI imports them inside its c
 * :mod:`corral.service.events` - a run's events after a cursor.
 * :mod:`corral.service.secrets` - set, list (names and dates only), delete, rotate secrets.
 * :mod:`corral.service.webhooks` - check a webhook request's signature.
-* :mod:`corral.service.controller` - make sure a background controller babysits the runs.
+* :mod:`corral.service.watch` - watch one run: new log lines and snapshots from one store.
+* :mod:`corral.service.controller` - run, start, stop or inspect the controller; make sure a
+  background controller babysits the runs.
+* :mod:`corral.service.offers` - the offers that fit a GPU request (``corral offers``).
+* :mod:`corral.service.estimate` - a job's cost on each offer that fits it (``corral
+  estimate``).
+* :mod:`corral.service.plan_views` - the typed values of those two.
 
 Every error is a :class:`corral.errors.CorralError` subclass with a one-line message.
 Functions that read or write runs take an optional ``store`` (default: ``Store.open()``,

@@ -1,17 +1,98 @@
-"""Making sure a background controller babysits the runs of this ``CORRAL_HOME``."""
+"""The controller of this ``CORRAL_HOME``: run it in the foreground, start, stop or inspect
+the background one, and make sure one babysits the runs while a caller watches them.
+
+The returned values are frozen dataclasses rather than pydantic views: ``corral launch``,
+``stop`` and ``cancel`` import this module, and their start-up stays free of model building.
+Their ``to_json()`` is what ``corral controller ... --json`` prints.
+"""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal
 
-from corral.control.daemon import start_background
+from corral import paths
+from corral.control.daemon import run_foreground, start_background, stop_background
 from corral.control.lock import running_pid
+from corral.errors import BadInput
 
 #: Seconds between two checks of a :class:`ControllerGuard`.
 CONTROLLER_CHECK_S = 3.0
 
 Notify = Callable[[str], None]
+
+
+@dataclass(frozen=True, slots=True)
+class ControllerStarted:
+    """A background controller runs (just started, or found running and woken)."""
+
+    pid: int
+    running: Literal[True] = True
+
+    def to_json(self) -> dict[str, bool | int]:
+        return {"running": self.running, "pid": self.pid}
+
+
+@dataclass(frozen=True, slots=True)
+class ControllerStopped:
+    """What a stop did: ``stopped`` the controller ``pid``, or found none (``pid`` None)."""
+
+    pid: int | None
+
+    @property
+    def stopped(self) -> bool:
+        return self.pid is not None
+
+    def to_json(self) -> dict[str, bool | int | None]:
+        return {"stopped": self.stopped, "pid": self.pid}
+
+
+@dataclass(frozen=True, slots=True)
+class ControllerStatus:
+    """Whether a controller runs for the ``CORRAL_HOME`` at ``home``, and its pid."""
+
+    pid: int | None
+    home: str
+
+    @property
+    def running(self) -> bool:
+        return self.pid is not None
+
+    def to_json(self) -> dict[str, bool | int | str | None]:
+        return {"running": self.running, "pid": self.pid, "home": self.home}
+
+
+def run_controller(*, idle_exit_s: float | None = None, tick_s: float | None = None) -> int:
+    """Run the controller in this process until it is stopped (SIGTERM, Ctrl-C) or, with
+    ``idle_exit_s``, has had no active run for that long; ``tick_s``: seconds between two
+    reconcile passes (default: the controller's setting). Returns the exit status (0).
+    Conflict if a controller already runs for this home."""
+    return run_foreground(idle_exit_s=idle_exit_s, tick_seconds=tick_s)
+
+
+def start_controller(*, wait_s: float = 5.0, notify: Notify | None = None) -> ControllerStarted:
+    """Start the background controller unless one runs (waiting up to ``wait_s`` for it to
+    take the lock; ControllerError if it does not; :func:`ensure_controller` does not wait),
+    else wake the running one. One started
+    with other settings is restarted, and ``notify`` is told why."""
+    if not wait_s > 0:
+        raise BadInput(f"wait {wait_s:g}: expected a number of seconds above 0")
+    return ControllerStarted(pid=start_background(wait_s=wait_s, notify=notify))
+
+
+def stop_controller(*, timeout_s: float = 10.0) -> ControllerStopped:
+    """Stop the background controller (SIGTERM, then wait up to ``timeout_s``; ControllerError
+    if it is still there). Runs keep running: a new controller re-attaches them."""
+    if not timeout_s > 0:
+        raise BadInput(f"timeout {timeout_s:g}: expected a number of seconds above 0")
+    return ControllerStopped(pid=stop_background(timeout_s=timeout_s))
+
+
+def controller_status() -> ControllerStatus:
+    """Whether a controller runs for this ``CORRAL_HOME``."""
+    return ControllerStatus(pid=running_pid(), home=str(paths.home()))
 
 
 def ensure_controller(*, wait_s: float = 0.0, notify: Notify | None = None) -> int:

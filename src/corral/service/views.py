@@ -9,7 +9,7 @@ scripts reading that output keep working.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Any, Literal, get_type_hints
+from typing import Annotated, Any, ClassVar, Literal, get_type_hints
 
 from pydantic import (
     BaseModel,
@@ -95,10 +95,28 @@ RunFields: type[View] = create_model(  # type: ignore[call-overload]
 )
 
 
-class RunDetails(RunFields):
+class OmitsNone(View):
+    """A view whose fields named in ``omitted_when_none`` are left out of its JSON when they
+    are None (keys that ``--json`` output has only printed when they had a value)."""
+
+    omitted_when_none: ClassVar[frozenset[str]] = frozenset()
+
+    @model_serializer(mode="wrap")
+    def _omit_none(self, handler: SerializerFunctionWrapHandler) -> Any:
+        data = handler(self)
+        if isinstance(data, dict):
+            for name in self.omitted_when_none:
+                if name in data and data[name] is None:
+                    del data[name]
+        return data
+
+
+class RunDetails(OmitsNone, RunFields):
     """One run in detail (``corral status --json``): the run, its attempts, and what its
     agent last reported (stage table, acceptance verdict, manifest, checkpoint sync).
     ``checkpoint_dir`` is left out of the JSON when the run's spec gives none."""
+
+    omitted_when_none = frozenset({"checkpoint_dir"})
 
     attempts: list[AttemptView]
     stages: list[JsonObject]
@@ -107,13 +125,6 @@ class RunDetails(RunFields):
     checkpoint_sync: JsonValue
     logs_dir: str
     checkpoint_dir: str | None = None
-
-    @model_serializer(mode="wrap")
-    def _drop_missing_checkpoint_dir(self, handler: SerializerFunctionWrapHandler) -> Any:
-        data = handler(self)
-        if isinstance(data, dict) and data.get("checkpoint_dir") is None:
-            data.pop("checkpoint_dir", None)
-        return data
 
 
 class BudgetWarning(View):

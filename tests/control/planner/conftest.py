@@ -6,16 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from .cli import CLOUD
+from .helpers import use_fake_cloud
 
 
 @pytest.fixture
 def cloud(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """``CORRAL_PROVIDERS=local,fake``: the fake cloud of ``cli.CLOUD``, and a local machine with one
-    L40S (so an A100 request is infeasible here whatever GPUs the test machine has)."""
-    path = tmp_path / "cloud.yaml"
-    path.write_text(CLOUD)
-    monkeypatch.setenv("CORRAL_FAKE_CLOUD", str(path))
-    monkeypatch.setenv("CORRAL_PROVIDERS", "local,fake")
-    monkeypatch.setenv("CORRAL_FAKE_GPUS", "L40S:1")
-    return path
+    """The fake cloud of ``helpers.CLOUD`` and a local machine with one L40S."""
+    return use_fake_cloud(tmp_path, monkeypatch)

@@ -3,6 +3,7 @@ registry: ``register`` adds one under a name for the length of a test)."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
@@ -101,3 +102,28 @@ def register(monkeypatch: pytest.MonkeyPatch, name: str, cls: type) -> None:
     from corral.providers import registry
 
     monkeypatch.setitem(registry._PROVIDERS, name, f"{cls.__module__}:{cls.__qualname__}")
+
+
+#: A100 x1 in two regions, one full A100 kind (cheapest, no capacity), an L40S and an 8-GPU box
+CLOUD = """
+catalog_date: "2025-05-01"
+offers:
+  - {id: a, region: us-east, gpu_type: A100, gpu_count: 1, spot_price: 0.5, on_demand_price: 2.0}
+  - {id: b, region: eu-west, gpu_type: A100, gpu_count: 1, spot_price: 0.6, on_demand_price: 1.8}
+  - {id: full, region: us-east, gpu_type: A100, gpu_count: 1, spot_price: 0.1,
+     on_demand_price: 0.3, capacity: 0}
+  - {id: l40s, region: us-east, gpu_type: L40S, gpu_count: 1, spot_price: 0.3, on_demand_price: 1.0}
+  - {id: big, region: us-east, gpu_type: A100, gpu_count: 8, spot_price: 4.0, on_demand_price: 16.0}
+"""
+
+
+def use_fake_cloud(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """``CORRAL_PROVIDERS=local,fake``: the fake cloud of :data:`CLOUD`, and a local machine
+    with one L40S (so an A100 request is infeasible here whatever GPUs the test machine has).
+    Returns the catalog's path."""
+    path = tmp_path / "cloud.yaml"
+    path.write_text(CLOUD)
+    monkeypatch.setenv("CORRAL_FAKE_CLOUD", str(path))
+    monkeypatch.setenv("CORRAL_PROVIDERS", "local,fake")
+    monkeypatch.setenv("CORRAL_FAKE_GPUS", "L40S:1")
+    return path

@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from corral.cli.estimate import pair_offers
 from corral.errors import EXIT_BAD_INPUT
 
 from .cli import run, run_json, write_spec
-from .helpers import offer
 
 JOB = """
     name: est
@@ -102,29 +100,10 @@ def test_table_shows_costs_marks_and_the_choice(cloud, tmp_path) -> None:
     assert "local:" in out  # no A100 on this machine: listed with its reason
 
 
-def test_offers_pair_by_machine_name_else_by_hardware() -> None:
-    named = [
-        offer("p", 1.0, spot=True, details={"machine": "m1"}, offer_id="x1"),
-        offer("p", 3.0, details={"machine": "m1"}, offer_id="x2"),
-        offer("p", 2.0, details={"machine": "m2"}, offer_id="x3"),
-    ]
-    rows = pair_offers(named)
-    assert [(r["machine"], r["spot"] is not None, r["on_demand"] is not None) for r in rows] == [
-        ("m1", True, True),
-        ("m2", False, True),
-    ]
-    bare = [
-        offer("q", 1.0, spot=True, cpus=8, memory_gb=64, offer_id="s"),
-        offer("q", 2.0, cpus=8, memory_gb=64, offer_id="o"),
-        offer("q", 1.5, spot=True, cpus=8, memory_gb=64, offer_id="s2"),
-        offer("q", 2.0, region="r2", cpus=8, memory_gb=64, offer_id="other-region"),
-    ]
-    rows = pair_offers(bare)
-    assert [
-        (r["region"], r["spot"] and r["spot"].offer_id, r["on_demand"] and r["on_demand"].offer_id)
-        for r in rows
-    ] == [
-        ("r1", "s", "o"),
-        ("r1", "s2", None),
-        ("r2", None, "other-region"),
-    ]
+def test_every_flag_of_an_estimate_has_a_mark_in_the_table() -> None:
+    from typing import get_args
+
+    from corral.cli.estimate import _MARKS
+    from corral.service.plan_views import CostFlag
+
+    assert set(_MARKS) == set(get_args(CostFlag))

@@ -1,0 +1,134 @@
+"""The typed values of the planner's questions: which offers fit a request
+(:mod:`corral.service.offers`) and what a job would cost on each (:mod:`corral.service.estimate`).
+
+Their ``to_json()`` is what ``corral offers --json`` and ``corral estimate --json`` print, key
+for key and in the same order as before the service existed.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from corral.providers.base import Offer
+from corral.service.views import OmitsNone, View
+
+#: Why one side (on-demand or spot) of an estimate row would not be taken as it is.
+CostFlag = Literal[
+    "over_max_hourly_price", "over_budget", "excluded_by_resources_spot", "unavailable"
+]
+OVER_MAX_PRICE: CostFlag = "over_max_hourly_price"
+OVER_BUDGET: CostFlag = "over_budget"
+SPOT_SETTING: CostFlag = "excluded_by_resources_spot"
+UNAVAILABLE: CostFlag = "unavailable"
+
+#: Where an estimate's hours come from: given (``--hours``) or the spec's limit.
+HoursFrom = Literal["--hours", "limits.max_runtime"]
+
+
+class ProviderOffers(View):
+    """What one provider asked gave: its offers (``available`` of them with capacity now)
+    and, when it gave none that fit, why (``code``: ``not_loaded`` for a provider that could
+    not be loaded, else the planner's code, e.g. ``infeasible``, ``no_fit``)."""
+
+    provider: str
+    offers: int
+    available: int
+    reason: str | None
+    code: str | None
+
+
+# --- offers ------------------------------------------------------------------------------------
+
+
+class OfferQuery(View):
+    """The request an offer list answers (``providers``: every provider asked)."""
+
+    gpus: str | None
+    spot: bool | None
+    regions: list[str] | None
+    providers: list[str]
+    max_price: float | None
+
+
+class PriceRefresh(View):
+    """One provider's live price reload: done (prices as of when), or why not."""
+
+    refreshed: bool
+    prices_as_of: str | None
+    reason: str
+
+
+class OfferList(OmitsNone):
+    """Offers for a request, cheapest first with unavailable ones last (at most the
+    ``limit`` asked; ``count`` is how many fit in all), one row per provider asked, and the
+    price reloads when asked for (``refresh``, left out of the JSON otherwise)."""
+
+    omitted_when_none = frozenset({"refresh"})
+
+    query: OfferQuery
+    offers: list[Offer]
+    providers: list[ProviderOffers]
+    refresh: dict[str, PriceRefresh] | None = None
+    count: int
+
+
+# --- estimates ---------------------------------------------------------------------------------
+
+
+class CostSide(View):
+    """One offer of an estimate row: its cost for the run's hours, and ``flags`` for what
+    rules it out (``budget_stop_after_h``: when the budget would stop the run, if over it);
+    ``chosen``: the offer a launch would take now."""
+
+    offer_id: str
+    price_per_hour: float
+    cost_usd: float
+    available: bool
+    availability: str
+    catalog_date: str | None
+    flags: list[CostFlag]
+    budget_stop_after_h: float | None
+    chosen: bool
+
+
+class EstimateRow(View):
+    """One machine kind of a provider in a region: on-demand and spot side by side
+    (``spot_saving``: the spot discount as a fraction, when both sides have a price)."""
+
+    provider: str
+    region: str
+    machine: str
+    gpu_type: str | None
+    gpu_count: int
+    on_demand: CostSide | None
+    spot: CostSide | None
+    spot_saving: float | None
+
+
+class ChosenOffer(View):
+    """The offer a launch would take now, and its cost for the run's hours."""
+
+    provider: str
+    region: str
+    machine: str
+    offer_id: str
+    spot: bool
+    price_per_hour: float
+    cost_usd: float
+
+
+class Estimate(View):
+    """What a job would cost on each offer that fits it (``corral estimate --json``):
+    ``hours`` (from ``hours_from``: ``--hours`` or ``limits.max_runtime``), the spec's limits,
+    the offer a launch would take (None: a launch would wait), the rows, cheapest available
+    first, and one row per provider asked."""
+
+    name: str
+    hours: float
+    hours_from: HoursFrom
+    budget_usd: float | None
+    max_hourly_price: float | None
+    spot: bool | Literal["auto"]
+    chosen: ChosenOffer | None
+    rows: list[EstimateRow]
+    providers: list[ProviderOffers]

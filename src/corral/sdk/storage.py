@@ -26,12 +26,13 @@ The contract an implementation must keep:
 from __future__ import annotations
 
 import ctypes
+import io
 import mmap
 import os
 import shutil
 import sys
 import weakref
-from typing import Any, BinaryIO, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 from urllib.parse import unquote, urlparse
 
 from corral.errors import BadInput
@@ -40,6 +41,11 @@ from corral.errors import BadInput
 CHUNK_BYTES = 16 * 1024 * 1024
 #: Writes at least this large start their disk writeback at once.
 _EARLY_WRITEBACK_BYTES = 1024 * 1024
+
+
+#: What ``open_read`` gives: a binary file with ``read`` and ``readinto`` (a local file
+#: unbuffered, an object's body buffered), to use as a context manager.
+BinaryReader = io.RawIOBase | io.BufferedIOBase
 
 
 @runtime_checkable
@@ -72,7 +78,7 @@ class Storage(Protocol):
 
     def write_bytes(self, path: str, data: bytes) -> None: ...
 
-    def open_read(self, path: str) -> BinaryIO: ...
+    def open_read(self, path: str) -> BinaryReader: ...
 
     def read_bytes(self, path: str) -> bytes: ...
 
@@ -257,7 +263,7 @@ class LocalStorage:
             raise
         writer.close()
 
-    def open_read(self, path: str) -> BinaryIO:
+    def open_read(self, path: str) -> io.FileIO:
         return open(path, "rb", buffering=0)
 
     def read_bytes(self, path: str) -> bytes:

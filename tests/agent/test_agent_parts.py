@@ -11,11 +11,12 @@ import pytest
 
 from corral.agent import dag
 from corral.agent.events import EventLog, read_events_file
-from corral.agent.fsutil import atomic_write_json, iso
 from corral.agent.gpus import GpuPool
 from corral.agent.logs import LogPump, read_chunk, utf8_boundary
 from corral.agent.progress import ProgressTailer
 from corral.errors import BadInput
+from corral.files import write_json_atomic
+from corral.wire.node import iso
 
 from .helpers import make_plan
 
@@ -35,10 +36,10 @@ def test_iso_formats_utc_with_milliseconds():
     assert iso(0.9999) == "1970-01-01T00:00:00.999Z"
 
 
-def test_atomic_write_json_replaces_file_and_leaves_no_temp(tmp_path):
+def test_write_json_atomic_replaces_file_and_leaves_no_temp(tmp_path):
     target = tmp_path / "agent.json"
-    atomic_write_json(target, {"a": 1})
-    atomic_write_json(target, {"a": 2})
+    write_json_atomic(target, {"a": 1})
+    write_json_atomic(target, {"a": 2})
     assert json.loads(target.read_text()) == {"a": 2}
     assert os.listdir(tmp_path) == ["agent.json"]
 

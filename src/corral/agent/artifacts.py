@@ -33,9 +33,9 @@ from typing import TYPE_CHECKING, Any
 
 from corral.agent import acceptance, manifest
 from corral.agent.collect import collect
-from corral.agent.fsutil import atomic_write_json, iso
 from corral.agent.package import RESULTS, PackageCancelled, build_package
-from corral.wire.node import EventSink, NodeRunner
+from corral.files import write_json_atomic
+from corral.wire.node import EventSink, NodeRunner, iso
 from corral.wire.plan import AgentPlan
 
 if TYPE_CHECKING:  # a type only: the module itself is loaded when an upload starts
@@ -127,7 +127,7 @@ class ArtifactsHook:
             eval=result,
         )
         local = self.state_dir / MANIFEST
-        atomic_write_json(local, doc)
+        write_json_atomic(local, doc, mode=0o644)
         manifest_uri = None
         if upload is not None and upload_error is None:
             upload_error = self._guard(lambda: upload.manifest(doc, self._retry))

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from corral.agent.fsutil import iso
+from corral.wire.node import iso
 
 EVENT_TYPES = frozenset(
     {

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO
 
-from corral.agent.fsutil import iso
+from corral.wire.node import iso
 
 MAX_LINE = 64 * 1024
 DEFAULT_LIMIT = 256 * 1024

@@ -30,15 +30,15 @@ from pydantic import ValidationError
 
 from corral.agent import dag
 from corral.agent.events import EventLog
-from corral.agent.fsutil import atomic_write_json, iso
 from corral.agent.hooks import build_hooks
 from corral.agent.progress import ProgressTailer
 from corral.agent.runner import Runner
 from corral.agent.server import AgentApi, AgentServer
 from corral.errors import BadInput, CorralError
+from corral.files import write_json_atomic
 from corral.wire import WIRE_VERSION
 from corral.wire.env import ENV_AGENT_TOKEN
-from corral.wire.node import NodeContext, NodeHook
+from corral.wire.node import NodeContext, NodeHook, iso
 from corral.wire.outcome import StopCause
 from corral.wire.plan import AgentPlan
 
@@ -136,7 +136,7 @@ class Agent:
         host, port = self.bind
         self.server = AgentServer((host, port), self.api, self._token)
         self.url = f"http://{host}:{self.server.port}"
-        atomic_write_json(
+        write_json_atomic(
             self.state_dir / "agent.json",
             {
                 "pid": os.getpid(),
@@ -144,6 +144,7 @@ class Agent:
                 "url": self.url,
                 "started_at": iso(self._now()),
             },
+            mode=0o644,
         )
         threading.Thread(
             target=self.server.serve_forever,

@@ -27,13 +27,13 @@ from pathlib import Path
 from typing import Any
 
 from corral.agent.events import EventLog
-from corral.agent.fsutil import atomic_write_json, iso
 from corral.agent.gpus import GpuPool
 from corral.agent.procs import Child
 from corral.agent.progress import ProgressTailer
+from corral.files import write_json_atomic
 from corral.wire import WIRE_VERSION
 from corral.wire import env as C
-from corral.wire.node import NodeHook
+from corral.wire.node import NodeHook, iso
 from corral.wire.outcome import SETUP_STAGE, StopCause, attempt_phase, stage_state
 from corral.wire.plan import AgentPlan, StagePlan
 from corral.wire.status import Phase, StageState
@@ -402,7 +402,7 @@ class Runner:
 
     def _write_children(self) -> None:
         records = [c.record() for c in self._children.values()]
-        atomic_write_json(self.state_dir / "children.json", records)
+        write_json_atomic(self.state_dir / "children.json", records, mode=0o644)
 
     # --- environment -----------------------------------------------------------------------
 

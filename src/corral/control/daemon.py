@@ -16,6 +16,7 @@ from pathlib import Path
 from corral import paths
 from corral.control.lock import ControllerLock, running_pid
 from corral.errors import ControllerError
+from corral.files import write_json_atomic
 
 LOG_FILE = "controller.log"
 ENV_FILE = "controller.env.json"
@@ -97,11 +98,7 @@ def run_foreground(
     logger.addHandler(handler)
     logger.setLevel(logging.INFO)
     try:
-        import json
-
-        tmp = home / (ENV_FILE + ".tmp")
-        tmp.write_text(json.dumps(env_snapshot()))
-        os.replace(tmp, home / ENV_FILE)
+        write_json_atomic(home / ENV_FILE, env_snapshot(), mode=0o644, fsync=False)
         store = Store.open()
         providers, skipped = load_providers()
         for name, why in skipped.items():

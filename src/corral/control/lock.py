@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 
 from corral import paths
+from corral.files import write_atomic
 
 LOCK_FILE = "controller.lock"
 PID_FILE = "controller.pid"
@@ -27,9 +28,7 @@ class ControllerLock:
             os.close(fd)
             return False
         self._fd = fd
-        tmp = self.home / (PID_FILE + ".tmp")
-        tmp.write_text(str(os.getpid()))
-        os.replace(tmp, self.home / PID_FILE)
+        write_atomic(self.home / PID_FILE, str(os.getpid()), mode=0o644, fsync=False)
         return True
 
     def release(self) -> None:

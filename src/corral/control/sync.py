@@ -15,6 +15,7 @@ from corral.control.agent_client import AgentClient
 from corral.control.context import Context, log
 from corral.control.cost import run_cost
 from corral.errors import AgentError
+from corral.files import write_atomic
 from corral.secrets.redact import Redactor, current_redactor, register_names
 from corral.store.records import RunRecord
 from corral.wire.status import AgentStatus
@@ -36,9 +37,7 @@ def _read_offset(path: Path) -> int:
 
 def _write_offset(path: Path, offset: int) -> None:
     marker = path.with_name("." + path.name + ".offset")
-    tmp = marker.with_suffix(".tmp")
-    tmp.write_text(str(offset))
-    tmp.replace(marker)
+    write_atomic(marker, str(offset), mode=0o644, fsync=False)
 
 
 def sync_logs(ctx: Context, run_id: str, attempt: int, client: AgentClient) -> None:

@@ -39,6 +39,7 @@ from typing import Any
 import httpx
 
 from corral import __version__
+from corral.backoff import backoff_delay
 from corral.errors import (
     AuthFailed,
     NoCapacity,
@@ -77,8 +78,7 @@ class RetryPolicy:
     timeout: float = 30.0
 
     def delay(self, failures: int, rng: random.Random, retry_after: float | None = None) -> float:
-        backoff = min(self.max_delay, self.base_delay * 2 ** max(0, failures - 1))
-        wait = backoff * (0.5 + 0.5 * rng.random())
+        wait = backoff_delay(failures, base=self.base_delay, max_delay=self.max_delay, rng=rng)
         return max(wait, retry_after) if retry_after is not None else wait
 
 

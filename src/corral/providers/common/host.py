@@ -24,10 +24,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 from corral.errors import BadInput, Conflict, NotFound, NotYetTerminated, ProviderError
+from corral.files import write_atomic
 from corral.providers.base import Bootstrap, InstanceState, InstanceStatus, Offer
 from corral.providers.common import process
 from corral.providers.common.agent_files import agent_endpoint, stage_groups, tail_logs
-from corral.providers.common.files import check_key, utcnow, write_atomic
+from corral.providers.common.files import check_key, utcnow
 from corral.providers.common.host_state import (
     AGENT_OUT,
     INSTANCE_FILE,

@@ -19,8 +19,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from corral.files import write_atomic
 from corral.fslock import exclusive
-from corral.providers.common.files import KEY_RE, check_key, read_json, write_atomic
+from corral.providers.common.files import KEY_RE, check_key, read_json
 
 INSTANCE_FILE = "instance.json"
 PLAN_FILE = "plan.json"
@@ -90,7 +91,7 @@ class Layout:
     def write(self, rec: InstanceRecord) -> None:
         d = self.dir(rec.key)
         d.mkdir(mode=0o700, parents=True, exist_ok=True)
-        write_atomic(d / INSTANCE_FILE, rec.model_dump_json(indent=2))
+        write_atomic(d / INSTANCE_FILE, rec.model_dump_json(indent=2), mode=0o644)
 
     def records(self) -> list[InstanceRecord]:
         if not self.instances.is_dir():

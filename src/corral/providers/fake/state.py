@@ -21,9 +21,10 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from corral.errors import BadInput
+from corral.files import write_atomic
 from corral.fslock import exclusive
 from corral.providers.base import Bootstrap
-from corral.providers.common.files import check_key, read_json, write_atomic
+from corral.providers.common.files import check_key, read_json
 
 INSTANCE_FILE = "instance.json"
 BOOTSTRAP_FILE = "bootstrap.json"
@@ -102,7 +103,7 @@ class Layout:
     def write(self, rec: FakeRecord) -> None:
         d = self.dir(rec.key)
         d.mkdir(mode=0o700, parents=True, exist_ok=True)
-        write_atomic(d / INSTANCE_FILE, rec.model_dump_json(indent=2))
+        write_atomic(d / INSTANCE_FILE, rec.model_dump_json(indent=2), mode=0o644)
 
     def records(self) -> list[FakeRecord]:
         if not self.instances.is_dir():
@@ -125,7 +126,7 @@ class Layout:
         n = data.get("launches", 0) if isinstance(data, dict) else 0
         n = n if isinstance(n, int) and n >= 0 else 0
         self.root.mkdir(parents=True, exist_ok=True)
-        write_atomic(self.market_path, f'{{"launches": {n + 1}}}\n')
+        write_atomic(self.market_path, f'{{"launches": {n + 1}}}\n', mode=0o644)
         return n
 
     # --- the pending bootstrap (like a cloud's user-data until the machine boots) -----------

@@ -14,7 +14,7 @@ import json
 from collections.abc import Iterator
 from pathlib import Path
 
-from corral.providers.common.files import write_atomic
+from corral.files import write_atomic
 
 
 class StoppedMarks:
@@ -31,7 +31,7 @@ class StoppedMarks:
             before = set(ids)
             yield ids
             if ids != before:
-                write_atomic(self.path, json.dumps(sorted(ids)))
+                write_atomic(self.path, json.dumps(sorted(ids)), mode=0o644)
 
     def _read(self) -> set[str]:
         try:

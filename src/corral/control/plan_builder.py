@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 from corral import paths
 from corral.providers.base import NodeProfile, Offer
+from corral.spec import JobSpec
 from corral.wire.env import (
     DEFAULT_GRACE_SECONDS,
     ENV_CKPT_KEEP_BEST,
@@ -22,7 +22,7 @@ from corral.wire.env import (
 from corral.wire.plan import AcceptancePlan, AgentPlan, ArtifactsPlan, EvalPlan, StagePlan
 
 
-def checkpoint_dir(spec: Any, run_id: str, profile: NodeProfile | None = None) -> str:
+def checkpoint_dir(spec: JobSpec, run_id: str, profile: NodeProfile | None = None) -> str:
     """The checkpoint directory on the node: the node's own (``profile.checkpoint_dir``: a
     persistent volume, say), else ``checkpoints.dir`` (relative to the workdir), else one per
     run under CORRAL_HOME (stable across attempts)."""
@@ -36,7 +36,7 @@ def checkpoint_dir(spec: Any, run_id: str, profile: NodeProfile | None = None) -
 
 
 def build_plan(
-    spec: Any,
+    spec: JobSpec,
     *,
     run_id: str,
     attempt: int,

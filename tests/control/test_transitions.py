@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from corral.control import transitions
-from corral.control.controller import reconcile
+from corral.control.controller import reconcile, start_attempt
 from corral.control.transitions import AskStop, Note, Transition
-from corral.errors import NoCapacity
+from corral.errors import BadInput, NoCapacity
 from corral.store.states import RunState
 from corral.wire.outcome import AttemptOutcome, OutcomeKind, StopCause
 
@@ -127,3 +127,21 @@ def test_a_recovery_with_no_capacity_goes_back_to_waiting_once_per_tick(tmp_path
 
 def _no_capacity(*_: object) -> None:
     raise NoCapacity("full")
+
+
+def test_the_front_doors_launch_that_can_never_succeed_fails_the_run_at_once(
+    tmp_path: Path,
+) -> None:
+    # `corral launch -d` prints the run's state right after the fast-path launch: FAILED,
+    # as before the refactor, not a STOPPING left for the controller's next tick
+    r = rig(tmp_path, RunState.PENDING)
+    r.provider.launch = _bad_input  # type: ignore[method-assign]
+    start_attempt(r.ctx, r.run())
+    run = r.run()
+    assert run.state == RunState.FAILED and run.reason == "launch failed: workdir is gone"
+    assert not r.store.resources(run_id=r.run_id, open_only=True)
+    assert len(r.store.events(r.run_id, types=["run.finished"])) == 1
+
+
+def _bad_input(*_: object) -> None:
+    raise BadInput("workdir is gone")

@@ -6,8 +6,10 @@ import json
 import subprocess
 import sys
 import threading
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+import httpx
 import pytest
 
 from agent.helpers import make_plan
@@ -91,3 +93,29 @@ def test_the_agent_refuses_a_plan_of_another_version(tmp_path):
     line = proc.stderr.strip().splitlines()[-1]
     assert f"wire version {WIRE_VERSION + 1}" in line and f"speaks {WIRE_VERSION}" in line
     assert not (tmp_path / "state").exists()  # refused before anything ran
+
+
+def _unavailable(request: httpx.Request) -> httpx.Response:
+    # what a proxy or load balancer in front of a starting (or restarting) agent may say
+    return httpx.Response(503, json={"error": "service unavailable"})
+
+
+def test_a_503_that_is_not_the_agents_is_not_a_version_mismatch():
+    client = AgentClient("http://agent.test", "t", client=_mock(_unavailable))
+    assert client.ready() is False  # not ready yet, not "another corral release"
+    with pytest.raises(AgentError) as info:
+        client.status()
+    assert not isinstance(info.value, WireVersionMismatch)
+
+
+def test_an_agent_that_is_not_ready_yet_still_says_its_version():
+    def starting(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(503, json={"ready": False, "wire_version": WIRE_VERSION + 1})
+
+    client = AgentClient("http://agent.test", "t", client=_mock(starting))
+    with pytest.raises(WireVersionMismatch):
+        client.ready()
+
+
+def _mock(handler: Callable[[httpx.Request], httpx.Response]) -> httpx.Client:
+    return httpx.Client(transport=httpx.MockTransport(handler))

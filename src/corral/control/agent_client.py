@@ -27,7 +27,12 @@ class AgentClient:
         if self._owns_client:
             self._client.close()
 
-    def _request(self, method: str, path: str, **kw: Any) -> dict[str, Any]:
+    def _request(
+        self, method: str, path: str, *, unavailable_ok: bool = False, **kw: Any
+    ) -> dict[str, Any]:
+        """The JSON answer to one call. A 503 is an answer only where ``unavailable_ok``
+        (``/ready`` while the agent starts); elsewhere it is AgentUnreachable (a proxy or a
+        load balancer in front of the agent says so, not the agent)."""
         url = self.endpoint + path
         try:
             resp = self._client.request(method, url, headers=self._headers, **kw)
@@ -39,6 +44,8 @@ class AgentClient:
             ) from e
         if resp.status_code == 401:
             raise AgentError(f"agent at {self.endpoint} rejected the controller's token")
+        if resp.status_code == 503 and not unavailable_ok:
+            raise AgentUnreachable(f"agent at {self.endpoint} unavailable (503) on {path}")
         if resp.status_code >= 400 and resp.status_code != 503:
             raise AgentError(f"agent at {self.endpoint} answered {resp.status_code} on {path}")
         try:
@@ -55,9 +62,13 @@ class AgentClient:
     def ready(self) -> bool:
         """Whether the agent serves its attempt. An agent of another wire version raises
         :class:`~corral.errors.WireVersionMismatch` naming both versions."""
-        body = self._request("GET", "/ready")
-        check_version(body.get("wire_version"), who=f"agent at {self.endpoint}")
-        return bool(body.get("ready"))
+        body = self._request("GET", "/ready", unavailable_ok=True)
+        ready = bool(body.get("ready"))
+        # an agent says its version with either answer; a 503 without one is not known to
+        # come from the agent at all (a proxy's): not ready yet, no verdict on the version
+        if ready or "wire_version" in body:
+            check_version(body.get("wire_version"), who=f"agent at {self.endpoint}")
+        return ready
 
     def status(self) -> AgentStatus:
         body = self._request("GET", "/status")

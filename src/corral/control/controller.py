@@ -52,6 +52,20 @@ def reconcile(ctx: Context, run: RunRecord) -> None:
         handler = HANDLERS.get(RunState(run.state))
         if step is None and handler is not None:
             step = handler(ctx, run, obs)
+    carry_out(ctx, run, step)
+
+
+def start_attempt(ctx: Context, run: RunRecord) -> None:
+    """Plan, claim and launch the next attempt of a PENDING run now, as the controller's
+    next tick would, following what comes of it (a launch that can never succeed ends the
+    run FAILED at once). The front door's fast path to the first line of user code; the
+    compare-and-set of the claim means it and a controller never both launch the attempt."""
+    carry_out(ctx, run, launching.next_attempt(ctx, run))
+
+
+def carry_out(ctx: Context, run: RunRecord, step: transitions.Step | None) -> None:
+    """Apply ``step`` (decided on ``run``), then, while a transition asks to be followed,
+    the handler of the state it reached (at most :data:`MAX_STEPS` moves)."""
     for _ in range(MAX_STEPS):
         moved = transitions.apply(ctx, run, step)
         if moved is None or not isinstance(step, Transition) or not step.follow:

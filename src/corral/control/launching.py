@@ -59,12 +59,6 @@ def _note_waiting(ctx: Context, run: RunRecord, reason: str) -> None:
         ctx.store.add_event(run.id, "run.waiting", reason)
 
 
-def start_attempt(ctx: Context, run: RunRecord) -> RunRecord | None:
-    """Plan and launch the next attempt of a PENDING or RECOVERING run, applying what
-    follows (the CLI's fast path). Returns the run if it moved on after the claim."""
-    return transitions.apply(ctx, run, next_attempt(ctx, run))
-
-
 def next_attempt(ctx: Context, run: RunRecord) -> Transition | None:
     """Plan the next attempt of a PENDING or RECOVERING run, claim it and launch it. Returns
     the run's next move (a failure when no provider can ever run it, back to waiting when no

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from corral.control import launching, planner
+from corral.control import controller, planner
 from corral.control.context import Context
 from corral.control.providers import load_providers
 from corral.errors import BadInput, InfeasibleRequest
@@ -106,7 +106,7 @@ def submit_run(
         # launch the first attempt here (the fast path to the first line of user code), then
         # make sure a controller babysits it; the compare-and-set in start_attempt means the
         # two never both launch it
-        launching.start_attempt(Context(store=st, providers=providers), run)
+        controller.start_attempt(Context(store=st, providers=providers), run)
         if start_controller:
             ensure_controller(wait_s=0, notify=notices.append)
         run = st.get_run(run.id)

@@ -98,7 +98,7 @@ def run_foreground(
     logger.addHandler(handler)
     logger.setLevel(logging.INFO)
     try:
-        write_json_atomic(home / ENV_FILE, env_snapshot(), mode=0o644, fsync=False)
+        write_json_atomic(home / ENV_FILE, env_snapshot(), mode=0o600, fsync=False)
         store = Store.open()
         providers, skipped = load_providers()
         for name, why in skipped.items():

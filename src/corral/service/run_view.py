@@ -17,7 +17,6 @@ from corral.service.timing import run_duration
 from corral.store.records import RunRecord
 from corral.store.states import TERMINAL_STATES
 
-
 #: how the controller's transition to RUNNING words its reason (control/monitor.py)
 _AGENT_READY = "agent ready on "
 

@@ -30,7 +30,7 @@ def test_the_secret_is_read_from_corrals_secret_store() -> None:
 
 
 def test_the_secret_falls_back_to_the_environment() -> None:
-    code, out, err = _verify("--secret", "HOOK_SECRET", env={"HOOK_SECRET": "st0red-key"})
+    code, _, err = _verify("--secret", "HOOK_SECRET", env={"HOOK_SECRET": "st0red-key"})
     assert code == 0, err
 
 

@@ -52,3 +52,13 @@ def test_the_follow_status_line_does_not_crash_on_a_nan_loss(monkeypatch):
     assert "train step 3/10 (30%) loss nan" in line
     line = _status_line(_run(), _attempt({"step": 3, "total": None, "percent": None, "loss": 1.5}))
     assert "train step 3 loss 1.5" in line
+
+
+def test_an_evaluation_that_never_ran_reads_not_run() -> None:
+    from corral.cli.status import acceptance_line
+
+    line = acceptance_line(
+        {"status": "not_run", "error": "the attempt stopped before writing r.json",
+         "criteria": [{"metric": "val_loss", "op": "<=", "value": 3.0, "observed": None}]}
+    )  # fmt: skip
+    assert line is not None and "not run" in line and "fail" not in line and "None" not in line

@@ -42,8 +42,9 @@ def test_a_missing_model_fails_with_exit_code_two_and_the_table(tmp_path, cli):
     assert "FAIL" in result.output and "pre-flight failed: model" in result.output
 
 
-def test_json_output_lists_every_check(tmp_path, cli):
-    spec = write_spec(tmp_path / "job", "resources:\n  gpus: 2\n")
+def test_json_output_lists_every_check(tmp_path, cli, monkeypatch):
+    monkeypatch.setenv("CORRAL_PROVIDERS", "fake")  # a cloud that rents a 1-GPU machine
+    spec = write_spec(tmp_path / "job", "resources:\n  gpus: 1\n")
     result = cli(spec, "--json")
     assert result.exit_code == 0, result.output
     report = json.loads(result.output)
@@ -53,7 +54,7 @@ def test_json_output_lists_every_check(tmp_path, cli):
         {
             "name": "gpu",
             "status": "skip",
-            "detail": "not checked: 2 GPU(s) come with the rented machine",
+            "detail": "not checked: 1 GPU(s) come with the rented machine",
         }
     ]
 

@@ -9,6 +9,7 @@ import click
 import typer
 import typer.core
 
+from corral.cli.helptext import unwrap_command
 from corral.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, CorralError
 
 DEBUG = {"on": False}
@@ -22,7 +23,18 @@ def _print_error(text: str) -> None:
 
 class CorralGroup(typer.core.TyperGroup):
     """Click group that maps exceptions to messages and exit codes, for the real CLI and for
-    tests through the CLI runner alike."""
+    tests through the CLI runner alike. Its help and its commands' help are unwrapped
+    (:mod:`corral.cli.helptext`): the terminal wraps them."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        unwrap_command(self)
+        for command in self.commands.values():
+            unwrap_command(command)
+
+    def add_command(self, cmd: click.Command, name: str | None = None) -> None:
+        unwrap_command(cmd)
+        super().add_command(cmd, name)
 
     def invoke(self, ctx: click.Context) -> Any:
         try:

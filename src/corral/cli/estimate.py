@@ -114,6 +114,8 @@ def _print(data: dict[str, Any]) -> None:
             f"launch would take {chosen['provider']}/{chosen['region']} {escape(chosen['machine'])}"
             f" {kind} at ${chosen['price_per_hour']:g}/h: {fmt_cost(chosen['cost_usd'])}"
         )
+    elif data["launch"] == "refused":
+        console.print("[red]a launch would be refused at once (exit 5): no provider can run it[/]")
     else:
         console.print("[yellow]no available offer is within every limit: a launch would wait[/]")
     for p in data["providers"]:

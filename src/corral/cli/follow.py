@@ -105,26 +105,44 @@ def follow(
         return _follow_plain(watch, lines, guard, poll_s, status_lines)
 
 
+#: states whose line waits until the attempt that ended has its last logs copied
+_AFTER_LOGS = frozenset({"STOPPING", "RECOVERING"})
+
+
+def _attempt_closed(number: int, run: RunView, attempt: Any | None) -> bool:
+    """Attempt ``number`` has ended and its logs are all copied: the controller copies the
+    last logs before it closes the attempt's bill (or the run has moved on or ended)."""
+    if run.terminal or run.attempt != number or attempt is None or attempt.number != number:
+        return True
+    return attempt.billed_until is not None
+
+
 def _follow_plain(
     watch: RunWatch, lines: LinePrinter, guard: ControllerGuard, poll_s: float, status: bool
 ) -> RunView:
-    """No live line (a pipe): each state change (with its reason) is a line on stderr."""
+    """No live line (a pipe): each state change (with its reason) is a line on stderr. The
+    line of a run that is stopping or recovering waits for the last log lines of the attempt
+    that ended, so that "STOPPING: all stages succeeded" follows the stages' last lines."""
     from corral.cli.output import console, err_console
 
-    run, _ = watch.snapshot()
+    run, attempt = watch.snapshot()
     last_state = None
+    held: list[tuple[str, int | None]] = []  # (line, the attempt whose logs it waits for)
     while True:
         if status and run.state != last_state and not run.terminal:
             last_state = run.state
-            reason = f": {run.reason}" if run.reason else ""
-            err_console.print(f"[dim]{run.id} {run.state}{reason}[/]")
+            reason = f": {run.shown_reason}" if run.reason else ""
+            waits = run.attempt if run.state in _AFTER_LOGS else None
+            held.append((f"[dim]{run.id} {run.state}{reason}[/]", waits))
         lines.emit(console.print)
+        while held and (held[0][1] is None or _attempt_closed(held[0][1], run, attempt)):
+            err_console.print(held.pop(0)[0])
         if run.terminal:
             lines.emit(console.print)
             return run
         guard.check(run.terminal)
         time.sleep(poll_s)
-        run, _ = watch.snapshot()
+        run, attempt = watch.snapshot()
 
 
 def _follow_live(

@@ -17,7 +17,10 @@ What is checked, from the spec:
   only providers that run on this machine (the capability
   :class:`~corral.providers.base.RunsOnThisMachine`), or the command runs inside a corral run
   (``CORRAL_RUN_ID`` set).
-  Otherwise the rented machine brings them and the check says "not checked".
+  Otherwise the rented machine brings them and the check says "not checked";
+* that a launch could go ahead (``launch``): the same planner call ``corral launch`` makes
+  (the enabled providers, ``CORRAL_PROVIDERS``), so a spec that launch would refuse at once
+  (exit 5) fails here; no free offer now is a warning (a launch would wait).
 
 Exit code 0 when every check passes (warnings allowed), 2 with the table when one fails.
 """
@@ -180,6 +183,21 @@ def _spec_checks(spec: Any) -> tuple[dict[str, Any], list[Any], list[Any]]:
     return kwargs, extra, after
 
 
+def _launch_check(spec: Any, source: str) -> Any:
+    """Whether ``corral launch`` would start the spec now, wait for capacity or refuse it."""
+    from corral.sdk.preflight_checks import Check
+    from corral.service.feasibility import launch_plan, refusal
+
+    result = launch_plan(spec)
+    refused = refusal(result, source)
+    if refused:
+        return Check("launch", "fail", refused)
+    offer = result.cheapest
+    if offer is None:
+        return Check("launch", "warn", "no offer is free now: a launch would wait for one")
+    return Check("launch", "pass", f"{offer.provider}/{offer.region} {offer.offer_id} fits")
+
+
 def _all_on_this_machine(providers: list[str] | None) -> bool:
     """Whether the spec allows only providers whose machine is this one."""
     from corral.errors import CorralError
@@ -217,7 +235,8 @@ def preflight(
     ),
     json_: bool = typer.Option(False, "--json", help="Print the result as JSON."),
 ) -> None:
-    """Check a job spec's dataset, directories, disk, tracker credentials and GPUs."""
+    """Check a job spec's dataset, directories, disk, tracker credentials and GPUs, and that
+    a launch could go ahead (an enabled provider has a machine that fits)."""
     from corral.cli.output import console, print_json
     from corral.errors import EXIT_BAD_INPUT
     from corral.sdk.preflight_checks import preflight as run_checks
@@ -228,6 +247,7 @@ def preflight(
     report = run_checks(**kwargs, raise_on_fail=False, show=False)
     report.checks[:0] = before
     report.checks.extend(after)
+    report.checks.append(_launch_check(spec, str(file)))
     _explain_wandb(report, spec)
     if json_:
         print_json(report.to_dict())

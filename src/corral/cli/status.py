@@ -32,8 +32,12 @@ def fmt_progress(prog: dict[str, Any] | None) -> str:
 
 def acceptance_line(acc: Any) -> str | None:
     """The acceptance verdict as one line (rich markup), or None without criteria."""
+    from corral.service.details import NOT_RUN
+
     if not isinstance(acc, dict) or not acc.get("criteria"):
         return None
+    if acc.get("status") == NOT_RUN:
+        return f"  acceptance  [yellow]not run[/]: {acc.get('error')}"
     verdict = "[green]pass[/]" if acc.get("all_pass") else "[red]fail[/]"
 
     def num(value: Any) -> str:

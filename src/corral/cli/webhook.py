@@ -24,8 +24,18 @@ def _group() -> None:
 
 @app.command("verify")
 def verify(
+    secret_name: str = typer.Option(
+        None,
+        "--secret",
+        metavar="NAME",
+        help="The secret's name, found as the controller finds it: corral's secret store "
+        "(`corral secret set NAME`), then the environment variable NAME.",
+    ),
     secret_env: str = typer.Option(
-        ..., "--secret-env", metavar="NAME", help="Environment variable that holds the secret."
+        None,
+        "--secret-env",
+        metavar="NAME",
+        help="Environment variable that holds the secret (the environment only).",
     ),
     timestamp: str = typer.Option(
         ..., "--timestamp", metavar="T", help="The X-Corral-Timestamp header (unix seconds)."
@@ -46,14 +56,27 @@ def verify(
 ) -> None:
     """Exit 0 if SIGNATURE is the HMAC-SHA256 of "<timestamp>.<body>" with the secret and the
     timestamp is recent enough; 1 if not; 2 if the secret or the body cannot be read.
-    The body must be the exact bytes received (do not re-encode the JSON)."""
+
+    Give the secret with --secret NAME (corral's secret store, then the environment) or
+    --secret-env NAME (the environment only). The body must be the exact bytes received (do
+    not re-encode the JSON)."""
     from corral.cli.output import console, print_json
     from corral.errors import BadInput
-    from corral.service.webhooks import SignatureInvalid, rejected, verify_signature
+    from corral.service.webhooks import (
+        SignatureInvalid,
+        rejected,
+        verify_signature,
+        webhook_secret,
+    )
 
-    secret = os.environ.get(secret_env)
-    if not secret:
-        raise BadInput(f"the environment variable {secret_env} (the webhook secret) is not set")
+    if (secret_name is None) == (secret_env is None):
+        raise BadInput("give the webhook secret with one of --secret NAME or --secret-env NAME")
+    if secret_name is not None:
+        secret = webhook_secret(secret_name)
+    else:
+        secret = os.environ.get(secret_env or "") or ""
+        if not secret:
+            raise BadInput(f"the environment variable {secret_env} (the webhook secret) is not set")
     data = _read_body(body)
     try:
         result = verify_signature(secret, timestamp, data, signature, tolerance=tolerance)

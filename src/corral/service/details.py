@@ -13,16 +13,55 @@ from corral.service._store import using
 from corral.service.runs import current_attempt
 from corral.service.views import AttemptView, RunDetails, RunView
 from corral.spec import JobSpec
-from corral.store import RunRecord, Store
+from corral.store import AttemptRecord, RunRecord, Store
+from corral.wire.outcome import AttemptOutcome, OutcomeKind
+from corral.wire.status import StageState
 
 #: What ``get_run`` says when there is no run at all.
 NO_RUNS = "no runs yet: start one with `corral launch corral.yaml`"
 
 
-def _agent_status(store: Store, run: RunRecord) -> dict[str, Any]:
-    """The agent's last status as the controller cached it on the current attempt."""
-    attempt = current_attempt(store, run)
-    return dict(((attempt.data if attempt else None) or {}).get("status") or {})
+#: ``acceptance["status"]`` of an evaluation that never ran: the attempt ended (stopped,
+#: preempted, failed) before any stage wrote the report. The agent says ``missing``.
+NOT_RUN = "not_run"
+
+
+def _outcome(attempt: AttemptRecord | None) -> AttemptOutcome | None:
+    """The attempt's typed outcome (``data["outcome"]``); None before it ended or unreadable."""
+    raw = ((attempt.data if attempt else None) or {}).get("outcome")
+    try:
+        return AttemptOutcome.model_validate(raw) if raw else None
+    except ValidationError:
+        return None
+
+
+def _stages(agent: dict[str, Any], outcome: AttemptOutcome | None) -> list[Any]:
+    """The agent's stage table. A stage that exited 75 (the SDK's "preempted, resume me")
+    because the attempt was asked to stop (user, budget, deadline, idle) is shown
+    ``stopped``: only a preemption is shown as one."""
+    stages = [dict(s) if isinstance(s, dict) else s for s in agent.get("stages") or []]
+    if outcome is None or outcome.kind != OutcomeKind.STOPPED:
+        return stages
+    for stage in stages:
+        if isinstance(stage, dict) and stage.get("state") == StageState.PREEMPTED.value:
+            stage["state"] = StageState.STOPPED.value
+    return stages
+
+
+def _acceptance(agent: dict[str, Any], outcome: AttemptOutcome | None) -> Any:
+    """The agent's acceptance verdict; ``status`` :data:`NOT_RUN` when the report is missing
+    because the attempt ended before its evaluation (anything but success)."""
+    acc = agent.get("acceptance")
+    if (
+        not isinstance(acc, dict)
+        or acc.get("status") != "missing"
+        or outcome is None
+        or outcome.kind == OutcomeKind.SUCCEEDED
+    ):
+        return acc
+    why = f"the attempt {outcome.kind.value} before writing {acc.get('report')}"
+    criteria = [{**c, "note": why} if isinstance(c, dict) else c for c in acc.get("criteria") or []]
+    return {**acc, "status": NOT_RUN, "error": why, "criteria": criteria}
 
 
 def _checkpoint_dir(run: RunRecord) -> str | None:
@@ -37,12 +76,15 @@ def _checkpoint_dir(run: RunRecord) -> str | None:
 
 def details(store: Store, run: RunRecord) -> RunDetails:
     """``run`` (a record read from ``store``) in detail."""
-    agent = _agent_status(store, run)
+    attempt = current_attempt(store, run)
+    # the agent's last status as the controller cached it on the current attempt
+    agent = dict(((attempt.data if attempt else None) or {}).get("status") or {})
+    outcome = _outcome(attempt)
     return RunDetails(
         **RunView.fields_of(run),
         attempts=[AttemptView.of(a) for a in store.attempts(run.id)],
-        stages=list(agent.get("stages") or []),
-        acceptance=agent.get("acceptance"),
+        stages=_stages(agent, outcome),
+        acceptance=_acceptance(agent, outcome),
         manifest=agent.get("manifest"),
         checkpoint_sync=agent.get("checkpoint_sync"),
         logs_dir=str(paths.home() / "runs" / run.id / "logs"),

@@ -17,6 +17,7 @@ from pathlib import Path
 from corral.control import planner
 from corral.errors import BadInput
 from corral.providers.base import Offer
+from corral.service.feasibility import launch_plan, refusal, verdict
 from corral.service.offers import asked_names, choose_providers, provider_rows
 from corral.service.plan_views import (
     OVER_BUDGET,
@@ -154,6 +155,10 @@ def estimate_cost(
     result = planner.plan(loaded, wide)
     limits = planner.Limits(req)
     chosen = next((o for o in result.offers if o.available and limits.misfit(o) is None), None)
+    # what a launch would do: the launch's own planner call, so the two never disagree
+    launching = launch_plan(spec, providers=loaded, skipped=skipped)
+    if chosen is not None and launching.cheapest is None:
+        chosen = None
     rows = [_row(pair, run_hours, spec, chosen) for pair in pair_offers(result.offers)]
     rows.sort(key=_row_order)
     return Estimate(
@@ -174,6 +179,8 @@ def estimate_cost(
             price_per_hour=chosen.price_per_hour,
             cost_usd=round(chosen.price_per_hour * run_hours, 6),
         ),
+        launch=verdict(launching),
+        refusal=refusal(launching, str(file)),
         rows=rows,
         providers=provider_rows(result, skipped, asked_names(loaded, skipped)),
     )

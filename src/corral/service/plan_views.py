@@ -23,6 +23,8 @@ UNAVAILABLE: CostFlag = "unavailable"
 
 #: Where an estimate's hours come from: given (``--hours``) or the spec's limit.
 HoursFrom = Literal["--hours", "limits.max_runtime"]
+#: what a launch would do now (corral.service.feasibility)
+LaunchVerdict = Literal["now", "wait", "refused"]
 
 
 class ProviderOffers(View):
@@ -120,8 +122,9 @@ class ChosenOffer(View):
 class Estimate(View):
     """What a job would cost on each offer that fits it (``corral estimate --json``):
     ``hours`` (from ``hours_from``: ``--hours`` or ``limits.max_runtime``), the spec's limits,
-    the offer a launch would take (None: a launch would wait), the rows, cheapest available
-    first, and one row per provider asked."""
+    the offer a launch would take (None: a launch would wait or be refused), what a launch
+    would do now (``launch``, and ``refusal``: why it would be refused at once, exit 5), the
+    rows, cheapest available first, and one row per provider asked."""
 
     name: str
     hours: float
@@ -130,5 +133,7 @@ class Estimate(View):
     max_hourly_price: float | None
     spot: bool | Literal["auto"]
     chosen: ChosenOffer | None
+    launch: LaunchVerdict
+    refusal: str | None
     rows: list[EstimateRow]
     providers: list[ProviderOffers]

@@ -17,6 +17,9 @@ from corral.service.timing import run_duration
 from corral.store.records import RunRecord
 from corral.store.states import TERMINAL_STATES
 
+#: how the controller's transition to RUNNING words its reason (control/monitor.py)
+_AGENT_READY = "agent ready on "
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RunView:
@@ -56,6 +59,16 @@ class RunView:
     @classmethod
     def of(cls, run: RunRecord, now: datetime | None = None) -> RunView:
         return cls(**cls.fields_of(run, now))
+
+    @property
+    def shown_reason(self) -> str:
+        """The reason as a person reads it in a list of runs: the controller's own
+        bookkeeping ("agent ready on local") replaced by what it means for the run."""
+        if self.reason.startswith(_AGENT_READY) and self.state == "RUNNING":
+            where = self.provider or self.reason[len(_AGENT_READY) :]
+            again = f"attempt {self.attempt} " if self.attempt > 1 else ""
+            return f"{again}running on {where}"
+        return self.reason
 
     def to_json(self) -> dict[str, Any]:
         """The JSON-ready document (datetimes as ISO 8601 with ``+00:00``)."""

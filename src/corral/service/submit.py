@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from corral.control import controller, planner
+from corral.control import controller
 from corral.control.context import Context
 from corral.control.providers import load_providers
 from corral.errors import BadInput, InfeasibleRequest
@@ -13,6 +13,7 @@ from corral.providers.base import Offer, Provider
 from corral.secrets import resolve_many
 from corral.service._store import using
 from corral.service.controller import ensure_controller
+from corral.service.feasibility import launch_plan, refusal
 from corral.service.views import BudgetWarning, RunView, Submission
 from corral.spec import JobSpec, load_spec, load_spec_text, spec_hash
 from corral.store import Store
@@ -86,13 +87,10 @@ def submit_run(
     skipped: dict[str, str] = {}
     if providers is None:
         providers, skipped = load_providers()
-    result = planner.plan(providers, planner.requirements_from_spec(spec))
-    for name, why in skipped.items():
-        result.rejected.setdefault(name, why)
-    if not result.offers:
-        raise InfeasibleRequest(
-            f"no provider can run {source}: {result.explain() or 'none enabled'}"
-        )
+    result = launch_plan(spec, providers=providers, skipped=skipped)
+    refused = refusal(result, source)
+    if refused:
+        raise InfeasibleRequest(refused)
     warning = budget_warning(spec, result.available or result.offers)
     notices: list[str] = []
     with using(store) as st:

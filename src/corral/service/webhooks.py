@@ -6,9 +6,24 @@ import time
 
 from corral.errors import BadInput
 from corral.notify.signing import DEFAULT_TOLERANCE_S, SignatureInvalid, verify
+from corral.secrets import resolve
 from corral.service.views import SignatureRejected, SignatureValid
 
-__all__ = ["SignatureInvalid", "rejected", "verify_signature"]
+__all__ = ["SignatureInvalid", "rejected", "verify_signature", "webhook_secret"]
+
+
+def webhook_secret(name: str) -> str:
+    """The value of secret ``name`` found the way the controller finds a webhook's secret:
+    corral's secret store, then the environment variable ``name``. BadInput naming it when
+    neither has it (or the name is not a secret name)."""
+    value = resolve(name)
+    if value is None:
+        raise BadInput(
+            f"secret {name} (the webhook secret) is not set: neither in corral's secret store "
+            "(`corral secret set NAME`) nor in the environment",
+            fields={"secret": name},
+        )
+    return value
 
 
 def verify_signature(

@@ -1,8 +1,8 @@
 """The simulated market of the fake provider: its catalog and its preemption rules.
 
 A cloud is described by a JSON or YAML file named by ``CORRAL_FAKE_CLOUD`` (or given to the
-constructor); without one, :data:`DEFAULT_CATALOG` (two regions, L40S and A100, spot at about a
-third of on-demand) with a 1 s launch delay and no preemption. Example::
+constructor); without one, :data:`DEFAULT_CATALOG` (two regions, L40S and A100 machines of
+1 and 8 GPUs, spot at about a third of on-demand) with a 1 s launch delay and no preemption. Example::
 
     launch_delay_s: 2          # PROVISIONING for this long, then the agent starts
     notice_s: 5                # SIGTERM to the agent, SIGKILL this much later
@@ -99,6 +99,7 @@ DEFAULT_CATALOG: tuple[CatalogEntry, ...] = (
     _entry("use-l40s-1", "us-east", "L40S", 1, 1.20, 4),
     _entry("use-a100-1", "us-east", "A100", 1, 2.40, 2),
     _entry("use-a100-8", "us-east", "A100", 8, 19.20, 1),
+    _entry("use-l40s-8", "us-east", "L40S", 8, 9.60, 1),  # the README's 8-GPU pipeline
     _entry("euw-l40s-1", "eu-west", "L40S", 1, 1.35, 4),
     _entry("euw-a100-1", "eu-west", "A100", 1, 2.70, 2),
 )

@@ -9,6 +9,7 @@ from pydantic import ValidationError
 from corral import paths
 from corral.control.plan_builder import checkpoint_dir
 from corral.errors import CorralError, NotFound
+from corral.secrets import redactor_for
 from corral.service._store import using
 from corral.service.runs import current_attempt
 from corral.service.views import AttemptView, RunDetails, RunView
@@ -20,9 +21,12 @@ NO_RUNS = "no runs yet: start one with `corral launch corral.yaml`"
 
 
 def _agent_status(store: Store, run: RunRecord) -> dict[str, Any]:
-    """The agent's last status as the controller cached it on the current attempt."""
+    """The agent's last status as the controller cached it on the current attempt, secret
+    values masked (the controller stores it masked; a row written before it did is not)."""
     attempt = current_attempt(store, run)
-    return dict(((attempt.data if attempt else None) or {}).get("status") or {})
+    status = dict(((attempt.data if attempt else None) or {}).get("status") or {})
+    names = (run.spec or {}).get("secrets") or []
+    return dict(redactor_for(n for n in names if isinstance(n, str)).redact_data(status))
 
 
 def _checkpoint_dir(run: RunRecord) -> str | None:

@@ -4,7 +4,9 @@ Every request needs ``Authorization: Bearer <token>`` (else 401). Endpoints: ``G
 ``GET /ready``, ``GET /status``, ``GET /events?after=N``, ``GET /logs``,
 ``GET /logs?stage=S&offset=N&limit=L``, ``POST /stop``, ``GET /artifacts/<name>.tar.gz`` (a
 file a hook packaged, streamed). ``docs/agent.md`` is the reference.
-Responses never contain the token or any environment value.
+Responses never contain the token or any environment value, nor a secret value of the job
+(``CORRAL_SECRET_NAMES``: what a job reports as a metric, a note or a checkpoint path is
+``***`` in ``/status`` and ``/events`` as it is in the stage logs).
 
 Every answer is JSON, whatever the request: any other method is 401 without the token and 405
 with it; a malformed request line or header is 400. A body is read only up to
@@ -34,6 +36,7 @@ from corral.agent import logs
 from corral.agent.events import EventLog
 from corral.agent.progress import ProgressTailer
 from corral.agent.runner import SETUP, Runner
+from corral.secrets.redact import Redactor
 from corral.wire import WIRE_VERSION
 from corral.wire.outcome import StopCause
 
@@ -88,6 +91,8 @@ class AgentApi:
         self._gpu_lock = threading.Lock()
         self._gpu_cache: tuple[float, list[dict]] | None = None
         self.ready = False
+        #: the job's secret values, masked in every answer (values and keys)
+        self.redactor = Redactor(v.decode("utf-8", "replace") for v in runner.secret_values())
         #: monotonic time of the last authenticated request (for "is the controller gone?").
         self.last_request_at: float | None = None
 
@@ -343,7 +348,7 @@ class _Handler(BaseHTTPRequestHandler):
         if self.request_version == "HTTP/0.9":
             self.request_version = "HTTP/1.0"
             self.close_connection = True
-        payload = json.dumps(body).encode()
+        payload = json.dumps(self.server.api.redactor.redact_data(body)).encode()
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(payload)))

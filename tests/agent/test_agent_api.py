@@ -10,6 +10,7 @@ from pathlib import Path
 from corral.wire import WIRE_VERSION
 
 from .helpers import TOKEN, Client, make_plan
+from .rawhttp import exchange, request_bytes
 
 STAMP = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z ")
 SECRET = "hunter2-secret-value"
@@ -306,3 +307,76 @@ def test_stop_ends_a_multi_command_run_and_does_not_count_it_succeeded(tmp_path,
     states = {s["name"]: s["state"] for s in status["stages"]}
     assert states == {"seq": "stopped", "polite": "stopped"}
     assert "second" not in (Path(plan.state_dir) / "logs" / "seq.log").read_text()
+
+
+def _port(client: Client) -> int:
+    return int(client.url.rsplit(":", 1)[1])
+
+
+def test_every_other_method_answers_json_401_without_the_token_and_405_with_it(
+    tmp_path, start_agent
+):
+    client = start_agent(make_plan(tmp_path, [{"name": "train", "run": "true"}]))
+    port = _port(client)
+    for method in ("PUT", "DELETE", "PATCH", "OPTIONS", "TRACE", "CONNECT", "BREW", "GETX"):
+        for path in ("/status", "/stop", "/nope", "/artifacts/results.tar.gz"):
+            answer = exchange(port, request_bytes(method, path))
+            assert (answer.status, answer.json()) == (401, {"error": "unauthorized"}), method
+            assert answer.headers["content-type"] == "application/json"
+            answer = exchange(port, request_bytes(method, path, token=TOKEN))
+            assert answer.status == 405, (method, path, answer.body)
+            assert answer.json() == {"error": "method not allowed"}
+    # HEAD: the same answers, without a body (HTTP allows none)
+    assert exchange(port, request_bytes("HEAD", "/status"), head_only=True).status == 401
+    head = exchange(port, request_bytes("HEAD", "/status", token=TOKEN), head_only=True)
+    assert head.status == 405 and head.headers["allow"] == "GET"
+    # a request line or header the server cannot parse is a JSON 400 too
+    for raw in (
+        b"GET /a b HTTP/1.1\r\n\r\n",
+        b"GET /status HTTP/9.9\r\n\r\n",
+        b"GET /status HTTP/1.1\r\n" + b"X-Many: y\r\n" * 101 + b"\r\n",
+        b"GET /status\r\n\r\n",  # HTTP/0.9
+    ):
+        answer = exchange(port, raw)
+        assert answer.status in (400, 401, 431, 505) and "error" in answer.json(), raw
+
+
+def test_a_bad_huge_or_unkept_content_length_is_a_json_400_within_the_body_timeout(
+    tmp_path, start_agent
+):
+    from corral.agent.server import BODY_TIMEOUT, MAX_BODY
+
+    client = start_agent(make_plan(tmp_path, [{"name": "train", "run": "sleep 30"}]))
+    port = _port(client)
+    bad = ["abc", "-5", "1e3", " ", "0x10", "99999999999999999999", str(MAX_BODY + 1), "٣"]
+    for token in (TOKEN, None):
+        for value in bad:
+            answer = exchange(
+                port, request_bytes("POST", "/stop", token=token, content_length=value)
+            )
+            assert answer.status == 400, (value, answer.body)
+            assert "Content-Length" in answer.json()["error"]
+            assert answer.seconds < 1.0
+    # a body announced but never (fully) sent: answered once BODY_TIMEOUT is over, not held
+    for sent in (b"", b'{"cau'):
+        req = request_bytes("POST", "/stop", token=TOKEN, content_length="100", body=sent)
+        answer = exchange(port, req, timeout=BODY_TIMEOUT + 3)
+        assert answer.status == 400 and "did not arrive" in answer.json()["error"]
+        assert answer.seconds < BODY_TIMEOUT + 1.5
+    # two lengths that disagree, a chunked body: refused, not guessed
+    dup = request_bytes(
+        "POST",
+        "/stop",
+        token=TOKEN,
+        headers={"Content-Length": "2"},
+        content_length="3",
+        body=b"{}",
+    )
+    assert exchange(port, dup).status == 400
+    chunked = request_bytes(
+        "POST", "/stop", token=TOKEN, headers={"Transfer-Encoding": "chunked"}, body=b""
+    )
+    assert exchange(port, chunked + b"2\r\n{}\r\n0\r\n\r\n").status == 400
+    # nothing was stopped by any of it, and the API still answers
+    assert client.get("/status")["phase"] == "running"
+    assert client.post("/stop")[0] == 202

@@ -287,7 +287,7 @@ class Runner:
                 now=self._now,
                 clock=self._clock,
                 sleep=self._sleep,
-                mask=self._secret_values(),
+                mask=self.secret_values(),
             )
         except OSError as exc:
             error = exc.strerror or type(exc).__name__
@@ -373,8 +373,9 @@ class Runner:
             self.phase, self.finished_at = phase, self._now()
         self.finished.set()
 
-    def _secret_values(self) -> list[bytes]:
-        """The job's secret values (named in CORRAL_SECRET_NAMES), masked in stage logs."""
+    def secret_values(self) -> list[bytes]:
+        """The job's secret values (named in CORRAL_SECRET_NAMES), masked in stage logs and in
+        every answer of the HTTP API."""
         names = self._environ.get(C.ENV_SECRET_NAMES, "")
         values = (self._environ.get(n.strip(), "") for n in names.split(","))
         return [v.encode() for v in values if len(v) >= C.MIN_SECRET_LENGTH]

@@ -4,7 +4,16 @@ Every request needs ``Authorization: Bearer <token>`` (else 401). Endpoints: ``G
 ``GET /ready``, ``GET /status``, ``GET /events?after=N``, ``GET /logs``,
 ``GET /logs?stage=S&offset=N&limit=L``, ``POST /stop``, ``GET /artifacts/<name>.tar.gz`` (a
 file a hook packaged, streamed). ``docs/agent.md`` is the reference.
-Responses never contain the token or any environment value.
+Responses never contain the token or any environment value, nor a secret value of the job
+(``CORRAL_SECRET_NAMES``: what a job reports as a metric, a note or a checkpoint path is
+``***`` in ``/status`` and ``/events`` as it is in the stage logs).
+
+Every answer is JSON, whatever the request: any other method is 401 without the token and 405
+with it; a malformed request line or header is 400. A body is read only up to
+:data:`MAX_BODY` bytes and within :data:`BODY_TIMEOUT` seconds (a bad, huge or unkept
+``Content-Length`` is a 400 at once or after that time, and the connection is closed), and a
+connection that sends nothing for :data:`IDLE_TIMEOUT` seconds is closed: no request holds a
+handler thread for long.
 """
 
 from __future__ import annotations
@@ -16,6 +25,7 @@ import shutil
 import threading
 import time
 from collections.abc import Callable
+from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -26,11 +36,27 @@ from corral.agent import logs
 from corral.agent.events import EventLog
 from corral.agent.progress import ProgressTailer
 from corral.agent.runner import SETUP, Runner
+from corral.secrets.redact import Redactor
 from corral.wire import WIRE_VERSION
 from corral.wire.outcome import StopCause
 
 GPU_USAGE_TTL = 5.0
 MAX_EVENTS_PAGE = 1000
+#: the largest request body read (only ``POST /stop`` takes one: a small JSON object)
+MAX_BODY = 64 * 1024
+#: seconds a request body has to arrive in full
+BODY_TIMEOUT = 2.0
+#: seconds a connection may send nothing (between requests, or within a request's head)
+IDLE_TIMEOUT = 60.0
+#: the method each path answers (any other method: 405)
+_METHODS = {
+    "/health": "GET",
+    "/ready": "GET",
+    "/status": "GET",
+    "/events": "GET",
+    "/logs": "GET",
+    "/stop": "POST",
+}
 #: what a name under /artifacts/ may look like (no separators, no "..")
 _PACKAGE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*\.tar\.gz$")
 
@@ -65,6 +91,8 @@ class AgentApi:
         self._gpu_lock = threading.Lock()
         self._gpu_cache: tuple[float, list[dict]] | None = None
         self.ready = False
+        #: the job's secret values, masked in every answer (values and keys)
+        self.redactor = Redactor(v.decode("utf-8", "replace") for v in runner.secret_values())
         #: monotonic time of the last authenticated request (for "is the controller gone?").
         self.last_request_at: float | None = None
 
@@ -186,6 +214,7 @@ def _json_body(raw: bytes) -> dict[str, Any]:
 class _Handler(BaseHTTPRequestHandler):
     server: AgentServer
     protocol_version = "HTTP/1.1"
+    timeout = IDLE_TIMEOUT  # the socket's timeout (StreamRequestHandler.setup)
 
     def version_string(self) -> str:
         return "corral-agent"
@@ -199,22 +228,72 @@ class _Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         self._dispatch("POST")
 
+    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
+        """The standard library's error answers, as JSON. Its 501 for a method without a
+        ``do_<METHOD>`` goes through the same checks as any request instead (401, then 405)."""
+        if code == HTTPStatus.NOT_IMPLEMENTED and self.command:
+            self._dispatch(self.command)
+            return
+        self.close_connection = True  # the request could not be parsed: nothing after it can
+        phrase = HTTPStatus(code).phrase if code in HTTPStatus._value2member_map_ else "error"
+        self._send(code, {"error": (message or phrase)[:200]})
+
+    def _content_length(self) -> int:
+        """The body's announced length (0 without one); 400 for a length that is not one
+        non-negative integer up to :data:`MAX_BODY`, or a body in another framing."""
+        if self.headers.get("Transfer-Encoding"):
+            raise HttpError(400, "Transfer-Encoding is not accepted: send a Content-Length")
+        values = {v.strip() for v in self.headers.get_all("Content-Length") or []}
+        if not values:
+            return 0
+        if len(values) > 1:
+            raise HttpError(400, "conflicting Content-Length headers")
+        raw = values.pop()
+        if not (raw.isascii() and raw.isdigit()):
+            raise HttpError(400, "Content-Length must be a non-negative integer")
+        if len(raw) > 12 or int(raw) > MAX_BODY:
+            raise HttpError(400, f"Content-Length must be at most {MAX_BODY}")
+        return int(raw)
+
+    def _read_body(self, length: int) -> bytes:
+        """Exactly ``length`` bytes, within :data:`BODY_TIMEOUT` seconds in all (400 else)."""
+        deadline = time.monotonic() + BODY_TIMEOUT
+        chunks: list[bytes] = []
+        got = 0
+        try:
+            while got < length:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError
+                self.connection.settimeout(left)
+                chunk = self.rfile.read1(length - got)
+                if not chunk:
+                    raise HttpError(400, f"the body ended after {got} of {length} bytes")
+                chunks.append(chunk)
+                got += len(chunk)
+        except (TimeoutError, OSError):
+            msg = f"the body did not arrive: {got} of {length} bytes in {BODY_TIMEOUT:g} s"
+            raise HttpError(400, msg) from None
+        finally:
+            self.connection.settimeout(self.timeout)
+        return b"".join(chunks)
+
     def _dispatch(self, method: str) -> None:
-        try:
-            length = max(0, int(self.headers.get("Content-Length") or 0))
-        except ValueError:
-            length = 0
-        raw = self.rfile.read(min(length, 1 << 20)) if length else b""
         api = self.server.api
+        status: int
         try:
+            length = self._content_length()
             if not self._authorized():
                 raise HttpError(401, "unauthorized")
+            raw = self._read_body(length) if length else b""
             api.touch()
             url = urlsplit(self.path)
             query = parse_qs(url.query)
             status, body = self._route(method, url.path, query, raw)
         except HttpError as exc:
             status, body = exc.status, {"error": exc.message}
+            if status in (400, 401):  # a body may be left unread: end the connection
+                self.close_connection = True
         except Exception as exc:  # never let a bug take the API down
             status, body = 500, {"error": f"internal error: {type(exc).__name__}"}
         if isinstance(body, Path):
@@ -226,14 +305,15 @@ class _Handler(BaseHTTPRequestHandler):
         self, method: str, path: str, query: dict[str, list[str]], raw: bytes = b""
     ) -> tuple[int, dict | Path]:
         api = self.server.api
+        if method not in ("GET", "POST"):
+            raise HttpError(405, "method not allowed")
         if path.startswith("/artifacts/"):
             if method != "GET":
                 raise HttpError(405, "method not allowed")
             return 200, api.package(path[len("/artifacts/") :])
-        routes = {"/health", "/ready", "/status", "/events", "/logs", "/stop"}
-        if path not in routes:
+        if path not in _METHODS:
             raise HttpError(404, "not found")
-        if (method == "POST") != (path == "/stop"):
+        if method != _METHODS[path]:
             raise HttpError(405, "method not allowed")
         if path == "/health":
             return 200, api.health()
@@ -263,15 +343,25 @@ class _Handler(BaseHTTPRequestHandler):
         return hmac.compare_digest(given.strip().encode(), self.server.token)
 
     def _send(self, status: int, body: dict) -> None:
-        payload = json.dumps(body).encode()
+        """A JSON answer (its head only to a HEAD request, as HTTP wants). Always with a status
+        line and headers: a request without a valid version (HTTP/0.9 style) gets HTTP/1.0's."""
+        if self.request_version == "HTTP/0.9":
+            self.request_version = "HTTP/1.0"
+            self.close_connection = True
+        payload = json.dumps(self.server.api.redactor.redact_data(body)).encode()
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(payload)))
         self.send_header("Cache-Control", "no-store")
         if status == 401:
             self.send_header("WWW-Authenticate", "Bearer")
+        if status == 405:
+            self.send_header("Allow", _METHODS.get(urlsplit(self.path).path, "GET"))
+        if self.close_connection:
+            self.send_header("Connection", "close")
         self.end_headers()
-        self.wfile.write(payload)
+        if self.command != "HEAD":
+            self.wfile.write(payload)
 
     def _send_file(self, path: Path) -> None:
         """Stream a file (opened first: a later replace of the path does not matter)."""

@@ -73,7 +73,7 @@ def handle_running(ctx: Context, run: RunRecord, obs: Observation) -> Transition
         return transitions.finish(RunState.FAILED, e.message, graceful=False)
     except AgentError:
         return None  # the health and preemption watchers look after an agent that is silent
-    sync.poll_agent(ctx, run, obs.client(), status)
+    status = sync.poll_agent(ctx, run, obs.client(), status)  # secret values masked
     if status.terminal:
         return finishing.agent_finished(ctx, run, status)
     return None

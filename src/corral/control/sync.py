@@ -1,6 +1,11 @@
 """Copy what the agent knows into the controller's home: events into the store, stage logs
 into ``runs/<id>/logs/a<attempt>/<stage>.log``, its status onto the attempt.
 
+Nothing from the agent is stored with a secret value in it: events, log bytes and the status
+(progress metrics and notes, hook extras such as the manifest, the reason an attempt ended)
+pass through the run's redactor first (values, and dict keys such as a metric's name, become
+``***``; :func:`corral.secrets.redactor_for`).
+
 The agent's byte offset reached for each stage log is kept beside the copy, so a restarted
 controller continues where it stopped.
 """
@@ -10,13 +15,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from corral import paths
 from corral.control.agent_client import AgentClient
 from corral.control.context import Context, log
 from corral.control.cost import run_cost
 from corral.errors import AgentError
 from corral.files import write_atomic
-from corral.secrets.redact import Redactor, current_redactor, register_names
+from corral.secrets.redact import Redactor, redactor_for
 from corral.store.records import RunRecord
 from corral.wire.status import AgentStatus
 
@@ -69,8 +76,17 @@ def sync_logs(ctx: Context, run_id: str, attempt: int, client: AgentClient) -> N
 def _redactor(ctx: Context, run_id: str) -> Redactor:
     """Every secret value in play, the run's spec ``secrets:`` included (for a controller
     restarted since the launch, which has not resolved them itself)."""
-    register_names(ctx.spec(ctx.store.get_run(run_id)).secrets)
-    return current_redactor()
+    return redactor_for(ctx.spec(ctx.store.get_run(run_id)).secrets)
+
+
+def redact_status(redactor: Redactor, status: AgentStatus) -> AgentStatus:
+    """``status`` with every secret value (and dict key) masked. Should masking break the
+    status's shape (a secret equal to a phase name, say) the status is kept as it was for the
+    decisions of this tick; it is never stored that way (:func:`poll_agent`)."""
+    try:
+        return AgentStatus.model_validate(redactor.redact_data(status.as_dict()))
+    except ValidationError:
+        return status
 
 
 def _describe(ev: dict[str, Any]) -> str:
@@ -111,7 +127,9 @@ def _describe(ev: dict[str, Any]) -> str:
 
 
 def sync_events(ctx: Context, run_id: str, attempt: int, client: AgentClient, cursor: int) -> int:
-    """Copy agent events after ``cursor`` into the store; returns the new cursor."""
+    """Copy agent events after ``cursor`` into the store (secret values masked); returns the
+    new cursor."""
+    redactor = _redactor(ctx, run_id)
     while True:
         page = client.events(after=cursor)
         events = page.get("events") or []
@@ -124,28 +142,41 @@ def sync_events(ctx: Context, run_id: str, attempt: int, client: AgentClient, cu
                 data.setdefault("stage", ev["stage"])
             data["agent_seq"] = ev.get("seq")
             data["agent_ts"] = ev.get("ts")
-            batch.append({"type": ev.get("type", "agent"), "reason": _describe(ev), "data": data})
+            batch.append(
+                {
+                    "type": str(ev.get("type", "agent")),
+                    "reason": redactor.redact(_describe(ev)),
+                    "data": redactor.redact_data(data),
+                }
+            )
         cursor = int(page.get("next") or events[-1].get("seq") or cursor)
         ctx.store.append_agent_events(run_id, attempt, batch, cursor=cursor)
 
 
-def poll_agent(ctx: Context, run: RunRecord, client: AgentClient, status: AgentStatus) -> None:
+def poll_agent(
+    ctx: Context, run: RunRecord, client: AgentClient, status: AgentStatus
+) -> AgentStatus:
     """Copy events and logs, cache the agent's status on the attempt
-    (``attempt.data["status"]``), note completed stages, update the run's cost."""
+    (``attempt.data["status"]``), note completed stages, update the run's cost. Returns the
+    status with secret values masked: what the caller decides the attempt's end from, so its
+    reason is stored clean too."""
+    redactor = _redactor(ctx, run.id)
+    clean = redact_status(redactor, status)
     attempt = ctx.store.get_attempt(run.id, run.attempt)
     try:
         sync_events(ctx, run.id, run.attempt, client, attempt.events_cursor or 0)
         sync_logs(ctx, run.id, run.attempt, client)
     except AgentError as e:
         log.info("run %s: sync interrupted: %s", run.id, e.message)
-    done = status.succeeded_stages()
+    done = status.succeeded_stages()  # the names the agent knows the stages by
     completed = list(run.completed_stages or [])
     new = [s for s in done if s not in completed]
     fields: dict[str, Any] = {}
     if new:
         fields["completed_stages"] = completed + new
     data = dict(attempt.data or {})
-    data["status"] = status.as_dict()
+    data["status"] = redactor.redact_data(clean.as_dict())
     ctx.store.update_attempt(run.id, run.attempt, data=data)
     fields["cost_usd"] = run_cost(ctx, run.id)
     ctx.store.update_run(run.id, **fields)
+    return clean

@@ -22,6 +22,7 @@ from corral.secrets.redact import (
     install_log_redaction,
     redact,
     redact_data,
+    redactor_for,
     register_names,
     register_values,
 )
@@ -46,6 +47,7 @@ __all__ = [
     "install_log_redaction",
     "redact",
     "redact_data",
+    "redactor_for",
     "register_names",
     "register_values",
     "resolve",

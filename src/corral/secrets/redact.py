@@ -218,6 +218,14 @@ def current_redactor() -> Redactor:
         return redactor
 
 
+def redactor_for(names: Iterable[str]) -> Redactor:
+    """The redactor for every secret value in play, the values of the secrets ``names`` (a
+    run's spec ``secrets:``) registered first: what a process that did not resolve them itself
+    (a restarted controller, the CLI showing a run) uses on anything that came from the run."""
+    register_names(names)
+    return current_redactor()
+
+
 def redact(text: str) -> str:
     """``text`` with every secret value in play replaced by ``***``."""
     return current_redactor().redact(text)

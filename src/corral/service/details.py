@@ -9,6 +9,7 @@ from pydantic import ValidationError
 from corral import paths
 from corral.control.plan_builder import checkpoint_dir
 from corral.errors import CorralError, NotFound
+from corral.secrets import redactor_for
 from corral.service._store import using
 from corral.service.runs import current_attempt
 from corral.service.views import AttemptView, RunDetails, RunView
@@ -64,6 +65,14 @@ def _acceptance(agent: dict[str, Any], outcome: AttemptOutcome | None) -> Any:
     return {**acc, "status": NOT_RUN, "error": why, "criteria": criteria}
 
 
+def _agent_status(run: RunRecord, attempt: AttemptRecord | None) -> dict[str, Any]:
+    """The agent's last status as the controller cached it on the current attempt, secret
+    values masked (the controller stores it masked; a row written before it did is not)."""
+    status = dict(((attempt.data if attempt else None) or {}).get("status") or {})
+    names = (run.spec or {}).get("secrets") or []
+    return dict(redactor_for(n for n in names if isinstance(n, str)).redact_data(status))
+
+
 def _checkpoint_dir(run: RunRecord) -> str | None:
     """Where the run keeps its checkpoints; None without a valid spec."""
     if not run.spec:
@@ -77,8 +86,7 @@ def _checkpoint_dir(run: RunRecord) -> str | None:
 def details(store: Store, run: RunRecord) -> RunDetails:
     """``run`` (a record read from ``store``) in detail."""
     attempt = current_attempt(store, run)
-    # the agent's last status as the controller cached it on the current attempt
-    agent = dict(((attempt.data if attempt else None) or {}).get("status") or {})
+    agent = _agent_status(run, attempt)
     outcome = _outcome(attempt)
     return RunDetails(
         **RunView.fields_of(run),

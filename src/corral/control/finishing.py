@@ -13,7 +13,7 @@ from datetime import datetime
 
 from corral.control import launching, recovery, sync, transitions
 from corral.control.context import Context, log
-from corral.control.cost import attempt_cost, run_cost
+from corral.control.cost import attempt_cost, record_stop_time, run_cost
 from corral.control.resources import instance_of, live_resource
 from corral.control.transitions import Note, Transition
 from corral.errors import AgentError, NotYetTerminated, ProviderError
@@ -153,6 +153,20 @@ def _close_attempt(ctx: Context, run: RunRecord) -> None:
         cost_usd=attempt_cost(a, now),
         state="ended",
     )
+    if run.state == RunState.STOPPING and a.started_at is not None:
+        _learn_stop_time(ctx, run, a.provider, now)
+
+
+def _learn_stop_time(ctx: Context, run: RunRecord, provider: str, now: datetime) -> None:
+    """How long this stop took, from the run entering STOPPING to the provider's confirmed
+    teardown: what the budget watcher reserves for the next stop on ``provider``."""
+    entered = [
+        e.ts
+        for e in ctx.store.events(run.id, types=["run.state"])
+        if e.data.get("to") == "STOPPING"
+    ]
+    if entered:
+        record_stop_time(ctx, provider, (now - entered[-1]).total_seconds())
 
 
 def _waiting_for_graceful_stop(ctx: Context, run: RunRecord) -> bool:

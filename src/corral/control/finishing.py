@@ -22,7 +22,7 @@ from corral.store.states import ResourceState, RunState
 from corral.wire import outcome as outcomes
 from corral.wire.machine import InstanceState
 from corral.wire.outcome import AttemptOutcome, OutcomeKind
-from corral.wire.status import AgentStatus, Phase
+from corral.wire.status import AgentStatus, Phase, StageState
 
 
 def agent_finished(ctx: Context, run: RunRecord, status: AgentStatus) -> Transition:
@@ -126,16 +126,38 @@ def teardown(ctx: Context, run: RunRecord) -> bool:
 
 
 def _final_sync(ctx: Context, run: RunRecord) -> None:
+    """Before teardown: copy the agent's last events and logs, and note every stage the
+    attempt completed, so that the next attempt skips it even when the stage ended after the
+    last poll (a preemption within one tick of a stage's end)."""
     inst = instance_of(live_resource(ctx, run))
-    if not inst or not inst.endpoint:
-        return
-    try:
+    if inst and inst.endpoint:
         client = ctx.agent(run.id, run.attempt, inst.endpoint)
-        a = ctx.store.get_attempt(run.id, run.attempt)
-        sync.sync_events(ctx, run.id, run.attempt, client, a.events_cursor or 0)
-        sync.sync_logs(ctx, run.id, run.attempt, client)
-    except AgentError:
-        pass
+        try:
+            a = ctx.store.get_attempt(run.id, run.attempt)
+            sync.sync_events(ctx, run.id, run.attempt, client, a.events_cursor or 0)
+            sync.sync_logs(ctx, run.id, run.attempt, client)
+        except AgentError:
+            pass
+    _note_completed_stages(ctx, run)
+
+
+def _note_completed_stages(ctx: Context, run: RunRecord) -> None:
+    """Add to ``runs.completed_stages`` the stages whose ``stage.finished`` event of this
+    attempt says succeeded (the events are in the store once synced, even when the agent no
+    longer answers)."""
+    if not run.attempt:
+        return
+    done = [
+        str(e.data["stage"])
+        for e in ctx.store.events(run.id, types=["stage.finished"])
+        if e.attempt == run.attempt
+        and e.data.get("state") == StageState.SUCCEEDED.value
+        and e.data.get("stage")
+    ]
+    completed = list(ctx.store.get_run(run.id).completed_stages or [])
+    new = [s for s in dict.fromkeys(done) if s not in completed]
+    if new:
+        ctx.store.update_run(run.id, completed_stages=completed + new)
 
 
 def _close_attempt(ctx: Context, run: RunRecord) -> None:

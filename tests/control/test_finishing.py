@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from corral.control.controller import reconcile
+from corral.control.controller import Controller, reconcile
 from corral.errors import AgentUnreachable, NoCapacity
 from corral.providers.base import Bootstrap, Instance, InstanceState, Offer
 from corral.store.states import RunState
@@ -49,3 +49,20 @@ def test_a_stage_that_ended_just_before_a_preemption_is_not_run_again(tmp_path: 
 
 def _unreachable() -> None:
     raise AgentUnreachable("the machine is going away")
+
+
+def test_the_leak_sweep_tells_each_provider_the_runs_not_yet_over(tmp_path: Path) -> None:
+    r = rig(tmp_path, RunState.RUNNING)
+    (tmp_path / "over").mkdir()
+    over = rig(tmp_path / "over", RunState.PENDING).run_id
+    r.store.transition(over, RunState.CANCELLED, "user")
+    calls: list[tuple[set[str], set[str] | None]] = []
+
+    def sweep(active_keys, active_runs=None):  # type: ignore[no-untyped-def]
+        calls.append((set(active_keys), None if active_runs is None else set(active_runs)))
+        return []
+
+    r.provider.sweep = sweep  # type: ignore[method-assign]
+    r.ctx.settings.sweep_interval_s = 0
+    Controller(r.ctx).tick()
+    assert calls == [({f"{r.run_id}-a1"}, {r.run_id})]

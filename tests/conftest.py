@@ -20,6 +20,8 @@ def corral_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.Mo
     monkeypatch.delenv("CORRAL_PROVIDERS", raising=False)
     # background controllers started by a test exit on their own soon after it
     monkeypatch.setenv("CORRAL_CONTROLLER_IDLE_EXIT", "20")
+    # the machine-wide GPU locks of this test alone: parallel tests share fake GPU ids
+    monkeypatch.setenv("CORRAL_GPU_LOCK_DIR", str(tmp_path_factory.mktemp("gpu-locks")))
     yield home
     _cleanup_home(home)
 

@@ -175,11 +175,30 @@ def test_budget_warns_once_and_a_restarted_controller_does_not_warn_again(
     assert check(r, budget) is None
     r.ctx.memo.clear()  # a restarted controller: the event in the store says it was given
     assert check(r, budget) is None
+    # checked every 0.5 s, the stop reserves $1.25 (the 1 s estimate and its margin) + $0.5
+    # (the wait for the next check): it comes at $8.5, never later
+    r.ctx.settings.tick_seconds = 0.5
+    for _ in range(10):
+        if (stop := check(r, budget)) is not None:
+            break
+        r.clock.advance(0.5)
+    assert isinstance(stop, Transition)
+    assert stop.cause == StopCause.BUDGET and stop.graceful
+    assert stop.events[0].data["cost_usd"] == 8.5
+
+
+def test_budget_reserves_the_gap_between_two_checks(tmp_path: Path) -> None:
+    r = rig(tmp_path, spec_extra="budget: {max_cost_usd: 10.0}\n")
+    r.store.update_attempt(r.run_id, 1, price_per_hour=3600.0)  # $1 a second
+    r.ctx.settings.budget_stop_estimate_s = 1.0
+    r.ctx.settings.tick_seconds = 0.1
+    budget = BudgetWatcher()
+    r.clock.advance(6)
+    assert check(r, budget) is None  # $6 + 1.25 + 0.1
     r.clock.advance(2)
-    assert check(r, budget) is None  # $8 + $1 for the stop: under the cap
-    r.clock.advance(1)
-    stop = check(r, budget)
-    assert isinstance(stop, Transition) and stop.cause == StopCause.BUDGET and stop.graceful
+    # $8 + $1.25 for the stop alone is under the cap, but a controller that checks only
+    # every 2 s would reach $10 before it checks again
+    assert isinstance(check(r, budget), Transition)
 
 
 def test_deadline_counts_from_the_first_running(tmp_path: Path) -> None:

@@ -11,7 +11,9 @@ import pytest
 from corral import paths
 from corral.control.context import Context, Settings
 from corral.control.controller import Controller
+from corral.control.cost import stop_estimate
 from corral.control.watchers.idle import activity
+from corral.providers.fake import FakeProvider
 from corral.providers.local.provider import LocalProvider
 from corral.store import Store
 from corral.wire.status import AgentStatus
@@ -78,6 +80,47 @@ def test_budget_warns_once_then_stops_gracefully_at_the_cap(tmp_path: Path) -> N
     assert "saving" in text
     # final cost lands on the cap: within one tick plus the stop estimate (at $1/s)
     assert 4.0 - 1.0 <= run.cost_usd <= 4.0 + 1.0, run.cost_usd
+
+
+def test_the_budget_stop_learns_a_slow_teardown_and_keeps_the_bill_under_the_cap(
+    tmp_path: Path,
+) -> None:
+    """A cloud whose teardown takes 2 s at $1/s: the first stop, planned with a 0.5 s
+    estimate, overshoots the cap; the stop time observed is learned, and the next run's stop
+    comes early enough that its whole bill stays under the cap."""
+    cloud = {
+        "launch_delay_s": 0,
+        "terminate_delay_s": 2.0,
+        "offers": [{"id": "slow-cpu", "region": "r1", "gpu_count": 0, "on_demand_price": 3600.0}],
+    }
+    store = Store.open()
+    controller = Controller(
+        Context(
+            store=store,
+            providers={"fake": FakeProvider(cloud)},
+            settings=Settings(tick_seconds=0.1, budget_stop_estimate_s=0.5),
+        )
+    )
+    spec = write_spec(
+        tmp_path,
+        f"""
+        name: capped
+        budget: {{max_cost_usd: 4.0}}
+        resources: {{spot: false}}
+        run: {trap_job(tmp_path)}
+    """,
+    )
+    first = tick_until(controller, store, submit(spec), lambda run: run.terminal, 60)
+    assert first.state == "STOPPED" and first.reason == "budget"
+    assert first.cost_usd > 4.0 + 1.0, first.cost_usd  # the fixed estimate overshoots
+    learned = stop_estimate(controller.ctx, "fake")
+    assert 2.0 <= learned < 10.0, learned
+    second = tick_until(controller, store, submit(spec), lambda run: run.terminal, 60)
+    assert second.state == "STOPPED" and second.reason == "budget"
+    assert 4.0 - learned - 1.0 <= second.cost_usd <= 4.0, second.cost_usd
+    # what was learned outlives the controller
+    fresh = Context(store=store, providers={}, settings=Settings(budget_stop_estimate_s=0.5))
+    assert stop_estimate(fresh, "fake") >= learned
 
 
 def test_deadline_stops_the_run_with_reason_deadline(tmp_path: Path) -> None:

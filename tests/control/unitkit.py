@@ -93,6 +93,8 @@ class FakeAgent:
     phase: str = "running"
     stops: list[tuple[StopCause, str]] = field(default_factory=list)
     status_calls: int = 0
+    #: what GET /events gives: agent events with their ``seq`` (1, 2, ...)
+    emitted: list[dict[str, Any]] = field(default_factory=list)
 
     def _check(self) -> None:
         if not self.answers:
@@ -113,7 +115,9 @@ class FakeAgent:
         return {}
 
     def events(self, after: int = 0) -> dict[str, Any]:
-        return {"events": []}
+        self._check()
+        page = [e for e in self.emitted if e["seq"] > after]
+        return {"events": page, "next": page[-1]["seq"] if page else after}
 
     def log_sizes(self) -> dict[str, int]:
         return {}
@@ -135,10 +139,16 @@ class Rig:
         return self.store.get_run(self.run_id)
 
 
-def rig(tmp_path: Path, state: RunState = RunState.RUNNING, spec_extra: str = "") -> Rig:
-    """A run of a one-command job in ``state`` on a stub machine (attempt 1 launched and
-    its resource ``active``, unless ``state`` is PENDING), a context on a test clock."""
-    spec = write_spec(tmp_path, f"name: unit\nrun: echo hi\n{spec_extra}")
+def rig(
+    tmp_path: Path,
+    state: RunState = RunState.RUNNING,
+    spec_extra: str = "",
+    job: str = "run: echo hi\n",
+) -> Rig:
+    """A run of a one-command job (or of ``job``: the spec's run or stages) in ``state`` on a
+    stub machine (attempt 1 launched and its resource ``active``, unless ``state`` is
+    PENDING), a context on a test clock."""
+    spec = write_spec(tmp_path, f"name: unit\n{job}{spec_extra}")
     run_id = submit(spec)
     clock = Clock()
     store = Store.open(clock=clock)

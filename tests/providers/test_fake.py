@@ -14,7 +14,14 @@ from pathlib import Path
 import psutil
 import pytest
 
-from corral.errors import BadInput, Conflict, InfeasibleRequest, NoCapacity, NotFound
+from corral.errors import (
+    BadInput,
+    Conflict,
+    InfeasibleRequest,
+    NoCapacity,
+    NotFound,
+    NotYetTerminated,
+)
 from corral.providers.base import (
     Bootstrap,
     InstanceState,
@@ -159,6 +166,24 @@ def test_capacity_runs_out_with_no_capacity_and_terminate_frees_it(make_fake, tm
     p.terminate(first)
     third = p.launch(spot, bootstrap(tmp_path, "rc-a1"), "rc-a1")
     assert third.data["launch_index"] == 2 and p.status(third).state == InstanceState.PROVISIONING
+
+
+def test_a_slow_teardown_is_confirmed_only_after_the_terminate_delay(
+    make_fake, clock, tmp_path
+) -> None:
+    p = make_fake(cloud(terminate_delay_s=20.0))
+    inst = p.launch(offer(p), bootstrap(tmp_path, "slow-a1"), "slow-a1")
+    pid = inst.data["pid"]
+    with pytest.raises(NotYetTerminated, match=r"teardown in progress \(20.0s left\)"):
+        p.terminate(inst)
+    assert not alive(pid)  # the processes are gone at once; the machine (and bill) is not
+    clock.advance(15)
+    with pytest.raises(NotYetTerminated, match=r"\(5.0s left\)"):
+        p.terminate(inst)
+    assert p.find("slow-a1").data["state"] != "terminated"
+    clock.advance(5)
+    p.terminate(inst)
+    assert p.status(inst).state == InstanceState.TERMINATED
 
 
 def test_an_offer_not_in_the_catalog_is_refused(make_fake, tmp_path) -> None:

@@ -20,9 +20,11 @@ from pydantic import ValidationError
 from corral.errors import BadInput, Conflict, InfeasibleRequest, NoCapacity, ProviderError
 from corral.gpu import parse_fake
 from corral.providers.base import Bootstrap, InstanceState, Requirements
+from corral.providers.common.device_locks import DeviceLocks
 from corral.providers.common.files import utcnow
 from corral.providers.common.host_state import InstanceRecord, Layout
 from corral.providers.local import ENV_LOCAL_PRICE, LocalProvider
+from corral.providers.local.settings import gpu_lock_dir
 from support.waiting import wait_until
 
 from .contract import ProviderContract, trivial_plan
@@ -157,6 +159,47 @@ def test_processes_racing_for_gpus_never_get_the_same_one(make_provider, corral_
     given = [g for o in winners for g in o[2]]
     assert sorted(given) == ["0", "1"]
     assert {i.key for i in p.list_instances()} == {o[0] for o in winners}
+
+
+def test_two_corral_homes_on_one_machine_never_get_the_same_gpu(
+    tmp_path, monkeypatch: pytest.MonkeyPatch
+):
+    monkeypatch.setenv("CORRAL_FAKE_GPUS", "L40S:2")
+    alice = LocalProvider(home=tmp_path / "alice")
+    bob = LocalProvider(home=tmp_path / "bob")
+    try:
+        a = alice.launch(alice.offers(gpu_req(2))[0], bootstrap(tmp_path, "al-a1"), "al-a1")
+        assert sorted(a.data["gpus"]) == ["0", "1"]
+        # bob's home has no record of alice's run; the machine-wide locks still say busy
+        offer = bob.offers(gpu_req(1))[0]
+        assert offer.available is False
+        assert [h["other_home"] for h in bob.gpu_holders()] == [True, True]
+        with pytest.raises(NoCapacity, match="waiting for 1 GPUs: 2 of 2 are held"):
+            bob.launch(offer, bootstrap(tmp_path, "bo-a1"), "bo-a1")
+        # the kernel drops the lock when the agent dies, even by SIGKILL
+        os.kill(a.data["pid"], signal.SIGKILL)
+        wait_until(lambda: bob.offers(gpu_req(1))[0].available, message="alice's GPUs free")
+        b = bob.launch(bob.offers(gpu_req(2))[0], bootstrap(tmp_path, "bo-a1"), "bo-a1")
+        assert sorted(b.data["gpus"]) == ["0", "1"]
+        assert alice.offers(gpu_req(1))[0].available is False
+    finally:
+        for p in (alice, bob):
+            for inst in p.list_instances():
+                p.terminate(inst)
+
+
+def test_a_gpu_locked_between_choice_and_start_is_no_capacity_and_leaves_nothing(
+    make_provider, tmp_path
+):
+    p = make_provider("L40S:1")
+    offer = p.offers(gpu_req(1))[0]
+    other_home = DeviceLocks(gpu_lock_dir(), "fake").hold(["0"])  # wins the race
+    with other_home, pytest.raises(NoCapacity, match="GPU 0 is held by a run of another"):
+        p.host.launch(
+            "late-a1", bootstrap(tmp_path, "late-a1"), offer=offer, choose_gpus=lambda h: ["0"]
+        )
+    assert p.find("late-a1") is None
+    assert p.offers(gpu_req(1))[0].available
 
 
 # --- offers -----------------------------------------------------------------------------------

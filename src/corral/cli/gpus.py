@@ -33,6 +33,6 @@ def gpus(json_: bool = typer.Option(False, "--json", help="Print JSON.")) -> Non
             str(r.get("id")),
             str(r.get("name")),
             f"{mem / 1024:.0f} GiB" if mem else "-",
-            r.get("run_id") or "[green]free[/]",
+            r.get("run_id") or ("another corral home" if r.get("other_home") else "[green]free[/]"),
         )
     console.print(t)

@@ -118,19 +118,20 @@ class Controller:
     def _maybe_sweep(self) -> None:
         """The leak sweep, every ``sweep_interval_s``: each provider terminates the machines it
         holds for corral whose launch key no open resource row knows (belt and braces on top of
-        the intent log). One provider's failure is logged, never fatal."""
+        the intent log) and frees what outlives machines (volumes) of runs that are over. One provider's failure is logged, never fatal."""
         now = time.monotonic()
         if now < self._next_sweep:
             return
         self._next_sweep = now + self.ctx.settings.sweep_interval_s
         try:
             active = {r.key for r in self.ctx.store.resources(open_only=True)}
+            runs = {r.id for r in self.ctx.store.list_runs(active_only=True)}
         except Exception as e:
             log.warning("leak sweep skipped: %s", e)
             return
         for name, provider in self.ctx.providers.items():
             try:
-                swept = provider.sweep(active)
+                swept = provider.sweep(active, runs)
             except Exception as e:
                 log.warning("leak sweep of %s failed: %s", name, e)
                 continue

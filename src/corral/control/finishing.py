@@ -13,7 +13,7 @@ from datetime import datetime
 
 from corral.control import launching, recovery, sync, transitions
 from corral.control.context import Context, log
-from corral.control.cost import attempt_cost, run_cost
+from corral.control.cost import attempt_cost, record_stop_time, run_cost
 from corral.control.resources import instance_of, live_resource
 from corral.control.transitions import Note, Transition
 from corral.errors import AgentError, NotYetTerminated, ProviderError
@@ -22,7 +22,7 @@ from corral.store.states import ResourceState, RunState
 from corral.wire import outcome as outcomes
 from corral.wire.machine import InstanceState
 from corral.wire.outcome import AttemptOutcome, OutcomeKind
-from corral.wire.status import AgentStatus, Phase
+from corral.wire.status import AgentStatus, Phase, StageState
 
 
 def agent_finished(ctx: Context, run: RunRecord, status: AgentStatus) -> Transition:
@@ -126,16 +126,38 @@ def teardown(ctx: Context, run: RunRecord) -> bool:
 
 
 def _final_sync(ctx: Context, run: RunRecord) -> None:
+    """Before teardown: copy the agent's last events and logs, and note every stage the
+    attempt completed, so that the next attempt skips it even when the stage ended after the
+    last poll (a preemption within one tick of a stage's end)."""
     inst = instance_of(live_resource(ctx, run))
-    if not inst or not inst.endpoint:
-        return
-    try:
+    if inst and inst.endpoint:
         client = ctx.agent(run.id, run.attempt, inst.endpoint)
-        a = ctx.store.get_attempt(run.id, run.attempt)
-        sync.sync_events(ctx, run.id, run.attempt, client, a.events_cursor or 0)
-        sync.sync_logs(ctx, run.id, run.attempt, client)
-    except AgentError:
-        pass
+        try:
+            a = ctx.store.get_attempt(run.id, run.attempt)
+            sync.sync_events(ctx, run.id, run.attempt, client, a.events_cursor or 0)
+            sync.sync_logs(ctx, run.id, run.attempt, client)
+        except AgentError:
+            pass
+    _note_completed_stages(ctx, run)
+
+
+def _note_completed_stages(ctx: Context, run: RunRecord) -> None:
+    """Add to ``runs.completed_stages`` the stages whose ``stage.finished`` event of this
+    attempt says succeeded (the events are in the store once synced, even when the agent no
+    longer answers)."""
+    if not run.attempt:
+        return
+    done = [
+        str(e.data["stage"])
+        for e in ctx.store.events(run.id, types=["stage.finished"])
+        if e.attempt == run.attempt
+        and e.data.get("state") == StageState.SUCCEEDED.value
+        and e.data.get("stage")
+    ]
+    completed = list(ctx.store.get_run(run.id).completed_stages or [])
+    new = [s for s in dict.fromkeys(done) if s not in completed]
+    if new:
+        ctx.store.update_run(run.id, completed_stages=completed + new)
 
 
 def _close_attempt(ctx: Context, run: RunRecord) -> None:
@@ -153,6 +175,20 @@ def _close_attempt(ctx: Context, run: RunRecord) -> None:
         cost_usd=attempt_cost(a, now),
         state="ended",
     )
+    if run.state == RunState.STOPPING and a.started_at is not None:
+        _learn_stop_time(ctx, run, a.provider, now)
+
+
+def _learn_stop_time(ctx: Context, run: RunRecord, provider: str, now: datetime) -> None:
+    """How long this stop took, from the run entering STOPPING to the provider's confirmed
+    teardown: what the budget watcher reserves for the next stop on ``provider``."""
+    entered = [
+        e.ts
+        for e in ctx.store.events(run.id, types=["run.state"])
+        if e.data.get("to") == "STOPPING"
+    ]
+    if entered:
+        record_stop_time(ctx, provider, (now - entered[-1]).total_seconds())
 
 
 def _waiting_for_graceful_stop(ctx: Context, run: RunRecord) -> bool:

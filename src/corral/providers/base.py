@@ -194,11 +194,15 @@ class Provider(ABC):
         """Every instance this provider holds for corral (used by the leak sweep)."""
         return []
 
-    def sweep(self, active_keys: Iterable[str]) -> list[str]:
+    def sweep(
+        self, active_keys: Iterable[str], active_runs: Iterable[str] | None = None
+    ) -> list[str]:
         """The leak sweep: terminate machines this provider holds for corral whose launch key
         is not in ``active_keys`` (their run is over, or the launch was never recorded) and
-        that are old enough not to be a launch in flight. Returns what it asked to terminate.
-        The controller calls it every few minutes; the default finds nothing."""
+        that are old enough not to be a launch in flight; with ``active_runs`` (the ids of the
+        runs not yet over), also free what outlives machines (data volumes) of runs not in it.
+        Returns what it asked to terminate or freed. The controller calls it every few
+        minutes; the default finds nothing."""
         return []
 
     def release_run(self, run_id: str) -> None:

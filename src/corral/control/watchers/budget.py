@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from corral.control.context import Context
-from corral.control.cost import run_cost
+from corral.control.cost import run_cost, stop_estimate
 from corral.control.observe import Observation
 from corral.control.transitions import Note, Step
 from corral.control.watchers.base import Watcher, stop
@@ -12,21 +12,31 @@ from corral.store.records import RunRecord
 from corral.store.states import RunState
 
 
-def current_price(ctx: Context, run: RunRecord) -> float:
-    """$/hour of the run's current attempt (0 before the first or when unknown)."""
+def current_price(ctx: Context, run: RunRecord) -> tuple[float, str | None]:
+    """$/hour of the run's current attempt and its provider (0, None before the first or when
+    unknown)."""
     if not run.attempt:
-        return 0.0
+        return 0.0, None
     try:
-        return float(ctx.store.get_attempt(run.id, run.attempt).price_per_hour or 0.0)
+        a = ctx.store.get_attempt(run.id, run.attempt)
     except Exception:
-        return 0.0
+        return 0.0, None
+    return float(a.price_per_hour or 0.0), a.provider
+
+
+#: share added to the learned stop time: one stop takes a little longer than another
+STOP_MARGIN = 0.25
 
 
 class BudgetWatcher(Watcher):
     """``budget.max_cost_usd``: warns once at ``budget.warn_at`` (a ``budget.warning``
     event) and stops the run gracefully (reason ``budget``) when the cost, plus what the
-    graceful stop itself will cost (``Settings.budget_stop_estimate_s`` at the current
-    price), reaches the cap.
+    stop itself will cost, reaches the cap: the current price over the stop time learned for
+    the attempt's provider (:func:`~corral.control.cost.stop_estimate`: a high percentile of
+    its observed stops, request to confirmed teardown; ``Settings.budget_stop_estimate_s``
+    until one is seen) with a margin of :data:`STOP_MARGIN`, plus the time until the next
+    check (the longer of a tick and the last gap between two checks), so the final bill stays
+    under the cap.
 
     Reset rules: none. The cost of a run only grows. The warning is given once per run: the
     controller's memory says so, and a restarted controller finds the event in the store.
@@ -37,13 +47,27 @@ class BudgetWatcher(Watcher):
         {RunState.PROVISIONING, RunState.RUNNING, RunState.RECOVERING, RunState.PENDING}
     )
 
+    @staticmethod
+    def _reserve_s(ctx: Context, run: RunRecord, provider: str | None) -> float:
+        """Seconds of the current price still to pay if the run is stopped at the next check
+        rather than now: the stop itself and the wait for that check."""
+        now = ctx.clock()
+        key = f"{run.id}:budget-checked"
+        last = ctx.memo.get(key)
+        ctx.memo[key] = now
+        gap = (now - last).total_seconds() if last is not None else 0.0
+        until_next = max(ctx.settings.tick_seconds, min(gap, 60.0))
+        return stop_estimate(ctx, provider) * (1 + STOP_MARGIN) + until_next
+
     def check(self, ctx: Context, run: RunRecord, spec: JobSpec, obs: Observation) -> Step | None:
         cap = spec.budget.max_cost_usd
         if not cap:
             return None
         cost = run_cost(ctx, run.id)
-        price = current_price(ctx, run) if run.state != RunState.PENDING else 0.0
-        projected = cost + price * ctx.settings.budget_stop_estimate_s / 3600.0
+        price, provider = current_price(ctx, run)
+        if run.state == RunState.PENDING:
+            price = 0.0
+        projected = cost + price * self._reserve_s(ctx, run, provider) / 3600.0
         data = {"cost_usd": round(cost, 6), "budget_usd": cap, "fraction": round(cost / cap, 4)}
         if projected >= cap:
             return stop(self.name, run, data)

@@ -6,9 +6,10 @@ from __future__ import annotations
 import base64
 import logging
 from collections.abc import Callable, Iterable
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from corral.errors import NotYetTerminated
+from corral.errors import NotYetTerminated, ProviderError
 from corral.providers.aws import volumes
 from corral.providers.aws.launch import TAG_RUN
 from corral.providers.aws.mapping import tags
@@ -32,11 +33,27 @@ class Housekeeping:
     terminate: Callable[[Instance], None]
     _scan: Callable[..., list[Any]]
 
-    def sweep(self, active_keys: Iterable[str], *, min_age_s: float = 300.0) -> list[str]:
+    def sweep(
+        self,
+        active_keys: Iterable[str],
+        active_runs: Iterable[str] | None = None,
+        *,
+        min_age_s: float = 300.0,
+    ) -> list[str]:
         """Terminate this controller's instances whose key is not in ``active_keys`` (their
         run is over, or was never recorded) and that are older than ``min_age_s`` (a launch
-        in flight is not a leak). Returns the ids asked to terminate."""
-        active = set(active_keys)
+        in flight is not a leak); with ``active_runs``, also delete the unattached data
+        volumes of runs not in it (:meth:`sweep_volumes`). Returns the instance ids asked to
+        terminate and the volume ids deleted."""
+        swept = self._sweep_instances(set(active_keys), min_age_s)
+        if active_runs is not None:
+            try:
+                swept += self.sweep_volumes(active_runs, min_age_s=min_age_s)
+            except ProviderError as e:  # the next sweep tries again
+                log.warning("aws: volume sweep failed: %s", e.message)
+        return swept
+
+    def _sweep_instances(self, active: set[str], min_age_s: float) -> list[str]:
         now = self.clock()
         swept = []
         for inst in self.list_instances():
@@ -70,15 +87,28 @@ class Housekeeping:
             deleted.append(str(vol["VolumeId"]))
         return deleted
 
-    def sweep_volumes(self, active_runs: Iterable[str]) -> list[str]:
-        """Delete data volumes of runs not in ``active_runs`` (unattached ones only)."""
+    def sweep_volumes(self, active_runs: Iterable[str], *, min_age_s: float = 300.0) -> list[str]:
+        """Delete this controller's data volumes of runs not in ``active_runs`` (a run that
+        ended without :meth:`release_volumes`, or one the store no longer knows): unattached
+        ones only, older than ``min_age_s`` (a run launched after ``active_runs`` was read may
+        have just made its volume). One volume that cannot be deleted is logged and skipped.
+        Returns the volume ids deleted."""
         active = set(active_runs)
+        now = self.clock()
         deleted = []
         for vol in self.volumes():
             run = tags(vol).get(TAG_RUN)
             if run in active or vol.get("State") != "available":
                 continue
-            volumes.delete(self.ec2, vol["Region"], str(vol["VolumeId"]))
+            created = vol.get("CreateTime")
+            if isinstance(created, datetime) and now - created.timestamp() < min_age_s:
+                continue
+            try:
+                volumes.delete(self.ec2, vol["Region"], str(vol["VolumeId"]))
+            except ProviderError as e:
+                log.warning("aws: cannot delete volume %s: %s", vol["VolumeId"], e.message)
+                continue
+            log.warning("aws: volume sweep deleted %s (run %s)", vol["VolumeId"], run)
             deleted.append(str(vol["VolumeId"]))
         return deleted
 

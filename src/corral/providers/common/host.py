@@ -9,11 +9,14 @@ so every controller and CLI on the machine sees the same instances.
 
 GPUs are handed out under that lock: a GPU is held by an instance until it is terminated or
 every process it started is gone; an interrupted launch holds its GPUs until it is finished
-(launch again with the same key) or terminated.
+(launch again with the same key) or terminated. A host given :class:`DeviceLocks` (the local
+machine's real GPUs) also locks each GPU machine-wide for its agent's life, so hosts rooted in
+other homes on the same machine never give out the same GPU.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -28,6 +31,7 @@ from corral.files import write_atomic
 from corral.providers.base import Bootstrap, InstanceState, InstanceStatus, Offer
 from corral.providers.common import process
 from corral.providers.common.agent_files import agent_endpoint, stage_groups, tail_logs
+from corral.providers.common.device_locks import DeviceLocks
 from corral.providers.common.files import check_key, utcnow
 from corral.providers.common.host_state import (
     AGENT_OUT,
@@ -48,11 +52,19 @@ GpuChooser = Callable[[set[str]], list[str]]
 class AgentHost:
     """Agents of launched instances, run as detached processes of this machine."""
 
-    def __init__(self, root: Path, python: str = sys.executable, label: str = "local") -> None:
+    def __init__(
+        self,
+        root: Path,
+        python: str = sys.executable,
+        label: str = "local",
+        device_locks: DeviceLocks | None = None,
+    ) -> None:
         self.layout = Layout(root)
         self.python = python
         #: how messages name this host's instances ("local instance <key>")
         self.label = label
+        #: machine-wide GPU locks; None where GPU ids are this host's own (a fake machine)
+        self.device_locks = device_locks
 
     # --- launch -----------------------------------------------------------------------------
 
@@ -86,7 +98,7 @@ class AgentHost:
                 instance_id=f"local-{uuid.uuid4().hex[:12]}",
                 run_id=plan.run_id,
                 attempt=plan.attempt,
-                gpus=choose_gpus(self.held()),
+                gpus=choose_gpus(self.held() | self.busy_elsewhere()),
                 gpu_type=gpu_type,
                 created_at=utcnow(),
                 offer=offer.model_dump(mode="json"),
@@ -95,7 +107,7 @@ class AgentHost:
             self.layout.write(rec)  # pid None: the GPUs are held from here on
             try:
                 return self._start(rec, bootstrap)
-            except ProviderError:
+            except ProviderError:  # NoCapacity from a machine-wide lock included
                 shutil.rmtree(self.layout.dir(key), ignore_errors=True)  # nothing runs
                 raise
 
@@ -112,10 +124,15 @@ class AgentHost:
             argv = [self.python, "-m", "corral.agent", "--devices", ",".join(rec.gpus)]
             argv += ["--state-dir", str(agent_dir), *rec.launch_args]
             argv += ["--plan", str(plan_path)]  # last: how find_agent recognises it
-            try:
-                found = process.spawn_detached(argv, bootstrap.plan.workdir, env, d / AGENT_OUT)
-            except OSError as exc:
-                raise ProviderError(f"cannot start the agent ({self.python}): {exc.strerror}")
+            with self._locked(rec.gpus) as fds:  # the agent inherits the locks
+                try:
+                    found = process.spawn_detached(
+                        argv, bootstrap.plan.workdir, env, d / AGENT_OUT, pass_fds=fds
+                    )
+                except OSError as exc:
+                    raise ProviderError(
+                        f"cannot start the agent ({self.python}): {exc.strerror}"
+                    ) from None
         pid, create_time = found
         rec = rec.model_copy(update={"pid": pid, "create_time": create_time, "pgid": pid})
         self.layout.write(rec)
@@ -248,6 +265,16 @@ class AgentHost:
 
     def held(self) -> set[str]:
         return set(self.held_by())
+
+    def busy_elsewhere(self) -> set[str]:
+        """GPU ids whose machine-wide lock is held (by an agent of any home on this machine;
+        this host's own agents included). Empty without device locks."""
+        return set() if self.device_locks is None else self.device_locks.busy()
+
+    def _locked(self, gpus: list[str]) -> contextlib.AbstractContextManager[list[int]]:
+        if self.device_locks is None or not gpus:
+            return contextlib.nullcontext([])
+        return self.device_locks.hold(gpus)
 
     def logs(self, rec: InstanceRecord, tail: int = 200) -> str:
         return tail_logs(self.layout.dir(rec.key), tail)

@@ -12,7 +12,7 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,9 +34,16 @@ class Group:
     label: str = ""
 
 
-def spawn_detached(argv: list[str], cwd: str, env: dict[str, str], out: Path) -> tuple[int, float]:
+def spawn_detached(
+    argv: list[str],
+    cwd: str,
+    env: dict[str, str],
+    out: Path,
+    pass_fds: Sequence[int] = (),
+) -> tuple[int, float]:
     """Start ``argv`` in its own session (so it outlives us and owns its process group) with
-    stdin from /dev/null and stdout+stderr appended to ``out``. Returns (pid, create_time).
+    stdin from /dev/null and stdout+stderr appended to ``out``; it inherits ``pass_fds`` (and
+    no other fd). Returns (pid, create_time).
 
     The child is reaped by a daemon thread blocked in ``wait()``, so a long-lived caller
     collects no zombies and needs no SIGCHLD handler; when the caller exits first, the child
@@ -52,6 +59,7 @@ def spawn_detached(argv: list[str], cwd: str, env: dict[str, str], out: Path) ->
             stderr=subprocess.STDOUT,
             start_new_session=True,
             close_fds=True,
+            pass_fds=tuple(pass_fds),
         )
     # Not reaped before wait() runs, so the process (maybe a zombie) is still readable here.
     create_time = psutil.Process(proc.pid).create_time()

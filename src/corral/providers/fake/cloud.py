@@ -5,6 +5,7 @@ constructor); without one, :data:`DEFAULT_CATALOG` (two regions, L40S and A100 m
 1 and 8 GPUs, spot at about a third of on-demand) with a 1 s launch delay and no preemption. Example::
 
     launch_delay_s: 2          # PROVISIONING for this long, then the agent starts
+    terminate_delay_s: 20      # a teardown is confirmed (and billing ends) this much later
     notice_s: 5                # SIGTERM to the agent, SIGKILL this much later
     rate_per_hour: 1.1         # random preemptions of spot machines (SaladCloud's reported rate)
     time_scale: 60             # one clock second counts as a minute for rate_per_hour
@@ -110,6 +111,13 @@ class FakeCloud(_Model):
 
     offers: list[CatalogEntry] = Field(default_factory=lambda: list(DEFAULT_CATALOG), min_length=1)
     launch_delay_s: float = Field(1.0, ge=0, description="Seconds PROVISIONING before RUNNING.")
+    terminate_delay_s: float = Field(
+        0.0,
+        ge=0,
+        le=86400,
+        description="Seconds from the first terminate request to the confirmed teardown: "
+        "terminate raises NotYetTerminated until then (a slow cloud; the bill runs meanwhile).",
+    )
     notice_s: float = Field(
         5.0, ge=0, description="Seconds from the preemption notice (SIGTERM) to the kill."
     )

@@ -32,7 +32,15 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from corral import paths
-from corral.errors import BadInput, Conflict, CorralError, NoCapacity, NotFound, ProviderError
+from corral.errors import (
+    BadInput,
+    Conflict,
+    CorralError,
+    NoCapacity,
+    NotFound,
+    NotYetTerminated,
+    ProviderError,
+)
 from corral.providers.base import (
     Bootstrap,
     Instance,
@@ -279,19 +287,36 @@ class FakeProvider(
             return self._machine(rec).status()
 
     def terminate(self, instance: Instance) -> None:
+        """Kill the machine's processes and mark it terminated; with the cloud's
+        ``terminate_delay_s``, :class:`NotYetTerminated` until that long after the first
+        request (the machine is gone only then, and its capacity free)."""
         now = self.clock()
         with self.layout.lock():
             rec = self._fresh(instance, now)
             if rec is None or rec.state == "terminated":
                 return
+            if rec.terminate_requested_at is None and self.cloud.terminate_delay_s > 0:
+                rec = rec.model_copy(update={"terminate_requested_at": now})
+                self.layout.write(rec)
             if not rec.booted:
-                self._mark_terminated(rec, now)
+                self._confirm_terminated(rec, now)
                 return
         self._machine(rec).terminate()  # outside the lock: may wait for processes to go
         with self.layout.lock():
             fresh = self._fresh(instance, now)
             if fresh is not None and fresh.state != "terminated":
-                self._mark_terminated(fresh, now)
+                self._confirm_terminated(fresh, now)
+
+    def _confirm_terminated(self, rec: FakeRecord, now: float) -> None:
+        """Mark ``rec`` terminated once the cloud's teardown delay has passed (lock held)."""
+        if rec.terminate_requested_at is not None:
+            done_at = rec.terminate_requested_at + self.cloud.terminate_delay_s
+            if now < done_at:
+                raise NotYetTerminated(
+                    f"fake instance {rec.instance_id}: teardown in progress "
+                    f"({done_at - now:.1f}s left)"
+                )
+        self._mark_terminated(rec, now)
 
     def _mark_terminated(self, rec: FakeRecord, now: float) -> None:
         self.layout.drop_bootstrap(rec.key)

@@ -60,6 +60,7 @@ class FakeRecord(BaseModel):
     noticed_at: float | None = None
     kill_at: float | None = None
     ended_at: float | None = None
+    terminate_requested_at: float | None = None
     booted: bool = False
     ephemeral_disk: bool = False
 

@@ -2,10 +2,12 @@
 
 The agents run on an :class:`~corral.providers.common.host.AgentHost` rooted at
 ``CORRAL_HOME/local``. GPUs are handed out under its exclusive file lock, so concurrent
-controllers and CLIs never give one GPU twice. A GPU is held by an instance until that instance
-is terminated or every process it started (the agent and its stage groups) is gone; an
-interrupted launch holds its GPUs until it is finished (launch again with the same key) or
-terminated.
+controllers and CLIs never give one GPU twice; each GPU given is also locked machine-wide
+(:mod:`~corral.providers.common.device_locks`, in ``CORRAL_GPU_LOCK_DIR``) for its agent's life,
+so runs of other homes and users on this machine never get it either. A GPU is held by an
+instance until that instance is terminated or every process it started (the agent and its
+stage groups) is gone; an interrupted launch holds its GPUs until it is finished (launch again
+with the same key) or terminated.
 """
 
 from __future__ import annotations
@@ -30,10 +32,11 @@ from corral.providers.base import (
     SupportsLogs,
     SupportsSimulatedPreemption,
 )
+from corral.providers.common.device_locks import DeviceLocks
 from corral.providers.common.host import AgentHost
 from corral.providers.common.host_state import InstanceRecord
 from corral.providers.local import inventory
-from corral.providers.local.settings import price
+from corral.providers.local.settings import gpu_lock_dir, price
 
 
 class LocalProvider(Provider, SupportsLogs, SupportsSimulatedPreemption, RunsOnThisMachine):
@@ -65,7 +68,10 @@ class LocalProvider(Provider, SupportsLogs, SupportsSimulatedPreemption, RunsOnT
         self.gpus = list(gpus) if gpus is not None else detect()
         self.price_per_hour = price(price_per_hour)
         self.python = python
-        self.host = AgentHost(self.home / "local", python, label="local")
+        # a declared (fake) inventory locks in its own namespace: it names no real device
+        namespace = "fake" if any(g.fake for g in self.gpus) else "gpu"
+        locks = DeviceLocks(gpu_lock_dir(), namespace)
+        self.host = AgentHost(self.home / "local", python, label="local", device_locks=locks)
 
     # --- offers -----------------------------------------------------------------------------
 
@@ -180,11 +186,14 @@ class LocalProvider(Provider, SupportsLogs, SupportsSimulatedPreemption, RunsOnT
         return [self._instance(r) for r in self.host.records() if r.state != "terminated"]
 
     def _held(self) -> set[str]:
-        return self.host.held()
+        """GPU ids held by this home's instances or locked by any run on this machine."""
+        return self.host.held() | self.host.busy_elsewhere()
 
     def gpu_holders(self) -> list[dict[str, Any]]:
-        """Each GPU of this machine, with the instance key and run id holding it (or None)."""
+        """Each GPU of this machine, with the instance key and run id holding it (or None),
+        and whether a run of another corral home on this machine holds it."""
         held = self.host.held_by()
+        locked = self.host.busy_elsewhere()
         out = []
         for g in self.gpus:
             rec = held.get(g.id)
@@ -194,6 +203,7 @@ class LocalProvider(Provider, SupportsLogs, SupportsSimulatedPreemption, RunsOnT
                     "key": rec.key if rec else None,
                     "run_id": rec.run_id if rec else None,
                     "instance_id": rec.instance_id if rec else None,
+                    "other_home": rec is None and g.id in locked,
                 }
             )
         return out

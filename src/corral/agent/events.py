@@ -74,9 +74,18 @@ def _dense_prefix(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 class EventLog:
-    def __init__(self, path: str | Path, now: Callable[[], float] = time.time):
+    """``mask``: applied to every event's data before it is kept or written (the agent masks
+    its job's secret values, so neither the API nor the file on the node holds one)."""
+
+    def __init__(
+        self,
+        path: str | Path,
+        now: Callable[[], float] = time.time,
+        mask: Callable[[Any], Any] | None = None,
+    ):
         self._path = Path(path)
         self._now = now
+        self._mask = mask
         self._lock = threading.Lock()
         self._events = _dense_prefix(read_events_file(self._path))
         self._file = open(self._path, "a", encoding="utf-8")  # noqa: SIM115 - lives with the log
@@ -89,7 +98,7 @@ class EventLog:
         with self._lock:
             seq = self._events[-1]["seq"] + 1 if self._events else 1
             event = {"seq": seq, "ts": iso(self._now()), "type": type, "stage": stage}
-            event["data"] = dict(data or {})
+            event["data"] = dict(self._mask(data or {}) if self._mask else data or {})
             self._events.append(event)
             if not self._file.closed:
                 self._file.write(json.dumps(event, separators=(",", ":")) + "\n")

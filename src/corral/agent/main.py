@@ -36,6 +36,7 @@ from corral.agent.runner import Runner
 from corral.agent.server import AgentApi, AgentServer
 from corral.errors import BadInput, CorralError
 from corral.files import write_json_atomic
+from corral.secrets.redact import Redactor, job_secret_values
 from corral.wire import WIRE_VERSION
 from corral.wire.env import ENV_AGENT_TOKEN
 from corral.wire.node import NodeContext, NodeHook, iso
@@ -94,7 +95,12 @@ class Agent:
         if devices is None:
             devices = plan.devices if plan.devices is not None else _detected_ids()
         usage = usage or _gpu_usage
-        self.events = EventLog(self.state_dir / "events.jsonl", now=now)
+        secrets = Redactor(job_secret_values(os.environ if environ is None else environ))
+        self.events = EventLog(
+            self.state_dir / "events.jsonl",
+            now=now,
+            mask=secrets.redact_data if secrets.values else None,
+        )
         self.tailer = ProgressTailer(
             self.state_dir / "progress", self.events, plan.progress_event_interval, clock=clock
         )

@@ -31,6 +31,7 @@ from corral.agent.gpus import GpuPool
 from corral.agent.procs import Child
 from corral.agent.progress import ProgressTailer
 from corral.files import write_json_atomic
+from corral.secrets.redact import job_secret_values
 from corral.wire import WIRE_VERSION
 from corral.wire import env as C
 from corral.wire.node import NodeHook, iso
@@ -376,9 +377,7 @@ class Runner:
     def secret_values(self) -> list[bytes]:
         """The job's secret values (named in CORRAL_SECRET_NAMES), masked in stage logs and in
         every answer of the HTTP API."""
-        names = self._environ.get(C.ENV_SECRET_NAMES, "")
-        values = (self._environ.get(n.strip(), "") for n in names.split(","))
-        return [v.encode() for v in values if len(v) >= C.MIN_SECRET_LENGTH]
+        return [v.encode() for v in job_secret_values(self._environ)]
 
     def _call_hooks(self, point: str, *args: Any) -> str | None:
         """Call every hook at ``point``; the first failure reason (or exception) is returned

@@ -28,7 +28,8 @@ import threading
 import time
 from typing import Any
 
-from corral.wire.env import ENV_PROGRESS_FILE
+from corral.secrets.redact import redact_data
+from corral.wire.env import ENV_PROGRESS_FILE, ENV_SECRET_NAMES
 
 _lock = threading.Lock()
 
@@ -86,6 +87,8 @@ def emit(kind: str, /, *, file: str | None = None, **fields: Any) -> bool:
         return False
     try:
         record = {"ts": time.time(), "kind": kind, **_clean(fields)}
+        if os.environ.get(ENV_SECRET_NAMES):  # the job's secrets never reach the file
+            record = redact_data(record)
         line = json.dumps(record, separators=(",", ":")) + "\n"
     except Exception:  # nothing about a record may stop the training loop
         return False

@@ -28,6 +28,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote, quote_plus
 
+from corral.wire.env import ENV_SECRET_NAMES
+
 MASK = "***"
 MIN_LENGTH = 6
 
@@ -58,6 +60,21 @@ _CREDENTIAL_NAME = re.compile(
 def is_credential_name(name: str) -> bool:
     """Whether an environment variable of this name holds a credential."""
     return name in CREDENTIAL_ENV or bool(_CREDENTIAL_NAME.search(name.upper()))
+
+
+def job_secret_names(environ: Mapping[str, str] | None = None) -> list[str]:
+    """The names of a job's secrets: ``CORRAL_SECRET_NAMES`` (comma separated), which the
+    controller sets beside the values in the job's environment."""
+    env = os.environ if environ is None else environ
+    return [n.strip() for n in env.get(ENV_SECRET_NAMES, "").split(",") if n.strip()]
+
+
+def job_secret_values(environ: Mapping[str, str] | None = None) -> list[str]:
+    """The values of a job's secrets (see :func:`job_secret_names`); short ones are left out
+    (they are never masked: too many false hits)."""
+    env = os.environ if environ is None else environ
+    values = (env.get(n, "") for n in job_secret_names(env))
+    return [v for v in values if len(v) >= MIN_LENGTH]
 
 
 def env_credentials(environ: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -202,7 +219,7 @@ def current_redactor() -> Redactor:
         store_fp = None
     env = os.environ
     with _lock:
-        named = {n: env.get(n, "") for n in _registered_names}
+        named = {n: env.get(n, "") for n in (*_registered_names, *job_secret_names(env))}
         creds = env_credentials()
         fingerprint = (str(home), store_fp, _version, tuple(sorted({**creds, **named}.items())))
         if _cache is not None and _cache[0] == fingerprint:

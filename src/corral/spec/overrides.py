@@ -11,12 +11,12 @@ import copy
 from collections.abc import Iterable
 from typing import Any
 
-import yaml
 from pydantic import BaseModel
 
 from corral.spec.report import OVERRIDE_SOURCE, Locator, spec_error
 from corral.spec.schema import dict_value, field_annotation, is_text, list_item, model_of
 from corral.spec.suggest import did_you_mean
+from corral.spec.yamlsrc import parse_value
 
 Loc = tuple[str | int, ...]
 FORM = "KEY.PATH=VALUE, e.g. resources.gpus=L40S:2"
@@ -57,10 +57,9 @@ def apply_overrides(
 
 def _value(raw: str, annotation: Any) -> Any:
     try:
-        value = yaml.safe_load(raw)
-    except yaml.YAMLError as exc:
-        problem = getattr(exc, "problem", None) or "invalid YAML"
-        raise _Bad(f"the value is not valid YAML: {problem}")
+        value = parse_value(raw)
+    except ValueError as exc:
+        raise _Bad(f"the value is {exc}")
     if is_text(annotation) and (not raw.strip() or isinstance(value, (bool, int, float))):
         return raw.strip()
     return value

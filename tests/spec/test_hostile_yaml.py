@@ -5,7 +5,9 @@ import time
 
 import pytest
 
-from corral.spec.yamlsrc import MAX_DEPTH, MAX_VALUES
+from corral.errors import SpecError
+from corral.spec import load_spec
+from corral.spec.yamlsrc import MAX_DEPTH, MAX_SPEC_BYTES, MAX_VALUES
 
 from .helpers import fail, load, one
 
@@ -65,3 +67,37 @@ def test_nesting_deeper_than_the_bound_is_refused_not_a_crash():
 def test_an_integer_too_long_to_convert_is_a_located_error():
     err = one("name: x\nrun: y\nresources:\n  cpus: 1" + "0" * 5000 + "\n")
     assert (err["line"], err["message"]) == (4, "an integer of 5,001 digits is too long")
+
+
+def test_a_50_mb_spec_file_is_refused_before_it_is_read(tmp_path):
+    spec = tmp_path / "corral.yaml"
+    with spec.open("wb") as handle:
+        handle.write(b"name: x\nrun: y\n")
+        handle.truncate(50 * 1024 * 1024)
+    start = time.monotonic()
+    with pytest.raises(SpecError) as info:
+        load_spec(spec)
+    assert time.monotonic() - start < 1.0
+    assert str(info.value) == (
+        f"{spec}: the spec is 52,428,800 bytes, more than the 1,048,576 bytes (1 MiB) a spec "
+        "may hold"
+    )
+
+
+def test_spec_text_over_the_limit_is_refused_counting_utf8_bytes():
+    padding = "# " + "é" * (MAX_SPEC_BYTES // 2) + "\n"  # fewer characters than the limit
+    err = refused_within(1.0, "name: x\nrun: y\n" + padding)
+    assert err["message"].startswith(f"the spec is {MAX_SPEC_BYTES + 18:,} bytes, more than")
+
+
+def test_a_spec_just_under_the_limit_loads():
+    text = "name: x\nrun: y\n"
+    text += "#" * (MAX_SPEC_BYTES - len(text) - 1) + "\n"
+    assert load(text).name == "x"
+
+
+def test_a_set_value_over_the_limit_is_refused():
+    err = refused_within(1.0, "name: x\nrun: y\n", ("run=" + "y" * (MAX_SPEC_BYTES + 1),))
+    assert err["message"] == (
+        "the value is refused: it is 1,048,577 bytes, more than 1,048,576 (1 MiB)"
+    )

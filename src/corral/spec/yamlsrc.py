@@ -20,6 +20,8 @@ from corral.spec.report import OVERRIDE_SOURCE, format_error
 
 Path_ = tuple[str | int, ...]
 _MERGE_TAG = "tag:yaml.org,2002:merge"
+#: The largest spec (file, text or one ``--set`` value) in UTF-8 bytes; checked before parsing.
+MAX_SPEC_BYTES = 1024 * 1024
 #: Most values (scalars and collections, aliases counted expanded) one document may hold.
 MAX_VALUES = 100_000
 #: Deepest nesting of lists and mappings (a spec needs about 5; deeper input crashes parsers).
@@ -63,10 +65,21 @@ def parse_value(text: str) -> Any:
     """One ``--set`` value parsed as YAML under the same bounds as a spec file.
 
     Raises ``ValueError`` with a one-line reason: "not valid YAML: ..." or "refused: ..."."""
+    size = utf8_size(text)
+    if size > MAX_SPEC_BYTES:
+        raise ValueError(f"refused: it is {size:,} bytes, more than {MAX_SPEC_BYTES:,} (1 MiB)")
     try:
         return _parse(text, OVERRIDE_SOURCE).data
     except _Invalid as bad:
         raise ValueError(f"{'not valid YAML' if bad.syntax else 'refused'}: {bad.reason}")
+
+
+def utf8_size(text: str) -> int:
+    """``text``'s size in UTF-8 bytes where it may pass :data:`MAX_SPEC_BYTES`, else a bound
+    below it (lone surrogates, from undecodable input, count as 3 bytes)."""
+    if 4 * len(text) <= MAX_SPEC_BYTES:
+        return len(text)  # at most 4 bytes a character: under the limit whatever they are
+    return len(text.encode("utf-8", "surrogatepass"))
 
 
 def _parse(text: str, source: str) -> Parsed:

@@ -361,3 +361,8 @@ def test_control_characters_in_the_spec_keep_each_error_on_one_line():
         text = str(caught.value)
         assert len(text.splitlines()) == len(caught.value.errors) == 1, text
         assert caught.value.errors[0]["message"].startswith("invalid name")
+
+
+def test_spec_text_holding_undecodable_bytes_is_a_located_error_not_a_crash():
+    err = one("name: x\nrun: 'a\udcffb'\n")
+    assert (err["line"], err["message"]) == (2, "not UTF-8 text: '\\xff' cannot be decoded")

@@ -17,6 +17,7 @@ import yaml
 
 from corral.errors import SpecError
 from corral.spec.report import OVERRIDE_SOURCE, format_error
+from corral.spec.text import as_typed, undecodable
 
 Path_ = tuple[str | int, ...]
 _MERGE_TAG = "tag:yaml.org,2002:merge"
@@ -83,6 +84,10 @@ def utf8_size(text: str) -> int:
 
 
 def _parse(text: str, source: str) -> Parsed:
+    index = undecodable(text)
+    if index is not None:
+        line = text.count("\n", 0, index) + 1
+        raise _Invalid(line, f"not UTF-8 text: '{as_typed(text[index])}' cannot be decoded")
     loader = _LOADER(text)
     try:
         _check_shape(text)

@@ -18,6 +18,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationInfo, model_validator
 
+from corral.spec.bounds import AT_MOST_DURATION
 from corral.spec.units import parse_duration, parse_size, type_name
 
 
@@ -134,7 +135,7 @@ StrList = Annotated[list[str], BeforeValidator(one_or_many), Label("string or li
 
 PositiveFloat = Annotated[float, Field(gt=0, allow_inf_nan=False), Label("number > 0")]
 NonNegInt = Annotated[int, Field(ge=0), Label("integer >= 0")]
-Duration = Annotated[float, BeforeValidator(parse_duration), Label("duration")]
+Duration = Annotated[float, BeforeValidator(parse_duration), AT_MOST_DURATION, Label("duration")]
 Size = Annotated[float, BeforeValidator(parse_size), Label("size")]
 
 

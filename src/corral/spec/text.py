@@ -26,3 +26,13 @@ def as_typed(text: str) -> str:
     except UnicodeEncodeError:  # a surrogate no undecodable byte gives (text from an API)
         return text.encode("ascii", "backslashreplace").decode("ascii")
     return raw.decode("utf-8", "backslashreplace")
+
+
+def nul_problem(text: str, holder: str) -> str | None:
+    """Why ``text`` cannot be passed on if it holds a NUL byte (no shell command, argument or
+    environment variable can: the C strings they travel in end at the first one), else None.
+    The text itself is not shown: it may be a secret."""
+    index = text.find("\x00")
+    if index < 0:
+        return None
+    return f"holds a NUL byte (\\0) at position {index}: {holder} cannot hold one"

@@ -34,5 +34,18 @@ def test_a_nul_byte_in_a_command_or_env_value_is_refused_naming_the_field(
 
 
 def test_a_nul_byte_given_by_set_is_refused_too():
-    err = one("name: x\nrun: y\n", ["env.A=a\0b"])
+    err = one("name: x\nrun: y\n", ['env.A="a\\0b"'])
     assert (err["file"], err["field"], err["message"]) == ("--set", "env.A", ENV.format(1))
+    err = one("name: x\nrun: y\n", ["env.A=a\0b"])  # a raw NUL: YAML refuses it first
+    assert err["message"] == (
+        "the value is not valid YAML: unacceptable character #x0000: control characters are "
+        "not allowed"
+    )
+
+
+def test_a_raw_nul_byte_in_the_file_is_one_located_line():
+    err = one("name: x\nrun: y\nsetup: [a\0b]\n")
+    assert (err["line"], err["message"]) == (
+        3,
+        "invalid YAML: unacceptable character #x0000: control characters are not allowed",
+    )

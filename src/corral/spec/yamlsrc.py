@@ -105,6 +105,9 @@ def _parse(text: str, source: str) -> Parsed:
         if exc.context and problem.startswith("but "):
             problem = f"{exc.context}, {problem}"
         raise _Invalid(line, problem, syntax=True)
+    except yaml.reader.ReaderError as exc:  # a character YAML does not allow, unmarked
+        line = text.count("\n", 0, exc.position) + 1 if isinstance(exc.position, int) else None
+        raise _Invalid(line, str(exc).splitlines()[0], syntax=True)
     except yaml.YAMLError as exc:
         raise _Invalid(None, str(exc), syntax=True)
     finally:

@@ -9,6 +9,7 @@ long for Python to convert.
 
 from __future__ import annotations
 
+import re
 import sys
 from dataclasses import dataclass, field
 from typing import Any
@@ -99,11 +100,7 @@ def _parse(text: str, source: str) -> Parsed:
             _walk(loader, node, (), parsed, set())
         return parsed
     except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        line = mark.line + 1 if mark is not None else None
-        problem = exc.problem or exc.context or "unknown problem"
-        if exc.context and problem.startswith("but "):
-            problem = f"{exc.context}, {problem}"
+        line, problem = _where_it_began(exc)
         raise _Invalid(line, problem, syntax=True)
     except yaml.reader.ReaderError as exc:  # a character YAML does not allow, unmarked
         line = text.count("\n", 0, exc.position) + 1 if isinstance(exc.position, int) else None
@@ -112,6 +109,25 @@ def _parse(text: str, source: str) -> Parsed:
         raise _Invalid(None, str(exc), syntax=True)
     finally:
         loader.dispose()
+
+
+_CONTEXT_RE = re.compile(r"^while (?:scanning|parsing|constructing) (.+)$")
+
+
+def _where_it_began(exc: yaml.MarkedYAMLError) -> tuple[int | None, str]:
+    """The line and text of a YAML error, at the construct it is in where the parser says
+    (an unterminated quote on line 3 is reported on line 3, not at the end of the file)."""
+    problem = exc.problem or "unknown problem"
+    where = exc.problem_mark or exc.context_mark
+    line = where.line + 1 if where is not None else None
+    if not exc.context:
+        return line, problem
+    match = _CONTEXT_RE.match(exc.context)
+    construct = f"in {match.group(1)}" if match else exc.context
+    began = exc.context_mark.line + 1 if exc.context_mark is not None else None
+    if began is None or began == line:
+        return line, f"{construct}: {problem}"
+    return began, f"{construct} begun here: {problem} (at line {line})"
 
 
 def _check_shape(text: str) -> None:

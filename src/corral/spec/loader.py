@@ -13,6 +13,7 @@ import yaml
 from pydantic import ValidationError
 
 from corral.errors import NotFound
+from corral.spec.checks import raw_graph_problems
 from corral.spec.job import JobSpec
 from corral.spec.overrides import apply_overrides
 from corral.spec.report import Locator, spec_error, translate
@@ -70,6 +71,9 @@ def load_spec_text(
         spec = JobSpec.model_validate(data, context={"base_dir": base})
     except ValidationError as exc:
         errors.extend(translate(exc, JobSpec, where))
+        # The model checks the stage graph only once every field is valid: check it as
+        # written too, so that every error shows in one run (spec_error drops repeats).
+        errors.extend(where.error(loc, message) for loc, message in raw_graph_problems(data))
         spec = None
     if errors or spec is None:
         raise spec_error(errors)

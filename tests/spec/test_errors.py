@@ -336,7 +336,7 @@ def test_any_yaml_mapping_either_loads_or_raises_one_spec_error(data, overrides)
 
 def test_recursive_aliases_are_errors_not_crashes():
     err = one("name: x\nrun: y\nsetup: &a [*a]\n")
-    assert err["message"] == "expected a string, got a list"
+    assert err["message"] == "alias *a is used inside its own anchor &a"
 
 
 @pytest.mark.parametrize("loader", ["SafeLoader", "CSafeLoader"])
@@ -361,3 +361,26 @@ def test_control_characters_in_the_spec_keep_each_error_on_one_line():
         text = str(caught.value)
         assert len(text.splitlines()) == len(caught.value.errors) == 1, text
         assert caught.value.errors[0]["message"].startswith("invalid name")
+
+
+def test_spec_text_holding_undecodable_bytes_is_a_located_error_not_a_crash():
+    err = one("name: x\nrun: 'a\udcffb'\n")
+    assert (err["line"], err["message"]) == (2, "not UTF-8 text: '\\xff' cannot be decoded")
+
+
+@pytest.mark.parametrize("loader", ["SafeLoader", "CSafeLoader"])
+def test_invalid_yaml_is_reported_where_the_construct_began(loader, monkeypatch):
+    from corral.spec import yamlsrc
+
+    if not hasattr(yaml, loader):
+        pytest.skip("PyYAML built without libyaml")
+    monkeypatch.setattr(yamlsrc, "_LOADER", getattr(yaml, loader))
+    err = one('name: x\nrun: y\nsetup: "make\nenv: {}\nlimits: {}\n')
+    assert err["line"] == 3  # the unterminated quote, not the end of the file (line 6)
+    assert err["message"] == (
+        "invalid YAML: in a quoted scalar begun here: found unexpected end of stream (at line 6)"
+    )
+    err = one("name: x\nrun: [a,\n  b\nenv: {}\n")
+    assert err["line"] == 2
+    assert err["message"].startswith("invalid YAML: in a flow sequence begun here: ")
+    assert err["message"].endswith(" (at line 4)")

@@ -126,3 +126,27 @@ def test_errors_caused_by_an_override_elsewhere_keep_their_file_lines():
 def test_override_value_that_is_not_yaml_is_an_error():
     err = one("name: x\nrun: y\n", ["resources.regions=[a, b"])
     assert err["message"].startswith("the value is not valid YAML")
+
+
+# Python keeps a command-line byte that is not UTF-8 as a lone surrogate ('\udcff' for 0xff).
+@pytest.mark.parametrize(
+    ("override", "field", "message"),
+    [
+        ("\udcffkey=1", "", "the key '\\xffkey' is not UTF-8 text"),
+        ("env.\udcff=1", "", "the key 'env.\\xff' is not UTF-8 text"),
+        (
+            "env.A=ab\udcff",
+            "env.A",
+            "the value is not UTF-8 text ('\\xff' at position 2 cannot be decoded)",
+        ),
+        (
+            "run=\ud800",
+            "run",
+            "the value is not UTF-8 text ('\\ud800' at position 0 cannot be decoded)",
+        ),
+    ],
+)
+def test_a_key_or_value_that_is_not_utf8_is_one_bad_input_line(override, field, message):
+    err = fail("name: x\nrun: y\n", [override])
+    assert err.exit_code == 2 and str(err).isprintable()
+    assert err.errors == [{"file": "--set", "line": None, "field": field, "message": message}]

@@ -113,3 +113,50 @@ def test_stage_list_returns_the_stages_as_given():
         ("b", [], {}),
         ("a", ["b"], {"K": "1"}),
     ]
+
+
+def test_a_bad_needs_is_reported_with_the_other_errors_in_one_run():
+    text = """\
+name: x
+resources: {cpus: many}
+stages:
+  - name: train
+    run: python train.py
+  - name: eval
+    run: python eval.py
+    needs: [trian]
+    gpus: lots
+"""
+    assert str(fail(text)).splitlines() == [
+        "corral.yaml:2: resources.cpus: expected a number, got 'many'",
+        "corral.yaml:8: stages[1].needs[0]: unknown stage 'trian' (did you mean 'train'?)",
+        "corral.yaml:9: stages[1].gpus: invalid stage GPUs 'lots' (expected a count such as 2, "
+        "a list of GPU indices such as [0, 1], or 'all')",
+    ]
+
+
+def test_graph_errors_as_written_are_not_repeated_and_skip_unusable_stages():
+    text = """\
+name: x
+resources: {cpus: many}
+stages:
+  - 5
+  - {name: a, run: b, needs: [a, 7, c]}
+  - {name: c, run: d, needs: a}
+  - {name: c, run: e}
+"""
+    lines = str(fail(text)).splitlines()
+    assert lines[1:] == [
+        "corral.yaml:4: stages[0]: expected a mapping, got 5",
+        "corral.yaml:5: stages[1].needs: dependency cycle: a -> c -> a",
+        "corral.yaml:5: stages[1].needs[0]: stage 'a' needs itself",
+        "corral.yaml:5: stages[1].needs[1]: expected a string, got 7",
+        "corral.yaml:7: stages[3].name: duplicate stage name 'c' (see stages[2])",
+    ]
+
+
+def test_a_chain_of_thousands_of_stages_is_checked_without_recursion():
+    rows = [f"  - {{name: s{i}, run: r, needs: [s{i + 1}]}}" for i in range(3000)]
+    rows.append("  - {name: s3000, run: r, needs: [s0]}")
+    err = one("name: x\nstages:\n" + "\n".join(rows) + "\n")
+    assert err["message"].startswith("dependency cycle: s0 -> s1 -> s2 -> ")

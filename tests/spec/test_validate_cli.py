@@ -1,4 +1,5 @@
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -98,3 +99,15 @@ def test_importing_the_command_does_not_import_the_spec_package():
     code = "import sys, corral.cli.validate; print('corral.spec' in sys.modules, 'pydantic' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["False", "False"]
+
+
+def test_an_undecodable_set_key_exits_2_with_one_line(tmp_path: Path):
+    import corral
+
+    spec = tmp_path / "corral.yaml"
+    spec.write_text("name: x\nrun: y\n")
+    env = {**os.environ, "PYTHONPATH": str(Path(corral.__file__).parents[1])}
+    argv = [sys.executable, "-m", "corral.cli", "validate", str(spec), "--set", b"env.\xff=1"]
+    done = subprocess.run(argv, capture_output=True, env=env, timeout=60)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.decode().strip() == "error: --set: the key 'env.\\xff' is not UTF-8 text"

@@ -16,8 +16,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationInfo, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    model_validator,
+)
 
+from corral.spec.bounds import AT_MOST_DURATION
+from corral.spec.text import nul_problem
 from corral.spec.units import parse_duration, parse_size, type_name
 
 
@@ -120,7 +130,18 @@ def check_env(value: object) -> object:
     return out
 
 
-EnvMap = Annotated[dict[str, str], BeforeValidator(check_env), Label("mapping NAME: value")]
+def _env_value(value: str) -> str:
+    problem = nul_problem(value, "an environment variable")
+    if problem:
+        raise ValueError(problem)
+    return value
+
+
+EnvMap = Annotated[
+    dict[str, Annotated[str, AfterValidator(_env_value)]],
+    BeforeValidator(check_env),
+    Label("mapping NAME: value"),
+]
 
 
 def one_or_many(value: object) -> object:
@@ -130,11 +151,25 @@ def one_or_many(value: object) -> object:
 
 StrList = Annotated[list[str], BeforeValidator(one_or_many), Label("string or list of strings")]
 
+
+def _command(value: str) -> str:
+    problem = nul_problem(value, "a shell command")
+    if problem:
+        raise ValueError(problem)
+    return value
+
+
+#: A shell command (``run``, ``setup``): any text a shell can be given.
+Command = Annotated[str, AfterValidator(_command)]
+CommandList = Annotated[
+    list[Command], BeforeValidator(one_or_many), Label("string or list of strings")
+]
+
 # --- numbers, durations, sizes --------------------------------------------------------------
 
 PositiveFloat = Annotated[float, Field(gt=0, allow_inf_nan=False), Label("number > 0")]
 NonNegInt = Annotated[int, Field(ge=0), Label("integer >= 0")]
-Duration = Annotated[float, BeforeValidator(parse_duration), Label("duration")]
+Duration = Annotated[float, BeforeValidator(parse_duration), AT_MOST_DURATION, Label("duration")]
 Size = Annotated[float, BeforeValidator(parse_size), Label("size")]
 
 

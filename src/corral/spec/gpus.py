@@ -8,6 +8,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from corral.spec.bounds import MAX_GPUS
 from corral.spec.units import describe
 
 GPU_FORMS = "'L40S:8', '8', 8, 'A100:1..2' (a range), 'any:1', 'L40S' (one GPU)"
@@ -33,6 +34,8 @@ class GpuRequest(BaseModel):
 
     @model_validator(mode="after")
     def _check(self) -> GpuRequest:
+        if self.max > MAX_GPUS:
+            raise ValueError(f"at most {MAX_GPUS} GPUs per machine, got {self.max}")
         if self.min > self.max:
             raise ValueError(f"min ({self.min}) is more than max ({self.max})")
         if self.type is not None and (
@@ -57,6 +60,8 @@ def parse_gpu_request(value: object) -> dict[str, Any]:
     if isinstance(value, int):
         if value < 0:
             raise _bad(value, ": the count cannot be negative")
+        if value > MAX_GPUS:
+            raise ValueError(f"at most {MAX_GPUS} GPUs per machine, got {value}")
         return {"type": None, "min": value, "max": value}
     text = value.strip()
     if not text:
@@ -79,6 +84,8 @@ def parse_gpu_request(value: object) -> dict[str, Any]:
     high = int(match.group(2)) if match.group(2) is not None else low
     if low > high:
         raise _bad(value, f": the range {low}..{high} is empty")
+    if high > MAX_GPUS:
+        raise ValueError(f"at most {MAX_GPUS} GPUs per machine, got {high}")
     gpu_type = None if not name or name.lower() == "any" else name.upper()
     return {"type": gpu_type, "min": low, "max": high}
 
@@ -90,11 +97,13 @@ def parse_stage_gpus(value: object) -> StageGpus:
     """A stage's GPUs: a count >= 0, a list of distinct logical indices, or ``"all"``."""
     if isinstance(value, str) and value.strip().lower() == "all":
         return "all"
-    if isinstance(value, str) and value.strip().isdigit():
-        return int(value.strip())
+    if isinstance(value, str) and value.strip().isascii() and value.strip().isdigit():
+        value = int(value.strip())
     if isinstance(value, int) and not isinstance(value, bool):
         if value < 0:
             raise ValueError(f"a GPU count cannot be negative, got {value} ({STAGE_GPU_FORMS})")
+        if value > MAX_GPUS:
+            raise ValueError(f"at most {MAX_GPUS} GPUs per machine, got {value}")
         return value
     if isinstance(value, list):
         if not value:
@@ -104,5 +113,7 @@ def parse_stage_gpus(value: object) -> StageGpus:
                 raise ValueError(
                     f"GPU index {describe(item)} is not an integer >= 0 ({STAGE_GPU_FORMS})"
                 )
+            if item >= MAX_GPUS:
+                raise ValueError(f"GPU index {item} is past the {MAX_GPUS} GPUs a machine may have")
         return list(value)
     raise ValueError(f"invalid stage GPUs {describe(value)} (expected {STAGE_GPU_FORMS})")

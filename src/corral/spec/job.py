@@ -9,6 +9,8 @@ from pydantic import BeforeValidator, Field, model_validator
 
 from corral.spec.checks import stage_problems
 from corral.spec.fields import (
+    Command,
+    CommandList,
     EnvMap,
     Label,
     Name,
@@ -39,7 +41,7 @@ class Stage(SpecModel):
     """One step of the job. Stages whose `needs` are done run in parallel."""
 
     name: Name = Field(description="Unique stage name (same characters as the job name).")
-    run: str = Field(min_length=1, description="Shell command, run with bash in the workdir.")
+    run: Command = Field(min_length=1, description="Shell command, run with bash in the workdir.")
     gpus: Annotated[
         StageGpus,
         BeforeValidator(parse_stage_gpus),
@@ -78,13 +80,13 @@ class JobSpec(SpecModel):
         description="Names of secrets exported to the job's environment. Values are never in "
         "the spec: set them with `corral secret set NAME`.",
     )
-    setup: StrList = Field(
+    setup: CommandList = Field(
         default_factory=list, description="Shell commands run once before the stages, in order."
     )
     resources: Resources = Field(
         default_factory=Resources, description="The machine the job needs (section below)."
     )
-    run: str | None = Field(
+    run: Command | None = Field(
         None, min_length=1, description="One shell command (give `run` or `stages`, not both)."
     )
     stages: list[Stage] | None = Field(

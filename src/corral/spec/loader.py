@@ -13,11 +13,12 @@ import yaml
 from pydantic import ValidationError
 
 from corral.errors import NotFound
+from corral.spec.checks import raw_graph_problems
 from corral.spec.job import JobSpec
 from corral.spec.overrides import apply_overrides
 from corral.spec.report import Locator, spec_error, translate
 from corral.spec.units import type_name
-from corral.spec.yamlsrc import Parsed, parse_yaml
+from corral.spec.yamlsrc import MAX_SPEC_BYTES, Parsed, parse_yaml, utf8_size
 
 DEFAULT_FILE = "corral.yaml"
 
@@ -30,7 +31,11 @@ def load_spec(path: str | Path, overrides: Iterable[str] = ()) -> JobSpec:
         raise NotFound(f"spec file not found: {file}")
     source = str(path) if file == given else str(file)
     try:
-        text = file.read_text(encoding="utf-8")
+        size = file.stat().st_size
+        if size > MAX_SPEC_BYTES:
+            raise spec_error([_too_big(source, size)])
+        with file.open(encoding="utf-8") as handle:  # a file that grew: read_text bounded
+            text = handle.read(MAX_SPEC_BYTES + 1)
     except UnicodeDecodeError:
         raise spec_error([_top(source, "the file is not UTF-8 text")])
     except OSError as exc:
@@ -45,7 +50,12 @@ def load_spec_text(
     base_dir: str | Path | None = None,
     overrides: Iterable[str] = (),
 ) -> JobSpec:
-    """Validate spec text; relative paths resolve against ``base_dir`` (default: the cwd)."""
+    """Validate spec text; relative paths resolve against ``base_dir`` (default: the cwd).
+
+    Text over :data:`MAX_SPEC_BYTES` is refused before it is parsed."""
+    size = utf8_size(text)
+    if size > MAX_SPEC_BYTES:
+        raise spec_error([_too_big(source, size)])
     parsed = parse_yaml(text, source)
     if parsed.data is None:
         raise spec_error([_top(source, "the spec is empty (it needs at least `name` and `run`)")])
@@ -61,6 +71,9 @@ def load_spec_text(
         spec = JobSpec.model_validate(data, context={"base_dir": base})
     except ValidationError as exc:
         errors.extend(translate(exc, JobSpec, where))
+        # The model checks the stage graph only once every field is valid: check it as
+        # written too, so that every error shows in one run (spec_error drops repeats).
+        errors.extend(where.error(loc, message) for loc, message in raw_graph_problems(data))
         spec = None
     if errors or spec is None:
         raise spec_error(errors)
@@ -69,6 +82,14 @@ def load_spec_text(
 
 def _top(source: str, message: str) -> dict[str, Any]:
     return {"file": source, "line": 1, "field": "", "message": message}
+
+
+def _too_big(source: str, size: int) -> dict[str, Any]:
+    message = (
+        f"the spec is {size:,} bytes, more than the {MAX_SPEC_BYTES:,} bytes (1 MiB) a spec "
+        "may hold"
+    )
+    return {"file": source, "line": None, "field": "", "message": message}
 
 
 def _raw_env_values(parsed: Parsed) -> None:

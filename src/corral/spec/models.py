@@ -7,6 +7,17 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
+from corral.spec.bounds import (
+    MAX_COST_USD,
+    MAX_CPUS,
+    MAX_DISK_GB,
+    MAX_HOURLY_PRICE_USD,
+    MAX_KEEP,
+    MAX_MEMORY_GB,
+    MAX_RESTARTS,
+    at_most,
+    size_at_most,
+)
 from corral.spec.fields import (
     Acceptance,
     Duration,
@@ -76,16 +87,22 @@ class Resources(SpecModel):
         description="GPUs per machine: 'L40S:8', 8, 'A100:1..2' (a range), 'any:1', 'L40S' "
         "(one). Type names are case-insensitive. Default: no GPU.",
     )
-    cpus: PositiveFloat | None = Field(None, description="Fewest CPU cores.")
-    memory: Size | None = Field(None, description="Least memory, e.g. '32GB' (stored in GB).")
-    disk: Size | None = Field(None, description="Least disk space, e.g. '200GB' (stored in GB).")
+    cpus: Annotated[PositiveFloat, at_most(MAX_CPUS)] | None = Field(
+        None, description="Fewest CPU cores."
+    )
+    memory: Annotated[Size, size_at_most(MAX_MEMORY_GB)] | None = Field(
+        None, description="Least memory, e.g. '32GB' (stored in GB)."
+    )
+    disk: Annotated[Size, size_at_most(MAX_DISK_GB)] | None = Field(
+        None, description="Least disk space, e.g. '200GB' (stored in GB)."
+    )
     spot: Annotated[
         bool | Literal["auto"], BeforeValidator(_parse_spot), Label("true, false or 'auto'")
     ] = Field(
         "auto",
         description="true: spot/interruptible only; false: on-demand only; 'auto': cheapest.",
     )
-    max_hourly_price: PositiveFloat | None = Field(
+    max_hourly_price: Annotated[PositiveFloat, at_most(MAX_HOURLY_PRICE_USD)] | None = Field(
         None, description="Highest price per hour for the whole machine, in USD."
     )
     providers: list[ProviderName] | None = Field(
@@ -107,8 +124,12 @@ class Checkpoints(SpecModel):
         description="Where checkpoints are synced: a local path (relative to the spec file), "
         "file:///path or s3://bucket/prefix.",
     )
-    keep_last: int = Field(3, ge=1, description="Keep the newest N checkpoints.")
-    keep_best: NonNegInt = Field(0, description="Also keep the best N by `metric`.")
+    keep_last: Annotated[int, Field(ge=1), at_most(MAX_KEEP)] = Field(
+        3, description="Keep the newest N checkpoints."
+    )
+    keep_best: Annotated[NonNegInt, at_most(MAX_KEEP)] = Field(
+        0, description="Also keep the best N by `metric`."
+    )
     metric: str | None = Field(None, description="Metric that ranks checkpoints for keep_best.")
     mode: Literal["min", "max"] = Field("min", description="Whether lower or higher is better.")
 
@@ -133,10 +154,12 @@ class Artifacts(SpecModel):
 class Recovery(SpecModel):
     """What happens after a preemption or a failure."""
 
-    max_preemption_restarts: NonNegInt = Field(
+    max_preemption_restarts: Annotated[NonNegInt, at_most(MAX_RESTARTS)] = Field(
         10, description="Restarts after preemptions before giving up."
     )
-    max_error_restarts: NonNegInt = Field(0, description="Restarts after the job failed.")
+    max_error_restarts: Annotated[NonNegInt, at_most(MAX_RESTARTS)] = Field(
+        0, description="Restarts after the job failed."
+    )
     recover_on_exit_codes: Annotated[
         list[Annotated[int, Field(ge=1, le=255)]], Label("list of exit codes (1-255)")
     ] = Field(
@@ -153,7 +176,7 @@ class Recovery(SpecModel):
 class Budget(SpecModel):
     """Money limits, over all attempts of the run."""
 
-    max_cost_usd: PositiveFloat | None = Field(
+    max_cost_usd: Annotated[PositiveFloat, at_most(MAX_COST_USD)] | None = Field(
         None, description="Stop the run (gracefully) when it has cost this much, in USD."
     )
     warn_at: Fraction = Field(

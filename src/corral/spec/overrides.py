@@ -11,12 +11,13 @@ import copy
 from collections.abc import Iterable
 from typing import Any
 
-import yaml
 from pydantic import BaseModel
 
 from corral.spec.report import OVERRIDE_SOURCE, Locator, spec_error
 from corral.spec.schema import dict_value, field_annotation, is_text, list_item, model_of
 from corral.spec.suggest import did_you_mean
+from corral.spec.text import as_typed, undecodable
+from corral.spec.yamlsrc import parse_value
 
 Loc = tuple[str | int, ...]
 FORM = "KEY.PATH=VALUE, e.g. resources.gpus=L40S:2"
@@ -38,6 +39,13 @@ def apply_overrides(
         key, sep, raw = text.partition("=")
         key = key.strip()
         parts = key.split(".")
+        not_text = _not_utf8(key, raw)
+        if not_text is not None:
+            field = "" if undecodable(key) is not None else key
+            errors.append(
+                {"file": OVERRIDE_SOURCE, "line": None, "field": field, "message": not_text}
+            )
+            continue
         if not sep or not key or not all(parts):
             message = f"malformed override '{text}' (expected {FORM})"
             errors.append({"file": OVERRIDE_SOURCE, "line": None, "field": "", "message": message})
@@ -55,12 +63,23 @@ def apply_overrides(
     return out
 
 
+def _not_utf8(key: str, raw: str) -> str | None:
+    """Why the override cannot be used if its key or value is not UTF-8 text, else None.
+    The value is never shown (it may be a secret), only the byte at fault."""
+    if undecodable(key) is not None:
+        return f"the key '{as_typed(key)}' is not UTF-8 text"
+    index = undecodable(raw)
+    if index is not None:
+        shown = as_typed(raw[index])
+        return f"the value is not UTF-8 text ('{shown}' at position {index} cannot be decoded)"
+    return None
+
+
 def _value(raw: str, annotation: Any) -> Any:
     try:
-        value = yaml.safe_load(raw)
-    except yaml.YAMLError as exc:
-        problem = getattr(exc, "problem", None) or "invalid YAML"
-        raise _Bad(f"the value is not valid YAML: {problem}")
+        value = parse_value(raw)
+    except ValueError as exc:
+        raise _Bad(f"the value is {exc}")
     if is_text(annotation) and (not raw.strip() or isinstance(value, (bool, int, float))):
         return raw.strip()
     return value

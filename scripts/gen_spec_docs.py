@@ -62,6 +62,11 @@ More in `examples/specs/`: `minimal.yaml`, `full.yaml` (every section), `pipelin
   the spec: set them with `corral secret set NAME`.
 - **acceptance expression**: `METRIC OP NUMBER`, with OP one of `<=`, `<`, `>=`, `>`, `==`,
   e.g. `cer_clean <= 0.03`.
+- **upper bounds** (`corral/spec/bounds.py`; a value above one is refused, naming the bound):
+  64 GPUs per machine (requests, stage counts and indices), 4096 CPUs, 64 TB memory, 1 PB
+  disk, $1,000 an hour, a $1,000,000 budget, 366 days for any duration, 1,000 restarts of
+  each kind, 10,000 kept checkpoints. A spec file, spec text or `--set` value is at most
+  1 MiB, and YAML at most 100,000 values once aliases are expanded, nested 64 deep.
 
 ## Overrides
 

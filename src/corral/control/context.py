@@ -45,6 +45,9 @@ class Settings:
     provision_timeout_s: float = 600.0
     #: after a graceful stop request, wait this long beyond the grace period before teardown.
     stop_margin_s: float = 30.0
+    #: a steady run's cost is worked out (and written when it moved) at most this often; a
+    #: change of the agent's status works it out at once
+    cost_update_s: float = 30.0
     #: bytes of log copied per stage per tick (the rest follows on the next tick).
     log_chunk: int = 1024 * 1024
     #: an ``intent`` row younger than this may belong to a launch still in flight in another

@@ -380,3 +380,30 @@ def test_a_bad_huge_or_unkept_content_length_is_a_json_400_within_the_body_timeo
     # nothing was stopped by any of it, and the API still answers
     assert client.get("/status")["phase"] == "running"
     assert client.post("/stop")[0] == 202
+
+
+def test_answers_on_a_kept_alive_connection_arrive_whole_without_a_delayed_ack_stall(
+    tmp_path, start_agent
+):
+    """Head and body leave in one write on a TCP_NODELAY socket: one read gets the whole
+    answer, and a poll does not wait ~40 ms for the client's delayed ACK."""
+    import socket
+
+    client = start_agent(make_plan(tmp_path, [{"name": "train", "run": "sleep 30"}]))
+    port = _port(client)
+    request = (
+        f"GET /status HTTP/1.1\r\nHost: agent\r\nAuthorization: Bearer {TOKEN}\r\n\r\n"
+    ).encode()
+    rounds = 30
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+        start = time.monotonic()
+        for _ in range(rounds):
+            sock.sendall(request)
+            data = sock.recv(1 << 20)  # one read: whatever the first segment carried
+            head, sep, body = data.partition(b"\r\n\r\n")
+            assert sep, data[:200]
+            length = int(re.search(rb"(?i)content-length: *(\d+)", head).group(1))
+            assert len(body) == length, (len(body), length)
+            assert b'"phase"' in body
+        elapsed = time.monotonic() - start
+    assert elapsed < rounds * 0.030, f"{rounds} requests took {elapsed:.2f} s"

@@ -42,3 +42,48 @@ def test_a_running_run_shows_where_it_runs_not_the_agent_handshake(narrow) -> No
     _running(store, "r", "agent ready on local")
     out = CliRunner().invoke(app, ["ls"]).stdout
     assert "agent ready" not in out and "running on local" in out
+
+
+def _finished(store: Store, name: str) -> str:
+    run_id = store.create_run(name=name, spec={}, spec_hash="h", spec_path="c.yaml", workdir="/").id
+    store.transition(run_id, "FAILED", "it broke")
+    return run_id
+
+
+def test_the_table_pages_at_fifty_and_says_how_many_more_and_how_to_see_them(narrow) -> None:
+    from corral.cli.ls import DEFAULT_LIMIT
+
+    store = Store.open()
+    finished = [_finished(store, f"old-{i}") for i in range(DEFAULT_LIMIT + 10)]
+    runner = CliRunner()
+    result = runner.invoke(app, ["ls"])  # no active run: every run, the newest 50
+    assert result.exit_code == 0, result.output
+    shown = [line.split()[0] for line in result.stdout.splitlines()[1:]]
+    assert shown == finished[::-1][:DEFAULT_LIMIT]
+    assert "10 more: corral ls --limit 60" in result.stderr
+    result = runner.invoke(app, ["ls", "--limit", "5"])
+    assert len(result.stdout.splitlines()) == 6 and "55 more: corral ls --limit 60" in result.stderr
+    result = runner.invoke(app, ["ls", "--all"])
+    assert len(result.stdout.splitlines()) == 61 and "more" not in result.stderr
+    result = runner.invoke(app, ["ls", "--state", "failed", "--limit", "59"])
+    assert "1 more: corral ls --state failed --limit 60" in result.stderr
+    # active runs come first and alone, paged the same way
+    running = [_running(store, f"live-{i}", "agent ready on local") for i in range(3)]
+    result = runner.invoke(app, ["ls", "-n", "2"])
+    assert [line.split()[0] for line in result.stdout.splitlines()[1:]] == running[::-1][:2]
+    assert "1 more: corral ls --limit 3" in result.stderr
+
+
+def test_ls_json_prints_every_run_unless_a_limit_is_given() -> None:
+    import json
+
+    from corral.cli.ls import DEFAULT_LIMIT
+
+    store = Store.open()
+    for i in range(DEFAULT_LIMIT + 5):
+        _finished(store, f"old-{i}")
+    runner = CliRunner()
+    result = runner.invoke(app, ["ls", "--json"])
+    assert len(json.loads(result.stdout)) == DEFAULT_LIMIT + 5 and not result.stderr
+    result = runner.invoke(app, ["ls", "--json", "--limit", "3"])
+    assert len(json.loads(result.stdout)) == 3 and not result.stderr

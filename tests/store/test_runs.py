@@ -95,6 +95,12 @@ def test_list_runs_is_newest_first_and_filters_states(store: Store, clock: FakeC
     assert store.list_runs(states=["FAILED"], active_only=True) == []
     with pytest.raises(BadInput):
         store.list_runs(states=["DONE"])
+    # count_runs counts what list_runs lists, without a limit
+    assert store.count_runs() == 4 and store.count_runs(active_only=True) == 3
+    assert store.count_runs(states=["FAILED"]) == 1
+    assert store.count_runs(states=["FAILED"], active_only=True) == 0
+    with pytest.raises(BadInput):
+        store.count_runs(states=["DONE"])
 
 
 def test_transition_updates_fields_timestamps_and_writes_its_event(store: Store, clock: FakeClock):

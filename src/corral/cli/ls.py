@@ -1,4 +1,9 @@
-"""``corral ls``: the runs in the store, newest first."""
+"""``corral ls``: the runs in the store, newest first.
+
+The table shows at most :data:`DEFAULT_LIMIT` runs unless ``--limit`` or ``--all`` says
+otherwise, and says how many more there are; ``--json`` prints every run unless ``--limit``
+is given (scripts rely on it).
+"""
 
 from __future__ import annotations
 
@@ -6,23 +11,37 @@ import typer
 
 #: the reason column's width when the terminal has no room left for it (the table overflows)
 _MIN_REASON = 12
+#: runs in the table when neither --limit nor --all is given
+DEFAULT_LIMIT = 50
 
 
 def ls(
     all_: bool = typer.Option(
-        False, "--all", "-a", help="Include finished runs (default: all runs when none is active)."
+        False,
+        "--all",
+        "-a",
+        help="Every run: finished ones too (the default when none is active), with no limit "
+        "unless --limit is given.",
     ),
     state: list[str] = typer.Option([], "--state", help="Only runs in this state (repeatable)."),
-    limit: int = typer.Option(None, "--limit", "-n", help="At most this many runs."),
+    limit: int = typer.Option(
+        None,
+        "--limit",
+        "-n",
+        help=f"At most this many runs (default: {DEFAULT_LIMIT}; every run with --all or --json).",
+    ),
     json_: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """List runs."""
-    from corral.service.runs import list_runs
+    from corral.service.runs import page_runs
 
-    runs = []
+    cap = limit if (limit is not None or all_ or json_) else DEFAULT_LIMIT
+    page = None
     if not all_ and not state and not json_:  # the active runs, else every run
-        runs = list_runs(active_only=True, limit=limit)
-    runs = runs or list_runs(states=state, limit=limit)
+        page = page_runs(active_only=True, limit=cap)
+    if page is None or not page.runs:
+        page = page_runs(states=state, limit=cap)
+    runs = page.runs
     if json_:
         import json
         import sys
@@ -31,7 +50,7 @@ def ls(
         return
     from rich.table import Table
 
-    from corral.cli.output import ago, console, fmt_cost, fmt_duration, styled_state
+    from corral.cli.output import ago, console, err_console, fmt_cost, fmt_duration, styled_state
 
     if not runs:
         console.print("no runs yet: start one with `corral launch corral.yaml`")
@@ -62,3 +81,11 @@ def ls(
     for row in rows:
         t.add_row(*row)
     console.print(t)
+    if page.more:
+        err_console.print(f"[dim]{page.more} more: {_more_command(all_, state, page.total)}[/dim]")
+
+
+def _more_command(all_: bool, state: list[str], total: int) -> str:
+    """The ``corral ls`` that lists every run of this listing."""
+    words = ["corral ls", *(["--all"] if all_ else []), *(f"--state {s}" for s in state)]
+    return " ".join([*words, f"--limit {total}"])

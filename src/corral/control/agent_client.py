@@ -1,5 +1,10 @@
 """HTTP client for the agent API (see docs/agent.md). The controller polls; the agent never
-calls the controller, so one exposed port is all a node needs."""
+calls the controller, so one exposed port is all a node needs.
+
+A controller calls every agent through one :class:`AgentPool` (one ``httpx.Client``, one
+connection pool): an :class:`AgentClient` is then an endpoint and a token, a few hundred bytes,
+and closing it leaves the pool alone.
+"""
 
 from __future__ import annotations
 
@@ -13,17 +18,34 @@ from corral.wire import check_version
 from corral.wire.outcome import StopCause
 from corral.wire.status import AgentStatus
 
+#: seconds an agent has to answer one request
+DEFAULT_TIMEOUT = 5.0
+#: idle connections the shared pool keeps open (one per agent polled recently, up to this)
+KEEPALIVE_CONNECTIONS = 256
+
 
 class AgentClient:
+    """The API of one agent. With ``client`` (a shared pool) it borrows that client and
+    :meth:`close` leaves it open; without one it opens its own and closes it."""
+
+    __slots__ = ("_client", "_headers", "_owns_client", "_timeout", "endpoint")
+
     def __init__(
-        self, endpoint: str, token: str, *, timeout: float = 5.0, client: httpx.Client | None = None
+        self,
+        endpoint: str,
+        token: str,
+        *,
+        timeout: float = DEFAULT_TIMEOUT,
+        client: httpx.Client | None = None,
     ):
         self.endpoint = endpoint.rstrip("/")
         self._headers = {"Authorization": f"Bearer {token}", "User-Agent": "corral-controller"}
+        self._timeout = timeout
         self._client = client or httpx.Client(timeout=timeout)
         self._owns_client = client is None
 
     def close(self) -> None:
+        """Close the client's own connection pool; a shared one stays open."""
         if self._owns_client:
             self._client.close()
 
@@ -35,7 +57,9 @@ class AgentClient:
         load balancer in front of the agent says so, not the agent)."""
         url = self.endpoint + path
         try:
-            resp = self._client.request(method, url, headers=self._headers, **kw)
+            resp = self._client.request(
+                method, url, headers=self._headers, timeout=self._timeout, **kw
+            )
         except httpx.TimeoutException as e:
             raise AgentUnreachable(f"agent at {self.endpoint} timed out on {path}") from e
         except httpx.HTTPError as e:
@@ -99,3 +123,28 @@ class AgentClient:
         if reason:
             body["reason"] = reason
         return self._request("POST", "/stop", json=body)
+
+
+class AgentPool:
+    """One ``httpx.Client`` (one connection pool) shared by the clients of every agent a
+    controller polls. :meth:`close` closes it; the clients it made are unusable afterwards."""
+
+    def __init__(self, http: httpx.Client | None = None, *, timeout: float = DEFAULT_TIMEOUT):
+        self._timeout = timeout
+        self._http = http or httpx.Client(
+            timeout=timeout,
+            limits=httpx.Limits(
+                max_connections=None, max_keepalive_connections=KEEPALIVE_CONNECTIONS
+            ),
+        )
+
+    def client(self, endpoint: str, token: str) -> AgentClient:
+        """A client of the agent at ``endpoint`` that borrows the pool."""
+        return AgentClient(endpoint, token, timeout=self._timeout, client=self._http)
+
+    @property
+    def closed(self) -> bool:
+        return self._http.is_closed
+
+    def close(self) -> None:
+        self._http.close()

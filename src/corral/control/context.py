@@ -18,7 +18,7 @@ from corral.store.records import RunRecord
 from corral.store.store import Store
 
 if TYPE_CHECKING:
-    from corral.control.agent_client import AgentClient
+    from corral.control.agent_client import AgentClient, AgentPool
 
 log = logging.getLogger("corral.controller")
 
@@ -45,6 +45,9 @@ class Settings:
     provision_timeout_s: float = 600.0
     #: after a graceful stop request, wait this long beyond the grace period before teardown.
     stop_margin_s: float = 30.0
+    #: a steady run's cost is worked out (and written when it moved) at most this often; a
+    #: change of the agent's status works it out at once
+    cost_update_s: float = 30.0
     #: bytes of log copied per stage per tick (the rest follows on the next tick).
     log_chunk: int = 1024 * 1024
     #: an ``intent`` row younger than this may belong to a launch still in flight in another
@@ -60,12 +63,12 @@ class Settings:
     idle_gpu_threshold_pct: float = 5.0
 
 
-def _default_client(endpoint: str, token: str) -> AgentClient:
+def _new_pool() -> AgentPool:
     # lazy on purpose (not a cycle): the agent client pulls in httpx, and the launch path of
     # the CLI never talks to an agent and should not pay for the import
-    from corral.control.agent_client import AgentClient
+    from corral.control.agent_client import AgentPool
 
-    return AgentClient(endpoint, token)
+    return AgentPool()
 
 
 @dataclass
@@ -75,13 +78,16 @@ class Context:
     clock: Callable[[], datetime] = utcnow
     settings: Settings = field(default_factory=Settings)
     home: Path = field(default_factory=paths.home)
-    #: builds the agent API client (default: httpx, imported on first use)
+    #: builds the agent API client (default: a client of the context's one shared
+    #: connection pool, httpx imported on first use)
     client_factory: ClientFactory | None = None
     #: in-memory notes that do not need to survive a restart (first unreachable time, ...),
     #: keyed ``"<run id>:..."`` so that :meth:`forget` drops a finished run's notes
     memo: dict[str, Any] = field(default_factory=dict)
     _spec_cache: dict[str, tuple[str, JobSpec]] = field(default_factory=dict)
     _clients: dict[tuple[str, str], AgentClient] = field(default_factory=dict)
+    #: the one connection pool every default agent client borrows (made on first use)
+    pool: AgentPool | None = None
 
     def provider(self, name: str) -> Provider:
         try:
@@ -102,14 +108,31 @@ class Context:
         key = (f"{run_id}:{attempt}", endpoint)
         client = self._clients.get(key)
         if client is None:
-            factory = self.client_factory or _default_client
-            client = factory(endpoint, agent_token(run_id, attempt, self.home))
+            token = agent_token(run_id, attempt, self.home)
+            if self.client_factory is not None:
+                client = self.client_factory(endpoint, token)
+            else:
+                if self.pool is None or self.pool.closed:
+                    self.pool = _new_pool()
+                client = self.pool.client(endpoint, token)
             self._clients[key] = client
         return client
 
     def forget(self, run_id: str) -> None:
+        """Drop what is kept for a finished run (its clients are closed; the shared connection
+        pool stays open for the other runs)."""
         self._spec_cache.pop(run_id, None)
         for key in [k for k in self._clients if k[0].startswith(run_id + ":")]:
             self._clients.pop(key).close()
         for memo_key in [k for k in self.memo if k.startswith(run_id + ":")]:
             self.memo.pop(memo_key, None)
+
+    def close(self) -> None:
+        """Close every agent client and the shared connection pool (a later :meth:`agent`
+        opens a new pool)."""
+        for client in self._clients.values():
+            client.close()
+        self._clients.clear()
+        if self.pool is not None:
+            self.pool.close()
+            self.pool = None

@@ -12,6 +12,7 @@ controller continues where it stopped.
 
 from __future__ import annotations
 
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -159,7 +160,12 @@ def poll_agent(
     """Copy events and logs, cache the agent's status on the attempt
     (``attempt.data["status"]``), note completed stages, update the run's cost. Returns the
     status with secret values masked: what the caller decides the attempt's end from, so its
-    reason is stored clean too."""
+    reason is stored clean too.
+
+    Nothing is written for a steady run: the status only when it differs from the cached one,
+    the run only for new completed stages or a cost change, and the cost is worked out at most
+    every ``Settings.cost_update_s`` seconds unless the status changed (events and log bytes
+    are written only when there are new ones)."""
     redactor = _redactor(ctx, run.id)
     clean = redact_status(redactor, status)
     attempt = ctx.store.get_attempt(run.id, run.attempt)
@@ -174,9 +180,29 @@ def poll_agent(
     fields: dict[str, Any] = {}
     if new:
         fields["completed_stages"] = completed + new
-    data = dict(attempt.data or {})
-    data["status"] = redactor.redact_data(clean.as_dict())
-    ctx.store.update_attempt(run.id, run.attempt, data=data)
-    fields["cost_usd"] = run_cost(ctx, run.id)
-    ctx.store.update_run(run.id, **fields)
+    stored = redactor.redact_data(clean.as_dict())
+    data = attempt.data or {}
+    changed = data.get("status") != stored
+    if changed:
+        ctx.store.update_attempt(run.id, run.attempt, data={**data, "status": stored})
+    if changed or new or _cost_due(ctx, run.id):
+        ctx.memo[_cost_key(run.id)] = ctx.clock()
+        cost = run_cost(ctx, run.id)
+        if cost != run.cost_usd:
+            fields["cost_usd"] = cost
+    if fields:
+        ctx.store.update_run(run.id, **fields)
     return clean
+
+
+def _cost_key(run_id: str) -> str:
+    return f"{run_id}:cost_at"  # a memo key: Context.forget drops it with the run
+
+
+def _cost_due(ctx: Context, run_id: str) -> bool:
+    """Whether the run's cost was last worked out ``Settings.cost_update_s`` or more ago (or
+    never, in this controller)."""
+    last = ctx.memo.get(_cost_key(run_id))
+    if not isinstance(last, datetime):
+        return True
+    return (ctx.clock() - last).total_seconds() >= ctx.settings.cost_update_s

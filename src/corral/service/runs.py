@@ -4,6 +4,7 @@ Kept light (the store and the views only): ``corral ls`` imports it."""
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 from corral.errors import BadInput, CorralError
 from corral.service._store import using
@@ -43,6 +44,41 @@ def list_runs(
         upto = None if limit is None else offset + limit
         runs = st.list_runs(states=wanted, active_only=active_only, limit=upto)
     return [RunView.of(r) for r in runs[offset:]]
+
+
+@dataclass(frozen=True)
+class RunPage:
+    """One page of runs and how many runs match the filters in all."""
+
+    runs: list[RunView]
+    #: the runs matching the filters, on this page and off it
+    total: int
+    offset: int = 0
+
+    @property
+    def more(self) -> int:
+        """How many matching runs come after this page."""
+        return max(0, self.total - self.offset - len(self.runs))
+
+
+def page_runs(
+    *,
+    states: Iterable[str] | None = None,
+    active_only: bool = False,
+    limit: int | None = None,
+    offset: int = 0,
+    store: Store | None = None,
+) -> RunPage:
+    """:func:`list_runs` with the number of matching runs (counted only when the page is
+    full: a page that is not has them all)."""
+    with using(store) as st:
+        runs = list_runs(
+            states=states, active_only=active_only, limit=limit, offset=offset, store=st
+        )
+        total = offset + len(runs)
+        if limit is not None and len(runs) >= limit:
+            total = st.count_runs(states=_states(states), active_only=active_only)
+    return RunPage(runs, total, offset)
 
 
 def current_attempt(store: Store, run: RunRecord | RunView) -> AttemptRecord | None:

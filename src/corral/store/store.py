@@ -159,22 +159,26 @@ class Store(AttemptOps, ResourceOps, WebhookOps):
     ) -> list[RunRecord]:
         """Runs, newest first. Without ``with_spec`` the (possibly large) spec is not loaded
         and ``RunRecord.spec`` is None."""
-        wanted = set(states) if states is not None else set(RUN_STATES)
-        _check_states(wanted)
-        if active_only:
-            wanted -= TERMINAL_STATES
-        if not wanted:
+        found = _runs_filter(states, active_only)
+        if found is None:
             return []
-        params: dict[str, Any] = {f"s{i}": s for i, s in enumerate(sorted(wanted))}
-        where = ""
-        if wanted != set(RUN_STATES):
-            where = f"WHERE state IN ({', '.join(':' + k for k in params)})"
+        where, params = found
         sql = f"{_RUNS if with_spec else _RUNS_NO_SPEC} {where} {_NEWEST_FIRST}"
         if limit is not None:
             sql += " LIMIT :limit"
             params["limit"] = max(0, int(limit))
         with self._db.transaction() as tx:
             return self._records(tx, "runs", RunRecord, sql, params)
+
+    def count_runs(self, *, states: Iterable[str] | None = None, active_only: bool = False) -> int:
+        """How many runs :meth:`list_runs` with the same filters lists without a limit."""
+        found = _runs_filter(states, active_only)
+        if found is None:
+            return 0
+        where, params = found
+        with self._db.transaction() as tx:
+            row = tx.one(f"SELECT COUNT(*) AS n FROM runs {where}", params)
+        return int(row["n"]) if row else 0
 
     def transition(
         self,
@@ -305,6 +309,23 @@ class Store(AttemptOps, ResourceOps, WebhookOps):
             params["limit"] = max(0, int(limit))
         with self._db.transaction() as tx:
             return self._records(tx, "events", EventRecord, sql, params)
+
+
+def _runs_filter(
+    states: Iterable[str] | None, active_only: bool
+) -> tuple[str, dict[str, Any]] | None:
+    """The WHERE clause (maybe empty) and its parameters for runs in ``states`` (default:
+    all), unfinished ones only with ``active_only``; None when no run can match."""
+    wanted = set(states) if states is not None else set(RUN_STATES)
+    _check_states(wanted)
+    if active_only:
+        wanted -= TERMINAL_STATES
+    if not wanted:
+        return None
+    params: dict[str, Any] = {f"s{i}": s for i, s in enumerate(sorted(wanted))}
+    if wanted == set(RUN_STATES):
+        return "", {}
+    return f"WHERE state IN ({', '.join(':' + k for k in params)})", params
 
 
 def _check_states(states: Iterable[str]) -> None:

@@ -51,8 +51,10 @@ def _register() -> None:
         offers,
         preflight,
         secret,
+        server,
         status,
         stop,
+        token,
         validate,
         webhook,
     )
@@ -72,6 +74,8 @@ def _register() -> None:
     app.add_typer(debug.app, name="debug")
     app.add_typer(secret.app, name="secret")
     app.command("preflight")(preflight.preflight)
+    app.command("server")(server.server)
+    app.add_typer(token.app, name="token")
     app.command(
         "agent", context_settings={"ignore_unknown_options": True, "allow_extra_args": True}
     )(agent.agent)

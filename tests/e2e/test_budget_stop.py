@@ -58,5 +58,7 @@ def test_budget_stop_leaves_a_complete_checkpoint_in_storage(tmp_path: Path) -> 
     assert remote.restore()["step"] == latest.step
     uploads = store.events(run_id, types=["checkpoint.uploaded"])
     assert latest.step in {u.data["step"] for u in uploads}  # uploaded newest first
-    # the cost lands on the cap: within a tick and the stop estimate's error at $1/s
-    assert abs(run.cost_usd - 5.0) <= 1.0, run.cost_usd
+    # the cost lands near the cap: at most the stop estimate's error above it at $1/s, and
+    # below it by at most the reserve the watcher keeps (the stop time plus the gap between
+    # two of its checks, which a loaded machine makes longer)
+    assert 3.0 <= run.cost_usd <= 6.0, run.cost_usd

@@ -119,6 +119,7 @@ def run_foreground(
             controller.serve(idle_exit_s=idle_exit_s)
         finally:
             dispatcher.stop()
+            controller.ctx.close()  # the shared agent connection pool
         logger.info("controller %d stopped", os.getpid())
         return 0
     finally:

@@ -99,7 +99,8 @@ class CheckpointSync:
         self._failures: dict[tuple[str, str], int] = {}
         self._given_up: set[tuple[str, str]] = set()
         self._next_try = 0.0
-        self._pending: list[str] = []
+        #: (name, digest) of the checkpoints the last pass found to upload
+        self._pending: list[tuple[str, str]] = []
         self._uploading: str | None = None
         self._final = False
         self._last_reported = ""
@@ -156,7 +157,8 @@ class CheckpointSync:
                     "uri": self.root or None,
                     "last_uploaded_step": self.last_uploaded_step,
                     "restored_step": self.restored_step,
-                    "pending": len(self._pending),
+                    # what is still not up as of now (a pass may be older than the last upload)
+                    "pending": sum(1 for n, d in self._pending if self._uploaded.get(n) != d),
                     "uploading": self._uploading,
                     "last_error": self.last_error,
                 }
@@ -271,7 +273,7 @@ class CheckpointSync:
         local, _ = mirror.scan(self._local, self.local_root)
         with self._cond:
             todo = self._todo(local)
-            self._pending = [e.name for e in todo]
+            self._pending = [(e.name, e.digest) for e in todo]
             if not todo or self._clock() < self._next_try:
                 return False
             entry = todo[0]

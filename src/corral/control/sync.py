@@ -14,12 +14,11 @@ from __future__ import annotations
 
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
 from corral import paths
-from corral.control.agent_client import AgentClient
 from corral.control.context import Context, log
 from corral.control.cost import run_cost
 from corral.errors import AgentError
@@ -27,6 +26,9 @@ from corral.files import write_atomic
 from corral.secrets.redact import Redactor, redactor_for
 from corral.store.records import RunRecord
 from corral.wire.status import AgentStatus
+
+if TYPE_CHECKING:  # annotations only: httpx stays off the CLI launch path
+    from corral.control.agent_client import AgentClient
 
 
 def logs_dir(run_id: str, attempt: int) -> Path:

@@ -102,14 +102,15 @@ class FakeImds:
         self, h: BaseHTTPRequestHandler, status: int, body: str = "", ctype: str = "text/plain"
     ) -> None:
         data = body.encode()
+        # recorded before the answer goes out: a client that has its answer may look at once
+        with self._lock:
+            self.requests.append((h.command, h.path, status))
+            self.user_agents.add(h.headers.get("User-Agent", ""))
         h.send_response(status)
         h.send_header("Content-Type", ctype)
         h.send_header("Content-Length", str(len(data)))
         h.end_headers()
         h.wfile.write(data)
-        with self._lock:
-            self.requests.append((h.command, h.path, status))
-            self.user_agents.add(h.headers.get("User-Agent", ""))
 
     def _handle(self, h: BaseHTTPRequestHandler, method: str) -> None:
         parts = [p for p in h.path.split("?")[0].split("/") if p]

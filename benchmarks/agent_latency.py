@@ -6,6 +6,14 @@ Starts an agent in this process (a ``sleep`` job), then times ``GET /status``, `
 and ``/logs`` over one kept-alive ``httpx.Client`` (the controller's way of calling it).
 Figures: median and p95 milliseconds per request. A delayed-ACK stall (headers and body sent
 in two small writes without ``TCP_NODELAY``) shows as about 40 ms per request.
+
+Then one controller look at a running run through the controller's own client
+(``AgentClient``: parsed, typed): ``GET /poll`` (status, events after the cursor and every
+stage log's new bytes in one request) on the controller's pool (``http.client``) and on an
+``httpx`` pool, against the way before it, ``/status`` + ``/events`` + ``/logs`` (sizes, on
+httpx), all on the same agent in the same run. JSON keys ``look_ms_poll``,
+``look_ms_poll_httpx``, ``look_ms_before_poll`` (medians), ``request_ms_median``,
+``request_ms_p95``.
 """
 
 from __future__ import annotations
@@ -20,6 +28,7 @@ from pathlib import Path
 import httpx
 
 from corral.agent.main import Agent
+from corral.control.agent_client import AgentClient, AgentPool
 from corral.wire.plan import AgentPlan
 
 TOKEN = "bench-token-0123456789"
@@ -56,6 +65,7 @@ def measure(requests: int) -> dict[str, float]:
                     t0 = time.perf_counter()
                     client.get(url + PATHS[i % len(PATHS)]).raise_for_status()
                     times.append(time.perf_counter() - t0)
+            looks = _looks(url, requests)
         finally:
             agent.close(timeout=10)
     times.sort()
@@ -63,6 +73,45 @@ def measure(requests: int) -> dict[str, float]:
         "request_ms_median": round(statistics.median(times) * 1000, 2),
         "request_ms_p95": round(times[int(len(times) * 0.95) - 1] * 1000, 2),
         "requests": requests,
+        **looks,
+    }
+
+
+def _looks(url: str, n: int) -> dict[str, float]:
+    """Median ms of one look at the run through the controller's client: ``/poll`` on its
+    default pool (``http.client``, kept alive) and on an ``httpx`` pool, against ``/status``
+    + ``/events`` + ``/logs`` (httpx: the client before ``/poll``), in alternating blocks
+    (the same agent, the same moments)."""
+    pool = AgentPool()
+    lean = pool.client(url, TOKEN)
+    with httpx.Client(timeout=5.0) as http:
+        client = AgentClient(url, TOKEN, client=http)
+        client.status()
+        lean.status()
+        poll: list[float] = []
+        poll_httpx: list[float] = []
+        before: list[float] = []
+
+        def old_look() -> None:
+            client.status()
+            client.events(after=0)
+            client.log_sizes()
+
+        for _ in range(5):  # rounds of blocks: each way on its own connection, drift shared
+            for out, look in (
+                (poll, lambda: lean.poll(0, {})),
+                (poll_httpx, lambda: client.poll(0, {})),
+                (before, old_look),
+            ):
+                for _ in range(max(1, n // 5)):
+                    t0 = time.perf_counter()
+                    look()
+                    out.append(time.perf_counter() - t0)
+    pool.close()
+    return {
+        "look_ms_poll": round(statistics.median(poll) * 1000, 2),
+        "look_ms_poll_httpx": round(statistics.median(poll_httpx) * 1000, 2),
+        "look_ms_before_poll": round(statistics.median(before) * 1000, 2),
     }
 
 
@@ -78,6 +127,11 @@ def main() -> None:
         print(f"agent request latency over {result['requests']} requests (one kept-alive client)")
         print(
             f"  median {result['request_ms_median']:.2f} ms   p95 {result['request_ms_p95']:.2f} ms"
+        )
+        print(
+            f"one look at a running run: GET /poll {result['look_ms_poll']:.2f} ms "
+            f"(httpx {result['look_ms_poll_httpx']:.2f} ms); "
+            f"/status + /events + /logs {result['look_ms_before_poll']:.2f} ms (medians)"
         )
 
 

@@ -1,22 +1,35 @@
-"""Controller scale: live runs on the local provider under a real controller, and `corral ls`
-with a large history.
+"""Controller scale: live runs under a real controller process, and the CLI with a long
+history.
 
-    python benchmarks/scale.py [--json] [--runs 10,50] [--history 10000]
+    python benchmarks/scale.py [--json] [--local 10,100] [--standin 100,1000]
+                               [--history 10000] [--window 20] [--baseline-src PATH]
 
-1. For each count N (default 10 and 50): a fresh CORRAL_HOME, a controller in its own process
-   (the daemon's loop: ``Controller(Context(...)).serve()``, default settings, the local
-   provider), then N runs of ``run: sleep 20`` submitted one after another through the
-   service (which launches each first attempt, as ``corral launch`` does). Measured while all
-   N are RUNNING: the controller's RSS, the longest time any run waited between two
-   ``/status`` polls (timed inside the controller), and the seconds from the last run's
-   submission to its RUNNING state. Per-run memory is the RSS slope between the smallest and
-   the largest count (both controllers have polled agents, so both carry the same imports).
-2. ``corral ls`` (the table) and ``corral ls --json --limit 50`` in a fresh process with
-   --history finished runs in the store (the store filler of launch_overhead.py); median of 3.
+1. Live runs. For each scenario, a fresh CORRAL_HOME and a controller in its own process
+   (the daemon's loop, default settings: a quiet run is looked at every 2 s), then N runs
+   submitted one after another through the service (which launches each first attempt, as
+   ``corral launch`` does):
 
-JSON keys: ``ctl_kib_per_run_<N>``, ``ctl_rss_mib_<N>``, ``max_poll_gap_s_<N>``,
-``last_running_s_<N>`` for each N, ``ls_<history>_s``, ``ls_json_limit_<history>_s``.
-Targets (issue #16): under 100 KiB per run; the poll gap within the tick plus 1 s; ls of
+   * ``--local``: runs of ``run: sleep 600`` on the local provider, real agents;
+   * ``--standin``: runs on the stand-in of ``corral.testing.standin`` (one server process
+     answers the agent protocol for every run, so the machine holds a thousand), registered
+     through ``CORRAL_PROVIDER_PLUGINS``.
+
+   Measured once all N are RUNNING, over ``--window`` seconds: the controller's RSS, its CPU
+   seconds per run-hour, and the longest time any run waited between two looks (every
+   request the controller makes to an agent's ``/poll`` or ``/status`` is timed inside the
+   controller process); and the seconds from the last run's submission to its RUNNING state.
+   Memory per run is the RSS slope between the smallest and the largest count of a kind.
+
+2. ``corral ls`` (the table), ``corral ls --json`` (every run) and ``corral status RUN`` in a
+   fresh process with ``--history`` runs in the store; median of 3.
+
+``--baseline-src PATH``: the same for another tree's ``src`` (the tree before this work:
+``git worktree add /tmp/base <commit>``), in the same run: its controller (on the stand-in
+scenarios) and its CLI (section 2). JSON keys: ``ctl_kib_per_run_<N>``, ``ctl_rss_mib_<N>``,
+``max_poll_gap_s_<N>``, ``last_running_s_<N>``, ``cpu_s_per_run_hour_<N>`` per count (local
+counts as ``local_<N>``), ``ctl_cpu_s_per_run_hour`` (the largest stand-in count),
+``ls_<history>_s``, ``ls_json_<history>_s``, ``status_<history>_s``; ``baseline_`` + each.
+Targets (issue #16): under 100 KiB per run; the poll gap within the interval plus 1 s; ls of
 10,000 runs under 200 ms.
 """
 
@@ -39,57 +52,34 @@ import psutil
 
 TARGET_KIB_PER_RUN = 100.0
 TARGET_LS_S = 0.200
-JOB = "name: scale-{i}\nrun: sleep 20\n"
+POLL_S = 2.0  # the controller's default quiet interval (Settings.poll_interval_s)
+PLUGIN = "standin=corral_standin_plugin:StandInProvider"
 
 
 # --- the controller, in its own process -------------------------------------------------------
 
 
 def controller_child(out: Path) -> None:
-    """The daemon's controller loop, with every agent's ``/status`` calls timed; on SIGTERM
-    the poll times go to ``out`` as ``{endpoint: [monotonic seconds, ...]}``."""
-    from corral.control import agent_client
-    from corral.control.agent_client import AgentClient
-    from corral.control.context import Context, Settings
-    from corral.control.controller import Controller
-    from corral.control.providers import load_providers
-    from corral.store import Store
-    from corral.wire.status import AgentStatus
+    """The daemon's loop (``run_foreground``) with every agent ``/poll`` or ``/status``
+    request timed; on SIGTERM the times go to ``out`` as ``{endpoint: [monotonic s, ...]}``."""
+    from array import array
 
-    polls: dict[str, list[float]] = {}
+    from corral.control import agent_client, daemon
 
-    class TimedClient(AgentClient):
-        __slots__ = ()
+    polls: dict[str, array] = {}
+    real = agent_client.AgentClient._request
 
-        def status(self) -> AgentStatus:
-            polls.setdefault(self.endpoint, []).append(time.monotonic())
-            return super().status()
+    def timed(self, method, path, **kw):  # type: ignore[no-untyped-def]
+        if path in ("/poll", "/status"):
+            polls.setdefault(self.endpoint, array("d")).append(time.monotonic())
+        return real(self, method, path, **kw)
 
-    # the one shared client, as Context's default factory uses it (a tree from before the
-    # shared pool, measured for a baseline, gives each agent a client of its own)
-    pool_type = getattr(agent_client, "AgentPool", None)
-    pool = pool_type() if pool_type is not None else None
-    http = pool._http if pool is not None else None
-
-    def factory(endpoint: str, token: str) -> AgentClient:
-        return TimedClient(endpoint, token, client=http)
-
-    providers, _ = load_providers()
-    settings = Settings()
-    ctx = Context(
-        store=Store.open(), providers=providers, settings=settings, client_factory=factory
-    )
-    controller = Controller(ctx)
-    controller.tick()
-    (out.parent / "controller.ready").write_text(str(os.getpid()))
+    agent_client.AgentClient._request = timed  # type: ignore[method-assign]
+    home = Path(os.environ["CORRAL_HOME"])
     try:
-        controller.serve()
+        daemon.run_foreground(log_to=home / "controller.log")
     finally:
-        out.write_text(json.dumps(polls))
-        for client in ctx._clients.values():
-            client.close()
-        if pool is not None:
-            pool.close()
+        out.write_text(json.dumps({k: list(v) for k, v in polls.items()}))
 
 
 def _rss_kib(pid: int) -> int:
@@ -100,8 +90,8 @@ def _rss_kib(pid: int) -> int:
 
 
 def _max_gap(polls: dict[str, list[float]], start: float, end: float) -> float:
-    """The longest wait of any agent between two polls within [start, end] (the window's
-    edges count: an agent not polled near the end waited until the end)."""
+    """The longest wait of any agent between two looks within [start, end] (the window's
+    edges count: an agent not looked at near the end waited until the end)."""
     worst = 0.0
     for times in polls.values():
         before = [t for t in times if t <= start]
@@ -112,7 +102,7 @@ def _max_gap(polls: dict[str, list[float]], start: float, end: float) -> float:
 
 
 def _kill_tree(root: Path) -> None:
-    """End the processes this benchmark started (agents and their jobs), by pid."""
+    """End the processes this benchmark started under ``root`` (agents and their jobs)."""
     mine = []
     for p in psutil.process_iter(["cmdline"]):
         if any(str(root) in part for part in p.info["cmdline"] or []):
@@ -126,13 +116,55 @@ def _kill_tree(root: Path) -> None:
     psutil.wait_procs(mine, timeout=5)
 
 
-def measure_live(n: int, tmp: Path) -> dict[str, float]:
-    home = tmp / f"home-{n}"
+class StandIn:
+    """The stand-in server in its own process, and the plugin module both trees can load."""
+
+    def __init__(self, tmp: Path):
+        self.dir = tmp / "standin"
+        self.dir.mkdir()
+        import corral.testing.standin as mod
+
+        # a copy under its own name: the tree before this work has no corral.testing.standin
+        shutil.copy(mod.__file__, self.dir / "corral_standin_plugin.py")
+        ready = self.dir / "url"
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "corral.testing.standin", "--ready-file", str(ready)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + 30
+        while not ready.exists() or not ready.read_text():
+            if time.monotonic() > deadline or self.proc.poll() is not None:
+                raise SystemExit("the stand-in server did not start")
+            time.sleep(0.05)
+        self.url = ready.read_text()
+
+    def close(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(10)
+
+
+def measure_live(
+    kind: str, n: int, tmp: Path, window: float, src: str, standin: StandIn | None
+) -> dict[str, float]:
+    tag = f"{kind}-{n}-{abs(hash(src)) % 10000}"
+    home = tmp / f"home-{tag}"
     home.mkdir()
-    work = tmp / f"work-{n}"
+    work = tmp / f"work-{tag}"
     work.mkdir()
-    env = dict(os.environ, CORRAL_HOME=str(home))
+    env = dict(os.environ, CORRAL_HOME=str(home), CORRAL_CONTROLLER_IDLE_EXIT="600")
     env.pop("CORRAL_DATABASE_URL", None)
+    if kind == "standin":
+        assert standin is not None
+        env.update(
+            CORRAL_PROVIDER_PLUGINS=PLUGIN,
+            CORRAL_PROVIDERS="standin",
+            CORRAL_STANDIN_URL=standin.url,
+        )
+        env["PYTHONPATH"] = os.pathsep.join([src, str(standin.dir)])
+    else:
+        env["CORRAL_PROVIDERS"] = "local"
+        env["PYTHONPATH"] = src
     polls_file = home / "polls.json"
     ctl = subprocess.Popen(
         [sys.executable, __file__, "--controller-child", str(polls_file)],
@@ -140,10 +172,15 @@ def measure_live(n: int, tmp: Path) -> dict[str, float]:
         stdout=subprocess.DEVNULL,
         stderr=open(home / "controller.err", "wb"),  # noqa: SIM115 - closed with the process
     )
-    os.environ["CORRAL_HOME"] = str(home)
+    saved = dict(os.environ)
+    os.environ.update({k: v for k, v in env.items() if k != "PYTHONPATH"})
+    if kind == "standin":
+        sys.path.insert(0, str(standin.dir))  # type: ignore[union-attr]
     try:
+        from corral.control.lock import running_pid
+
         deadline = time.monotonic() + 60
-        while not (home / "controller.ready").exists():
+        while running_pid(home) != ctl.pid:
             if ctl.poll() is not None or time.monotonic() > deadline:
                 raise SystemExit(
                     f"controller did not start: {(home / 'controller.err').read_text()}"
@@ -157,61 +194,89 @@ def measure_live(n: int, tmp: Path) -> dict[str, float]:
         submitted_last = 0.0
         for i in range(n):
             submitted_last = time.monotonic()
-            sub = submit_run(
-                text=JOB.format(i=i), base_dir=work, store=store, start_controller=False
-            )
+            text = f"name: scale-{i}\nrun: sleep 600\n"
+            sub = submit_run(text=text, base_dir=work, store=store, start_controller=False)
             ids.append(sub.run.id)
         last_running = None
-        deadline = time.monotonic() + 120
+        deadline = time.monotonic() + 300
         while time.monotonic() < deadline:
-            states = {r.id: r.state for r in store.list_runs(active_only=True)}
-            if last_running is None and states.get(ids[-1]) == "RUNNING":
+            if last_running is None and store.get_run(ids[-1]).state == "RUNNING":
                 last_running = time.monotonic() - submitted_last
-            if all(states.get(i) == "RUNNING" for i in ids):
+            if store.count_runs(states=["RUNNING"]) >= n:
+                if last_running is None:
+                    last_running = time.monotonic() - submitted_last
                 break
-            time.sleep(0.05)
+            time.sleep(0.1)
         else:
-            raise SystemExit(f"not all {n} runs reached RUNNING: {states}")
-        # all N live: sample the controller's RSS and note the window the poll gaps cover
+            raise SystemExit(f"not all {n} runs reached RUNNING")
+        time.sleep(min(3.0, window / 4))  # past the first looks after RUNNING
+        proc = psutil.Process(ctl.pid)
+        cpu0 = sum(proc.cpu_times()[:2])
         start = time.monotonic()
         rss = []
-        while time.monotonic() - start < 5.0:
+        while time.monotonic() - start < window:
             rss.append(_rss_kib(ctl.pid))
-            time.sleep(0.25)
+            time.sleep(0.5)
         end = time.monotonic()
-        live = sum(1 for r in store.list_runs(active_only=True) if r.state == "RUNNING")
+        cpu = sum(proc.cpu_times()[:2]) - cpu0
+        live = store.count_runs(states=["RUNNING"])
         store.close()
     finally:
+        os.environ.clear()
+        os.environ.update(saved)
+        if kind == "standin":
+            sys.path.remove(str(standin.dir))  # type: ignore[union-attr]
         ctl.send_signal(signal.SIGTERM)
         try:
-            ctl.wait(timeout=30)
+            ctl.wait(timeout=60)
         except subprocess.TimeoutExpired:
             ctl.kill()
-        _kill_tree(tmp / f"home-{n}")
-        _kill_tree(work)
+        if kind == "local":
+            _kill_tree(home)
+            _kill_tree(work)
     polls = json.loads(polls_file.read_text()) if polls_file.exists() else {}
+    name = str(n) if kind == "standin" else f"local_{n}"
     return {
-        f"ctl_rss_mib_{n}": round(max(rss) / 1024, 1),
-        f"max_poll_gap_s_{n}": round(_max_gap(polls, start, end), 3),
-        f"last_running_s_{n}": round(last_running or float("nan"), 3),
-        f"live_{n}": live,
+        f"ctl_rss_mib_{name}": round(max(rss) / 1024, 1),
+        f"max_poll_gap_s_{name}": round(_max_gap(polls, start, end), 3),
+        f"last_running_s_{name}": round(last_running, 3),
+        f"cpu_s_per_run_hour_{name}": round(cpu / (n * (end - start) / 3600), 2),
+        f"live_{name}": live,
         "_rss_kib": max(rss),
     }
 
 
-# --- corral ls with a long history ------------------------------------------------------------
+# --- the CLI with a long history --------------------------------------------------------------
 
 
-def measure_ls(tmp: Path, history: int) -> dict[str, float]:
-    sys.path.insert(0, str(Path(__file__).parent))
-    from launch_overhead import fill_store
+def fill(home: Path, n: int, spec: Path) -> str:
+    """``n`` finished runs in the store of ``home`` (one transaction for all); the id of one."""
+    saved = os.environ.get("CORRAL_HOME")
+    os.environ["CORRAL_HOME"] = str(home)
+    try:
+        from corral.spec import load_spec, spec_hash
+        from corral.store import Store
 
-    home = tmp / "ls-home"
-    home.mkdir()
-    spec = tmp / "ls.yaml"
-    spec.write_text("name: filler\nrun: sleep 20\n")
-    fill_store(home, history, spec)
-    env = dict(os.environ, CORRAL_HOME=str(home), COLUMNS="120")
+        s = load_spec(spec)
+        store = Store.open()
+        dumped, h = s.model_dump(mode="json"), spec_hash(s)
+        ids = []
+        for _ in range(n):
+            run = store.create_run(
+                name=s.name, spec=dumped, spec_hash=h, spec_path=str(spec), workdir=str(s.workdir)
+            )
+            ids.append(run.id)
+        store.close()
+        return ids[n // 2]
+    finally:
+        if saved is None:
+            os.environ.pop("CORRAL_HOME", None)
+        else:
+            os.environ["CORRAL_HOME"] = saved
+
+
+def measure_ls(home: Path, history: int, src: str, one: str) -> dict[str, float]:
+    env = dict(os.environ, CORRAL_HOME=str(home), COLUMNS="120", PYTHONPATH=src)
     env.pop("CORRAL_DATABASE_URL", None)
 
     def timed(*args: str) -> float:
@@ -219,7 +284,7 @@ def measure_ls(tmp: Path, history: int) -> dict[str, float]:
         for _ in range(3):
             t0 = time.perf_counter()
             subprocess.run(
-                [sys.executable, "-m", "corral.cli", "ls", *args],
+                [sys.executable, "-m", "corral.cli", *args],
                 check=True,
                 env=env,
                 stdout=subprocess.DEVNULL,
@@ -229,84 +294,119 @@ def measure_ls(tmp: Path, history: int) -> dict[str, float]:
         return statistics.median(times)
 
     return {
-        f"ls_{history}_s": round(timed(), 4),
-        f"ls_json_limit_{history}_s": round(timed("--json", "--limit", "50"), 4),
+        f"ls_{history}_s": round(timed("ls"), 4),
+        f"ls_json_{history}_s": round(timed("ls", "--json"), 4),
+        f"status_{history}_s": round(timed("status", one, "--json"), 4),
     }
+
+
+def _slopes(rss: dict[tuple[str, int], int], result: dict[str, float], prefix: str) -> None:
+    for kind in ("local", "standin"):
+        counts = sorted(n for k, n in rss if k == kind)
+        if len(counts) > 1:
+            lo, hi = counts[0], counts[-1]
+            name = str(hi) if kind == "standin" else f"local_{hi}"
+            slope = (rss[(kind, hi)] - rss[(kind, lo)]) / (hi - lo)
+            result[f"{prefix}ctl_kib_per_run_{name}"] = round(slope, 1)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
-    parser.add_argument("--runs", default="10,50", help="live run counts, comma-separated")
+    parser.add_argument("--local", default="10,100", help="live runs of real agents")
+    parser.add_argument("--standin", default="100,1000", help="live runs on the stand-in")
     parser.add_argument("--history", type=int, default=10000, help="runs in the store for ls")
+    parser.add_argument("--window", type=float, default=20.0, help="seconds measured")
+    parser.add_argument("--baseline-src", type=Path, help="another tree's src, measured too")
     parser.add_argument("--controller-child", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.controller_child:
         controller_child(args.controller_child)
         return 0
-    counts = sorted(int(c) for c in args.runs.split(","))
+    here = str(Path(__file__).resolve().parent.parent / "src")
+    trees = [("", here)] + ([("baseline_", str(args.baseline_src))] if args.baseline_src else [])
+    local = sorted(int(c) for c in args.local.split(",") if c)
+    standin_counts = sorted(int(c) for c in args.standin.split(",") if c)
     tmp = Path(tempfile.mkdtemp(prefix="corral-scale-"))
     result: dict[str, float] = {}
-    rss: dict[int, int] = {}
+    standin = StandIn(tmp) if standin_counts else None
     try:
-        for n in counts:
-            figures = measure_live(n, tmp)
-            rss[n] = int(figures.pop("_rss_kib"))
-            result.update(figures)
-        if len(counts) > 1:
-            lo, hi = counts[0], counts[-1]
-            result[f"ctl_kib_per_run_{hi}"] = round((rss[hi] - rss[lo]) / (hi - lo), 1)
-        result.update(measure_ls(tmp, args.history))
+        for prefix, src in trees:
+            rss: dict[tuple[str, int], int] = {}
+            plan = [("standin", n) for n in standin_counts]
+            if not prefix:  # real agents: this tree only (the baseline is the stand-in's)
+                plan = [("local", n) for n in local] + plan
+            for kind, n in plan:
+                figures = measure_live(kind, n, tmp, args.window, src, standin)
+                rss[(kind, n)] = int(figures.pop("_rss_kib"))
+                result.update({prefix + k: v for k, v in figures.items()})
+            _slopes(rss, result, prefix)
+            if standin_counts:
+                top = standin_counts[-1]
+                result[f"{prefix}ctl_cpu_s_per_run_hour"] = result[
+                    f"{prefix}cpu_s_per_run_hour_{top}"
+                ]
+        spec = tmp / "ls.yaml"
+        spec.write_text("name: filler\nrun: sleep 20\n")
+        ls_home = tmp / "ls-home"
+        ls_home.mkdir()
+        one = fill(ls_home, args.history, spec)
+        for prefix, src in trees:
+            figures = measure_ls(ls_home, args.history, src, one)
+            result.update({prefix + k: v for k, v in figures.items()})
     finally:
+        if standin is not None:
+            standin.close()
         shutil.rmtree(tmp, ignore_errors=True)
     if args.json:
         print(json.dumps(result))
         return 0
+    _table(result, args, local, standin_counts)
+    return 0
+
+
+def _table(result: dict[str, float], args: argparse.Namespace, local: list[int], si: list[int]):
     from rich.console import Console
     from rich.table import Table
 
-    from corral.control.context import Settings
-
-    tick = Settings().tick_seconds
-    t = Table(title="controller scale (local provider, run: sleep 20)")
-    for col in ("figure", "value", "target", "ok"):
+    t = Table(title="controller scale (2 s quiet interval; baseline: --baseline-src)")
+    for col in ("figure", "corral", "baseline", "target"):
         t.add_column(col)
-    for n in counts:
-        gap = result[f"max_poll_gap_s_{n}"]
-        t.add_row(f"{n} live runs: controller RSS", f"{result[f'ctl_rss_mib_{n}']} MiB", "-", "-")
-        t.add_row(
-            f"{n} live runs: longest wait between two polls",
-            f"{gap:.2f} s",
-            f"<= tick + 1 s ({tick + 1:g} s)",
-            "yes" if gap <= tick + 1 else "NO",
-        )
-        t.add_row(
-            f"{n} live runs: last submit -> RUNNING", f"{result[f'last_running_s_{n}']} s", "-", "-"
-        )
-    for key, value in result.items():
-        if key.startswith("ctl_kib_per_run_"):
-            ok = value < TARGET_KIB_PER_RUN
-            t.add_row(
-                "controller memory per live run",
-                f"{value} KiB",
-                f"< {TARGET_KIB_PER_RUN:g} KiB",
-                "yes" if ok else "NO",
+
+    def row(label: str, key: str, fmt: str, target: str = "-") -> None:
+        if key not in result:
+            return
+        base = result.get("baseline_" + key)
+        shown = fmt.format(result[key])
+        t.add_row(label, shown, fmt.format(base) if base is not None else "-", target)
+
+    for kind, counts in (("local", local), ("standin", si)):
+        for n in counts:
+            name = str(n) if kind == "standin" else f"local_{n}"
+            what = f"{n} live runs ({'real agents' if kind == 'local' else 'stand-in'})"
+            row(f"{what}: controller RSS", f"ctl_rss_mib_{name}", "{} MiB")
+            row(
+                f"{what}: longest wait between two looks",
+                f"max_poll_gap_s_{name}",
+                "{:.2f} s",
+                f"<= {POLL_S + 1:g} s",
             )
-    for key in (f"ls_{args.history}_s", f"ls_json_limit_{args.history}_s"):
-        label = (
-            "corral ls"
-            if key.startswith("ls_") and "json" not in key
-            else "corral ls --json --limit 50"
-        )
-        ok = result[key] < TARGET_LS_S
-        t.add_row(
-            f"{label}, {args.history:,} runs",
-            f"{result[key] * 1000:.0f} ms",
-            f"< {TARGET_LS_S * 1000:.0f} ms",
-            "yes" if ok else "NO",
-        )
+            row(f"{what}: CPU s per run-hour", f"cpu_s_per_run_hour_{name}", "{:.2f}")
+            row(f"{what}: last submit -> RUNNING", f"last_running_s_{name}", "{:.2f} s")
+        if counts:
+            hi = counts[-1]
+            name = str(hi) if kind == "standin" else f"local_{hi}"
+            row(
+                f"controller memory per live run ({kind}, {counts[0]} -> {hi})",
+                f"ctl_kib_per_run_{name}",
+                "{} KiB",
+                f"< {TARGET_KIB_PER_RUN:g} KiB",
+            )
+    h = args.history
+    row(f"corral ls, {h:,} runs", f"ls_{h}_s", "{:.3f} s", f"< {TARGET_LS_S:g} s")
+    row(f"corral ls --json, {h:,} runs", f"ls_json_{h}_s", "{:.3f} s")
+    row(f"corral status RUN, {h:,} runs", f"status_{h}_s", "{:.3f} s")
     Console().print(t)
-    return 0
 
 
 if __name__ == "__main__":

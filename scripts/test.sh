@@ -13,6 +13,18 @@ if ! (exec 3<>/dev/tcp/127.0.0.1/6379) 2>/dev/null; then
   redis-server --daemonize yes --bind 127.0.0.1 --port 6379 --save "" --appendonly no || true
 fi
 
+# Debian's chromium for the dashboard's browser test (Playwright drives it; Playwright's own
+# browser download is never used). Quiet; without it that one test is skipped, saying why.
+if ! command -v chromium >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then
+  { apt-get install -y -q chromium chromium-driver ||
+    { apt-get update -q && apt-get install -y -q chromium chromium-driver; }; } >/dev/null 2>&1 ||
+    echo "chromium could not be installed: the dashboard's browser test will be skipped" >&2
+fi
+
+# corral's modules byte-compiled once: the suite starts hundreds of corral processes, and with
+# PYTHONDONTWRITEBYTECODE set (as on some CI machines) each would compile them again
+python -m compileall -q src
+
 ruff check src tests benchmarks examples
 # the layering of docs/architecture.md ([tool.importlinter] in pyproject.toml) and the types
 # of the packages [tool.mypy] names

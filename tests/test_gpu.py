@@ -55,11 +55,27 @@ class FakeNvml:
         return SimpleNamespace(gpu=10 * h)
 
 
+@pytest.fixture(autouse=True)
+def driver(tmp_path, monkeypatch):
+    """A machine with an NVIDIA driver (a device node stands in for it): NVML is asked."""
+    node = tmp_path / "nvidiactl"
+    node.touch()
+    monkeypatch.setattr(gpu, "DRIVER_PATHS", (str(node),))
+    return node
+
+
 @pytest.fixture
 def nvml(monkeypatch):
     fake = FakeNvml()
     monkeypatch.setitem(sys.modules, "pynvml", fake)
     return fake
+
+
+def test_without_a_driver_nvml_is_not_even_imported(driver, monkeypatch):
+    driver.unlink()
+    monkeypatch.setitem(sys.modules, "pynvml", FakeNvml())  # three GPUs, if it were asked
+    monkeypatch.setattr(sys, "platform", "linux")
+    assert gpu.detect({}) == [] and gpu.usage(environ={}) == []
 
 
 def test_nvml_gpus_are_listed_with_short_names_memory_and_uuids(nvml):
@@ -181,3 +197,90 @@ def test_usage_of_fake_gpus_is_zero_and_never_raises():
 def test_usage_failing_midway_keeps_what_it_read(monkeypatch):
     monkeypatch.setitem(sys.modules, "pynvml", FakeNvml(fail="util"))  # fails on GPU 1
     assert [u.id for u in gpu.usage(environ={})] == ["0"]
+
+
+class RichNvml(FakeNvml):
+    """Also reports temperature, processes and ECC counts (GPU 2 has no ECC: NotSupported)."""
+
+    NVML_TEMPERATURE_GPU = 0
+    NVML_MEMORY_ERROR_TYPE_UNCORRECTED = 1
+    NVML_MEMORY_ERROR_TYPE_CORRECTED = 0
+    NVML_VOLATILE_ECC = 0
+
+    def nvmlDeviceGetTemperature(self, h, sensor):
+        return 40 + 10 * h
+
+    def nvmlDeviceGetComputeRunningProcesses(self, h):
+        return [SimpleNamespace(pid=100 + i) for i in range(h)]
+
+    def nvmlDeviceGetGraphicsRunningProcesses(self, h):
+        return [SimpleNamespace(pid=100)] if h else []  # the same process: counted once
+
+    def nvmlDeviceGetTotalEccErrors(self, h, error_type, counter):
+        if h == 2:
+            raise RuntimeError("NVML_ERROR_NOT_SUPPORTED")
+        return 3 * h if error_type == 1 else 10
+
+
+def test_samples_read_temperature_processes_and_ecc_where_the_driver_reports_them(monkeypatch):
+    monkeypatch.setitem(sys.modules, "pynvml", RichNvml())
+    got = [
+        (s.id, s.name, s.temperature_c, s.processes, s.ecc_uncorrected, s.ecc_corrected)
+        for s in gpu.sample(environ={})
+    ]
+    assert got == [
+        ("0", "L40S", 40.0, 0, 0, 10),
+        ("1", "L40S", 50.0, 1, 3, 10),
+        ("2", "A100", 60.0, 2, None, None),
+    ]
+
+
+def test_a_driver_without_those_readings_reports_none(nvml):
+    s = gpu.sample(["1"], environ={})[0]
+    assert (s.id, s.utilization_pct, s.memory_used_mb, s.memory_total_mb) == ("1", 10.0, 100, 2048)
+    assert (s.temperature_c, s.processes, s.ecc_uncorrected) == (None, None, None)
+
+
+def test_a_declared_inventory_file_gives_the_inventory_and_its_readings(tmp_path):
+    path = tmp_path / "gpus.json"
+    path.write_text(
+        '{"gpus": [{"name": "H100", "memory_total_mb": 81559, "memory_used_mb": 512,'
+        ' "utilization_pct": 42, "temperature_c": 71, "processes": 2, "ecc_uncorrected": 1},'
+        ' {"name": "A100"}]}'
+    )
+    env = {"CORRAL_FAKE_GPUS": str(path)}
+    assert [(g.id, g.name, g.memory_mb, g.fake) for g in gpu.detect(env)] == [
+        ("0", "H100", 81559, True),
+        ("1", "A100", 0, True),
+    ]
+    first, second = gpu.sample(environ=env)
+    assert (first.utilization_pct, first.temperature_c, first.processes) == (42.0, 71.0, 2)
+    assert (first.ecc_uncorrected, second.temperature_c, second.processes) == (1, None, 0)
+    assert [(u.id, u.utilization_pct, u.memory_used_mb) for u in gpu.usage(environ=env)] == [
+        ("0", 42.0, 512),
+        ("1", 0.0, 0),
+    ]
+    path.write_text('[{"name": "H100", "utilization_pct": 5}]')  # read again on every sample
+    assert [s.utilization_pct for s in gpu.sample(environ=env)] == [5.0]
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ("{not json", "not JSON"),
+        ('{"gpus": {}}', "expected"),
+        ('[{"name": "H100", "utilization_pct": 120}]', r"gpus\[0\]\.utilization_pct"),
+        ('[{"name": "H100", "colour": "green"}]', r"gpus\[0\]\.colour"),
+    ],
+)
+def test_a_bad_inventory_file_names_the_variable_the_file_and_the_field(tmp_path, content, message):
+    path = tmp_path / "gpus.json"
+    path.write_text(content)
+    with pytest.raises(BadInput, match=f"CORRAL_FAKE_GPUS={path}.*{message}"):
+        gpu.parse_fake(str(path))
+    assert gpu.sample(environ={"CORRAL_FAKE_GPUS": str(path)}) == []
+
+
+def test_a_missing_inventory_file_is_one_line():
+    with pytest.raises(BadInput, match="cannot read the file"):
+        gpu.parse_fake("/nonexistent/gpus.json")

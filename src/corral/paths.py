@@ -21,3 +21,9 @@ def run_dir(run_id: str) -> Path:
     path = home() / "runs" / run_id
     path.mkdir(parents=True, exist_ok=True)
     return path
+
+
+def kept_machine_log(run_id: str, attempt: int) -> Path:
+    """The tail of the console log of an attempt's machine, kept by the controller when the
+    attempt ended before its agent served (its provider may drop the log with the machine)."""
+    return home() / "runs" / run_id / "machine" / f"a{attempt}.log"

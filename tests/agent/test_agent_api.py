@@ -25,7 +25,7 @@ def test_every_endpoint_needs_the_token_and_no_answer_contains_it(tmp_path, star
     )
     client = start_agent(plan)
     client.wait_finished()
-    paths = ["/health", "/ready", "/status", "/events", "/logs", "/logs?stage=train", "/nope"]
+    paths = ["/status", "/events", "/logs", "/logs?stage=train", "/nope", "/artifacts/a.tar.gz"]
     for path in paths:
         for token in (None, "wrong", TOKEN + "x", ""):
             status, body = client.request("GET", path, token=token, raw=True)
@@ -33,11 +33,37 @@ def test_every_endpoint_needs_the_token_and_no_answer_contains_it(tmp_path, star
     status, _ = client.request("POST", "/stop", token="wrong")
     assert status == 401
     status, body = client.request("GET", "/health", token=f"{TOKEN} ", raw=True)
-    assert status == 200
-    bodies = [client.request("GET", p, raw=True)[1] for p in paths]
+    assert status == 200 and '"run_id"' in body
+    bodies = [client.request("GET", p, raw=True)[1] for p in [*paths, "/health", "/ready"]]
     bodies.append(client.request("POST", "/stop", raw=True)[1])
     for body in bodies:
         assert TOKEN not in body and SECRET not in body
+
+
+def test_probes_answer_without_the_token_and_reveal_only_liveness(tmp_path, start_agent):
+    plan = make_plan(tmp_path, [{"name": "train", "run": "sleep 30"}], env={"API_KEY": SECRET})
+    client = start_agent(plan)
+    port = _port(client)
+    client.wait_until(lambda s: s["stages"][0]["state"] == "running")
+    before = client.get("/status")  # an authenticated call
+    api_seen = client.request("GET", "/health")[1]
+    assert api_seen["run_id"] == plan.run_id  # the controller still gets the details
+    for token in (None, "wrong", ""):
+        answer = exchange(port, request_bytes("GET", "/health", token=token))
+        assert (answer.status, answer.json()) == (200, {"ok": True}), token
+        assert answer.headers["content-type"] == "application/json"
+        answer = exchange(port, request_bytes("GET", "/ready", token=token))
+        assert (answer.status, answer.json()) == (200, {"ready": True}), token
+        head = exchange(port, request_bytes("HEAD", "/health", token=token), head_only=True)
+        assert head.status == 200 and head.body == b""
+        for body in (answer.body, head.body):
+            assert plan.run_id.encode() not in body and SECRET.encode() not in body
+    # a probe is not the controller: it never counts as a call (the node's idle clock)
+    assert client.agent is not None and before["phase"] == "running"
+    stamp = client.agent.api.last_request_at
+    for _ in range(3):
+        exchange(port, request_bytes("GET", "/health"))
+    assert stamp is not None and client.agent.api.last_request_at == stamp
 
 
 def test_health_ready_and_unknown_paths(tmp_path, start_agent):
@@ -189,7 +215,8 @@ def test_progress_file_feeds_status_and_events(tmp_path, start_agent):
     script = (
         "from corral.sdk.progress_file import emit\n"
         "for step in range(1, 6):\n"
-        "    emit('progress', step=step, total=20, loss=3.0 - step / 10, metrics={'lr': 0.1})\n"
+        "    emit('progress', step=step, total=20, loss=3.0 - step / 10, metrics={'lr': 0.1},\n"
+        "         ts=1.7e9 + 4 * step)\n"  # one step per 4 s, as the job's clock says
         # (written by hand: emit()'s own 'path' parameter is the progress file's path)
         "import json, os, time\n"
         "record = {'ts': time.time(), 'kind': 'checkpoint', 'step': 5, 'path': '/ck/ckpt-5',\n"
@@ -209,6 +236,7 @@ def test_progress_file_feeds_status_and_events(tmp_path, start_agent):
     progress = client.stage(status, "train")["progress"]
     assert (progress["step"], progress["total"], progress["percent"]) == (5, 20, 25.0)
     assert progress["loss"] == 2.5 and progress["metrics"] == {"lr": 0.1}
+    assert progress["steps_per_s"] == 0.25 and progress["eta_s"] == 15 * 4.0
     assert status["last_checkpoint"]["stage"] == "train"
     assert (status["last_checkpoint"]["step"], status["last_checkpoint"]["path"]) == (
         5,
@@ -313,23 +341,25 @@ def _port(client: Client) -> int:
     return int(client.url.rsplit(":", 1)[1])
 
 
-def test_every_other_method_answers_json_401_without_the_token_and_405_with_it(
-    tmp_path, start_agent
-):
+def test_every_other_method_answers_a_json_405_with_or_without_the_token(tmp_path, start_agent):
     client = start_agent(make_plan(tmp_path, [{"name": "train", "run": "true"}]))
     port = _port(client)
+    paths = ("/status", "/stop", "/nope", "/artifacts/results.tar.gz", "/health", "/ready")
     for method in ("PUT", "DELETE", "PATCH", "OPTIONS", "TRACE", "CONNECT", "BREW", "GETX"):
-        for path in ("/status", "/stop", "/nope", "/artifacts/results.tar.gz"):
-            answer = exchange(port, request_bytes(method, path))
-            assert (answer.status, answer.json()) == (401, {"error": "unauthorized"}), method
-            assert answer.headers["content-type"] == "application/json"
-            answer = exchange(port, request_bytes(method, path, token=TOKEN))
-            assert answer.status == 405, (method, path, answer.body)
-            assert answer.json() == {"error": "method not allowed"}
-    # HEAD: the same answers, without a body (HTTP allows none)
-    assert exchange(port, request_bytes("HEAD", "/status"), head_only=True).status == 401
+        for path in paths:
+            for token in (None, "wrong", TOKEN):
+                answer = exchange(port, request_bytes(method, path, token=token))
+                assert answer.status == 405, (method, path, token, answer.body)
+                assert answer.json() == {"error": "method not allowed"}
+                assert answer.headers["content-type"] == "application/json"
+    # HEAD: answered for the probes only, else the same 405 without a body
+    assert exchange(port, request_bytes("HEAD", "/status"), head_only=True).status == 405
     head = exchange(port, request_bytes("HEAD", "/status", token=TOKEN), head_only=True)
     assert head.status == 405 and head.headers["allow"] == "GET"
+    head = exchange(port, request_bytes("DELETE", "/health"))
+    assert head.status == 405 and head.headers["allow"] == "GET, HEAD"
+    # a known method on a known path still needs the token
+    assert exchange(port, request_bytes("POST", "/stop")).status == 401
     # a request line or header the server cannot parse is a JSON 400 too
     for raw in (
         b"GET /a b HTTP/1.1\r\n\r\n",
@@ -407,3 +437,41 @@ def test_answers_on_a_kept_alive_connection_arrive_whole_without_a_delayed_ack_s
             assert b'"phase"' in body
         elapsed = time.monotonic() - start
     assert elapsed < rounds * 0.030, f"{rounds} requests took {elapsed:.2f} s"
+
+
+def test_an_ipv6_bind_answers_on_both_families(tmp_path, start_agent):
+    import socket
+
+    import pytest
+
+    if not socket.has_ipv6:
+        pytest.skip("no IPv6 on this machine")
+    plan = make_plan(tmp_path, [{"name": "train", "run": "true"}], host="::", port=0)
+    try:
+        client = start_agent(plan)
+    except OSError:
+        pytest.skip("IPv6 is disabled here")
+    assert client.url.startswith("http://[::]:")
+    port = _port(client)
+    assert exchange(port, request_bytes("GET", "/health")).status == 200  # over IPv4
+    with socket.create_connection(("::1", port), timeout=5) as sock:
+        sock.sendall(request_bytes("GET", "/health"))
+        assert sock.recv(100).startswith(b"HTTP/1.")
+
+
+def test_an_ipv6_bind_on_a_node_without_ipv6_serves_on_ipv4(tmp_path, start_agent, monkeypatch):
+    import errno
+    import socket
+
+    from corral.agent import server
+
+    real = server.AgentServer.server_bind
+
+    def no_ipv6(self):
+        if self.address_family == socket.AF_INET6:
+            raise OSError(errno.EADDRNOTAVAIL, "Cannot assign requested address")
+        real(self)
+
+    monkeypatch.setattr(server.AgentServer, "server_bind", no_ipv6)
+    client = start_agent(make_plan(tmp_path, [{"name": "train", "run": "true"}], host="::", port=0))
+    assert exchange(_port(client), request_bytes("GET", "/health")).status == 200

@@ -219,7 +219,8 @@ def test_progress_tailer_keeps_latest_and_rate_limits_progress_events(tmp_path):
     tailer.poll(["train"])
     progress = [e["data"] for e in events.after(0)[0]]
     assert [p["step"] for p in progress] == [1, 3]
-    assert progress[1] == {"step": 3, "total": 4, "percent": 75.0, "loss": None, "metrics": {}}
+    assert progress[1] == {"step": 3, "total": 4, "percent": 75.0, "loss": None, "metrics": {},
+                           "steps_per_s": 1.0, "eta_s": 1.0}  # fmt: skip
     latest = tailer.latest("train")
     assert latest["step"] == 3 and latest["percent"] == 75.0 and latest["epoch"] == 1
 

@@ -57,6 +57,8 @@ def test_agent_process_stops_its_stages_and_exits_on_a_signal(tmp_path, signum):
         client.wait_until(lambda s: env_file.exists() and "CORRAL_RUN_ID" in env_file.read_text())
         assert TOKEN not in env_file.read_text()
         proc.send_signal(signum)
+        client.wait_finished()
+        client.get("/events?after=0")  # a controller reads the last events: the agent exits
         assert proc.wait(timeout=10) == 0
     finally:
         if proc.poll() is None:
@@ -83,8 +85,53 @@ def test_agent_process_keeps_serving_after_the_attempt_ends(tmp_path):
         time.sleep(0.3)
         assert proc.poll() is None
         assert client.get("/logs?stage=train")["eof"] is True
+        client.get("/poll?events_after=0")
         proc.terminate()
         assert proc.wait(timeout=10) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.communicate()
+
+
+def test_a_signalled_agent_serves_until_its_last_events_are_read(tmp_path):
+    """A preemption notice that ends the job right after a stage ended must not take that
+    stage's events with the agent: it exits once a controller has read them (or when signalled
+    again), not at once."""
+    plan = make_plan(tmp_path, [{"name": "train", "run": "echo up; sleep 30"}], grace_seconds=5)
+    plan_path = tmp_path / "plan.json"
+    plan.dump(plan_path)
+    proc = _spawn_agent(plan_path)
+    try:
+        client = Client(_wait_for_agent_json(Path(plan.state_dir), proc)["url"])
+        client.wait_until(lambda s: s["stages"][0]["state"] == "running")
+        proc.terminate()
+        assert client.wait_finished()["phase"] == "stopped"
+        time.sleep(1.0)
+        assert proc.poll() is None  # the stage's end is not read yet (3 s at most)
+        page = client.get("/events?after=0")
+        assert page["events"][-1]["type"] == "attempt.finished"
+        assert proc.wait(timeout=5) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.communicate()
+
+
+def test_a_second_signal_ends_a_lingering_agent_at_once(tmp_path):
+    plan = make_plan(tmp_path, [{"name": "train", "run": "sleep 30"}], grace_seconds=5)
+    plan_path = tmp_path / "plan.json"
+    plan.dump(plan_path)
+    proc = _spawn_agent(plan_path)
+    try:
+        client = Client(_wait_for_agent_json(Path(plan.state_dir), proc)["url"])
+        client.wait_until(lambda s: s["stages"][0]["state"] == "running")
+        proc.terminate()
+        client.wait_finished()
+        time.sleep(0.5)
+        assert proc.poll() is None
+        proc.terminate()
+        assert proc.wait(timeout=3) == 0
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -163,4 +210,39 @@ def test_stages_die_with_their_agent(tmp_path):
         proc.kill()
         proc.wait(10)
     _, alive = psutil.wait_procs(group, timeout=5)
+    assert alive == []
+
+
+#: a launcher in the style of torchrun: its "rank" runs in a session of its own, ignoring SIGTERM
+SESSION_RANK = "setsid bash -c 'trap \"\" TERM; echo $$ > rank.pid; sleep 300' & wait"
+
+
+def _rank(work: Path) -> psutil.Process:
+    pid_file = work / "rank.pid"
+    wait_until(lambda: pid_file.exists() and pid_file.read_text().strip(), 10, 0.02, "rank.pid")
+    return psutil.Process(int(pid_file.read_text()))
+
+
+def test_a_rank_in_a_session_of_its_own_dies_with_its_agent(tmp_path):
+    plan = make_plan(tmp_path, [{"name": "train", "run": SESSION_RANK}])
+    plan_path = tmp_path / "plan.json"
+    plan.dump(plan_path)
+    proc = _spawn_agent(plan_path)
+    try:
+        _wait_for_agent_json(Path(plan.state_dir), proc)
+        rank = _rank(Path(plan.workdir))
+        assert os.getpgid(rank.pid) == rank.pid  # a group (and session) of its own
+    finally:
+        proc.kill()
+        proc.wait(10)
+    _, alive = psutil.wait_procs([rank], timeout=5)
+    assert alive == []
+
+
+def test_a_rank_in_a_session_of_its_own_is_killed_at_the_end_of_the_grace(tmp_path, start_agent):
+    client = start_agent(make_plan(tmp_path, [{"name": "train", "run": SESSION_RANK}]))
+    rank = _rank(tmp_path / "work")
+    assert client.post("/stop")[0] == 202
+    assert client.wait_finished(timeout=15)["phase"] == "stopped"
+    _, alive = psutil.wait_procs([rank], timeout=5)
     assert alive == []

@@ -251,3 +251,75 @@ def test_a_record_appended_to_a_torn_line_is_still_read(tmp_path):
     progress_file.emit("checkpoint", file=str(path), step=4, path="/ck/ckpt-4", metrics={})
     tailer.poll(["train"])
     assert tailer.last_checkpoint()["path"] == "/ck/ckpt-4"
+
+
+def test_the_eta_comes_from_the_rate_of_the_recent_progress_records(tmp_path):
+    tailer, events = _tailer(tmp_path, interval=0.0)
+    path = tailer.path_for("train")
+    # 10 steps per 5 s (2 steps/s) for a while, then 1 step per 2 s (0.5 steps/s)
+    records = [{"ts": 1000.0 + 5 * i, "kind": "progress", "step": 10 * i, "total": 1000}
+               for i in range(1, 41)]  # fmt: skip
+    _append(path, *records)
+    tailer.poll(["train"])
+    latest = tailer.latest("train")
+    assert latest["steps_per_s"] == 2.0
+    assert latest["eta_s"] == (1000 - 400) / 2.0
+    last = records[-1]["ts"]
+    slow = [{"ts": last + 2 * i, "kind": "progress", "step": 400 + i, "total": 1000}
+            for i in range(1, 121)]  # fmt: skip
+    _append(path, *slow)
+    tailer.poll(["train"])
+    latest = tailer.latest("train")
+    # the window holds only the slow records now: 0.5 steps/s
+    assert latest["steps_per_s"] == 0.5
+    assert latest["eta_s"] == (1000 - 520) / 0.5
+    progress = [e for e in events.after(0)[0] if e["type"] == "progress"]
+    assert progress[-1]["data"]["eta_s"] == latest["eta_s"]
+    assert progress[-1]["data"]["steps_per_s"] == 0.5
+
+
+def test_no_eta_without_a_total_or_a_rate_and_a_resume_starts_the_window_again(tmp_path):
+    tailer, _ = _tailer(tmp_path)
+    path = tailer.path_for("train")
+    _append(path, {"ts": 1000.0, "kind": "progress", "step": 10, "total": 100})
+    tailer.poll(["train"])
+    assert tailer.latest("train")["eta_s"] is None  # one record: no rate yet
+    assert tailer.latest("train")["steps_per_s"] is None
+    _append(path, {"ts": 1010.0, "kind": "progress", "step": 20})  # no total
+    tailer.poll(["train"])
+    assert tailer.latest("train")["steps_per_s"] == 1.0
+    assert tailer.latest("train")["eta_s"] is None
+    # a resumed attempt reports step 15 again: the rate of the old attempt is not used
+    _append(path, {"ts": 1100.0, "kind": "progress", "step": 15, "total": 100})
+    tailer.poll(["train"])
+    assert tailer.latest("train")["eta_s"] is None
+    _append(path, {"ts": 1104.0, "kind": "progress", "step": 17, "total": 100})
+    tailer.poll(["train"])
+    assert tailer.latest("train")["eta_s"] == (100 - 17) / 0.5
+    _append(path, {"ts": 1110.0, "kind": "progress", "step": 100, "total": 100})
+    tailer.poll(["train"])
+    assert tailer.latest("train")["eta_s"] == 0.0
+
+
+def test_the_progress_event_text_carries_the_eta():
+    from corral.control.sync import _describe
+
+    event = {"type": "progress", "stage": "train",
+             "data": {"step": 1200, "total": 5000, "percent": 24.0, "loss": 1.873,
+                      "eta_s": 2533.5}}  # fmt: skip
+    assert _describe(event) == "train: step 1200/5000 (24%) ETA 0h42m13s loss 1.873"
+    event["data"]["eta_s"] = None
+    assert _describe(event) == "train: step 1200/5000 (24%) loss 1.873"
+
+
+def test_a_sharded_checkpoint_record_carries_its_rank_count(tmp_path):
+    tailer, events = _tailer(tmp_path)
+    path = tailer.path_for("train")
+    _append(path, {"ts": 1.0, "kind": "checkpoint", "step": 4, "path": "/ck/ckpt-4",
+                   "metrics": {}, "shards": 8},
+            {"ts": 2.0, "kind": "checkpoint", "step": 5, "path": "/ck/ckpt-5", "metrics": {}})  # fmt: skip
+    tailer.poll(["train"])
+    saved = [e["data"] for e in events.after(0)[0] if e["type"] == "checkpoint.saved"]
+    assert saved[0]["shards"] == 8 and "shards" not in saved[1]
+    assert tailer.last_checkpoint() == {"stage": "train", "step": 5, "path": "/ck/ckpt-5",
+                                        "ts": 2.0}  # fmt: skip

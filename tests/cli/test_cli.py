@@ -211,6 +211,14 @@ def test_controller_start_status_stop() -> None:
     assert json.loads(out)["running"] is False
 
 
+def test_a_bad_poll_interval_is_one_line_naming_it(monkeypatch) -> None:
+    code, _, err = cli("controller", "--poll-interval", "0")
+    assert code == EXIT_BAD_INPUT and "poll interval 0" in err and "Traceback" not in err
+    monkeypatch.setenv("CORRAL_POLL_INTERVAL", "soon")
+    code, _, err = cli("controller")
+    assert code != 0 and "CORRAL_POLL_INTERVAL='soon'" in err and "Traceback" not in err
+
+
 @pytest.mark.parametrize(
     "command",
     [

@@ -5,6 +5,7 @@ preempt are clear errors."""
 from __future__ import annotations
 
 import json
+import os
 import textwrap
 from pathlib import Path
 from typing import ClassVar
@@ -61,6 +62,7 @@ SPOTTY = """
     stages:
       - name: train
         run: |
+          cd "$CORRAL_CHECKPOINT_DIR"
           echo "attempt $CORRAL_ATTEMPT" >> attempts.txt
           if [ "$CORRAL_ATTEMPT" = 1 ]; then
             trap 'echo noticed >> attempts.txt; exit 75' TERM; touch up; sleep 60 & wait
@@ -83,7 +85,12 @@ def test_preempting_a_run_by_hand_makes_the_controller_recover_it(
     )
     assert code == 0, err
     run_id = json.loads(out)["id"]
-    wait_until((tmp_path / "up").exists, 60, message="attempt 1's trap")  # it runs, trap set
+    # the markers are in the run's checkpoint directory: under CORRAL_HOME on this machine,
+    # on the fake cloud's volume of the run for machines that share no file with this one
+    home = Path(os.environ["CORRAL_HOME"])
+    marks = home / "runs" / run_id if provider == "local" else home / "fake" / "volumes" / run_id
+    marks /= "checkpoints"
+    wait_until((marks / "up").exists, 60, message="attempt 1's trap")  # it runs, trap set
     code, out, err = cli("debug", "preempt", run_id, "--grace", "3", "--json")
     assert code == 0, err
     info = json.loads(out)
@@ -96,7 +103,7 @@ def test_preempting_a_run_by_hand_makes_the_controller_recover_it(
     assert run["attempt"] == 2
     first = Store.open().attempts(run_id)[0]
     assert first.exit_reason == "preempted" and first.provider == provider
-    assert (tmp_path / "attempts.txt").read_text() == "attempt 1\nnoticed\nattempt 2\n"
+    assert (marks / "attempts.txt").read_text() == "attempt 1\nnoticed\nattempt 2\n"
 
 
 def test_preempting_a_finished_run_is_a_conflict(tmp_path: Path) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Iterator
 
 import click
@@ -43,3 +45,53 @@ def test_unwrap_keeps_paragraphs_and_indented_blocks() -> None:
         == "One sentence.\n\nTwo sentences.\n\nExample:\n    corral ls\n    corral status"
     )
     assert unwrap("\bkeep\nthis") == "\bkeep\nthis"
+
+
+def _every_command_path() -> list[list[str]]:
+    return [path.split()[1:] for path, _ in _commands(typer.main.get_command(app))]
+
+
+def test_the_app_run_for_a_command_holds_that_command_only() -> None:
+    from corral.cli.app import app_for
+
+    narrow = typer.main.get_command(app_for(["--debug", "launch", "job.yaml", "--detach"]))
+    assert isinstance(narrow, click.Group)
+    assert list(narrow.commands) == ["launch"]
+    # no command, or one that does not exist: the whole app (help lists every command, and
+    # the error for a typo suggests the nearest name)
+    assert app_for([]) is app
+    assert app_for(["--help"]) is app
+    assert app_for(["lauch"]) is app
+
+
+def test_running_one_command_imports_no_other_commands_module() -> None:
+    code = (
+        "import sys; from corral.cli.app import app_for; app_for(['ls', '--json']); "
+        "print(sorted(m for m in sys.modules if m.startswith('corral.cli.') "
+        "and m.rsplit('.', 1)[1] in {'launch', 'server', 'worker', 'pool', 'secret'}))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
+
+
+def test_help_is_the_same_from_the_narrow_app_for_every_command() -> None:
+    from corral.cli.app import app_for
+
+    runner = CliRunner()
+    paths = _every_command_path()
+    assert len(paths) > 20  # every command and subcommand of corral
+    for path in paths:
+        args = [*path, "--help"]
+        full = runner.invoke(app, args, env={"COLUMNS": "120"})
+        narrow = runner.invoke(app_for(args), args, env={"COLUMNS": "120"})
+        assert (narrow.exit_code, narrow.output) == (full.exit_code, full.output), path
+
+
+def test_a_mistyped_command_is_suggested_once() -> None:
+    from corral.cli.app import app_for
+
+    result = CliRunner().invoke(app_for(["lauch"]), ["lauch", "x"], env={"COLUMNS": "200"})
+    assert result.exit_code == 2
+    assert "No such command 'lauch'" in result.output
+    assert result.output.count("Did you mean") == 1

@@ -87,3 +87,37 @@ def test_ls_json_prints_every_run_unless_a_limit_is_given() -> None:
     assert len(json.loads(result.stdout)) == DEFAULT_LIMIT + 5 and not result.stderr
     result = runner.invoke(app, ["ls", "--json", "--limit", "3"])
     assert len(json.loads(result.stdout)) == 3 and not result.stderr
+
+
+def test_ls_json_streams_every_run_in_batches_newest_first_as_one_array(monkeypatch) -> None:
+    """Read a batch at a time, by index from where the last batch ended (ties on the
+    creation time broken by id), written as it comes: the same bytes as the whole list."""
+    import json
+    from datetime import UTC, datetime
+
+    from corral.service import runs as service_runs
+    from corral.service.runs import list_runs
+
+    at = datetime(2030, 1, 1, tzinfo=UTC)
+    store = Store.open(clock=lambda: at)  # every run created at the same instant
+    ids = [_finished(store, f"s-{i}") for i in range(7)]
+    monkeypatch.setattr(service_runs, "STREAM_BATCH", 3)
+    reads: list[int | None] = []
+    real = Store.list_runs
+
+    def counted(self: Store, **kw: object) -> list:
+        reads.append(kw.get("limit"))  # type: ignore[arg-type]
+        return real(self, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(Store, "list_runs", counted)
+    result = CliRunner().invoke(app, ["ls", "--json"])
+    assert result.exit_code == 0, result.output
+    streamed = json.loads(result.stdout)
+    assert [r["id"] for r in streamed] == sorted(ids, reverse=True)
+    assert reads == [3, 3, 3]  # never the whole table at once
+    whole = [r.to_json() for r in list_runs()]
+    assert result.stdout == json.dumps(whole, default=str) + "\n"
+    limited = CliRunner().invoke(app, ["ls", "--json", "--limit", "2"])
+    assert [r["id"] for r in json.loads(limited.stdout)] == sorted(ids, reverse=True)[:2]
+    empty = CliRunner().invoke(app, ["ls", "--json", "--state", "RUNNING"])
+    assert empty.stdout == "[]\n"

@@ -40,6 +40,11 @@ def test_progress_text_with_and_without_total():
     assert fmt_progress({"step": 5, "total": 20, "percent": 25.0}) == "5/20 (25%)"
     assert fmt_progress({"step": 5, "total": None, "percent": None}) == "5"
     assert fmt_progress({"step": 5, "total": 0, "percent": None}) == "5"
+    assert fmt_progress({"step": 5, "total": 20, "percent": 25.0, "eta_s": 725.0}) == (
+        "5/20 (25%) ETA 12m05s"
+    )
+    assert fmt_progress({"step": 5, "total": 20, "percent": 25.0, "eta_s": None}) == "5/20 (25%)"
+    assert fmt_progress({"step": 20, "total": 20, "percent": 100.0, "eta_s": 0.0}) == "20/20 (100%)"
     assert fmt_progress({}) == "-"
     assert fmt_progress(None) == "-"
 

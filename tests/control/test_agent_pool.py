@@ -74,3 +74,103 @@ def test_two_hundred_agent_clients_of_the_pool_hold_a_few_hundred_bytes_each():
     # one httpx.Client per run held ~3.6 KiB of Python objects here (and ~830 KiB of RSS in
     # OpenSSL contexts, which tracemalloc does not see); a borrowing client is ~0.5 KiB
     assert per_client < 1024, per_client
+
+
+def _server(handler_cls):  # type: ignore[no-untyped-def]
+    import threading
+    from http.server import ThreadingHTTPServer
+
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), handler_cls)
+    srv.daemon_threads = True
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    return srv, f"http://127.0.0.1:{srv.server_address[1]}"
+
+
+def test_the_default_pool_keeps_connections_alive_and_retries_one_the_agent_closed():
+    """The lean transport (http.client): one connection serves many requests; a kept
+    connection the agent closed meanwhile is replaced and the request sent again once."""
+    import json
+    import socket
+    from http.server import BaseHTTPRequestHandler
+
+    from corral.control.agent_client import LeanTransport
+
+    conns: list[int] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *a: object) -> None:
+            """No access log on the test's stderr."""
+
+        def setup(self) -> None:
+            super().setup()
+            conns.append(id(self.connection))
+
+        def do_GET(self) -> None:
+            body = json.dumps({"ok": True, "path": self.path}).encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+            if self.path.startswith("/drop"):  # keep-alive promised, then closed anyway
+                self.wfile.flush()
+                self.connection.shutdown(socket.SHUT_RDWR)
+                self.close_connection = True
+
+    srv, url = _server(Handler)
+    pool = AgentPool()
+    try:
+        assert isinstance(pool._http, LeanTransport)
+        client = pool.client(url, "t")
+        for _ in range(5):
+            assert client.health()["ok"] is True
+        assert len(conns) == 1  # kept alive
+        assert client._request("GET", "/drop")["path"] == "/drop"
+        assert client.health()["path"] == "/health"  # on a new connection, no error
+        assert len(conns) == 2
+    finally:
+        pool.close()
+        srv.shutdown()
+
+
+def test_an_agent_that_does_not_answer_in_time_or_at_all_is_unreachable(monkeypatch):
+    import socket
+    import time as _time
+    from http.server import BaseHTTPRequestHandler
+
+    import pytest
+
+    from corral.errors import AgentUnreachable
+
+    class Slow(BaseHTTPRequestHandler):
+        def log_message(self, *a: object) -> None:
+            """No access log on the test's stderr."""
+
+        def do_GET(self) -> None:
+            _time.sleep(1.0)
+
+    srv, url = _server(Slow)
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{s.getsockname()[1]}"
+    pool = AgentPool(timeout=0.2)
+    try:
+        with pytest.raises(AgentUnreachable, match="timed out on /status"):
+            pool.client(url, "t").status()
+        with pytest.raises(AgentUnreachable, match="unreachable: ConnectionRefusedError"):
+            pool.client(dead, "t").status()
+    finally:
+        pool.close()
+        srv.shutdown()
+
+
+def test_with_a_proxy_in_the_environment_the_pool_uses_httpx(monkeypatch):
+    from corral.control.agent_client import HttpxTransport
+
+    monkeypatch.setenv("HTTPS_PROXY", "http://proxy.example:3128")
+    pool = AgentPool()
+    try:
+        assert isinstance(pool._http, HttpxTransport)
+    finally:
+        pool.close()

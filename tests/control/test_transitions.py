@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from pathlib import Path
 
 from corral.control import transitions
+from corral.control.context import Settings
 from corral.control.controller import reconcile, start_attempt
 from corral.control.transitions import AskStop, Note, Transition
 from corral.errors import BadInput, NoCapacity
@@ -145,3 +147,18 @@ def test_the_front_doors_launch_that_can_never_succeed_fails_the_run_at_once(
 
 def _bad_input(*_: object) -> None:
     raise BadInput("workdir is gone")
+
+
+def test_a_graceful_stop_waits_for_the_longest_stage_grace(tmp_path: Path) -> None:
+    def deadline_after(job: str) -> float:
+        home = tmp_path / str(len(job))
+        home.mkdir()
+        r = rig(home, RunState.RUNNING, job=job)
+        step = transitions.finish(RunState.STOPPED, "user", graceful=True, cause=StopCause.USER)
+        transitions.apply(r.ctx, r.run(), step)
+        deadline = datetime.fromisoformat(r.store.get_attempt(r.run_id, 1).data["stop_deadline"])
+        return (deadline - r.ctx.clock()).total_seconds()
+
+    margin = Settings().stop_margin_s
+    assert deadline_after("run: echo hi\n") == 30 + margin
+    assert deadline_after("run: echo hi\nstop_grace: 5m\n") == 300 + margin

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from corral.control import transitions
+from corral.control import monitor, transitions
 from corral.control.observe import Observation
 from corral.control.transitions import AskStop, Note, Step, Transition
 from corral.control.watchers import (
@@ -156,6 +156,26 @@ def test_a_gone_machine_under_a_silent_agent_is_seen_every_tick(tmp_path: Path) 
     step = check(r, watcher)  # no poll interval: the agent said nothing
     assert isinstance(step, Transition) and step.target == RunState.RECOVERING
     assert step.attempt_outcome is not None and step.attempt_outcome.kind == "preempted"
+
+
+def test_a_new_agent_answering_for_the_attempt_loses_it_as_preempted(tmp_path: Path) -> None:
+    """A container restarted on another machine at the same address: its agent begins the
+    attempt again from its plan; the controller ends the attempt at the first answer of it,
+    before the provider says anything."""
+    r = rig(tmp_path)
+    watcher = PreemptionWatcher()
+    r.agent.started_at = "2030-01-01T00:00:00.100Z"
+    run = r.run()
+    assert monitor.handle_running(r.ctx, run, Observation(r.ctx, run)) is None  # stored
+    r.clock.advance(2)
+    assert check(r, watcher) is None  # the same agent
+    r.agent.started_at = "2030-01-01T00:00:09.300Z"
+    r.clock.advance(2)
+    step = check(r, watcher)
+    assert isinstance(step, Transition) and step.target == RunState.RECOVERING
+    assert step.attempt_outcome is not None and step.attempt_outcome.kind == "preempted"
+    assert "the node was replaced" in step.attempt_outcome.reason
+    assert r.provider.status_calls == 1  # the provider was not needed to see it
 
 
 # --- budget, deadline, idle ------------------------------------------------------------------

@@ -51,6 +51,9 @@ class StubProvider(Provider):
         self.state = InstanceState.RUNNING
         self.fail: ProviderError | None = None
         self.status_calls = 0
+        #: a provider that queues launches: waiting in its queue / left it at this time
+        self.queued = False
+        self.started_at: datetime | None = None
 
     def offers(self, req: Requirements) -> list[Offer]:
         return [OFFER]
@@ -62,7 +65,13 @@ class StubProvider(Provider):
         self.status_calls += 1
         if self.fail is not None:
             raise self.fail
-        return InstanceStatus(state=self.state, detail="stub", endpoint=ENDPOINT)
+        return InstanceStatus(
+            state=self.state,
+            detail="stub",
+            endpoint=ENDPOINT,
+            queued=self.queued,
+            started_at=self.started_at,
+        )
 
     def terminate(self, instance: Instance) -> None:
         return None
@@ -91,6 +100,8 @@ class FakeAgent:
     answers: bool = True
     ready_: bool = True
     phase: str = "running"
+    #: when the agent's attempt began (another value: another agent answers)
+    started_at: str | None = None
     stops: list[tuple[StopCause, str]] = field(default_factory=list)
     status_calls: int = 0
     #: what GET /events gives: agent events with their ``seq`` (1, 2, ...)
@@ -107,7 +118,7 @@ class FakeAgent:
     def status(self) -> AgentStatus:
         self.status_calls += 1
         self._check()
-        return AgentStatus(run_id="r", attempt=1, phase=self.phase)
+        return AgentStatus(run_id="r", attempt=1, phase=self.phase, started_at=self.started_at)
 
     def stop(self, cause: StopCause = StopCause.USER, reason: str = "") -> dict[str, Any]:
         self._check()

@@ -75,10 +75,11 @@ def test_three_preemptions_same_weights_and_prep_runs_once(tmp_path: Path, monke
         recovery: {{max_preemption_restarts: 5, strategy: next-cheapest}}
         stages:
           - name: prep
-            run: echo prepared >> prep-runs.txt
+            run: echo prepared >> "$CORRAL_CHECKPOINT_DIR/prep-runs.txt"
           - name: train
             needs: [prep]
             run: {sys.executable} {TRAINER} --total 80
+        artifacts: {{paths: [out/**], storage: {tmp_path / "store"}}}
     """,
     )
     run_id = submit(spec)
@@ -92,12 +93,14 @@ def test_three_preemptions_same_weights_and_prep_runs_once(tmp_path: Path, monke
     assert run.state == "SUCCEEDED", run.reason
     attempts = store.attempts(run_id)
     assert [a.exit_reason for a in attempts] == ["preempted"] * 3 + ["succeeded"]
-    assert (work / "prep-runs.txt").read_text().count("prepared") == 1
+    # the machines share no file with this one: the cloud's volume of the run, the artifacts
+    volume = Path(os.environ["CORRAL_HOME"]) / "fake" / "volumes" / run_id / "checkpoints"
+    assert (volume / "prep-runs.txt").read_text().count("prepared") == 1
     assert len(store.events(run_id, types=["run.recovering"])) == 3
     # next-cheapest moved away from the region that was just preempted each time
     regions = [a.offer["region"] for a in attempts]
     assert all(a != b for a, b in itertools.pairwise(regions)), regions
-    got = np.load(work / "out" / "weights.npy")
+    got = np.load(tmp_path / "store" / run_id / "artifacts" / "out" / "weights.npy")
     assert np.array_equal(got, expected)  # bit for bit: nothing lost, nothing repeated
     assert store.resources(run_id=run_id, open_only=True) == []
     assert run.cost_usd > 0

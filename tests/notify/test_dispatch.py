@@ -123,6 +123,7 @@ def test_progress_is_sent_at_most_once_per_interval_with_cost_and_gpu_usage(
                 "loss": 1.0 / step,
                 "metrics": {"lr": 0.001},
                 "agent_seq": step,
+                **({"eta_s": 12.5, "steps_per_s": 0.4} if step == 4 else {}),
             },
         )
     d = _dispatcher(store, clock)
@@ -142,6 +143,8 @@ def test_progress_is_sent_at_most_once_per_interval_with_cost_and_gpu_usage(
             {"id": "0", "utilization_pct": 97.0, "memory_used_mb": 30120, "memory_total_mb": 46068}
         ],
     }
+    assert "eta_s" not in sent[0]  # an agent that sent none (an older one): no key
+    assert sent[1]["eta_s"] == 12.5  # the agent's ETA is carried (additive field)
 
 
 def test_a_payload_never_carries_a_secret_or_environment_values(store, clock, receivers):

@@ -46,6 +46,7 @@ from corral.providers.base import (
     Provider,
     Requirements,
 )
+from corral.wire.code import BundleRef, CodePlan
 from corral.wire.plan import AgentPlan, StagePlan
 from support.waiting import wait_until
 
@@ -74,7 +75,25 @@ def provider_plan(
     job = JobSpec.model_validate({"name": "t", "workdir": str(workdir), "run": run, **spec})
     run_id = key.rsplit("-a", 1)[0]
     profile = provider.node_profile(offer, run_id)
-    return build_plan(job, run_id=run_id, attempt=1, offer=offer, profile=profile)
+    code = shipped_code(workdir) if profile.workdir else None
+    return build_plan(job, run_id=run_id, attempt=1, offer=offer, profile=profile, code=code)
+
+
+def shipped_code(workdir: Path) -> CodePlan:
+    """What the controller ships of ``workdir`` to a machine of its own: the packed workdir,
+    put in a "bucket" (a directory beside it) for the machine's agent to fetch."""
+    import shutil
+
+    from corral.bundle import pack as packing
+
+    bundle = packing.pack(workdir.parent / ".bundles", packing.collect(str(workdir)))
+    bucket = workdir.parent / ".bucket"
+    bucket.mkdir(exist_ok=True)
+    shutil.copy(bundle.path, bucket / bundle.path.name)
+    ref = BundleRef(
+        sha256=bundle.sha256, size=bundle.size, storage=f"file://{bucket / bundle.path.name}"
+    )
+    return CodePlan(bundle=ref)
 
 
 def new_key() -> str:

@@ -84,6 +84,11 @@ def alive(pid: int | None) -> bool:
         return False
 
 
+def on_node(inst, path: Path) -> Path:
+    """``path`` of the plan as it is on the fake machine of ``inst`` (its own root)."""
+    return Path(inst.data["dir"]) / "machine" / "fs" / str(path).lstrip("/")
+
+
 def stage_pids(inst) -> list[int]:
     """Pids of the stage process groups the machine's agent lists in children.json."""
     path = Path(inst.data["dir"]) / "machine" / "instances" / inst.key / "agent"
@@ -227,7 +232,7 @@ def test_scheduled_preemption_hits_that_launch_with_sigterm_then_sigkill(
     wait_state(p, hit, InstanceState.RUNNING)
     agent = p.find("s1-a1").data["pid"]
     stages = wait_until(lambda: stage_pids(hit), message="the stage to start")
-    wait_until((tmp_path / "trap-set").exists, message="the stage's trap")
+    wait_until(on_node(hit, tmp_path / "trap-set").exists, message="the stage's trap")
     clock.advance(29.9)
     assert p.status(hit).state == InstanceState.RUNNING
     clock.advance(0.1)
@@ -255,11 +260,11 @@ def test_the_notice_lets_a_job_that_handles_sigterm_end_before_the_kill(
     inst = p.launch(offer(p), bootstrap(tmp_path, "n-a1", run, grace=20.0), "n-a1")
     wait_state(p, inst, InstanceState.RUNNING)
     agent = p.find("n-a1").data["pid"]
-    wait_until((tmp_path / "trap-set").exists, message="the stage's trap")
+    wait_until(on_node(inst, tmp_path / "trap-set").exists, message="the stage's trap")
     clock.advance(5.0)
     assert p.status(inst).state == InstanceState.PREEMPTED
     wait_until(lambda: not alive(agent), message="the agent to stop on its own")
-    assert (tmp_path / "saved.txt").read_text() == "saved\n"
+    assert on_node(inst, tmp_path / "saved.txt").read_text() == "saved\n"
 
 
 def test_scheduled_preemptions_spare_on_demand_machines(make_fake, clock, tmp_path) -> None:
@@ -410,7 +415,7 @@ def test_ephemeral_disk_gives_each_machine_its_own_checkpoint_dir(make_fake, tmp
     # the plan is not rewritten: the machine tells its agent where its own disk is
     plan = Path(inst.data["dir"]) / "machine" / "instances" / "eph-a1" / "plan.json"
     assert json.loads(plan.read_text())["checkpoint_dir"] == boot.plan.checkpoint_dir
-    where = tmp_path / "where"
+    where = on_node(inst, tmp_path / "where")
     ckpt = wait_until(lambda: where.exists() and where.read_text().strip(), message="the stage")
     assert ckpt == str(Path(inst.data["dir"]) / "machine" / "disk" / "checkpoints")
 
@@ -436,11 +441,7 @@ def test_a_run_on_the_fake_cloud_is_preempted_and_recovered_by_the_controller(
     from corral.store import Store
 
     cloud_file = tmp_path / "cloud.json"
-    cloud_file.write_text(
-        json.dumps(
-            cloud(launch_delay_s=0.3, notice_s=3.0, preemptions=[{"launch": 0, "after_s": 3}])
-        )
-    )
+    cloud_file.write_text(json.dumps(cloud(launch_delay_s=0.3, notice_s=3.0)))
     monkeypatch.setenv(ENV_FAKE_CLOUD, str(cloud_file))
     monkeypatch.setenv("CORRAL_PROVIDERS", "fake")
     spec = write_spec(
@@ -450,19 +451,24 @@ def test_a_run_on_the_fake_cloud_is_preempted_and_recovered_by_the_controller(
         resources: {spot: true, providers: [fake]}
         stages:
           - name: prep
-            run: echo prepared >> prep.txt
+            run: echo prepared >> "$CORRAL_CHECKPOINT_DIR/prep.txt"
           - name: train
             needs: [prep]
             run: |
-              echo "attempt $CORRAL_ATTEMPT" >> attempts.txt
+              echo "attempt $CORRAL_ATTEMPT" >> "$CORRAL_CHECKPOINT_DIR/attempts.txt"
               if [ "$CORRAL_ATTEMPT" = 1 ]; then trap 'exit 75' TERM; sleep 60 & wait; fi
               echo trained
         """,
     )
     run_id = submit(spec)
     store = Store.open()
+    volume = corral_home / "fake" / "volumes" / run_id / "checkpoints"
     proc = start_controller()
     try:
+        # the market takes the machine back once attempt 1 trains (its code arrived first)
+        wait_until((volume / "attempts.txt").exists, 60, message="attempt 1 to train")
+        [inst] = FakeProvider(home=corral_home).list_instances()
+        FakeProvider(home=corral_home).preempt(inst, grace=3.0)
         run = wait_for(store, run_id, {"SUCCEEDED", "FAILED"}, timeout=60)
     finally:
         proc.terminate()
@@ -474,8 +480,10 @@ def test_a_run_on_the_fake_cloud_is_preempted_and_recovered_by_the_controller(
     first, second = store.attempts(run_id)
     assert first.exit_reason == "preempted" and first.provider == "fake"
     assert first.price_per_hour == 0.3 and second.exit_reason == "succeeded"
-    assert (tmp_path / "attempts.txt").read_text() == "attempt 1\nattempt 2\n"
-    assert (tmp_path / "prep.txt").read_text() == "prepared\n"  # not run again
+    # the machines share no file with the controller, only the cloud's volume of the run
+    assert (volume / "attempts.txt").read_text() == "attempt 1\nattempt 2\n"
+    assert (volume / "prep.txt").read_text() == "prepared\n"  # not run again
+    assert not (tmp_path / "attempts.txt").exists()
     assert store.resources(run_id=run_id, open_only=True) == []
     assert FakeProvider(home=corral_home).list_instances() == []
     assert len(os.listdir(corral_home / "fake" / "instances")) == 2  # two machines, both gone

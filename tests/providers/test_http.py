@@ -363,6 +363,10 @@ def test_payload_message_reads_common_error_shapes():
     )
     assert payload_message({"error": {"message": "nested", "code": "E1"}}) == ("nested", "E1")
     assert payload_message(b"plain text") == ("plain text", "")
+    fastapi = {
+        "detail": [{"loc": ["body", "traffic_port"], "msg": "Field required", "type": "missing"}]
+    }
+    assert payload_message(fastapi) == ("body.traffic_port: Field required", "missing")
 
 
 def test_error_for_keeps_messages_to_one_short_line():
@@ -378,3 +382,31 @@ def test_client_created_by_the_helper_is_closed_with_it_and_injected_one_is_not(
     own = ProviderHTTP("x")
     own.close()
     assert own._client.is_closed
+
+
+HTML_502 = (
+    b"<!DOCTYPE html>\n<html><head><title>502 Bad Gateway</title>"
+    b"<style>body{}</style></head><body><h1>Bad Gateway</h1><p>"
+    + b"x" * 3000
+    + b"</p></body></html>"
+)
+
+
+def test_an_html_error_page_is_summarised_by_its_title_never_shown():
+    assert payload_message(HTML_502) == ("an HTML error page (502 Bad Gateway)", "")
+    assert payload_message(b"<html><body><h1>Oops</h1></body></html>")[0] == (
+        "an HTML error page (Oops)"
+    )
+    handler, _ = answers(
+        httpx.Response(502, content=HTML_502, headers={"Content-Type": "text/html"})
+    )
+    http, _ = make(handler, retry=RetryPolicy(max_attempts=1))
+    with pytest.raises(ProviderUnavailable) as info:
+        http.get_json("/pods")
+    text = str(info.value)
+    assert text == "runpod: GET /v1/pods HTTP 502: an HTML error page (502 Bad Gateway)"
+    # an HTML page in a 200 where JSON was expected: a clear error too
+    handler, _ = answers(httpx.Response(200, content=HTML_502))
+    http, _ = make(handler)
+    with pytest.raises(ProviderError, match="answered with an HTML error page"):
+        http.get_json("/pods")

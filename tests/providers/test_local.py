@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -290,8 +291,8 @@ def test_the_agent_gets_the_token_and_bootstrap_env_and_the_plan_is_private(
     assert wait_until(lambda: (tmp_path / "hf.txt").exists() and (tmp_path / "hf.txt").read_text())
     assert (tmp_path / "hf.txt").read_text() == "hf-secret"  # bootstrap.env reached the stage
     endpoint = wait_until(lambda: p.status(inst).endpoint, message="the agent's endpoint")
-    assert httpx.get(f"{endpoint}/health").status_code == 401
-    ok = httpx.get(f"{endpoint}/health", headers={"Authorization": "Bearer tok-env-a1"})
+    assert httpx.get(f"{endpoint}/status").status_code == 401
+    ok = httpx.get(f"{endpoint}/status", headers={"Authorization": "Bearer tok-env-a1"})
     assert ok.status_code == 200  # the agent was given bootstrap.token
     assert psutil.Process(inst.data["pid"]).cwd() == str(tmp_path)
     assert (Path(inst.data["dir"]) / "plan.json").stat().st_mode & 0o077 == 0
@@ -415,6 +416,33 @@ def test_the_launching_process_reaps_its_ended_agents(make_provider, tmp_path):
     wait_until(lambda: not our_zombie(), timeout=5, message="the agent to be reaped")
 
 
+def test_launch_status_offers_and_terminate_never_scan_the_machines_processes(
+    make_provider, tmp_path, monkeypatch
+):
+    """Each instance's own process groups are asked; ``psutil.process_iter`` (a walk over
+    every process of the machine) is not called on launch, status, offers or teardown, and
+    one reaper thread waits for all the agents this process started."""
+    p = make_provider("L40S:4")
+
+    def no_scan(*a, **kw):
+        raise AssertionError("the machine's processes were scanned")
+
+    monkeypatch.setattr(psutil, "process_iter", no_scan)
+    insts = [
+        p.launch(p.offers(gpu_req(1))[0], bootstrap(tmp_path, f"ns{i}-a1"), f"ns{i}-a1")
+        for i in range(3)
+    ]
+    for inst in insts:
+        wait_until(lambda inst=inst: p.status(inst).state == InstanceState.RUNNING)
+    assert p.offers(gpu_req(1))[0].details["gpus_free"] == 1
+    reapers = [t.name for t in threading.enumerate() if t.name.startswith("corral-reap")]
+    assert reapers == ["corral-reaper"]
+    for inst in insts:
+        p.terminate(inst)
+        assert not running(inst.data["pid"])
+    assert p.offers(gpu_req(1))[0].details["gpus_free"] == 4
+
+
 def test_an_agent_that_dies_is_failed_and_frees_its_gpus(make_provider, tmp_path):
     p = make_provider("L40S:1")
     inst = p.launch(p.offers(gpu_req(1))[0], bootstrap(tmp_path, "die-a1", "sleep 60"), "die-a1")
@@ -460,6 +488,20 @@ def test_preempt_stops_the_run_and_status_says_preempted(make_provider, tmp_path
     assert p.status(inst).state == InstanceState.TERMINATED
     with pytest.raises(Conflict):
         p.preempt(inst)
+
+
+def test_preempt_reaches_ranks_a_launcher_started_in_sessions_of_their_own(make_provider, tmp_path):
+    # torchrun's way: each rank in a session of its own; this one ignores SIGTERM
+    run = "setsid bash -c 'trap \"\" TERM; echo $$ > rank.pid; sleep 300' & wait"
+    p = make_provider("L40S:1")
+    inst = p.launch(p.offers(gpu_req(1))[0], bootstrap(tmp_path, "rank-a1", run), "rank-a1")
+    pid_file = tmp_path / "rank.pid"
+    wait_until(lambda: pid_file.exists() and pid_file.read_text().strip(), message="the rank")
+    rank = psutil.Process(int(pid_file.read_text()))
+    p.preempt(inst, grace=0.3)  # sooner than the agent's own grace: the machine goes first
+    _, alive = psutil.wait_procs([rank], timeout=5)
+    assert alive == []
+    p.terminate(inst)
 
 
 def test_logs_tail_the_agent_output_and_stage_logs(make_provider, tmp_path):

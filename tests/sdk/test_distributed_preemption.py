@@ -427,3 +427,68 @@ def test_hf_callback_agrees_only_every_check_every_steps(monkeypatch):
         state.global_step = step
         callback.on_step_end(SimpleNamespace(output_dir="."), state, transformers.TrainerControl())
     assert len(calls) == 2  # at steps 5 and 10 only
+
+
+HF_AFTER_TRAIN = r"""
+import datetime, os, signal, sys
+import torch.distributed as dist
+from corral.sdk.integrations.hf import CorralCallback
+
+dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=15))
+callback = CorralCallback()
+# ... trainer.train() returned on every rank at the last agreed step; then rank 1 gets a notice
+if dist.get_rank() == 1:
+    os.kill(os.getpid(), signal.SIGTERM)
+callback.exit_if_preempted()
+print("not preempted", flush=True)
+dist.destroy_process_group()
+"""
+
+
+def test_hf_a_rank_signalled_after_the_last_agreed_step_makes_every_rank_exit_75(tmp_path):
+    pytest.importorskip("transformers")
+    script = tmp_path / "after_train.py"
+    script.write_text(HF_AFTER_TRAIN)
+    port = free_port()
+    procs = [
+        subprocess.Popen([sys.executable, str(script)], env=rank_env(rank, port),
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for rank in (0, 1)
+    ]  # fmt: skip
+    try:
+        results = [p.communicate(timeout=60) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    codes = [p.returncode for p in procs]
+    assert codes == [EXIT_PREEMPTED, EXIT_PREEMPTED], results
+    assert all("not preempted" not in out for out, _ in results)
+
+
+def test_hf_exit_if_preempted_without_any_signal_returns_on_every_rank(monkeypatch):
+    hf = pytest.importorskip("corral.sdk.integrations.hf")
+    callback = hf.CorralCallback(install_signals=False)
+    asked = []
+    monkeypatch.setattr(hf.distributed, "is_distributed", lambda: True)
+    monkeypatch.setattr(hf.distributed, "agree_seconds_left", lambda v: asked.append(v) or None)
+    callback.exit_if_preempted()  # nobody was signalled: returns
+    assert asked == [None]
+
+
+def test_hf_exit_if_preempted_when_the_agreement_fails(monkeypatch, capsys):
+    hf = pytest.importorskip("corral.sdk.integrations.hf")
+    callback = hf.CorralCallback(install_signals=False)
+
+    def broken(value):
+        raise RuntimeError("Connection closed by peer")
+
+    monkeypatch.setattr(hf.distributed, "is_distributed", lambda: True)
+    monkeypatch.setattr(hf.distributed, "agree_seconds_left", broken)
+    with pytest.raises(RuntimeError, match="closed by peer"):  # not signalled: a crash
+        callback.exit_if_preempted()
+    callback.stopped_for = "preempted"
+    with pytest.raises(SystemExit) as exited:
+        callback.exit_if_preempted()
+    assert exited.value.code == EXIT_PREEMPTED
+    assert "could not agree" in capsys.readouterr().err

@@ -180,3 +180,40 @@ def test_a_bad_price_in_the_environment_fails_when_the_callback_is_made(monkeypa
     monkeypatch.setenv("CORRAL_HOURLY_PRICE", "two dollars")
     with pytest.raises(BadInput, match="CORRAL_HOURLY_PRICE"):
         CorralCallback()
+
+
+def test_the_cost_carries_over_a_resume_from_a_checkpoint_outside_output_dir(tmp_path, progress):
+    import shutil
+
+    first = CorralCallback(cost_meter=fixed_meter(20))
+    make_trainer(tmp_path / "out", [SigtermAt(2), first], max_steps=5).train()
+    saved = json.loads((tmp_path / "out" / "checkpoint-2" / "trainer_state.json").read_text())
+    assert saved["stateful_callbacks"]["corral"]["cost_usd"] == pytest.approx(0.02)
+    elsewhere = tmp_path / "archive" / "the-run-at-step-2"
+    shutil.copytree(tmp_path / "out" / "checkpoint-2", elsewhere)
+    (elsewhere / STATE_FILE).unlink()  # only trainer_state.json carries it
+    signals._reset_for_tests()
+
+    second = CorralCallback(cost_meter=CostMeter(hourly_price=0))
+    trainer = make_trainer(tmp_path / "new-out", [second], max_steps=4)
+    trainer.train(resume_from_checkpoint=str(elsewhere))
+    assert trainer.state.global_step == 4
+    assert second.cost_meter.cost_usd() == pytest.approx(0.02)
+    last = [r for r in records(progress, "progress") if r.get("loss") is not None][-1]
+    assert last["step"] == 4 and last["metrics"]["cost_usd"] == pytest.approx(0.02)
+
+
+def test_a_second_train_after_a_budget_stop_trains_when_the_budget_allows(tmp_path, progress):
+    callback = CorralCallback(cost_meter=fixed_meter(10, budget_usd=0.005))
+    trainer = make_trainer(tmp_path / "out", [callback], max_steps=5)
+    with pytest.warns(UserWarning, match="budget"):
+        trainer.train()
+    assert trainer.state.global_step == 1 and callback.stopped_for == "budget"
+
+    trainer.train()  # the budget is still used up: it stops again at its first step
+    assert trainer.state.global_step == 1 and callback.stopped_for == "budget"
+
+    callback.cost_meter.budget_usd = 1.0  # raised: the last run's stop request is gone
+    trainer.train()
+    assert trainer.state.global_step == 5
+    assert callback.stopped_for is None and not signals.should_stop()

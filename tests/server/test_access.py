@@ -19,13 +19,15 @@ from server.conftest import Api, serve
 
 #: documentation and the health check: everything else needs a token
 OPEN = {"/healthz", "/docs", "/docs/oauth2-redirect", "/redoc", "/openapi.json"}
+#: a bundle's name in the paths below
+SHA = "0" * 64
 
 
 def endpoints(api: Api) -> list[tuple[str, str]]:
     """(method, path) of every API endpoint, from the server's own OpenAPI document."""
     doc = httpx.get(f"{api.url}/openapi.json").json()
     return [
-        (method.upper(), path.replace("{ref}", "some-run"))
+        (method.upper(), path.replace("{ref}", "some-run").replace("{sha256}", SHA))
         for path, ops in doc["paths"].items()
         if path not in OPEN
         for method in ops
@@ -44,6 +46,15 @@ def test_the_openapi_document_lists_every_endpoint_of_the_slice(api: Api) -> Non
             ("POST", "/api/v1/runs/some-run/stop"),
             ("POST", "/api/v1/runs/some-run/cancel"),
             ("GET", "/api/v1/secrets"),
+            ("GET", "/api/v1/monitoring/gpu"),
+            ("GET", "/metrics"),
+            ("GET", "/api/v1/runs/some-run/artifacts"),
+            ("GET", "/api/v1/runs/some-run/artifacts/{path}"),
+            ("GET", "/api/v1/runs/some-run/results.tar.gz"),
+            ("GET", "/api/v1/runs/some-run/charts"),
+            ("GET", "/api/v1/runs/some-run/timeline"),
+            ("HEAD", f"/api/v1/bundles/{SHA}"),
+            ("PUT", f"/api/v1/bundles/{SHA}"),
         ]
     )
 
@@ -57,7 +68,9 @@ def test_every_endpoint_refuses_a_missing_or_wrong_token(api: Api, headers: dict
     for method, path in endpoints(api):
         res = httpx.request(method, api.url + path, headers=headers, json={"spec": "x"})
         assert res.status_code == 401, (method, path, res.text)
-        assert res.json()["code"] == "unauthorized"
+        assert res.headers["WWW-Authenticate"] == "Bearer"
+        if method != "HEAD":  # an answer to HEAD has no body
+            assert res.json()["code"] == "unauthorized"
 
 
 def test_a_revoked_token_is_refused(api: Api) -> None:
@@ -71,12 +84,13 @@ def test_a_read_only_token_reads_and_is_refused_every_write(api: Api) -> None:
     with api.client(api.read_only_token) as c:
         assert c.get("/api/v1/runs").status_code == 200
         assert c.get("/api/v1/secrets").status_code == 200
-        writes = [(m, p) for m, p in endpoints(api) if m == "POST"]
-        assert len(writes) == 3
+        writes = [(m, p) for m, p in endpoints(api) if m in ("POST", "PUT", "HEAD")]
+        assert len(writes) == 5  # HEAD of a bundle: only before an upload
         for method, path in writes:
             res = c.request(method, path, json={"spec": "name: x\nrun: echo\n"})
             assert res.status_code == 403, (method, path, res.text)
-            assert res.json()["code"] == "forbidden"
+            if method != "HEAD":
+                assert res.json()["code"] == "forbidden"
         assert c.get("/api/v1/runs").json()["runs"] == []
 
 

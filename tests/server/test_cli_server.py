@@ -47,3 +47,19 @@ def test_corral_server_serves_the_api_and_starts_a_controller(corral_home: Path)
     finally:
         proc.send_signal(signal.SIGINT)
         proc.wait(15)
+
+
+def test_a_bad_gpu_threshold_is_one_line_before_anything_starts(corral_home: Path) -> None:
+    done = subprocess.run(
+        [*CLI, "server", "--gpu-threshold", "temperature_warn_c=hot"],
+        env=dict(os.environ),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip().splitlines() == [
+        "error: --gpu-threshold: temperature_warn_c: Input should be a valid number, "
+        "unable to parse string as a number"
+    ]
+    assert not controller_status().running

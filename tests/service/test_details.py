@@ -61,3 +61,29 @@ def test_a_preempted_stage_stays_preempted() -> None:
 def test_a_succeeded_attempt_without_its_report_fails_its_acceptance() -> None:
     shown = _ended(Store.open(), AttemptOutcome(kind=OutcomeKind.SUCCEEDED, reason="ok"))
     assert shown.acceptance == MISSING
+
+
+def test_the_details_of_one_run_read_that_run_only(monkeypatch) -> None:
+    """``corral status RUN`` at any history size: the run's row (by id), its attempts; never
+    a listing of runs."""
+    from corral.service.details import get_run as details_of
+    from corral.store import Store
+
+    from .helpers import record_run
+
+    store = Store.open()
+    ids = [record_run(store, f"many{i}") for i in range(30)]
+    read: list[str] = []
+    real_get = Store.get_run
+
+    def listing(self: Store, **kw: object) -> list:
+        raise AssertionError("a listing of runs was read")
+
+    def get(self: Store, ref: str, **kw: object) -> object:
+        read.append(ref)
+        return real_get(self, ref, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(Store, "list_runs", listing)
+    monkeypatch.setattr(Store, "get_run", get)
+    assert details_of(ids[7], store=store).id == ids[7]
+    assert read == [ids[7]]

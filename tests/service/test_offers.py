@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import date
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,9 @@ from corral.providers.base import Offer
 from corral.service.offers import list_offers
 from corral.service.plan_views import PriceRefresh, ProviderOffers
 
+#: a day on which the test cloud's catalog (2025-05-01) is not stale yet
+FRESH = date(2025, 5, 20)
+
 
 @pytest.fixture(autouse=True)
 def cloud(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
@@ -19,7 +23,7 @@ def cloud(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def test_offers_are_typed_cheapest_first_and_limited_with_the_count_of_all() -> None:
-    found = list_offers(gpus="A100:1", spot=True, limit=2)
+    found = list_offers(gpus="A100:1", spot=True, limit=2, today=FRESH)
     assert all(isinstance(o, Offer) for o in found.offers)
     assert [o.offer_id for o in found.offers] == ["a:spot", "b:spot"]
     assert found.count == 3  # the full A100 (no capacity) comes last, beyond the limit
@@ -35,7 +39,7 @@ def test_offers_are_typed_cheapest_first_and_limited_with_the_count_of_all() -> 
 
 
 def test_a_refresh_says_per_provider_whether_prices_were_reloaded() -> None:
-    found = list_offers(providers=["FAKE"], refresh=True)
+    found = list_offers(providers=["FAKE"], refresh=True, today=FRESH)
     assert found.query.providers == ["fake"]
     assert found.refresh is not None and set(found.refresh) == {"fake"}
     assert isinstance(found.refresh["fake"], PriceRefresh)

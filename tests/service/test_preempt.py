@@ -25,6 +25,7 @@ SPOTTY = """
     name: spotty
     resources: {providers: [fake]}
     run: |
+      cd "$CORRAL_CHECKPOINT_DIR"
       echo "attempt $CORRAL_ATTEMPT" >> attempts.txt
       if [ "$CORRAL_ATTEMPT" = 1 ]; then
         trap 'echo noticed >> attempts.txt; exit 75' TERM; touch up; sleep 60 & wait
@@ -33,14 +34,18 @@ SPOTTY = """
 
 
 @pytest.mark.slow
-def test_a_preempted_fake_cloud_run_is_recovered(tmp_path: Path, monkeypatch) -> None:
+def test_a_preempted_fake_cloud_run_is_recovered(
+    tmp_path: Path, monkeypatch, corral_home: Path
+) -> None:
     cloud = tmp_path / "cloud.json"
     cloud.write_text(json.dumps({"launch_delay_s": 0.2, "notice_s": 5.0}))
     monkeypatch.setenv(ENV_FAKE_CLOUD, str(cloud))
     monkeypatch.setenv("CORRAL_PROVIDERS", "fake")
     run_id = submit_run(write_spec(tmp_path, SPOTTY)).run.id
+    # the machines share no file with this one: the markers are on the fake cloud's volume
+    volume = corral_home / "fake" / "volumes" / run_id / "checkpoints"
     deadline = time.monotonic() + 60
-    while not (tmp_path / "up").exists():  # attempt 1 runs and its trap is set
+    while not (volume / "up").exists():  # attempt 1 runs and its trap is set
         assert time.monotonic() < deadline, "attempt 1 never started"
         time.sleep(0.05)
     done = preempt_run(run_id, grace=3)
@@ -55,7 +60,7 @@ def test_a_preempted_fake_cloud_run_is_recovered(tmp_path: Path, monkeypatch) ->
     run = wait_for_end(run_id, timeout_s=90)
     assert (run.state, run.attempt) == ("SUCCEEDED", 2), run.reason
     assert Store.open().attempts(run_id)[0].exit_reason == "preempted"
-    assert (tmp_path / "attempts.txt").read_text() == "attempt 1\nnoticed\nattempt 2\n"
+    assert (volume / "attempts.txt").read_text() == "attempt 1\nnoticed\nattempt 2\n"
 
 
 def test_a_run_without_a_machine_or_finished_is_a_conflict_and_bad_grace_bad_input() -> None:

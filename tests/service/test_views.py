@@ -64,3 +64,25 @@ def test_the_listed_run_and_the_detailed_run_show_the_run_alike() -> None:
     assert {k: detailed[k] for k in listed if k != "duration_s"} == {
         k: v for k, v in listed.items() if k != "duration_s"
     }
+
+
+def test_details_carry_the_last_checkpoint_with_its_shards_once_the_job_reported_one() -> None:
+    store = Store.open()
+    run_id = record_run(store)
+    store.create_attempt(run_id, 1, provider="local", offer={}, price_per_hour=0.0)
+    store.update_run(run_id, attempt=1)
+    assert "last_checkpoint" not in details(store, store.get_run(run_id)).to_json()
+    last = {"stage": "train", "step": 1200, "path": "/ck/ckpt-1200", "ts": 1.0, "shards": 4}
+    sync = {"last_uploaded_step": 1000}
+    store.update_attempt(run_id, 1, data={"status": {"last_checkpoint": last,
+                                                      "checkpoint_sync": sync}})  # fmt: skip
+    shown = details(store, store.get_run(run_id))
+    assert shown.to_json()["last_checkpoint"] == last
+
+    from corral.cli.status import checkpoint_line
+
+    assert checkpoint_line(shown.last_checkpoint, shown.checkpoint_sync) == (
+        "  checkpoint  step 1200 (4 shards) · uploaded step 1000"
+    )
+    assert checkpoint_line({"step": 5, "shards": 1}, None) == "  checkpoint  step 5"
+    assert checkpoint_line(None, None) is None

@@ -185,3 +185,43 @@ def test_a_remote_manifest_naming_files_outside_its_checkpoint_is_refused(tmp_pa
     )
     assert not (tmp_path / "evil").exists() and not list(Path(plan.checkpoint_dir).iterdir())
     sync.close()
+
+
+def test_sharded_checkpoints_are_mirrored_retained_and_restored_whole(tmp_path: Path) -> None:
+    """Every rank's files under one manifest: uploaded files first, COMPLETE last, retained and
+    brought back like any checkpoint (one rank here; the format is the multi-rank one)."""
+    import pytest
+
+    torch = pytest.importorskip("torch")
+    dist = pytest.importorskip("torch.distributed")
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Shard, distribute_tensor
+
+    if dist.is_initialized():
+        pytest.skip("a process group is already initialized in this process")
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        mesh = init_device_mesh("cpu", (1,))
+        sync, events, plan = setup(tmp_path, keep_last=2)
+        cp = Checkpointer(plan.checkpoint_dir, keep_last=100, async_save=False)
+        for step in (1, 2, 3):
+            w = distribute_tensor(torch.full((4, 2), float(step)), mesh, [Shard(0)])
+            cp.save({"w": w, "step": step}, step)
+        assert sync.before_stages(None) is None
+        assert sync.after_stages(None, "succeeded") is None
+        uploaded = of_type(events, "checkpoint.uploaded")
+        assert [(d["step"], d["shards"], d["files"]) for d in uploaded] == [(3, 1, 3), (2, 1, 3)]
+        assert remote_names(tmp_path) == ["ckpt-2", "ckpt-3"]
+        sync.close()
+    finally:
+        dist.destroy_process_group()
+    # the next attempt, on an empty disk: restored from the bucket, then loaded whole
+    (tmp_path / "next").mkdir()
+    fresh, events2, plan2 = setup(tmp_path / "next", keep_last=2)
+    fresh.root = str(tmp_path / "remote" / "run-1")
+    assert fresh.before_stages(None) is None
+    (restored,) = of_type(events2, "checkpoint.restored")
+    assert restored["step"] == 3 and restored["shards"] == 1
+    state = Checkpointer(plan2.checkpoint_dir).restore()
+    assert torch.equal(state["w"], torch.full((4, 2), 3.0)) and state["step"] == 3
+    fresh.close()

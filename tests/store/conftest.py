@@ -20,7 +20,7 @@ from corral.store import Store
 from support.postgres import scratch_database
 
 BACKENDS = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
-TABLES = "runs, attempts, events, resources"
+TABLES = "runs, attempts, events, resources, schedules, event_positions"
 
 
 @pytest.fixture(params=BACKENDS)

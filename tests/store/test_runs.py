@@ -103,6 +103,31 @@ def test_list_runs_is_newest_first_and_filters_states(store: Store, clock: FakeC
         store.count_runs(states=["DONE"])
 
 
+def test_list_runs_pages_by_index_from_the_last_run_seen(store: Store, clock: FakeClock):
+    ids = []
+    for i in range(5):
+        if i != 2:  # runs 1 and 2 share their creation time: the id breaks the tie
+            clock.advance(1)
+        ids.append(make_run(store, f"page{i}").id)
+    newest_first = sorted(ids, key=lambda r: (store.get_run(r).created_at, r), reverse=True)
+    pages, last = [], None
+    while True:
+        page = store.list_runs(limit=2, before=last)
+        pages.append([r.id for r in page])
+        if len(page) < 2:
+            break
+        last = page[-1]
+    assert [rid for page in pages for rid in page] == newest_first
+    assert (
+        store.list_runs(active_only=True, before=store.get_run(newest_first[0]))[0].id
+        == (newest_first[1])
+    )
+    assert (
+        store.run_heads()
+        == [(r.id, r.state, r.requested_action) for r in store.list_runs(active_only=True)][::-1]
+    )
+
+
 def test_transition_updates_fields_timestamps_and_writes_its_event(store: Store, clock: FakeClock):
     run = make_run(store)
     t1 = clock.advance(5)

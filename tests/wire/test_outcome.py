@@ -13,6 +13,7 @@ from corral.wire.outcome import (
     attempt_phase,
     from_agent,
     from_machine,
+    stage_exit_code,
     stage_state,
     stopped_by,
 )
@@ -37,6 +38,29 @@ def status(phase: str, **fields: object) -> AgentStatus:
 )
 def test_stage_state_from_exit_code(code, stopped, state):
     assert stage_state(code, stopped=stopped) == state
+
+
+@pytest.mark.parametrize(
+    ("code", "stopped", "launcher", "ends"),
+    [
+        # a launcher the agent stopped: its own code (torchrun: 1 when signalled) says nothing
+        # of its ranks; the stage was stopped, resumable
+        (1, True, True, EXIT_PREEMPTED),
+        (137, True, True, EXIT_PREEMPTED),
+        (EXIT_PREEMPTED, True, True, EXIT_PREEMPTED),
+        (0, True, True, 0),  # it finished anyway
+        (1, False, True, 1),  # it failed on its own, before any stop: a failure
+        (1, True, False, 1),  # no launcher: the job's own code
+        (143, True, False, 143),
+    ],
+)
+def test_a_stopped_launcher_ends_as_stopped_and_resumable(code, stopped, launcher, ends):
+    assert stage_exit_code(code, stopped=stopped, launcher=launcher) == ends
+    state = stage_state(ends, stopped=stopped)
+    if stopped and launcher and code != 0:  # the same state as a job that exits 75 on a stop
+        assert state == StageState.PREEMPTED
+    if not stopped:
+        assert state == StageState.FAILED
 
 
 def test_only_failed_and_preempted_stages_end_the_attempt():

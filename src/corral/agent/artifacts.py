@@ -18,6 +18,10 @@
 
 It returns a failure reason (so a succeeded attempt becomes failed) when the upload failed, or
 when ``plan.eval.fail_run_on_reject`` is set and the acceptance did not pass.
+
+The modules of that end-of-attempt work (acceptance, collect, manifest, package: tarfile and
+hashing) are imported when an attempt ends, not when the agent starts: the agent's path from
+its start to the first stage stays short (``benchmarks/launch_overhead.py``).
 """
 
 from __future__ import annotations
@@ -31,9 +35,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from corral.agent import acceptance, manifest
-from corral.agent.collect import collect
-from corral.agent.package import RESULTS, PackageCancelled, build_package
 from corral.files import write_json_atomic
 from corral.wire.node import EventSink, NodeRunner, iso
 from corral.wire.plan import AgentPlan
@@ -78,6 +79,9 @@ class ArtifactsHook:
         return None
 
     def after_stages(self, runner: NodeRunner, phase: str) -> str | None:
+        from corral.agent import acceptance, manifest  # at the attempt's end (see the top)
+        from corral.agent.collect import collect
+
         plan = self.plan
         problems: list[str] = []
         result = self._evaluate()
@@ -114,7 +118,7 @@ class ArtifactsHook:
             reason=status.get("reason", ""),
             spec_hash=plan.spec_hash,
             created_at=iso(self._now()),
-            git=manifest.git_info(plan.workdir),
+            git=manifest.shipped_git(plan) if plan.code else manifest.git_info(plan.workdir),
             stages=manifest.stage_timings(status["stages"]),
             cost=manifest.cost(
                 plan.hourly_price, plan.cost_offset_usd, self._now() - runner.started_at
@@ -125,6 +129,7 @@ class ArtifactsHook:
             warnings=found.warnings,
             upload_error=upload_error,
             eval=result,
+            code=manifest.code_info(plan),
         )
         local = self.state_dir / MANIFEST
         write_json_atomic(local, doc, mode=0o644)
@@ -178,6 +183,8 @@ class ArtifactsHook:
         plan = self.plan
         if not plan.eval.report:
             return None
+        from corral.agent import acceptance  # at the attempt's end (see the top)
+
         result = acceptance.evaluate(plan.workdir, plan.eval.report, plan.eval.acceptance)
         with self._lock:
             self._acceptance = result
@@ -216,6 +223,8 @@ class ArtifactsHook:
         return None
 
     def _start_package(self, manifest_path: Path, files: dict[str, Path], sizes: dict) -> None:
+        from corral.agent.package import RESULTS, PackageCancelled, build_package  # see the top
+
         def work() -> None:
             try:
                 path = build_package(
@@ -297,6 +306,7 @@ class _Upload:
     def manifest(self, doc: dict[str, Any], retry: Callable) -> None:
         storage = self._open()
         data = (json.dumps(doc, indent=1) + "\n").encode()
+        storage.makedirs(self.root)  # no artifact file may have made it
         retry(lambda: storage.write_bytes(self.manifest_path, data))
 
 

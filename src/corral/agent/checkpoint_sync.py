@@ -22,8 +22,8 @@ attempts), each checkpoint with its files and its ``COMPLETE`` manifest, uploade
   1-4 s. Returns a failure reason when the newest could not be uploaded (a permanent error
   such as a missing bucket, or ``final_attempts`` failed tries) or the grace period ran out.
 
-Credentials come from the agent's environment only (``AWS_ACCESS_KEY_ID``, ...); the endpoint
-and region may also come from the plan env (they are not secret). No event, status or reason
+Credentials come from the agent's environment only (the storage's standard credential
+variables); the endpoint and region may also come from the plan env (they are not secret). No event, status or reason
 holds a credential value.
 """
 
@@ -107,6 +107,7 @@ class CheckpointSync:
         self.last_uploaded_step: int | None = None
         self.restored_step: int | None = None
         self.last_error: str | None = None
+        self.warning: str | None = None
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
@@ -127,6 +128,7 @@ class CheckpointSync:
     def after_stages(self, runner: NodeRunner, phase: str) -> str | None:
         if self._thread is None:
             return None  # nothing ran, so nothing new to upload
+        self._warn_if_nothing()
         bounded = phase in ("stopped", "preempted")
         deadline = self._clock() + self.plan.grace_seconds if bounded else None
         with self._cond:
@@ -150,10 +152,28 @@ class CheckpointSync:
                     )
                 self._cond.wait(0.2)
 
+    def _warn_if_nothing(self) -> None:
+        """Storage is set, yet the attempt left nothing corral recognises in the checkpoint
+        directory (and the spec names no ``checkpoints.path``): say so instead of silence."""
+        if self.plan.checkpoint_paths or self.restored_step is not None:
+            return
+        local, _ = mirror.scan(self._local, self.local_root)
+        if local or self.last_uploaded_step is not None:
+            return
+        self.warning = (
+            f"no checkpoint corral recognises in {self.local_root}: nothing was mirrored to "
+            f"{self.plan.checkpoint_storage} (a script that saves on its own needs "
+            "checkpoints.path)"
+        )
+        self._events.emit(
+            "checkpoint.warning", data={"message": self.warning, "dir": self.local_root}
+        )
+
     def status(self) -> dict[str, Any]:
         with self._cond:
             return {
                 "checkpoint_sync": {
+                    "warning": self.warning,
                     "uri": self.root or None,
                     "last_uploaded_step": self.last_uploaded_step,
                     "restored_step": self.restored_step,
@@ -219,6 +239,7 @@ class CheckpointSync:
                 "files": len(e.manifest.files),
                 "bytes": size,
                 "duration_s": round(self._clock() - started, 3),
+                **_shards(e),
             },
         )
         return True
@@ -313,17 +334,12 @@ class CheckpointSync:
                 "files": len(entry.manifest.files),
                 "bytes": size,
                 "duration_s": round(seconds, 3),
+                **_shards(entry),
             },
         )
-        with self._cond:
-            self._uploaded[entry.name] = entry.digest
-            self._remote[entry.name] = entry
-            self._failures.pop((entry.name, entry.digest), None)
-            self._next_try = 0.0
-            if self.last_uploaded_step is None or entry.step >= self.last_uploaded_step:
-                self.last_uploaded_step = entry.step
-            self.last_error = None
-            self._last_reported = ""
+        # the remote retention before the upload counts as done: after_stages ends the attempt
+        # once it does, and the storage must then hold what the policy keeps, no more
+        remaining: list[mirror.Entry] | None = None
         try:
             remaining, _ = mirror.apply_retention(
                 self.storage,
@@ -334,9 +350,18 @@ class CheckpointSync:
             )
         except Exception as exc:
             self._report(f"remote checkpoint retention failed: {type(exc).__name__}: {exc}")
-            return
         with self._cond:
-            self._remote = {e.name: e for e in remaining}
+            if remaining is not None:
+                self._remote = {e.name: e for e in remaining}
+            self._remote[entry.name] = entry
+            self._uploaded[entry.name] = entry.digest
+            self._failures.pop((entry.name, entry.digest), None)
+            self._next_try = 0.0
+            if self.last_uploaded_step is None or entry.step >= self.last_uploaded_step:
+                self.last_uploaded_step = entry.step
+            if remaining is not None:
+                self.last_error = None
+                self._last_reported = ""
 
     def _skip_local(self, entry: mirror.Entry, reason: str) -> None:
         with self._cond:
@@ -369,3 +394,10 @@ class CheckpointSync:
 
     def _clean(self, text: str) -> str:
         return redact(text, self._secrets)
+
+
+def _shards(entry: mirror.Entry) -> dict[str, int]:
+    """``{"shards": N}`` for a sharded checkpoint (every rank's files, one manifest: mirrored
+    like any other checkpoint), else nothing."""
+    world = entry.manifest.world_size
+    return {} if world is None else {"shards": world}

@@ -34,9 +34,14 @@ EVENT_TYPES = frozenset(
         "checkpoint.uploaded",  # a complete checkpoint is in object storage (data: step, uri)
         "checkpoint.restored",  # restored from object storage at attempt start (data: step, uri)
         "checkpoint.skipped",  # corrupt: not restored/uploaded (data: step, name, uri, reason)
+        "checkpoint.warning",  # storage set, nothing recognised at the path (data: message)
         "artifacts.uploaded",  # data: uri, files, bytes
         "manifest.written",  # data: uri
         "eval.acceptance",  # data: criteria [{metric, op, value, observed, passed}], all_pass
+        "code.ready",  # the code is in place (data: source, sha256, bytes, commit, seconds)
+        "mount.downloaded",  # data: source, path, files, bytes, cached_files
+        "mount.uploaded",  # data: source, path, files, bytes
+        "node.info",  # what the node is (data: provider, machine_id, instance_id, ...)
     }
 )
 

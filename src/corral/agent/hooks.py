@@ -39,7 +39,8 @@ def load_node_hook(reference: str, context: NodeContext) -> NodeHook:
 def build_hooks(context: NodeContext) -> list[NodeHook]:
     """The hooks of one attempt, in the order the runner calls them: the plan's node hooks
     first (a notice poller watches from agent start-up on, setup included), then checkpoint
-    sync if the plan mirrors checkpoints, then artifacts (always: every attempt ends with a
+    sync if the plan mirrors checkpoints, the mirror of ``checkpoints.path`` if it names any,
+    then artifacts (always: every attempt ends with a
     manifest - stage timings, cost, git commit - even with nothing to upload)."""
     plan = context.plan
     hooks = [load_node_hook(ref, context) for ref in plan.node_hooks]
@@ -57,5 +58,9 @@ def build_hooks(context: NodeContext) -> list[NodeHook]:
                 checkpoint_dir=context.checkpoint_dir,
             )
         )
+    if plan.checkpoint_paths:
+        from corral.agent.path_mirror import PathMirror
+
+        hooks.append(PathMirror(plan, context.events, environ=context.environ))
     hooks.append(ArtifactsHook(plan, context.events, state_dir=context.state_dir))
     return hooks

@@ -12,7 +12,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import IO
+from typing import IO, Protocol
 
 from corral.wire.node import iso
 
@@ -21,8 +21,17 @@ DEFAULT_LIMIT = 256 * 1024
 MAX_LIMIT = 4 * 1024 * 1024
 
 
+class LogTap(Protocol):
+    """Sees the child's output as the pump reads it (e.g. progress read from the log)."""
+
+    def feed(self, data: bytes) -> None: ...
+
+    def close(self) -> None: ...
+
+
 class LogPump:
-    """Copies ``pipe`` into ``path`` (appending) on its own thread until EOF."""
+    """Copies ``pipe`` into ``path`` (appending) on its own thread until EOF; a ``tap`` gets
+    every chunk read, then ``close()`` at EOF (its failures never stop the copy)."""
 
     def __init__(
         self,
@@ -31,7 +40,9 @@ class LogPump:
         now: Callable[[], float] = time.time,
         max_line: int = MAX_LINE,
         mask: list[bytes] | None = None,
+        tap: LogTap | None = None,
     ):
+        self._tap = tap
         self._mask = sorted(mask or [], key=len, reverse=True)  # longest first
         self._fd = pipe.fileno()
         self._pipe = pipe
@@ -80,6 +91,7 @@ class LogPump:
                     chunk = b""
                 if not chunk:
                     break
+                self._tapped(chunk)
                 *complete, partial = (partial + chunk).split(b"\n")
                 lines = [piece for line in complete for piece in self._cut(line)]
                 if len(partial) > self._max_line:
@@ -91,9 +103,21 @@ class LogPump:
             if partial:
                 out.write(self._stamp([partial]))
                 out.flush()
+        self._tapped(None)
         try:
             self._pipe.close()
         except OSError:
+            pass
+
+    def _tapped(self, chunk: bytes | None) -> None:
+        if self._tap is None:
+            return
+        try:
+            if chunk is None:
+                self._tap.close()
+            else:
+                self._tap.feed(chunk)
+        except Exception:  # the log is copied whatever the tap does
             pass
 
 

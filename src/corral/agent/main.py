@@ -38,7 +38,7 @@ from corral.errors import BadInput, CorralError
 from corral.files import write_json_atomic
 from corral.secrets.redact import Redactor, job_secret_values
 from corral.wire import WIRE_VERSION
-from corral.wire.env import ENV_AGENT_TOKEN
+from corral.wire.env import ENV_AGENT_TOKEN, NODE_INSTALL_VARS
 from corral.wire.node import NodeContext, NodeHook, iso
 from corral.wire.outcome import StopCause
 from corral.wire.plan import AgentPlan
@@ -55,6 +55,34 @@ class NodeLaunch:
     port: int | None = None
     #: "" means none (a machine that must not power itself off)
     shutdown_command: str | None = None
+    #: where the code goes on this node (``--workdir``)
+    workdir: str | None = None
+    #: a directory that stands for this node's "/": every absolute path of the plan (workdir,
+    #: checkpoints, state, files, mounts) is taken under it (``--root``: a test machine, or a
+    #: node without the rights to write where the plan says)
+    root: str | None = None
+
+
+def under_root(root: str | None, path: str) -> str:
+    """``path`` on a node whose "/" is ``root`` (``path`` itself without a root)."""
+    if not root or not os.path.isabs(path):
+        return path
+    return os.path.join(root, path.lstrip("/"))
+
+
+def node_plan(plan: AgentPlan, node: NodeLaunch) -> AgentPlan:
+    """The plan with this node's paths: the launch options' where given, else the plan's
+    (under ``--root``). The plan file itself is never rewritten."""
+    root = node.root
+    workdir = node.workdir or under_root(root, plan.workdir)
+    update = {
+        "workdir": workdir,
+        "checkpoint_dir": node.checkpoint_dir or under_root(root, plan.checkpoint_dir),
+        "state_dir": node.state_dir or under_root(root, plan.state_dir),
+    }
+    if all(getattr(plan, k) == v for k, v in update.items()):
+        return plan
+    return plan.model_copy(update=update)
 
 
 class Agent:
@@ -78,6 +106,9 @@ class Agent:
             raise BadInput(f"the agent needs a token: set {ENV_AGENT_TOKEN}")
         dag.validate(plan)
         node = launch or NodeLaunch()
+        plan = node_plan(plan, node)
+        if plan.code is None and node.root:  # a node of its own with nothing shipped
+            Path(plan.workdir).mkdir(parents=True, exist_ok=True)
         self.plan = plan
         self.state_dir = Path(node.state_dir or plan.state_dir)
         self.checkpoint_dir = node.checkpoint_dir or plan.checkpoint_dir
@@ -113,6 +144,32 @@ class Agent:
                 environ=dict(os.environ if environ is None else environ),
             )
             hooks = build_hooks(context)
+        code = None
+        if plan.code is not None:
+            # here, not at the top: a node that runs in place (the local provider, a shared
+            # filesystem) does not pay for the bundle and mount code at start-up
+            from corral.agent.code import CodeStage
+
+            workdir = plan.workdir
+
+            def node_path(path: str) -> str:
+                if os.path.isabs(path):
+                    return under_root(node.root, path)
+                return os.path.join(workdir, path)
+
+            code = CodeStage(
+                plan.code,
+                self.events,
+                workdir=workdir,
+                state_dir=self.state_dir,
+                node_path=node_path,
+                environ=dict(os.environ if environ is None else environ),
+                plan_env=plan.env,
+                clock=clock,
+            )
+            if code.mounts.mounts and code.mounts.uploads:
+                hooks = [*hooks, code.mounts]
+        self.code = code
         self.hooks = hooks
         self.runner = Runner(
             plan,
@@ -126,6 +183,7 @@ class Agent:
             hooks=self.hooks,
             state_dir=str(self.state_dir),
             checkpoint_dir=self.checkpoint_dir,
+            code=code,
         )
         self.api = AgentApi(
             self.runner, self.events, self.tailer, devices, usage, os.getpid(), clock=clock
@@ -134,6 +192,8 @@ class Agent:
         self._now = now
         self.clock = clock
         self.finished_seen_at: float | None = None
+        #: when a signal (a notice, a teardown) reached the agent process (``clock`` time)
+        self.signalled_at: float | None = None
         self.server: AgentServer | None = None
         self.url = ""
 
@@ -141,7 +201,8 @@ class Agent:
         """Bind, write ``agent.json``, serve, start the attempt; returns the API's URL."""
         host, port = self.bind
         self.server = AgentServer((host, port), self.api, self._token)
-        self.url = f"http://{host}:{self.server.port}"
+        shown = f"[{host.strip('[]')}]" if ":" in host else host
+        self.url = f"http://{shown}:{self.server.port}"
         write_json_atomic(
             self.state_dir / "agent.json",
             {
@@ -160,6 +221,7 @@ class Agent:
         ).start()
         self.tailer.start(self.runner.live_stages)
         self.runner.start()
+        self.api.services.start()
         self.api.ready = True
         return self.url
 
@@ -177,6 +239,8 @@ class Agent:
             self.stop("agent shutting down")
             self.wait(timeout)
         self.tailer.close()
+        self.api.execs.close()
+        self.api.services.close()
         for hook in self.hooks:
             try:
                 hook.close()
@@ -188,23 +252,41 @@ class Agent:
         self.events.close()
 
 
+#: how long a signalled agent whose attempt ended waits for a controller to read its last
+#: events before it exits anyway (a controller looks at a running run at least every 2 s;
+#: a second signal ends the wait at once, and it never outlasts the plan's grace period
+#: counted from the signal: the machine's kill comes after that)
+SIGNAL_LINGER_S = 3.0
+
+
 def should_exit(agent: Agent, signalled: bool) -> bool:
     """Whether the agent process ends now.
 
     After the attempt ends the agent keeps serving its API (the controller still reads status,
-    logs and events) and exits when a signal stopped it, or - so that a paid machine cannot run
-    on forever - when ``plan.controller_timeout_s`` has passed since the later of the attempt's
-    end and the controller's last call."""
+    logs and events). When a signal stopped it (a preemption notice, a teardown), it exits
+    once a controller has read every event of the ended attempt, or :data:`SIGNAL_LINGER_S`
+    after the end (at the latest when the plan's grace period since the signal is over):
+    a notice that ended the job within a poll of a stage's end must not take
+    that stage's ``stage.finished`` with it (the next attempt would run the stage again).
+    Otherwise - so that a paid machine cannot run on forever - it exits when
+    ``plan.controller_timeout_s`` has passed since the later of the attempt's end and the
+    controller's last call."""
     if not agent.runner.finished.is_set():
-        return False
-    if signalled:
-        return True
-    timeout = agent.plan.controller_timeout_s
-    if not timeout:
         return False
     now = agent.clock()
     if agent.finished_seen_at is None:
         agent.finished_seen_at = now
+    if signalled:
+        if agent.signalled_at is None:
+            agent.signalled_at = now
+        until = min(
+            agent.finished_seen_at + SIGNAL_LINGER_S,
+            agent.signalled_at + agent.plan.grace_seconds,
+        )
+        return agent.api.collected.is_set() or now >= until
+    timeout = agent.plan.controller_timeout_s
+    if not timeout:
+        return False
     last = max(agent.finished_seen_at, agent.api.last_request_at or 0.0)
     return now - last >= timeout
 
@@ -265,8 +347,48 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--checkpoint-dir", help="where checkpoints live on this node")
     parser.add_argument("--bind", metavar="HOST:PORT", help="address the agent's API binds")
     parser.add_argument("--shutdown-command", help="run when no controller calls ('': none)")
+    parser.add_argument("--workdir", help="where the job's code goes on this node")
+    parser.add_argument(
+        "--root", help="a directory standing for this node's '/' (the plan's paths go under it)"
+    )
     args = parser.parse_args(argv)
     token = os.environ.pop(ENV_AGENT_TOKEN, "")  # gone from this process's environment
+    for name in NODE_INSTALL_VARS:  # how corral got here is none of the job's business
+        os.environ.pop(name, None)
+    # the handlers come first: a SIGTERM (a preemption notice, say) that arrives while the
+    # agent starts, or just after its API answers, is a graceful stop, never a kill
+    signalled = threading.Event()
+    started: list[Agent] = []
+    received: list[str] = []
+    again = threading.Event()  # a second signal: exit once the job has stopped, unread or not
+
+    def on_signal(signum: int, _frame: Any) -> None:
+        if signalled.is_set():
+            again.set()
+        signalled.set()
+        received.append(f"agent received {signal.Signals(signum).name}")
+        if started:
+            if started[0].signalled_at is None:
+                started[0].signalled_at = started[0].clock()
+            started[0].stop(received[-1])
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        return _serve(args, token, signalled, again, started, received)
+    finally:  # called in-process (tests, an embedding program): its handlers come back
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _serve(
+    args: argparse.Namespace,
+    token: str,
+    signalled: threading.Event,
+    again: threading.Event,
+    started: list[Agent],
+    received: list[str],
+) -> int:
+    """Start the agent, serve until :func:`should_exit`, then close it; the exit code."""
     try:
         agent = Agent(_load(args.plan), token, launch=_launch(args))
         url = agent.start()
@@ -276,18 +398,20 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as exc:  # e.g. the port is taken
         print(f"corral agent: error: {exc.strerror or exc}", file=sys.stderr)
         return BadInput.exit_code
+    started.append(agent)
+    if received:  # signalled while starting: stop now
+        agent.stop(received[-1])
     print(f"corral agent: serving on {url}", file=sys.stderr, flush=True)
 
-    signalled = threading.Event()
-
-    def on_signal(signum: int, _frame: Any) -> None:
-        signalled.set()
-        agent.stop(f"agent received {signal.Signals(signum).name}")
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
     while not should_exit(agent, signalled.is_set()):
-        (agent.runner.finished if signalled.is_set() else signalled).wait(0.5)
+        if not signalled.is_set():
+            signalled.wait(0.5)
+        elif not agent.runner.finished.is_set():
+            agent.runner.finished.wait(0.5)
+        elif again.is_set():
+            break
+        else:
+            agent.api.collected.wait(0.2)
     lost_controller = not signalled.is_set()
     agent.close(timeout=5)
     if lost_controller:
@@ -322,4 +446,6 @@ def _launch(args: argparse.Namespace) -> NodeLaunch:
         host=host,
         port=port,
         shutdown_command=args.shutdown_command,
+        workdir=args.workdir or None,
+        root=args.root or None,
     )

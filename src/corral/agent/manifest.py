@@ -14,12 +14,16 @@ Written into the agent's ``state_dir`` and, with artifact storage, to
      "storage": "s3://bucket/runs" | null, "artifacts_uri": ".../r-1/artifacts" | null,
      "files": {"outputs/model.safetensors": {"size": 1234, "sha256": "..."}},
      "total_bytes": 1234, "warnings": [], "upload_error": null,
-     "eval": {acceptance result, see corral.agent.acceptance} | null}
+     "eval": {acceptance result, see corral.agent.acceptance} | null,
+     "code": {"source": "workdir" | "git", "sha256": "...", "size": 1234,
+              "git": {"url", "ref", "commit"}, "checkout": {"commit", "dirty"}} | null}
 
 ``phase`` is the attempt's phase before acceptance (a rejected run is failed by the runner
 after the manifest is written). ``attempts`` is the number of attempts so far (this one
 included). ``git.dirty`` counts changes to tracked files only (untracked outputs do not make a
-checkout dirty).
+checkout dirty). ``code`` is what was shipped to a node that does not share the controller's
+files (the bundle's sha256 and size, the git commit); ``git`` is then the commit cloned, or
+the one of the local checkout the workdir was packed from.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from corral import __version__
+from corral.wire.plan import AgentPlan
 
 FORMAT_NAME = "corral-run-manifest"
 FORMAT_VERSION = 1
@@ -135,6 +140,7 @@ def build(
     warnings: list[str],
     upload_error: str | None,
     eval: dict[str, Any] | None,
+    code: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     return {
         "format": FORMAT_NAME,
@@ -158,4 +164,34 @@ def build(
         "warnings": warnings,
         "upload_error": upload_error,
         "eval": eval,
+        "code": code,
     }
+
+
+def code_info(plan: AgentPlan) -> dict[str, Any] | None:
+    """What code the attempt ran when it was shipped (``plan.code``): the bundle's sha256 and
+    size, the git source and commit, the local checkout it came from; None otherwise."""
+    code = plan.code
+    if code is None:
+        return None
+    out: dict[str, Any] = {"source": code.source}
+    if code.bundle is not None:
+        out.update(sha256=code.bundle.sha256, size=code.bundle.size)
+    if code.git is not None:
+        out["git"] = {"url": code.git.url, "ref": code.git.ref, "commit": code.git.commit}
+    if code.local_commit:
+        out["checkout"] = {"commit": code.local_commit, "dirty": code.local_dirty}
+    return out
+
+
+def shipped_git(plan: AgentPlan) -> dict[str, Any] | None:
+    """``git`` of the manifest for shipped code: the commit cloned, else the local
+    checkout's the workdir was packed from."""
+    code = plan.code
+    if code is None:
+        return None
+    if code.git is not None:
+        return {"commit": code.git.commit, "dirty": bool(code.local_dirty and code.bundle)}
+    if code.local_commit:
+        return {"commit": code.local_commit, "dirty": code.local_dirty}
+    return None

@@ -17,6 +17,13 @@ strict JSON and a diverged loss is not shown as "no loss"; the ``progress`` even
 webhook) carries the same ``loss``. ``progress.metrics`` holds the latest
 value of every metric from ``progress`` and ``metrics`` records, at most ``MAX_METRICS`` keys
 (the most recently reported are kept).
+
+The ETA (``eta_s``, seconds to ``total``) is worked out from the progress records themselves:
+the rate (``steps_per_s``) is the steps made over the span of the stage's records of the last
+``ETA_WINDOW_S`` seconds (their ``ts``, the job's clock; the record just before the window is
+kept as the span's start, so slow steps still give a rate), so a job that speeds up or slows
+down shows it within that window. No rate before two records, no ETA without a ``total``; a
+step going backwards (a resumed attempt) starts the window again.
 """
 
 from __future__ import annotations
@@ -27,6 +34,7 @@ import math
 import os
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -40,6 +48,8 @@ MAX_LINE = 16 * 1024 * 1024
 #: Keys kept in a stage's ``progress.metrics`` (the most recently reported).
 MAX_METRICS = 256
 _HEAD = 64
+#: The ETA's rate is measured over the progress records of this many seconds.
+ETA_WINDOW_S = 120.0
 _NON_FINITE = ("nan", "inf", "-inf")
 _RECORD_START = b'{"ts":'
 
@@ -69,6 +79,48 @@ def _loss(value: Any) -> float | int | str | None:
     if isinstance(value, str):
         return value if value in _NON_FINITE else None
     return _number(value)
+
+
+class _Rate:
+    """Steps per second over the recent progress records of one stage (see the module doc)."""
+
+    def __init__(self, window_s: float = ETA_WINDOW_S):
+        self.window_s = window_s
+        self._points: deque[tuple[float, float]] = deque()
+
+    def add(self, ts: float | int | None, step: float | int) -> float | None:
+        if ts is None:
+            return self.rate()
+        points = self._points
+        if points and (step < points[-1][1] or ts < points[-1][0]):
+            points.clear()  # resumed from an earlier step, or another clock: start again
+        points.append((float(ts), float(step)))
+        while len(points) > 2 and points[1][0] <= ts - self.window_s:
+            points.popleft()
+        return self.rate()
+
+    def rate(self) -> float | None:
+        if len(self._points) < 2:
+            return None
+        (t0, s0), (t1, s1) = self._points[0], self._points[-1]
+        if t1 <= t0 or s1 <= s0:
+            return None
+        return (s1 - s0) / (t1 - t0)
+
+
+def eta_seconds(step: float | int, total: float | int | None, rate: float | None) -> float | None:
+    """Seconds until ``step`` reaches ``total`` at ``rate`` steps/s (0 once it is there), or
+    None when the total or the rate is unknown."""
+    if total is None or total <= 0:
+        return None
+    if step >= total:
+        return 0.0
+    if not rate or rate <= 0:
+        return None
+    try:
+        return round((total - step) / rate, 1)
+    except OverflowError:
+        return None
 
 
 def _percent(step: float | int, total: float | int | None) -> float | None:
@@ -101,6 +153,7 @@ class ProgressTailer:
         self._latest: dict[str, dict[str, Any]] = {}
         self._last_event_at: dict[str, float] = {}
         self._last_checkpoint: dict[str, Any] | None = None
+        self._rates: dict[str, _Rate] = {}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._skip_existing()
@@ -206,6 +259,8 @@ class ProgressTailer:
         if kind == "progress" and step is not None:
             total = _number(record.get("total"))
             previous = self._latest.get(stage) or {}
+            rate = self._rates.setdefault(stage, _Rate()).add(ts, step)
+            eta = eta_seconds(step, total, rate)
             latest = {
                 "step": step,
                 "total": total,
@@ -213,6 +268,8 @@ class ProgressTailer:
                 "loss": _loss(record.get("loss")),
                 "ts": ts,
                 "metrics": _merge(previous.get("metrics") or {}, metrics),
+                "steps_per_s": None if rate is None else round(rate, 4),
+                "eta_s": eta,
             }
             if _number(record.get("epoch")) is not None:
                 latest["epoch"] = record["epoch"]
@@ -228,6 +285,8 @@ class ProgressTailer:
                     "percent": latest["percent"],
                     "loss": loss,
                     "metrics": metrics,
+                    "steps_per_s": latest["steps_per_s"],
+                    "eta_s": eta,
                 }
                 self._events.emit("progress", stage=stage, data=data)
         elif kind == "metrics":
@@ -248,6 +307,9 @@ class ProgressTailer:
         elif kind == "checkpoint" and step is not None and isinstance(record.get("path"), str):
             self._last_checkpoint = {"stage": stage, "step": step, "path": record["path"], "ts": ts}
             data = {"step": step, "path": record["path"], "metrics": metrics}
+            shards = _number(record.get("shards"))
+            if isinstance(shards, int) and shards >= 1:  # a sharded checkpoint: its rank count
+                self._last_checkpoint["shards"] = data["shards"] = shards
             self._events.emit("checkpoint.saved", stage=stage, data=data)
 
     # --- state ---------------------------------------------------------------------------

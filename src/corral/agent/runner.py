@@ -8,24 +8,29 @@ Lifecycle (all decisions are taken on the runner thread; children report through
 3. Every stage whose ``needs`` all succeeded (or were skipped) starts as soon as its GPUs are
    free; until then it is ``waiting``. Stages in ``skip_stages`` are ``skipped``.
 4. The first stage to fail (or exit 75: preempted), or a stop request, starts the shutdown:
-   every running child gets SIGTERM, then SIGKILL after ``grace_seconds``; nothing new starts;
-   stages that never started end ``cancelled``.
-5. When no child is left: ``attempt.finished`` with the phase and, on failure, the stage and
-   its exit code.
+   every running child is asked to save (its ``save_command``/``save_signal``, if any), gets
+   its ``stop_signal`` (SIGTERM), then SIGKILL after its grace (``stop_grace_seconds``, else
+   ``grace_seconds``); nothing new starts; stages that never started end ``cancelled``.
+5. When no child is left (and the trackers fed from the stages' logs have finished, 30 s at
+   most): ``attempt.finished`` with the phase and, on failure, the stage and its exit code. A
+   multi-GPU launcher's stage that was stopped ends with 75 whatever the launcher exited with
+   (:func:`corral.wire.outcome.stage_exit_code`).
 """
 
 from __future__ import annotations
 
 import os
 import queue
+import signal
 import sys
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from corral.agent import launchers
 from corral.agent.events import EventLog
 from corral.agent.gpus import GpuPool
 from corral.agent.procs import Child
@@ -35,11 +40,24 @@ from corral.secrets.redact import job_secret_values
 from corral.wire import WIRE_VERSION
 from corral.wire import env as C
 from corral.wire.node import NodeHook, iso
-from corral.wire.outcome import SETUP_STAGE, StopCause, attempt_phase, stage_state
+from corral.wire.outcome import (
+    SETUP_STAGE,
+    StopCause,
+    attempt_phase,
+    stage_exit_code,
+    stage_state,
+)
 from corral.wire.plan import AgentPlan, StagePlan
 from corral.wire.status import Phase, StageState
 
+if TYPE_CHECKING:
+    from corral.agent.code import CodeStage
+    from corral.agent.log_progress import BackgroundTrackers, LogProgress
+
 SETUP = SETUP_STAGE
+#: How long the end of an attempt waits for the trackers fed from the stages' logs to finish
+#: (flush, upload, close their runs) before it kills them.
+TRACKERS_FINISH_SECONDS = 30.0
 #: Exit code reported for a command that could not be started at all (like a shell's 127).
 EXIT_NOT_STARTED = 127
 
@@ -71,8 +89,11 @@ class Runner:
         hooks: list[NodeHook] | None = None,
         state_dir: str | None = None,
         checkpoint_dir: str | None = None,
+        code: CodeStage | None = None,
     ):
         self.plan = plan
+        #: puts the plan's code in place before the setup (None: the workdir is there)
+        self.code = code
         self.hooks = list(hooks or [])
         # where this node keeps the agent's state and the checkpoints: the plan's, unless the
         # node's launch said otherwise (``corral agent --state-dir/--checkpoint-dir``)
@@ -87,9 +108,13 @@ class Runner:
         self._lock = threading.Lock()
         self._queue: queue.Queue[tuple[str, Any]] = queue.Queue()
         self._children: dict[str, Child] = {}
+        #: the trackers fed from the stages' logs (finished before the attempt ends)
+        self._log_trackers: list[BackgroundTrackers] = []
         self._stages = {s.name: StageRun(s) for s in plan.stages}
         self._outcome: tuple[Phase, str | None, int | None, str] | None = None
         self._stop_requested = False
+        #: the checkpoint the stages resume from (a hook restored it before the stages)
+        self.resume_from: str | None = None
         self._stop_cause: StopCause | None = None
         self.phase = Phase.SETUP if plan.setup else Phase.RUNNING
         self.started_at = now()
@@ -117,8 +142,36 @@ class Runner:
         self._events.emit("stop.requested", data={"reason": reason, "cause": cause.value})
         self._queue.put(("stop", reason))
 
+    def set_resume(self, path: str) -> None:
+        """The stages start from the checkpoint restored at ``path`` (see NodeRunner)."""
+        with self._lock:
+            self.resume_from = path
+
+    def command_for(self, stage: StagePlan) -> str:
+        """The stage's command: ``run``, with ``resume_args`` after it when resuming (on its
+        last line: a multi-line ``run`` loses its trailing newline first)."""
+        if self.resume_from is not None and stage.resume_args:
+            return f"{stage.run.rstrip()} {stage.resume_args}"
+        return stage.run
+
     def wait(self, timeout: float | None = None) -> bool:
         return self.finished.wait(timeout)
+
+    def stage_running(self, name: str) -> bool:
+        with self._lock:
+            stage = self._stages.get(name)
+            return stage is not None and stage.state == StageState.RUNNING
+
+    def _only_services_left(self) -> bool:
+        """Every stage but the services is done, and a service runs: a stop now is the normal
+        end of a serving run (called with the lock held)."""
+        serving = False
+        for stage in self._stages.values():
+            if stage.plan.service is not None:
+                serving = serving or stage.state == StageState.RUNNING
+            elif not stage.state.done:
+                return False
+        return serving
 
     def live_stages(self) -> list[str]:
         with self._lock:
@@ -160,6 +213,8 @@ class Runner:
                 extra.update(hook.status())
             except Exception:  # a status call never fails because of a hook
                 pass
+        if self.code is not None:
+            extra["code"] = self.code.status()
         return {**extra, **out, "stages": stages}
 
     def stage_finished(self, name: str) -> bool:
@@ -182,6 +237,8 @@ class Runner:
                 if problem and stage.name not in self.plan.skip_stages:
                     self._shutdown(Phase.FAILED, stage.name, None, problem)
                     break
+            if self._outcome is None and self.code is not None:
+                self._prepare_code()
             if self._outcome is None and self.plan.setup:
                 self._run_setup()
             self.setup_done.set()
@@ -197,6 +254,13 @@ class Runner:
         finally:
             self.setup_done.set()
             self._finish()
+
+    def _prepare_code(self) -> None:
+        assert self.code is not None
+        problem = self.code.prepare(lambda: self._stop_requested)
+        self._drain_queue()  # a stop requested while the code was awaited
+        if problem and self._outcome is None:
+            self._shutdown(Phase.FAILED, None, None, f"code: {problem}")
 
     def _run_setup(self) -> None:
         self._events.emit("setup.started", data={"commands": len(self.plan.setup)})
@@ -261,7 +325,9 @@ class Runner:
             gpus = self._pool.physical(logical)
             with self._lock:
                 stage.gpus, stage.started_at, stage.started_mono = gpus, self._now(), self._clock()
-            child = self._spawn(name, stage.plan.run, self._env(stage.plan, gpus))
+            given = {**self.plan.env, **stage.plan.env}
+            command, extra = launchers.prepare(self.command_for(stage.plan), len(gpus), given)
+            child = self._spawn(name, command, {**self._env(stage.plan, gpus), **extra}, stage.plan)
             if isinstance(child, str):
                 self._pool.release(name)
                 self._finish_stage(name, StageState.FAILED, EXIT_NOT_STARTED)
@@ -274,8 +340,11 @@ class Runner:
 
     # --- children --------------------------------------------------------------------------
 
-    def _spawn(self, name: str, command: str, env: dict[str, str]) -> Child | str:
-        """Start a child, or return why it could not start (also written to its log)."""
+    def _spawn(
+        self, name: str, command: str, env: dict[str, str], stage: StagePlan | None = None
+    ) -> Child | str:
+        """Start a child (a setup command, or ``stage`` with its stop settings), or return why
+        it could not start (also written to its log)."""
         try:
             child = Child(
                 name,
@@ -283,12 +352,14 @@ class Runner:
                 cwd=self.plan.workdir,
                 env=env,
                 log_path=self.logs_dir / f"{name}.log",
-                grace=self.plan.grace_seconds,
+                grace=stage.grace(self.plan.grace_seconds) if stage else self.plan.grace_seconds,
                 on_exit=lambda c: self._queue.put(("exit", c)),
                 now=self._now,
                 clock=self._clock,
                 sleep=self._sleep,
                 mask=self.secret_values(),
+                tap=self._log_progress(name, env),
+                **(_stop_settings(stage) if stage else {}),
             )
         except OSError as exc:
             error = exc.strerror or type(exc).__name__
@@ -299,11 +370,43 @@ class Runner:
         self._write_children()
         return child
 
+    def _log_progress(self, name: str, env: dict[str, str]) -> LogProgress | None:
+        """The tap that reads the stage's progress from its log (its ``progress`` pattern)."""
+        stage = self._stages.get(name)
+        pattern = stage.plan.progress if stage is not None else None
+        if not pattern:
+            return None
+        # here, not at the top: the agent's start-up pays for the log parser only when a
+        # stage has a pattern (benchmarks/launch_overhead.py)
+        from corral.agent.log_progress import LogProgress, stage_trackers
+
+        trackers = stage_trackers(env, self.plan.workdir)  # started by the first values
+        try:
+            tap = LogProgress(
+                pattern,
+                str(self._tailer.path_for(name)),
+                mask=self.secret_values(),
+                trackers=trackers,
+                clock=self._clock,
+            )
+        except ValueError as exc:  # a plan the spec did not check: the stage runs without it
+            with open(self.logs_dir / f"{name}.log", "a", encoding="utf-8") as log:
+                log.write(f"{iso(self._now())} corral: progress pattern not used: {exc}\n")
+            return None
+        if trackers is not None:
+            self._log_trackers.append(trackers)
+        return tap
+
     def _handle(self, message: tuple[str, Any]) -> None:
         kind, value = message
         if kind == "stop":
             if self._outcome is None:
-                self._shutdown(Phase.STOPPED, None, None, value)
+                with self._lock:
+                    served = self._only_services_left()
+                if served:  # training is done: stopping the services ends the run well
+                    self._shutdown(Phase.SUCCEEDED, None, None, f"services stopped: {value}")
+                else:
+                    self._shutdown(Phase.STOPPED, None, None, value)
             return
         child: Child = value
         self._children.pop(child.name, None)
@@ -312,9 +415,10 @@ class Runner:
             return
         self._pool.release(child.name)
         self._tailer.poll([child.name])  # what the stage wrote last comes before its end
-        code = child.exit_code
+        code = stage_exit_code(child.exit_code, stopped=child.stopped, launcher=child.launcher)
         state = stage_state(code, stopped=child.stopped)
-        self._finish_stage(child.name, state, code)
+        own = {"launcher_exit_code": child.exit_code} if code != child.exit_code else {}
+        self._finish_stage(child.name, state, code, **own)
         ends = attempt_phase(state)
         if ends == Phase.FAILED:
             reason = f"stage {child.name!r} exited with code {code}"
@@ -322,12 +426,14 @@ class Runner:
         elif ends == Phase.PREEMPTED:
             self._shutdown(ends, child.name, code, f"stage {child.name!r} was preempted")
 
-    def _finish_stage(self, name: str, state: StageState, code: int | None) -> None:
+    def _finish_stage(
+        self, name: str, state: StageState, code: int | None, **extra: int | None
+    ) -> None:
         stage = self._stages[name]
         with self._lock:
             stage.state, stage.exit_code, stage.finished_at = state, code, self._now()
         duration = round(self._clock() - stage.started_mono, 3) if stage.started_at else 0.0
-        data = {"state": state.value, "exit_code": code, "duration_s": duration}
+        data = {"state": state.value, "exit_code": code, "duration_s": duration, **extra}
         self._events.emit("stage.finished", stage=name, data=data)
 
     def _shutdown(self, phase: Phase, stage: str | None, code: int | None, reason: str) -> None:
@@ -338,6 +444,15 @@ class Runner:
             self.phase = Phase.STOPPING
         for child in list(self._children.values()):
             child.terminate()
+
+    def _finish_log_trackers(self) -> None:
+        """The trackers fed from the stages' logs end their runs before the attempt does (the
+        machine may go right after), within ``TRACKERS_FINISH_SECONDS`` in all."""
+        deadline = self._clock() + TRACKERS_FINISH_SECONDS
+        for trackers in self._log_trackers:
+            trackers.finish()
+        for trackers in self._log_trackers:
+            trackers.wait(max(0.0, deadline - self._clock()))
 
     def _drain_queue(self) -> None:
         while True:
@@ -356,6 +471,7 @@ class Runner:
             problem = self._call_hooks("after_stages", phase.value)
             if problem and phase == Phase.SUCCEEDED:
                 phase, reason = Phase.FAILED, problem
+        self._finish_log_trackers()
         with self._lock:
             self._outcome = (phase, failed_stage, code, reason)
         self._write_children()
@@ -373,6 +489,11 @@ class Runner:
         with self._lock:
             self.phase, self.finished_at = phase, self._now()
         self.finished.set()
+
+    def command_env(self) -> dict[str, str]:
+        """The environment of a command run on the node besides the stages (``corral
+        exec``): what a setup command gets (the job's env and secrets, every GPU)."""
+        return self._env(None, list(self._pool.devices))
 
     def secret_values(self) -> list[bytes]:
         """The job's secret values (named in CORRAL_SECRET_NAMES), masked in stage logs and in
@@ -420,7 +541,9 @@ class Runner:
                 C.ENV_STAGE: stage.name if stage else SETUP,
                 C.ENV_CHECKPOINT_DIR: self.checkpoint_dir,
                 C.ENV_NUM_GPUS: str(len(gpus)),
-                C.ENV_GRACE_SECONDS: str(plan.grace_seconds),
+                C.ENV_GRACE_SECONDS: str(
+                    stage.grace(plan.grace_seconds) if stage else plan.grace_seconds
+                ),
                 C.ENV_HOURLY_PRICE: str(plan.hourly_price),
                 C.ENV_COST_OFFSET: str(plan.cost_offset_usd),
             }
@@ -433,9 +556,25 @@ class Runner:
             env[C.ENV_PROGRESS_FILE] = str(self._tailer.path_for(stage.name))
         else:
             env.pop(C.ENV_PROGRESS_FILE, None)
+        if self.resume_from is not None:
+            env[C.ENV_RESUME], env[C.ENV_RESUME_FROM] = "1", self.resume_from
+        else:
+            env.pop(C.ENV_RESUME, None)
+            env.pop(C.ENV_RESUME_FROM, None)
         env.pop(C.ENV_AGENT_TOKEN, None)
         env["PATH"] = _with_interpreter_first(env.get("PATH", ""))
         return env
+
+
+def _stop_settings(stage: StagePlan) -> dict[str, Any]:
+    """How :class:`Child` stops this stage (see ``procs``)."""
+    save = stage.save_signal
+    return {
+        "stop_signal": signal.Signals[stage.stop_signal],
+        "save_signal": signal.Signals[save] if save else None,
+        "save_command": stage.save_command,
+        "launcher": launchers.uses_launcher(stage.run),
+    }
 
 
 def _with_interpreter_first(path: str) -> str:

@@ -1,15 +1,28 @@
 """The agent's HTTP API (stdlib ``ThreadingHTTPServer``, JSON bodies, bearer token).
 
-Every request needs ``Authorization: Bearer <token>`` (else 401). Endpoints: ``GET /health``,
-``GET /ready``, ``GET /status``, ``GET /events?after=N``, ``GET /logs``,
-``GET /logs?stage=S&offset=N&limit=L``, ``POST /stop``, ``GET /artifacts/<name>.tar.gz`` (a
-file a hook packaged, streamed). ``docs/agent.md`` is the reference.
+Endpoints: ``GET /health``, ``GET /ready``, ``GET /status``, ``GET /events?after=N``,
+``GET /logs``, ``GET /logs?stage=S&offset=N&limit=L``, ``POST /stop``,
+``GET /artifacts/<name>.tar.gz`` (a file a hook packaged, streamed), ``GET /gpus`` (what each
+GPU of the attempt reads: memory, utilisation, temperature, processes, ECC errors, the stage
+holding it and for how long it has sat at zero utilisation under a running stage),
+``GET /poll?events_after=N&logs=S:N,...`` (status, events and log bytes in one answer:
+:mod:`corral.wire.poll`), ``POST /exec``, ``GET /exec/<id>``, ``POST /exec/<id>/kill`` (a command run on the node:
+:mod:`corral.agent.execs`), ``GET /code`` and ``PUT /code/<sha256>?offset=N`` (the job's code
+bundle), ``/services/<stage>/...`` (a service stage). ``docs/agent.md`` is the reference.
+
+The probes ``/health`` and ``/ready`` (GET or HEAD) answer without a token, as a platform's
+liveness, readiness or startup probe calls them, and then say nothing but liveness
+(``{"ok": true}``, ``{"ready": ...}``); with the token they carry the run, the attempt and
+the versions. Every other endpoint needs ``Authorization: Bearer <token>`` (else 401). Only
+authenticated requests count as a controller's call (``last_request_at``): a platform probing
+the agent every few seconds never keeps an abandoned node alive.
 Responses never contain the token or any environment value, nor a secret value of the job
 (``CORRAL_SECRET_NAMES``: what a job reports as a metric, a note or a checkpoint path is
 ``***`` in ``/status`` and ``/events`` as it is in the stage logs).
 
-Every answer is JSON, whatever the request: any other method is 401 without the token and 405
-with it; a malformed request line or header is 400. A body is read only up to
+Every answer is JSON, whatever the request: a method other than GET and POST (HEAD only for
+the probes) is 405 with or without the token (never the standard library's HTML 501); a
+malformed request line or header is 400. A body is read only up to
 :data:`MAX_BODY` bytes and within :data:`BODY_TIMEOUT` seconds (a bad, huge or unkept
 ``Content-Length`` is a 400 at once or after that time, and the connection is closed), and a
 connection that sends nothing for :data:`IDLE_TIMEOUT` seconds is closed: no request holds a
@@ -21,10 +34,13 @@ on a socket with ``TCP_NODELAY``: a poll never waits for the client's delayed AC
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import hmac
 import json
 import re
 import shutil
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -37,13 +53,35 @@ from urllib.parse import parse_qs, urlsplit
 from corral import __version__
 from corral.agent import logs
 from corral.agent.events import EventLog
+from corral.agent.execs import ExecError, ExecSessions
 from corral.agent.progress import ProgressTailer
 from corral.agent.runner import SETUP, Runner
+from corral.agent.services import Services, Target
+from corral.errors import BadInput
 from corral.secrets.redact import Redactor
 from corral.wire import WIRE_VERSION
 from corral.wire.outcome import StopCause
+from corral.wire.poll import (
+    DEFAULT_LOG_LIMIT,
+    MAX_POLL_EVENTS,
+    POLL_FEATURE,
+    POLL_VERSION,
+    decode_offsets,
+)
 
 GPU_USAGE_TTL = 5.0
+
+
+def _mismatch(exc: BadInput) -> bool:
+    """Whether ``exc`` says the received bytes are not the announced bundle (the bundle code
+    is loaded only when code is shipped: an agent without any starts without it)."""
+    from corral.bundle.unpack import Mismatch
+
+    return isinstance(exc, Mismatch)
+
+
+#: a GPU below this utilisation (percent) counts as "at zero" for ``zero_util_s``
+ZERO_UTIL_PCT = 1.0
 MAX_EVENTS_PAGE = 1000
 #: the largest request body read (only ``POST /stop`` takes one: a small JSON object)
 MAX_BODY = 64 * 1024
@@ -53,6 +91,10 @@ BODY_TIMEOUT = 2.0
 IDLE_TIMEOUT = 60.0
 #: bytes an answer is gathered in before it is sent (a larger one goes out in pieces)
 WRITE_BUFFER = 64 * 1024
+#: the largest body of one ``PUT /code/<sha256>`` (a bundle goes up in pieces of this size)
+MAX_CODE_CHUNK = 256 * 1024 * 1024
+#: seconds an upload may send nothing before its connection is closed
+UPLOAD_IDLE_TIMEOUT = 30.0
 #: the method each path answers (any other method: 405)
 _METHODS = {
     "/health": "GET",
@@ -60,8 +102,21 @@ _METHODS = {
     "/status": "GET",
     "/events": "GET",
     "/logs": "GET",
+    "/poll": "GET",
     "/stop": "POST",
+    "/gpus": "GET",
+    "/code": "GET",
 }
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+#: methods a service stage may be called with through /services/<stage>/
+SERVICE_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+#: the largest request body forwarded to a service, and how long it may take to arrive
+SERVICE_MAX_BODY = 64 * 1024 * 1024
+SERVICE_BODY_TIMEOUT = 60.0
+#: paths answered without a token (platform probes), with what they reveal without it
+_PROBES = frozenset({"/health", "/ready"})
+#: the methods the API answers at all (HEAD: the probes only)
+_KNOWN_METHODS = frozenset({"GET", "POST"})
 #: what a name under /artifacts/ may look like (no separators, no "..")
 _PACKAGE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*\.tar\.gz$")
 
@@ -85,6 +140,7 @@ class AgentApi:
         usage: Callable[[list[str]], list[Any]],
         pid: int,
         clock: Callable[[], float] = time.monotonic,
+        sample: Callable[[list[str]], list[Any]] | None = None,
     ):
         self.runner = runner
         self.events = events
@@ -95,11 +151,28 @@ class AgentApi:
         self._clock = clock
         self._gpu_lock = threading.Lock()
         self._gpu_cache: tuple[float, list[dict]] | None = None
+        self._sample = sample or _sample_gpus
+        self._sample_cache: tuple[float, list[dict]] | None = None
+        #: monotonic time since which each GPU held by a running stage has read zero
+        self._zero_since: dict[str, float] = {}
         self.ready = False
         #: the job's secret values, masked in every answer (values and keys)
         self.redactor = Redactor(v.decode("utf-8", "replace") for v in runner.secret_values())
         #: monotonic time of the last authenticated request (for "is the controller gone?").
         self.last_request_at: float | None = None
+        #: set once a controller has read every event of an attempt that had ended: what a
+        #: signalled agent waits for before it exits (its last words are not lost)
+        self.collected = threading.Event()
+        #: commands run on the node for ``corral exec`` (POST /exec)
+        self.execs = ExecSessions(
+            runner.state_dir / "exec",
+            runner.plan.workdir,
+            runner.command_env,
+            runner.secret_values(),
+            clock=clock,
+        )
+        #: the plan's service stages: health and the way in (/services/<stage>/...)
+        self.services = Services(runner.plan, runner.stage_running)
 
     def touch(self) -> None:
         self.last_request_at = self._clock()
@@ -113,6 +186,7 @@ class AgentApi:
             "pid": self._pid,
             "version": __version__,
             "wire_version": WIRE_VERSION,
+            "features": {POLL_FEATURE: POLL_VERSION},
         }
 
     def gpus(self) -> list[dict]:
@@ -135,14 +209,63 @@ class AgentApi:
             return [dict(r) for r in self._gpu_cache[1]]
 
     def status(self) -> dict:
+        status = self.runner.status()
+        gpus = self.gpus()
+        self._note_utilisation(gpus, _holders(status))
+        out = {**status, "gpus": gpus, "last_checkpoint": self.tailer.last_checkpoint()}
+        if self.services:
+            out["services"] = self.services.status()
+        return out
+
+    def _note_utilisation(self, rows: list[dict], holders: dict[str, str]) -> None:
+        """Remember since when each GPU a running stage holds has read (about) zero; a GPU
+        that works, or that no running stage holds, starts again from nothing."""
+        now = self._clock()
+        with self._gpu_lock:
+            for row in rows:
+                gid = str(row.get("id"))
+                util = row.get("utilization_pct")
+                if gid in holders and isinstance(util, int | float) and util < ZERO_UTIL_PCT:
+                    self._zero_since.setdefault(gid, now)
+                else:
+                    self._zero_since.pop(gid, None)
+            for gid in [g for g in self._zero_since if g not in holders]:
+                del self._zero_since[gid]
+
+    def gpu_report(self) -> dict:
+        """``GET /gpus``: every GPU of this attempt as it reads now (at most
+        :data:`GPU_USAGE_TTL` old), with the running stage that holds it and the seconds it
+        has read zero utilisation while held (None when it works or is free)."""
+        with self._gpu_lock:
+            now = self._clock()
+            if self._sample_cache is None or now - self._sample_cache[0] >= GPU_USAGE_TTL:
+                try:
+                    rows = [g.to_dict() for g in self._sample(self.gpu_ids)]
+                except Exception:  # informative only: an empty list, never a failed request
+                    rows = []
+                self._sample_cache = (now, rows)
+            rows = [dict(r) for r in self._sample_cache[1]]
+        holders = _holders(self.runner.status())
+        self._note_utilisation(rows, holders)
+        now = self._clock()
+        for row in rows:
+            gid = str(row["id"])
+            row["stage"] = holders.get(gid)
+            since = self._zero_since.get(gid)
+            row["zero_util_s"] = round(now - since, 1) if since is not None else None
         return {
-            **self.runner.status(),
-            "gpus": self.gpus(),
-            "last_checkpoint": self.tailer.last_checkpoint(),
+            "run_id": self.runner.plan.run_id,
+            "attempt": self.runner.plan.attempt,
+            "running_stages": sorted(set(holders.values())),
+            "gpus": rows,
+            "wire_version": WIRE_VERSION,
         }
 
     def events_after(self, after: int, limit: int) -> dict:
+        ended = self.runner.finished.is_set()  # before the read: no event of the end missed
         page, next_after = self.events.after(after, limit)
+        if ended and len(page) < limit:
+            self.collected.set()
         return {"events": page, "next": next_after}
 
     def log_names(self) -> list[str]:
@@ -168,6 +291,56 @@ class AgentApi:
             "eof": eof,
         }
 
+    def poll(self, events_after: int, offsets: dict[str, int], log_limit: int) -> dict:
+        """``GET /poll``: the status, then the events after ``events_after``, then the bytes
+        of every stage log past the controller's offset (``offsets``; 0 for a stage not
+        named), at most ``log_limit`` bytes in all (:mod:`corral.wire.poll`). Read in that
+        order, so the events and logs reach at least as far as the status says."""
+        ended = self.runner.finished.is_set()  # before the reads: nothing of the end missed
+        status = self.status()
+        events, events_next = self.events.after(events_after, MAX_POLL_EVENTS)
+        more = len(events) >= MAX_POLL_EVENTS
+        chunks: dict[str, dict] = {}
+        sizes: dict[str, int] = {}
+        budget = log_limit
+        directory = self.runner.logs_dir
+        for name in self.log_names():
+            path = directory / f"{name}.log"
+            size = logs.log_size(path)
+            sizes[name] = size
+            offset = min(offsets.get(name, 0), size)
+            if offset >= size:
+                continue
+            if budget <= 0:
+                more = True
+                continue
+            finished = self.runner.stage_finished(name)  # before the read: no lost tail
+            data, next_offset = logs.read_chunk(path, offset, budget)
+            if next_offset <= offset:
+                continue  # a partial line being written: it comes with the next poll
+            if budget < log_limit and not data.endswith(b"\n"):
+                more = True  # a line longer than what is left: whole, in the next answer
+                continue
+            budget -= next_offset - offset
+            more = more or next_offset < size
+            chunks[name] = {
+                "offset": offset,
+                "next_offset": next_offset,
+                "data": data.decode("utf-8", errors="replace"),
+                "eof": finished and next_offset >= logs.log_size(path),
+            }
+        if ended and not more:
+            self.collected.set()
+        return {
+            "wire_version": WIRE_VERSION,
+            "status": status,
+            "events": events,
+            "events_next": events_next,
+            "logs": chunks,
+            "log_sizes": sizes,
+            "more": more,
+        }
+
     def stop(self, body: dict[str, Any] | None = None) -> dict:
         """``POST /stop`` with an optional JSON body ``{"cause": "budget", "reason": "..."}``
         (cause: a :class:`~corral.wire.outcome.StopCause`; default ``user``)."""
@@ -179,6 +352,24 @@ class AgentApi:
         self.runner.request_stop(reason[:500], cause)
         return {"stopping": True}
 
+    def code(self) -> dict:
+        """``GET /code``: where the attempt's code stands (404: the plan ships none)."""
+        if self.runner.code is None:
+            raise HttpError(404, "this attempt's code is not shipped")
+        return self.runner.code.status()
+
+    def code_upload(self, sha256: str, offset: int, chunks: Callable[[], bytes]) -> dict:
+        """``PUT /code/<sha256>?offset=N``: the next bytes of the bundle."""
+        stage = self.runner.code
+        if stage is None:
+            raise HttpError(404, "this attempt's code is not shipped")
+        try:
+            return stage.receive(sha256, offset, chunks)
+        except LookupError as exc:
+            raise HttpError(409, str(exc)) from None
+        except BadInput as exc:  # the bundle's bytes are not the ones announced: 422
+            raise HttpError(422 if _mismatch(exc) else 409, exc.message) from None
+
     def package(self, name: str) -> Path:
         """The packaged file ``name`` a hook built (``hook.package(name) -> Path | None``)."""
         if not _PACKAGE_NAME.match(name):
@@ -189,6 +380,23 @@ class AgentApi:
             if path is not None:
                 return path
         raise HttpError(404, f"{name} is not packaged (yet)")
+
+
+def _holders(status: dict) -> dict[str, str]:
+    """Physical GPU id -> the running stage that holds it, from the runner's status."""
+    return {
+        str(gid): str(stage["name"])
+        for stage in status.get("stages", [])
+        if stage.get("state") == "running"
+        for gid in stage.get("gpus") or []
+    }
+
+
+def _sample_gpus(ids: list[str]) -> list[Any]:
+    # lazy for start-up speed (first /gpus); no cycle: corral.gpu imports no agent module
+    from corral import gpu
+
+    return gpu.sample(ids)
 
 
 def _int_param(query: dict[str, list[str]], name: str, default: int, low: int, high: int) -> int:
@@ -237,9 +445,24 @@ class _Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         self._dispatch("POST")
 
+    def do_HEAD(self) -> None:
+        self._dispatch("HEAD")
+
+    def do_PUT(self) -> None:
+        self._dispatch("PUT")
+
+    def do_PATCH(self) -> None:
+        self._dispatch("PATCH")
+
+    def do_DELETE(self) -> None:
+        self._dispatch("DELETE")
+
+    def do_OPTIONS(self) -> None:
+        self._dispatch("OPTIONS")
+
     def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
         """The standard library's error answers, as JSON. Its 501 for a method without a
-        ``do_<METHOD>`` goes through the same checks as any request instead (401, then 405)."""
+        ``do_<METHOD>`` goes through the same checks as any request instead (a JSON 405)."""
         if code == HTTPStatus.NOT_IMPLEMENTED and self.command:
             self._dispatch(self.command)
             return
@@ -247,9 +470,9 @@ class _Handler(BaseHTTPRequestHandler):
         phrase = HTTPStatus(code).phrase if code in HTTPStatus._value2member_map_ else "error"
         self._send(code, {"error": (message or phrase)[:200]})
 
-    def _content_length(self) -> int:
+    def _content_length(self, limit: int = MAX_BODY) -> int:
         """The body's announced length (0 without one); 400 for a length that is not one
-        non-negative integer up to :data:`MAX_BODY`, or a body in another framing."""
+        non-negative integer up to ``limit``, or a body in another framing."""
         if self.headers.get("Transfer-Encoding"):
             raise HttpError(400, "Transfer-Encoding is not accepted: send a Content-Length")
         values = {v.strip() for v in self.headers.get_all("Content-Length") or []}
@@ -260,13 +483,14 @@ class _Handler(BaseHTTPRequestHandler):
         raw = values.pop()
         if not (raw.isascii() and raw.isdigit()):
             raise HttpError(400, "Content-Length must be a non-negative integer")
-        if len(raw) > 12 or int(raw) > MAX_BODY:
-            raise HttpError(400, f"Content-Length must be at most {MAX_BODY}")
+        if len(raw) > 12 or int(raw) > limit:
+            raise HttpError(400, f"Content-Length must be at most {limit}")
         return int(raw)
 
-    def _read_body(self, length: int) -> bytes:
+    def _read_body(self, length: int, timeout: float | None = None) -> bytes:
         """Exactly ``length`` bytes, within :data:`BODY_TIMEOUT` seconds in all (400 else)."""
-        deadline = time.monotonic() + BODY_TIMEOUT
+        timeout = BODY_TIMEOUT if timeout is None else timeout
+        deadline = time.monotonic() + timeout
         chunks: list[bytes] = []
         got = 0
         try:
@@ -281,7 +505,7 @@ class _Handler(BaseHTTPRequestHandler):
                 chunks.append(chunk)
                 got += len(chunk)
         except (TimeoutError, OSError):
-            msg = f"the body did not arrive: {got} of {length} bytes in {BODY_TIMEOUT:g} s"
+            msg = f"the body did not arrive: {got} of {length} bytes in {timeout:g} s"
             raise HttpError(400, msg) from None
         finally:
             self.connection.settimeout(self.timeout)
@@ -290,18 +514,39 @@ class _Handler(BaseHTTPRequestHandler):
     def _dispatch(self, method: str) -> None:
         api = self.server.api
         status: int
+        body: dict | Path
+        url = urlsplit(self.path)
+        if url.path.startswith("/services/") and api.services:
+            self._service(method, url.path, url.query)
+            return
         try:
-            length = self._content_length()
-            if not self._authorized():
-                raise HttpError(401, "unauthorized")
-            raw = self._read_body(length) if length else b""
-            api.touch()
-            url = urlsplit(self.path)
-            query = parse_qs(url.query)
-            status, body = self._route(method, url.path, query, raw)
+            upload = method == "PUT" and url.path.startswith("/code/")
+            length = self._content_length(MAX_CODE_CHUNK if upload else MAX_BODY)
+            probe = url.path in _PROBES and method in ("GET", "HEAD")
+            if method not in _KNOWN_METHODS and not probe and not upload:
+                if length:  # the body is not read: nothing after it can be
+                    self.close_connection = True
+                raise HttpError(405, "method not allowed")
+            authorized = self._authorized()
+            if probe and not authorized:
+                if length:
+                    self.close_connection = True
+                status, body = self._probe(url.path)
+            else:
+                if not authorized:
+                    raise HttpError(401, "unauthorized")
+                query = parse_qs(url.query)
+                if upload:
+                    api.touch()
+                    status, body = self._upload(url.path[len("/code/") :], query, length)
+                else:
+                    raw = self._read_body(length) if length else b""
+                    api.touch()
+                    route_method = "GET" if probe else method
+                    status, body = self._route(route_method, url.path, query, raw)
         except HttpError as exc:
             status, body = exc.status, {"error": exc.message}
-            if status in (400, 401):  # a body may be left unread: end the connection
+            if status in (400, 401, 405):  # a body may be left unread: end the connection
                 self.close_connection = True
         except Exception as exc:  # never let a bug take the API down
             status, body = 500, {"error": f"internal error: {type(exc).__name__}"}
@@ -309,6 +554,85 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_file(body)
         else:
             self._send(status, body)
+
+    def _upload(self, sha256: str, query: dict[str, list[str]], length: int) -> tuple[int, dict]:
+        """``PUT /code/<sha256>?offset=N``: stream the body into the attempt's bundle (each
+        read may wait :data:`UPLOAD_IDLE_TIMEOUT` seconds; there is no limit on the whole)."""
+        if not _SHA256.match(sha256):
+            raise HttpError(400, "expected /code/<sha256 of the bundle>")
+        offset = _int_param(query, "offset", 0, 0, 2**62)
+        left = [length]
+
+        def chunk() -> bytes:
+            if left[0] <= 0:
+                return b""
+            self.connection.settimeout(UPLOAD_IDLE_TIMEOUT)
+            try:
+                data = self.rfile.read1(min(left[0], 1024 * 1024))
+            except (TimeoutError, OSError):
+                data = b""
+            if not data:
+                self.close_connection = True
+                raise HttpError(400, f"the body ended after {length - left[0]} of {length} bytes")
+            left[0] -= len(data)
+            return data
+
+        try:
+            answer = self.server.api.code_upload(sha256, offset, chunk)
+        finally:
+            self.connection.settimeout(self.timeout)
+            if left[0] > 0:
+                self.close_connection = True  # the rest of the body was not read
+        return 200, answer
+
+    def _service(self, method: str, path: str, query: str) -> None:
+        """Forward a request to a service stage (``/services/<stage>[:<port>]/...``): without a
+        token when the service is public, else with the agent's. Errors are JSON, like the
+        API's; the service's own answers go back as they are."""
+        api = self.server.api
+        try:
+            target = api.services.target(path)
+            if target is None:
+                raise HttpError(404, "no such service")
+            if method not in SERVICE_METHODS:
+                raise HttpError(405, "method not allowed")
+            length = self._content_length(SERVICE_MAX_BODY)
+            if not target.public and not self._authorized():
+                raise HttpError(401, "unauthorized")
+            if not self.server.api.runner.stage_running(target.stage):
+                raise HttpError(503, f"service {target.stage!r} is not running")
+            raw = self._read_body(length, SERVICE_BODY_TIMEOUT) if length else b""
+        except HttpError as exc:
+            self.close_connection = True
+            self._send(exc.status, {"error": exc.message})
+            return
+        forwarded = Target(
+            target.stage, target.port, target.path + (f"?{query}" if query else ""), target.public
+        )
+        try:
+            status, headers, body = api.services.forward(
+                forwarded, method, dict(self.headers.items()), raw
+            )
+        except (OSError, ValueError) as exc:
+            self._send(
+                502, {"error": f"service {target.stage!r} did not answer: {type(exc).__name__}"}
+            )
+            return
+        self.send_response(status)
+        for name, value in headers:
+            self.send_header(name, value)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if method != "HEAD":
+            self.wfile.write(body)
+        self.wfile.flush()
+
+    def _probe(self, path: str) -> tuple[int, dict]:
+        """A probe without the token: liveness, and readiness, and nothing else."""
+        if path == "/health":
+            return 200, {"ok": True}
+        ready = self.server.api.ready
+        return (200 if ready else 503), {"ready": ready}
 
     def _route(
         self, method: str, path: str, query: dict[str, list[str]], raw: bytes = b""
@@ -320,6 +644,8 @@ class _Handler(BaseHTTPRequestHandler):
             if method != "GET":
                 raise HttpError(405, "method not allowed")
             return 200, api.package(path[len("/artifacts/") :])
+        if path == "/exec" or path.startswith("/exec/"):
+            return self._exec(method, path, query, raw)
         if path not in _METHODS:
             raise HttpError(404, "not found")
         if method != _METHODS[path]:
@@ -331,10 +657,22 @@ class _Handler(BaseHTTPRequestHandler):
             return (200 if api.ready else 503), ready
         if path == "/status":
             return 200, api.status()
+        if path == "/gpus":
+            return 200, api.gpu_report()
+        if path == "/code":
+            return 200, api.code()
         if path == "/events":
             after = _int_param(query, "after", 0, 0, 2**62)
             limit = _int_param(query, "limit", MAX_EVENTS_PAGE, 1, MAX_EVENTS_PAGE)
             return 200, api.events_after(after, limit)
+        if path == "/poll":
+            after = _int_param(query, "events_after", 0, 0, 2**62)
+            limit = _int_param(query, "log_limit", DEFAULT_LOG_LIMIT, 1, logs.MAX_LIMIT)
+            try:
+                offsets = decode_offsets(query.get("logs", [""])[-1])
+            except ValueError as e:
+                raise HttpError(400, str(e)) from None
+            return 200, api.poll(after, offsets, limit)
         if path == "/logs":
             stage = query.get("stage", [None])[-1]
             if stage is None:
@@ -343,6 +681,31 @@ class _Handler(BaseHTTPRequestHandler):
             limit = _int_param(query, "limit", logs.DEFAULT_LIMIT, 1, logs.MAX_LIMIT)
             return 200, api.log_chunk(stage, offset, limit)
         return 202, api.stop(_json_body(raw))
+
+    def _exec(
+        self, method: str, path: str, query: dict[str, list[str]], raw: bytes
+    ) -> tuple[int, dict]:
+        """``POST /exec`` ``{"argv": [...], "timeout_s": N}``, ``GET /exec/<id>?offset=N``
+        and ``POST /exec/<id>/kill`` (:mod:`corral.agent.execs`)."""
+        execs = self.server.api.execs
+        parts = path.strip("/").split("/")
+        try:
+            if parts == ["exec"]:
+                if method != "POST":
+                    raise HttpError(405, "method not allowed")
+                body = _json_body(raw)
+                return 201, execs.start(body.get("argv"), body.get("timeout_s"))
+            if len(parts) == 2 and method == "GET":
+                offset = _int_param(query, "offset", 0, 0, 2**62)
+                limit = _int_param(query, "limit", logs.DEFAULT_LIMIT, 1, logs.MAX_LIMIT)
+                return 200, execs.read(parts[1], offset, limit)
+            if len(parts) == 3 and parts[2] == "kill" and method == "POST":
+                return 202, execs.kill(parts[1])
+        except ExecError as exc:
+            raise HttpError(exc.status, exc.message) from None
+        if len(parts) in (2, 3):
+            raise HttpError(405, "method not allowed")
+        raise HttpError(404, "not found")
 
     def _authorized(self) -> bool:
         header = self.headers.get("Authorization", "")
@@ -365,7 +728,9 @@ class _Handler(BaseHTTPRequestHandler):
         if status == 401:
             self.send_header("WWW-Authenticate", "Bearer")
         if status == 405:
-            self.send_header("Allow", _METHODS.get(urlsplit(self.path).path, "GET"))
+            path = urlsplit(self.path).path
+            allow = _METHODS.get(path, "GET")
+            self.send_header("Allow", f"{allow}, HEAD" if path in _PROBES else allow)
         if self.close_connection:
             self.send_header("Connection", "close")
         self.end_headers()
@@ -393,14 +758,38 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.flush()
 
 
+#: what binding "::" fails with on a node whose kernel has no IPv6
+_NO_IPV6 = frozenset({errno.EAFNOSUPPORT, errno.EADDRNOTAVAIL, errno.EPROTONOSUPPORT})
+
+
 class AgentServer(ThreadingHTTPServer):
+    """The agent's server. An IPv6 host (``::``) binds dual-stack where the system allows it,
+    so the API answers on IPv4 and IPv6 alike (some container gateways reach a container over
+    IPv6 only); on a node without IPv6, ``::`` falls back to every IPv4 interface."""
+
     daemon_threads = True
     allow_reuse_address = True
 
     def __init__(self, address: tuple[str, int], api: AgentApi, token: str):
         self.api = api
         self.token = token.encode()
+        if ":" in address[0]:
+            self.address_family = socket.AF_INET6
+            try:
+                super().__init__((address[0].strip("[]"), address[1]), _Handler)
+                return
+            except OSError as exc:  # a node without IPv6: every IPv4 interface instead
+                if exc.errno not in _NO_IPV6 or address[0].strip("[]") != "::":
+                    raise
+            self.address_family = socket.AF_INET
+            address = ("0.0.0.0", address[1])
         super().__init__(address, _Handler)
+
+    def server_bind(self) -> None:
+        if self.address_family == socket.AF_INET6:
+            with contextlib.suppress(OSError, AttributeError):
+                self.socket.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+        super().server_bind()
 
     @property
     def port(self) -> int:

@@ -9,8 +9,11 @@ does the shim; otherwise it exits with bash's code. Without a stop it exits as s
 does, with bash's code (leftovers are the agent's business).
 
 It also dies with its agent: if the agent process goes away (killed, crashed), the shim kills
-its whole group, so a stage never runs on unwatched (a new attempt could otherwise run the same
-job twice on one machine).
+its whole group and the groups of its descendants (a launcher's ranks), so a stage never runs
+on unwatched (a new attempt could otherwise run the same job twice on one machine).
+
+It outlives every signal a stage may be stopped or asked to save with (SIGTERM, SIGINT,
+SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2: each counts as a stop), so the job's own handling decides.
 
 It runs as ``python -S -I shim.py COMMAND [AGENT_PID]`` (no site, no corral imports: fast).
 """
@@ -22,6 +25,17 @@ import sys
 PREEMPTED = 75  # corral.wire.env.EXIT_PREEMPTED (not imported: this file stands alone)
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
+#: what the shim hears when its agent dies (a real-time signal: SIGUSR1/2 are the job's)
+DEATH_SIGNAL: int = signal.SIGRTMIN + 3 if hasattr(signal, "SIGRTMIN") else signal.SIGUSR2
+#: signals the agent sends a stage's group: a stop, or a request to save first
+STOP_SIGNALS = (
+    signal.SIGTERM,
+    signal.SIGINT,
+    signal.SIGHUP,
+    signal.SIGQUIT,
+    signal.SIGUSR1,
+    signal.SIGUSR2,
+)
 
 
 def _prctl(option: int, value: int) -> None:
@@ -33,14 +47,45 @@ def _prctl(option: int, value: int) -> None:
         pass
 
 
+def _descendant_groups() -> set[int]:
+    """Groups of this shim's descendants outside its own (ranks a launcher started in a session
+    of their own); they are below the shim, their subreaper, while it lives."""
+    parents: dict[int, tuple[int, int]] = {}
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return set()
+    for name in names:
+        if name.isdigit():
+            try:
+                with open(f"/proc/{name}/stat", "rb") as f:
+                    fields = f.read().rpartition(b")")[2].split()
+                parents[int(name)] = (int(fields[1]), int(fields[2]))
+            except (OSError, IndexError, ValueError):
+                continue
+    below, todo = set(), [os.getpid()]
+    while todo:
+        current = todo.pop()
+        for pid, (ppid, _) in parents.items():
+            if ppid == current and pid not in below:
+                below.add(pid)
+                todo.append(pid)
+    return {parents[pid][1] for pid in below} - {os.getpgrp()}
+
+
 def _die_with_group(*_: object) -> None:
+    for group in _descendant_groups():
+        try:
+            os.killpg(group, signal.SIGKILL)
+        except OSError:
+            pass
     os.killpg(os.getpgrp(), signal.SIGKILL)
 
 
 def _follow_agent(agent_pid: int | None) -> None:
-    """SIGUSR2 when the agent dies (the parent-death signal), and the group goes with it."""
-    signal.signal(signal.SIGUSR2, _die_with_group)
-    _prctl(PR_SET_PDEATHSIG, signal.SIGUSR2)
+    """DEATH_SIGNAL when the agent dies (the parent-death signal), and the group goes too."""
+    signal.signal(DEATH_SIGNAL, _die_with_group)
+    _prctl(PR_SET_PDEATHSIG, DEATH_SIGNAL)
     if agent_pid is not None and os.getppid() != agent_pid:  # it died before we asked
         _die_with_group()
 
@@ -50,12 +95,12 @@ def main() -> int:
     _follow_agent(int(sys.argv[2]) if len(sys.argv) > 2 else None)
     _prctl(PR_SET_CHILD_SUBREAPER, 1)
     stopped = []
-    signal.signal(signal.SIGTERM, lambda *_: stopped.append(True))
-    signal.signal(signal.SIGINT, lambda *_: stopped.append(True))
+    for sig in STOP_SIGNALS:
+        signal.signal(sig, lambda *_: stopped.append(True))
     pid = os.fork()
     if pid == 0:
-        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR2):
-            signal.signal(sig, signal.SIG_DFL)
+        for number in (*STOP_SIGNALS, DEATH_SIGNAL):
+            signal.signal(number, signal.SIG_DFL)
         os.execvp("bash", ["bash", "-c", command])
     bash_code = None
     preempted = False

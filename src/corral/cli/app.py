@@ -3,22 +3,56 @@ that start-up stays fast."""
 
 from __future__ import annotations
 
+import importlib
 import sys
+from typing import Any
 
 import typer
 
 from corral import __version__
 from corral.cli.errors import DEBUG, CorralGroup
 
-app = typer.Typer(
-    cls=CorralGroup,
-    name="corral",
-    help="Launch GPU training runs and babysit them to the end.",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-    context_settings={"help_option_names": ["-h", "--help"]},
+_SETTINGS: dict[str, Any] = {
+    "cls": CorralGroup,
+    "name": "corral",
+    "help": "Launch GPU training runs and babysit them to the end.",
+    "no_args_is_help": True,
+    "add_completion": False,
+    "pretty_exceptions_enable": False,
+    "context_settings": {"help_option_names": ["-h", "--help"]},
+}
+
+#: every command in the order ``corral --help`` lists them: (name, module under
+#: ``corral.cli``, its attribute, whether it is a group of subcommands)
+COMMANDS: tuple[tuple[str, str, str, bool], ...] = (
+    ("launch", "launch", "launch", False),
+    ("status", "status", "status", False),
+    ("ls", "ls", "ls", False),
+    ("logs", "logs", "logs", False),
+    ("cancel", "cancel", "cancel", False),
+    ("stop", "stop", "stop", False),
+    ("gpus", "gpus", "gpus", False),
+    ("offers", "offers", "offers", False),
+    ("estimate", "estimate", "estimate", False),
+    ("exec", "execute", "exec_", False),
+    ("download", "download", "download", False),
+    ("controller", "controller", "app", True),
+    ("validate", "validate", "validate", False),
+    ("webhook", "webhook", "app", True),
+    ("debug", "debug", "app", True),
+    ("secret", "secret", "app", True),
+    ("preflight", "preflight", "preflight", False),
+    ("server", "server", "server", False),
+    ("token", "token", "app", True),
+    ("worker", "worker", "worker", False),
+    ("schedule", "schedule", "app", True),
+    ("pool", "pool", "app", True),
+    ("volume", "volume", "app", True),
+    ("agent", "agent", "agent", False),
 )
+_BY_NAME = {entry[0]: entry for entry in COMMANDS}
+#: ``corral agent`` passes its arguments on to the agent
+_PASS_THROUGH = {"ignore_unknown_options": True, "allow_extra_args": True}
 
 
 def _version(value: bool) -> None:
@@ -27,7 +61,6 @@ def _version(value: bool) -> None:
         raise typer.Exit()
 
 
-@app.callback()
 def _main(
     debug: bool = typer.Option(False, "--debug", help="Show tracebacks of errors."),
     version: bool = typer.Option(
@@ -37,52 +70,66 @@ def _main(
     DEBUG["on"] = debug
 
 
-def _register() -> None:
-    from corral.cli import (
-        agent,
-        cancel,
-        controller,
-        debug,
-        estimate,
-        gpus,
-        launch,
-        logs,
-        ls,
-        offers,
-        preflight,
-        secret,
-        server,
-        status,
-        stop,
-        token,
-        validate,
-        webhook,
-    )
-
-    app.command("launch")(launch.launch)
-    app.command("status")(status.status)
-    app.command("ls")(ls.ls)
-    app.command("logs")(logs.logs)
-    app.command("cancel")(cancel.cancel)
-    app.command("stop")(stop.stop)
-    app.command("gpus")(gpus.gpus)
-    app.command("offers")(offers.offers)
-    app.command("estimate")(estimate.estimate)
-    app.add_typer(controller.app, name="controller")
-    app.command("validate")(validate.validate)
-    app.add_typer(webhook.app, name="webhook")
-    app.add_typer(debug.app, name="debug")
-    app.add_typer(secret.app, name="secret")
-    app.command("preflight")(preflight.preflight)
-    app.command("server")(server.server)
-    app.add_typer(token.app, name="token")
-    app.command(
-        "agent", context_settings={"ignore_unknown_options": True, "allow_extra_args": True}
-    )(agent.agent)
+def _new_app(*entries: tuple[str, str, str, bool]) -> typer.Typer:
+    """An app holding ``entries``: each command's module is imported here, and only its."""
+    built = typer.Typer(**_SETTINGS)
+    built.callback()(_main)
+    for name, module, attr, group in entries:
+        target = getattr(importlib.import_module(f"corral.cli.{module}"), attr)
+        if group:
+            built.add_typer(target, name=name)
+        elif name == "agent":
+            built.command(name, context_settings=_PASS_THROUGH)(target)
+        else:
+            built.command(name)(target)
+    return built
 
 
-_register()
+_full: typer.Typer | None = None
+
+
+def full_app() -> typer.Typer:
+    """The app with every command (built once)."""
+    global _full
+    if _full is None:
+        _full = _new_app(*COMMANDS)
+    return _full
+
+
+def __getattr__(name: str) -> typer.Typer:
+    """``corral.cli.app.app``: the app with every command (for tests and embedders; the
+    ``corral`` command itself builds only the one it runs, see :func:`app_for`)."""
+    if name == "app":
+        return full_app()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _command_name(argv: list[str]) -> str | None:
+    """The command ``argv`` (without the program name) invokes: its first word that is not
+    an option (the group's own options, ``--debug``, ``--version``, ``-h``, take no value)."""
+    for word in argv:
+        if word == "--":
+            return None
+        if not word.startswith("-"):
+            return word
+    return None
+
+
+def app_for(argv: list[str]) -> typer.Typer:
+    """The app to run for ``argv``: one holding only the command it invokes, or the whole
+    app when it names none (``corral``, ``corral --help``) or an unknown one (whose error
+    suggests the nearest names).
+
+    Typer turns every registered command into a click command, with all its options, each
+    time the app runs; doing that for the one command invoked keeps start-up independent of
+    how many commands corral has (``benchmarks/launch_overhead.py``). The help and errors
+    of the command are the same either way (``tests/cli/test_help.py``)."""
+    name = _command_name(argv)
+    entry = _BY_NAME.get(name) if name is not None else None
+    if entry is None:
+        return full_app()
+    return _new_app(entry)
 
 
 def main() -> None:
-    sys.exit(app(prog_name="corral") or 0)
+    sys.exit(app_for(sys.argv[1:])(prog_name="corral") or 0)

@@ -18,7 +18,15 @@ app = typer.Typer(
 @app.callback(invoke_without_command=True)
 def controller(
     ctx: typer.Context,
-    tick: float = typer.Option(0.5, "--tick", help="Seconds between reconcile passes."),
+    tick: float = typer.Option(
+        0.5, "--tick", help="Seconds between reads of the active runs (a busy run's interval)."
+    ),
+    poll_interval: float = typer.Option(
+        None,
+        "--poll-interval",
+        help="Seconds between two looks at a quiet running run (default 2, or "
+        "CORRAL_POLL_INTERVAL).",
+    ),
     idle_exit: float = typer.Option(
         None, "--idle-exit", help="Exit after this many seconds with no active run."
     ),
@@ -28,7 +36,9 @@ def controller(
         return
     from corral.service.controller import run_controller
 
-    raise typer.Exit(run_controller(idle_exit_s=idle_exit, tick_s=tick))
+    raise typer.Exit(
+        run_controller(idle_exit_s=idle_exit, tick_s=tick, poll_interval_s=poll_interval)
+    )
 
 
 @app.command("start")

@@ -28,6 +28,10 @@ class CorralGroup(typer.core.TyperGroup):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        # click 8.4+ suggests the nearest command names itself (NoSuchCommand); typer's own
+        # suggestion on top of it said "Did you mean 'launch'?" twice
+        if hasattr(click.exceptions, "NoSuchCommand"):
+            self.suggest_commands = False
         unwrap_command(self)
         for command in self.commands.values():
             unwrap_command(command)

@@ -35,6 +35,9 @@ def estimate(
         print_json(found)
         return
     _print(found.to_json())
+    from corral.cli.offers import warn_stale
+
+    warn_stale(found.stale_prices)
 
 
 #: one-letter marks after a cost, explained under the table: one per flag of a side

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,14 @@ def launch(
     set_: list[str] = typer.Option(
         [], "--set", help="Override a spec field: key.path=value (repeatable)."
     ),
+    priority: int = typer.Option(
+        None,
+        "--priority",
+        min=0,
+        max=9,
+        help="0-9, higher first: the run's place among runs waiting for the same GPUs "
+        "(overrides the spec's priority).",
+    ),
     detach: bool = typer.Option(False, "--detach", "-d", help="Submit and return at once."),
     wait: bool = typer.Option(False, "--wait", help="Wait for the end without streaming logs."),
     json_: bool = typer.Option(
@@ -23,9 +32,26 @@ def launch(
     detaches (the run goes on). Exit code 0 if the run SUCCEEDED, 1 if it ended otherwise."""
     from corral.cli.output import console, err_console, print_json
     from corral.errors import EXIT_INTERRUPTED, EXIT_RUN_NOT_SUCCEEDED
-    from corral.service.submit import submit_run
+    from corral.remote import connect
 
-    submitted = submit_run(file, overrides=list(set_))
+    overrides = list(set_) + ([f"priority={priority}"] if priority is not None else [])
+    remote = connect()
+    bars = sys.stderr.isatty() and not json_  # progress bars: for a person watching
+    packing = _ProgressBar(err_console, "packing the workdir") if bars else None
+    uploading = _ProgressBar(err_console, "uploading the workdir") if bars else None
+    try:
+        if remote is not None:  # CORRAL_SERVER: the code goes there, it submits and babysits
+            submitted = remote.submit(
+                file, overrides=overrides, pack_progress=packing, upload_progress=uploading
+            )
+        else:
+            from corral.service.submit import submit_run
+
+            submitted = submit_run(file, overrides=overrides, progress=packing)
+    finally:
+        for bar in (packing, uploading):
+            if bar is not None:
+                bar.close()
     for warning in submitted.warnings:
         err_console.print(_budget_warning_text(warning))
     for notice in submitted.notices:
@@ -42,10 +68,17 @@ def launch(
             )
         return
     try:
-        if wait:
+        if wait and remote is not None:
+            run = remote.wait_for_end(run.id)
+        elif wait:
             from corral.service.actions import wait_for_end
 
             run = wait_for_end(run.id)
+        elif remote is not None:
+            from corral.cli import remote as remote_cli
+
+            err_console.print(f"[dim]run {run.id} on {remote.url} (Ctrl-C detaches)[/]")
+            run = remote_cli.follow(remote, run.id)
         else:
             from corral.cli.follow import follow
 
@@ -62,15 +95,19 @@ def launch(
         print_json(run)
     else:
         from corral.cli.status import print_summary
-        from corral.service.details import get_run
 
-        print_summary(get_run(run.id))
+        if remote is not None:
+            print_summary(remote.get_run(run.id))
+        else:
+            from corral.service.details import get_run
+
+            print_summary(get_run(run.id))
     if run.state != "SUCCEEDED":
         raise typer.Exit(EXIT_RUN_NOT_SUCCEEDED)
 
 
 def _budget_warning_text(w: Any) -> str:
-    """The over-budget warning (a :class:`corral.service.views.BudgetWarning`) as one line."""
+    """The over-budget warning (a :class:`corral.service.submission.BudgetWarning`) as one line."""
     from corral.cli.output import fmt_cost
 
     return (
@@ -79,3 +116,34 @@ def _budget_warning_text(w: Any) -> str:
         f"{fmt_cost(w.budget_usd)} budget: the run will be stopped at the budget "
         f"(after {w.hours_at_budget:.1f} h)"
     )
+
+
+class _ProgressBar:
+    """A transient progress bar while the workdir is packed for a remote machine, or uploaded
+    to a remote server (shown only once something moves: an unchanged workdir is neither
+    packed nor uploaded again)."""
+
+    def __init__(self, console: Any, label: str) -> None:
+        self._console = console
+        self._label = label
+        self._progress: Any = None
+        self._task: Any = None
+
+    def __call__(self, done: int, total: int) -> None:
+        if self._progress is None:
+            from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn
+
+            self._progress = Progress(
+                TextColumn(self._label),
+                BarColumn(),
+                DownloadColumn(),
+                console=self._console,
+                transient=True,
+            )
+            self._progress.start()
+            self._task = self._progress.add_task("pack", total=total)
+        self._progress.update(self._task, completed=done)
+
+    def close(self) -> None:
+        if self._progress is not None:
+            self._progress.stop()

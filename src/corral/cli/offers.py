@@ -56,6 +56,17 @@ def offers(
         print_json(found)
         return
     _print(found.to_json())
+    warn_stale(found.stale_prices)
+
+
+def warn_stale(stale: list | None) -> None:
+    """One warning line per provider whose price catalog is too old (on stderr)."""
+    from rich.markup import escape
+
+    from corral.cli.output import err_console
+
+    for s in stale or []:
+        err_console.print(f"[yellow]warning: {escape(s.message)}[/]")
 
 
 def gpu_text(o: dict) -> str:

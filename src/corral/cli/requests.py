@@ -10,9 +10,15 @@ if TYPE_CHECKING:
 
 def request(run_ref: str, action: str, *, wait: bool, json_: bool) -> RunView:
     from corral.cli.output import console, print_json
-    from corral.service.actions import request as request_action
+    from corral.remote import connect
 
-    run = request_action(run_ref, action, wait=wait)
+    remote = connect()
+    if remote is not None:  # CORRAL_SERVER: the server records the request
+        run = remote.request(run_ref, action, wait=wait)
+    else:
+        from corral.service.actions import request as request_action
+
+        run = request_action(run_ref, action, wait=wait)
     if json_:
         print_json(run)
     elif run.terminal:

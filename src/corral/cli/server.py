@@ -23,12 +23,20 @@ def server(
         "--cors-origin",
         help="Allow browser calls from this origin (repeatable); CORS is off unless given.",
     ),
+    gpu_threshold: list[str] = typer.Option(
+        None,
+        "--gpu-threshold",
+        help="A GPU health threshold KEY=VALUE (repeatable), e.g. temperature_warn_c=80; "
+        "see docs/server.md. Adds to CORRAL_GPU_THRESHOLDS.",
+    ),
 ) -> None:
-    """Serve the HTTP API (docs at /docs; every endpoint but /healthz needs a token from
-    `corral token create`). A background controller is started if none runs."""
+    """Serve the HTTP API (docs at /docs), the dashboard (/), GPU monitoring and Prometheus
+    /metrics; every endpoint but /healthz needs a token from `corral token create`. A
+    background controller is started if none runs."""
     from corral.cli.output import err_console
     from corral.errors import BadInput
     from corral.service.controller import ensure_controller
+    from corral.service.gpu_health import ENV_GPU_THRESHOLDS, parse_thresholds
 
     try:
         import fastapi  # noqa: F401
@@ -43,6 +51,14 @@ def server(
         os.environ[ENV_CORS_ORIGINS] = ",".join(cors_origin)
     else:
         os.environ.pop(ENV_CORS_ORIGINS, None)
+    if gpu_threshold:
+        pairs = [p for p in os.environ.get(ENV_GPU_THRESHOLDS, "").split(",") if p.strip()]
+        value = ",".join([*pairs, *gpu_threshold])
+        parse_thresholds(value, where="--gpu-threshold")  # a bad one: one line, before serving
+        os.environ[ENV_GPU_THRESHOLDS] = value
     pid = ensure_controller(wait_s=5.0, notify=lambda line: err_console.print(line))
-    err_console.print(f"controller running (pid {pid}); API docs at http://{host}:{port}/docs")
+    err_console.print(
+        f"controller running (pid {pid}); dashboard at http://{host}:{port}/, "
+        f"API docs at http://{host}:{port}/docs"
+    )
     uvicorn.run(APP_FACTORY, factory=True, host=host, port=port)

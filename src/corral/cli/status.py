@@ -20,14 +20,54 @@ def fmt_loss(loss: Any) -> str:
 
 
 def fmt_progress(prog: dict[str, Any] | None) -> str:
-    """``step/total (percent%)``, ``step`` when the total is unknown, ``-`` before any report."""
+    """``step/total (percent%) ETA 12m05s``, ``step`` when the total is unknown, ``-`` before
+    any report. The ETA is the agent's (from the rate of the recent progress records)."""
+    from corral.cli.output import fmt_duration
+
     prog = prog or {}
     if prog.get("step") is None:
         return "-"
     text = f"{prog['step']}" + (f"/{prog['total']}" if prog.get("total") else "")
     if isinstance(prog.get("percent"), (int, float)):
         text += f" ({prog['percent']:.0f}%)"
+    eta = prog.get("eta_s")
+    if isinstance(eta, (int, float)) and not isinstance(eta, bool) and eta > 0:
+        text += f" ETA {fmt_duration(eta)}"
     return text
+
+
+def checkpoint_line(last: Any, sync: Any) -> str | None:
+    """``  checkpoint  step 1200 (4 shards) · uploaded step 1000``, or None before any."""
+    parts = []
+    if isinstance(last, dict) and last.get("step") is not None:
+        text = f"step {last['step']}"
+        shards = last.get("shards")
+        if isinstance(shards, int) and not isinstance(shards, bool) and shards > 1:
+            text += f" ({shards} shards)"
+        parts.append(text)
+    if isinstance(sync, dict) and sync.get("last_uploaded_step") is not None:
+        parts.append(f"uploaded step {sync['last_uploaded_step']}")
+    return "  checkpoint  " + " · ".join(parts) if parts else None
+
+
+def mirror_line(mirror: Any) -> str | None:
+    """``  mirrored    out/ckpt.pt (3 copies) · restored /w/out/ckpt.pt``, or None before
+    any (the mirror of ``checkpoints.path``)."""
+    if not isinstance(mirror, dict):
+        return None
+    parts = []
+    if mirror.get("last_uploaded"):
+        n = mirror.get("uploaded", 0)
+        parts.append(f"{mirror['last_uploaded']} ({n} cop{'y' if n == 1 else 'ies'})")
+    if mirror.get("restored"):
+        parts.append(f"restored {mirror['restored']}")
+    if mirror.get("last_error"):
+        parts.append(f"error: {mirror['last_error']}")
+    if not parts:
+        return None
+    from rich.markup import escape
+
+    return "  mirrored    " + escape(" · ".join(parts))
 
 
 def acceptance_line(acc: Any) -> str | None:
@@ -75,9 +115,15 @@ def status(
 ) -> None:
     """Show a run: state and reason, attempts, stages with progress, cost."""
     from corral.cli.output import print_json
-    from corral.service.details import get_run
+    from corral.remote import connect
 
-    details = get_run(run_ref or None)
+    remote = connect()
+    if remote is not None:  # CORRAL_SERVER: the server's run
+        details = remote.get_run(run_ref or None)
+    else:
+        from corral.service.details import get_run
+
+        details = get_run(run_ref or None)
     if json_:
         print_json(details)
         return
@@ -126,9 +172,50 @@ def _print_details(run: RunDetails) -> None:
     man = run.manifest
     if isinstance(man, dict) and man.get("uri"):
         console.print(f"  manifest    {man['uri']} ({man.get('files', 0)} files)")
+    code_text = code_line(run.code)
+    if code_text:
+        console.print(code_text)
     if run.checkpoint_dir:
         console.print(f"  checkpoints {run.checkpoint_dir}")
+    line = checkpoint_line(run.last_checkpoint, run.checkpoint_sync)
+    if line:
+        console.print(line)
+    line = mirror_line(run.checkpoint_mirror)
+    if line:
+        console.print(line, highlight=False)
+    from rich.markup import escape
+
+    for warning in run.warnings or []:
+        console.print(f"  [yellow]warning[/]     {escape(warning)}", highlight=False)
+    for svc in run.services or []:
+        health = {True: "[green]healthy[/]", False: "[red]unhealthy[/]"}.get(
+            svc.get("healthy"), "health unknown"
+        )
+        if svc.get("url"):
+            console.print(f"  service     {svc['stage']}: {svc['url']} ({health})", highlight=False)
+        else:
+            console.print(f"  service     {svc['stage']}: not serving", highlight=False)
     console.print(f"  logs        corral logs {run.id}")
+
+
+def code_line(code: Any) -> str | None:
+    """What the run shipped, as one line: the git commit, or the workdir's bundle."""
+    if not isinstance(code, dict):
+        return None
+    git = code.get("git")
+    size = code.get("size")
+    extra = f" + {size / 1e6:.1f} MB bundle" if isinstance(size, int) and size else ""
+    if isinstance(git, dict) and git.get("commit"):
+        ref = f" ({git['ref']})" if git.get("ref") else ""
+        return f"  code        git {git.get('url')} @ {str(git['commit'])[:12]}{ref}{extra}"
+    sha = str(code.get("sha256") or "")[:12]
+    text = f"  code        workdir, {code.get('members', '?')} files, "
+    text += f"{(size or 0) / 1e6:.1f} MB packed (sha256 {sha})"
+    checkout = code.get("checkout")
+    if isinstance(checkout, dict) and checkout.get("commit"):
+        dirty = " + local changes" if checkout.get("dirty") else ""
+        text += f" from commit {str(checkout['commit'])[:12]}{dirty}"
+    return text
 
 
 def _list(value: Any) -> list[Any]:

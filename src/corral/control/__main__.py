@@ -16,6 +16,12 @@ def main(argv: list[str] | None = None) -> int:
         help="exit after this many seconds with no active run",
     )
     parser.add_argument("--tick", type=float, default=None, help="seconds between ticks")
+    parser.add_argument(
+        "--poll-interval",
+        type=float,
+        default=None,
+        help="seconds between two looks at a quiet running run",
+    )
     parser.add_argument("--log-file", type=Path, default=None)
     args = parser.parse_args(argv)
     # lazy on purpose (not a cycle): --help answers without loading the controller
@@ -24,7 +30,10 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         return run_foreground(
-            idle_exit_s=args.idle_exit, tick_seconds=args.tick, log_to=args.log_file
+            idle_exit_s=args.idle_exit,
+            tick_seconds=args.tick,
+            poll_interval_s=args.poll_interval,
+            log_to=args.log_file,
         )
     except Conflict as e:  # lost the race to another controller: nothing to do
         print(e.message, file=sys.stderr)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+import threading
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -32,7 +34,21 @@ def utcnow() -> datetime:
 
 @dataclass
 class Settings:
+    #: how often the loop reads the active runs from the store; and how soon a run is
+    #: looked at again while something happens (PROVISIONING, STOPPING, a RUNNING run whose
+    #: last look brought events, log bytes or a new status)
     tick_seconds: float = 0.5
+    #: a quiet RUNNING run is looked at at least this often (the interval doubles from
+    #: ``tick_seconds`` after each quiet look, up to this); a budget cap, a deadline, an idle
+    #: limit or the provider's next check coming sooner shortens it
+    poll_interval_s: float = 2.0
+    #: a run waiting for capacity tries again this often (and at once when a run of this
+    #: controller ends)
+    wait_retry_s: float = 2.0
+    #: threads that look at PROVISIONING and RUNNING runs (agent and provider status)
+    poll_workers: int = 16
+    #: threads that launch, tear down and carry out requests (slow cloud calls)
+    ops_workers: int = 8
     #: how often each provider sweeps for machines no run knows (leaks)
     sweep_interval_s: float = 300.0
     #: how often the provider is asked about a machine whose agent answers (the preemption
@@ -61,6 +77,11 @@ class Settings:
     agent_controller_timeout_s: float = 1800.0
     #: a GPU at or above this utilisation counts as work for the idle watcher.
     idle_gpu_threshold_pct: float = 5.0
+    #: with several controllers on one store, how long a controller's lease on a run lasts
+    #: (renewed at half); a controller that dies loses its runs to another after this long
+    lease_ttl_s: float = 20.0
+    #: parsed specs kept in memory, by spec hash (the least recently used goes first)
+    spec_cache_size: int = 4096
 
 
 def _new_pool() -> AgentPool:
@@ -84,10 +105,16 @@ class Context:
     #: in-memory notes that do not need to survive a restart (first unreachable time, ...),
     #: keyed ``"<run id>:..."`` so that :meth:`forget` drops a finished run's notes
     memo: dict[str, Any] = field(default_factory=dict)
-    _spec_cache: dict[str, tuple[str, JobSpec]] = field(default_factory=dict)
+    #: run id -> (spec hash, the validated JobSpec), least recently used first (bounded:
+    #: ``Settings.spec_cache_size``)
+    _spec_cache: OrderedDict[str, tuple[str, JobSpec]] = field(default_factory=OrderedDict)
+    _spec_lock: threading.Lock = field(default_factory=threading.Lock)
     _clients: dict[tuple[str, str], AgentClient] = field(default_factory=dict)
     #: the one connection pool every default agent client borrows (made on first use)
     pool: AgentPool | None = None
+    #: run id -> what the controller holds of its current attempt's copy (the agent's event
+    #: cursor, log offsets, the status last stored: ``control.sync.PollState``)
+    polls: dict[str, Any] = field(default_factory=dict)
 
     def provider(self, name: str) -> Provider:
         try:
@@ -96,12 +123,21 @@ class Context:
             raise BadInput(f"provider {name!r} is not enabled on this controller") from None
 
     def spec(self, run: RunRecord) -> JobSpec:
-        """The run's JobSpec, validated once per spec hash."""
-        cached = self._spec_cache.get(run.id)
-        if cached and cached[0] == run.spec_hash:
-            return cached[1]
-        spec = JobSpec.model_validate(run.spec)
-        self._spec_cache[run.id] = (run.spec_hash, spec)
+        """The run's JobSpec, validated once per spec hash and kept (at most
+        ``Settings.spec_cache_size`` runs', the least recently used out). A run listed without
+        its spec (``RunRecord.spec`` None) has it read from the store only on a miss."""
+        with self._spec_lock:
+            cached = self._spec_cache.get(run.id)
+            if cached is not None and cached[0] == run.spec_hash:
+                self._spec_cache.move_to_end(run.id)
+                return cached[1]
+        raw = run.spec if run.spec is not None else self.store.get_run(run.id).spec
+        spec = JobSpec.model_validate(raw)
+        with self._spec_lock:
+            self._spec_cache[run.id] = (run.spec_hash, spec)
+            self._spec_cache.move_to_end(run.id)
+            while len(self._spec_cache) > max(1, self.settings.spec_cache_size):
+                self._spec_cache.popitem(last=False)
         return spec
 
     def agent(self, run_id: str, attempt: int, endpoint: str) -> AgentClient:
@@ -112,25 +148,32 @@ class Context:
             if self.client_factory is not None:
                 client = self.client_factory(endpoint, token)
             else:
-                if self.pool is None or self.pool.closed:
-                    self.pool = _new_pool()
-                client = self.pool.client(endpoint, token)
+                with self._spec_lock:
+                    if self.pool is None or self.pool.closed:
+                        self.pool = _new_pool()
+                    pool = self.pool
+                client = pool.client(endpoint, token)
             self._clients[key] = client
         return client
 
     def forget(self, run_id: str) -> None:
         """Drop what is kept for a finished run (its clients are closed; the shared connection
         pool stays open for the other runs)."""
-        self._spec_cache.pop(run_id, None)
-        for key in [k for k in self._clients if k[0].startswith(run_id + ":")]:
-            self._clients.pop(key).close()
-        for memo_key in [k for k in self.memo if k.startswith(run_id + ":")]:
+        with self._spec_lock:
+            self._spec_cache.pop(run_id, None)
+        self.polls.pop(run_id, None)
+        # list(d) copies without letting another thread in: runs are polled concurrently
+        for key in [k for k in list(self._clients) if k[0].startswith(run_id + ":")]:
+            client = self._clients.pop(key, None)
+            if client is not None:
+                client.close()
+        for memo_key in [k for k in list(self.memo) if k.startswith(run_id + ":")]:
             self.memo.pop(memo_key, None)
 
     def close(self) -> None:
         """Close every agent client and the shared connection pool (a later :meth:`agent`
         opens a new pool)."""
-        for client in self._clients.values():
+        for client in list(self._clients.values()):
             client.close()
         self._clients.clear()
         if self.pool is not None:

@@ -14,13 +14,19 @@ import threading
 import time
 import traceback
 from collections.abc import Callable
+from concurrent.futures import Executor, ThreadPoolExecutor
+from functools import partial
 
-from corral.control import actions, finishing, launching, monitor, transitions
+from corral.control import actions, finishing, launching, monitor, scheduling, transitions
 from corral.control.context import Context, log
+from corral.control.leases import Leases
+from corral.control.loop_metrics import LoopMetrics
+from corral.control.nudges import take_nudges
 from corral.control.observe import Observation
+from corral.control.schedule import Head, Result, Schedule
 from corral.control.transitions import Transition
 from corral.control.watchers import run_watchers
-from corral.errors import CorralError
+from corral.errors import CorralError, NotFound
 from corral.store.records import RunRecord
 from corral.store.states import RunState
 
@@ -40,10 +46,12 @@ HANDLERS: dict[RunState, Handler] = {
 MAX_STEPS = 4
 
 
-def reconcile(ctx: Context, run: RunRecord) -> None:
+def reconcile(ctx: Context, run: RunRecord, *, follow: bool = True) -> Result:
     """One step of one run: the user's request if there is one, else the watchers, else the
     handler of its state; the step decided is applied (``transitions.apply``), and a stop
-    or a recovery it starts (``Transition.follow``) goes on at once."""
+    or a recovery it starts (``Transition.follow``) goes on at once unless ``follow`` is
+    False (then the next look, on the workers of the new state, carries it on). Returns what
+    the schedule needs to know of the look."""
     obs = Observation(ctx, run)
     if run.requested_action:
         step = actions.handle_request(ctx, run)
@@ -52,7 +60,14 @@ def reconcile(ctx: Context, run: RunRecord) -> None:
         handler = HANDLERS.get(RunState(run.state))
         if step is None and handler is not None:
             step = handler(ctx, run, obs)
-    carry_out(ctx, run, step)
+    moved = carry_out(ctx, run, step, follow=follow)
+    state = RunState(moved.state if moved is not None else run.state)
+    return Result(
+        state=state.value,
+        wake_in=obs.wake_in if moved is None else None,
+        lively=obs.lively,
+        gone=state.terminal,
+    )
 
 
 def start_attempt(ctx: Context, run: RunRecord) -> None:
@@ -63,66 +78,132 @@ def start_attempt(ctx: Context, run: RunRecord) -> None:
     carry_out(ctx, run, launching.next_attempt(ctx, run))
 
 
-def carry_out(ctx: Context, run: RunRecord, step: transitions.Step | None) -> None:
-    """Apply ``step`` (decided on ``run``), then, while a transition asks to be followed,
-    the handler of the state it reached (at most :data:`MAX_STEPS` moves)."""
+def carry_out(
+    ctx: Context, run: RunRecord, step: transitions.Step | None, *, follow: bool = True
+) -> RunRecord | None:
+    """Apply ``step`` (decided on ``run``), then, while a transition asks to be followed
+    (and ``follow``), the handler of the state it reached (at most :data:`MAX_STEPS` moves).
+    Returns the run as the last move left it (None: it did not move)."""
+    last = None
     for _ in range(MAX_STEPS):
         moved = transitions.apply(ctx, run, step)
-        if moved is None or not isinstance(step, Transition) or not step.follow:
-            return
+        if moved is None:
+            return last
+        last = moved
+        if not follow or not isinstance(step, Transition) or not step.follow:
+            return last
         run = moved
         handler = HANDLERS.get(RunState(run.state))
         if handler is None:
-            return
+            return last
         step = handler(ctx, run, Observation(ctx, run))
+    return last
 
 
 class Controller:
-    def __init__(self, ctx: Context):
+    """The loop over the active runs. :meth:`serve` is the controller process: each run is
+    looked at on its own schedule (``control.schedule``) by a bounded pool of poll workers
+    (PROVISIONING, RUNNING) or of operations workers (launches, teardowns, requests), so one
+    slow agent or cloud call delays only its own run. :meth:`tick` looks at every active run
+    once, one after another, in this thread (tests, and embedders that drive the loop).
+
+    ``holds``: which runs this controller looks at (by run id; default all), for controllers
+    that share a store and hold a lease each on some of its runs; ``leases`` gives it (and is
+    refreshed before each read of the active runs). Before each read, the runs of the cron
+    schedules that are due are started (``control.scheduling``)."""
+
+    def __init__(
+        self,
+        ctx: Context,
+        *,
+        holds: Callable[[str], bool] | None = None,
+        leases: Leases | None = None,
+    ):
         self.ctx = ctx
+        self.leases = leases
+        if holds is None and leases is not None:
+            holds = leases.holds
+        #: active runs another controller holds (a standby controller stays up for them)
+        self._elsewhere = 0
         self.wake = threading.Event()
         self.stopping = threading.Event()
         self._errors: dict[str, str] = {}
         self._next_sweep = time.monotonic() + ctx.settings.sweep_interval_s
         #: other work that keeps the controller from exiting when idle (webhook deliveries)
         self.busy: Callable[[], bool] = lambda: False
+        self.holds = holds
+        self.schedule = Schedule(ctx.settings, holds=holds)
+        #: set by SIGUSR1 (a CLI launched or asked something): read the active runs now
+        self._poked = False
+        self._lock = threading.Lock()
+        self._in_flight = 0
+        self._sweeping = False
+        #: monotonic time the loop sleeps until (a worker wakes it for an earlier due look)
+        self._sleep_until = 0.0
+        self._metrics: LoopMetrics | None = None
 
     def reconcile(self, run: RunRecord) -> None:
         reconcile(self.ctx, run)
 
     def tick(self) -> int:
-        """One pass over the active runs; returns how many there were."""
-        # oldest first: runs waiting for the same GPUs get them in the order they were submitted
+        """One pass over the active runs this controller holds, highest priority first, then
+        oldest, in this thread; returns how many active runs there were."""
+        self._before_read()
+        # runs waiting for the same GPUs get them by priority, then in submission order (the
+        # order of Store.run_heads); no spec is read here
+        place = {run_id: i for i, (run_id, _, _) in enumerate(self.ctx.store.run_heads())}
         runs = sorted(
-            self.ctx.store.list_runs(active_only=True, with_spec=True),
-            key=lambda r: (r.created_at, r.id),
+            self.ctx.store.list_runs(active_only=True),
+            key=lambda r: (place.get(r.id, len(place)), r.created_at, r.id),
         )
-        for run in runs:
-            try:
-                self.reconcile(run)
-                self._errors.pop(run.id, None)
-            except Exception as e:  # one run's trouble never kills the loop
-                text = e.message if isinstance(e, CorralError) else f"{type(e).__name__}: {e}"
-                if self._errors.get(run.id) != text:  # one traceback and event per distinct error
-                    log.error(
-                        "run %s: reconcile failed: %s\n%s", run.id, text, traceback.format_exc()
-                    )
-                    self._errors[run.id] = text
-                    try:
-                        self.ctx.store.add_event(run.id, "controller.error", text)
-                    except Exception:
-                        pass
+        mine = [r for r in runs if self.holds is None or self.holds(r.id)]
+        self._elsewhere = len(runs) - len(mine)
+        for run in mine:
+            self._guarded(run.id, partial(reconcile, self.ctx, run))
         self._maybe_sweep()
         return len(runs)
 
-    def _maybe_sweep(self) -> None:
+    def _guarded(self, run_id: str, look: Callable[[], Result]) -> Result | None:
+        """``look()``, with one run's trouble logged and recorded (one traceback and event
+        per distinct error), never raised: it never stops the loop."""
+        try:
+            result = look()
+            self._errors.pop(run_id, None)
+            return result
+        except Exception as e:
+            text = e.message if isinstance(e, CorralError) else f"{type(e).__name__}: {e}"
+            if self._errors.get(run_id) != text:
+                log.error("run %s: reconcile failed: %s\n%s", run_id, text, traceback.format_exc())
+                self._errors[run_id] = text
+                try:
+                    self.ctx.store.add_event(run_id, "controller.error", text)
+                except Exception:
+                    pass
+            return None
+
+    def _maybe_sweep(self, pool: Executor | None = None) -> None:
         """The leak sweep, every ``sweep_interval_s``: each provider terminates the machines it
         holds for corral whose launch key no open resource row knows (belt and braces on top of
-        the intent log) and frees what outlives machines (volumes) of runs that are over. One provider's failure is logged, never fatal."""
+        the intent log) and frees what outlives machines (volumes) of runs that are over. One
+        provider's failure is logged, never fatal. With ``pool`` it runs there (one at a time)."""
         now = time.monotonic()
-        if now < self._next_sweep:
+        if now < self._next_sweep or self._sweeping:
             return
         self._next_sweep = now + self.ctx.settings.sweep_interval_s
+        if pool is None:
+            self._sweep()
+            return
+        self._sweeping = True
+
+        def sweep() -> None:
+            try:
+                self._sweep()
+            finally:
+                self._sweeping = False
+
+        pool.submit(sweep)
+
+    def _sweep(self) -> None:
         try:
             active = {r.key for r in self.ctx.store.resources(open_only=True)}
             runs = {r.id for r in self.ctx.store.list_runs(active_only=True)}
@@ -138,31 +219,125 @@ class Controller:
             if swept:
                 log.warning("leak sweep of %s terminated %s", name, ", ".join(swept))
 
+    # --- the scheduled loop -------------------------------------------------------------
+
     def serve(self, *, idle_exit_s: float | None = None) -> None:
-        """Tick until stopped (SIGTERM/SIGINT) or, with ``idle_exit_s``, until no run has been
-        active for that long. SIGUSR1 wakes the loop at once (the CLI sends it after a launch)."""
+        """Look at each active run on its schedule until stopped (SIGTERM/SIGINT) or, with
+        ``idle_exit_s``, until no run has been active for that long. SIGUSR1 (the CLI sends
+        it after a launch or a request) makes the loop read the active runs at once."""
         if threading.current_thread() is threading.main_thread():
-            signal.signal(signal.SIGUSR1, lambda *_: self.wake.set())
+            signal.signal(signal.SIGUSR1, lambda *_: self.poke())
             signal.signal(signal.SIGTERM, lambda *_: self.stop())
             signal.signal(signal.SIGINT, lambda *_: self.stop())
+        settings = self.ctx.settings
+        polls = ThreadPoolExecutor(max(1, settings.poll_workers), "corral-poll")
+        ops = ThreadPoolExecutor(max(1, settings.ops_workers), "corral-op")
         idle_since: float | None = None
-        while not self.stopping.is_set():
-            try:
-                active = self.tick()
-            except Exception as e:  # the store itself failed: wait and retry
-                log.error("controller tick failed: %s", e)
-                active = 1
-            now = time.monotonic()
-            if active or self.busy():
-                idle_since = None
-            elif idle_since is None:
-                idle_since = now
-            elif idle_exit_s is not None and now - idle_since >= idle_exit_s:
-                log.info("no active run for %.0fs: controller exits", idle_exit_s)
-                return
-            self.wake.wait(self.ctx.settings.tick_seconds)
-            self.wake.clear()
+        next_read = 0.0
+        #: how long each look at a run takes, for `corral server`'s /metrics
+        self._metrics = LoopMetrics(self.ctx.home)
+        try:
+            while not self.stopping.is_set():
+                now = time.monotonic()
+                if self._poked or now >= next_read:
+                    self._poked = False
+                    next_read = now + settings.tick_seconds
+                    self._read_runs()
+                self._dispatch(polls, ops)
+                self._maybe_sweep(ops)
+                if len(self.schedule) or self._in_flight or self._elsewhere or self.busy():
+                    idle_since = None
+                elif idle_since is None:
+                    idle_since = now
+                elif idle_exit_s is not None and now - idle_since >= idle_exit_s:
+                    log.info("no active run for %.0fs: controller exits", idle_exit_s)
+                    return
+                due = self.schedule.next_due()
+                until = next_read if due is None else min(next_read, due)
+                self._sleep_until = until
+                self.wake.wait(max(0.0, until - time.monotonic()))
+                self.wake.clear()
+        finally:
+            self.stopping.set()
+            polls.shutdown(wait=True, cancel_futures=True)
+            ops.shutdown(wait=True, cancel_futures=True)
+            self._metrics.flush()
+
+    def _read_runs(self) -> None:
+        """The active runs from the store, into the schedule; runs that ended elsewhere (or
+        are no longer held) are forgotten."""
+        self._before_read()
+        try:
+            # highest priority first, then oldest: the line for capacity goes in this order
+            heads = [Head(i, st, a) for i, st, a in self.ctx.store.run_heads()]
+        except Exception as e:  # the store itself failed: keep the schedule, retry
+            log.error("controller tick failed: %s", e)
+            return
+        if self.holds is not None:
+            self._elsewhere = sum(1 for h in heads if not self.holds(h.id))
+        for run_id in self.schedule.sync(heads):
+            self.ctx.forget(run_id)
+        self.schedule.hurry(take_nudges(self.ctx.home))  # runs a CLI asked to be looked at
+
+    def _before_read(self) -> None:
+        """Start the runs of the schedules that are due, and take or renew this controller's
+        leases, before the active runs are read."""
+        try:
+            scheduling.fire_due(self.ctx)
+        except Exception as e:  # the store failed: the next read tries again
+            log.error("schedules: %s", e)
+        if self.leases is not None:
+            self.leases.refresh()
+
+    def _dispatch(self, polls: Executor, ops: Executor) -> None:
+        """Hand every due run to its workers."""
+        for slot in self.schedule.take_due():
+            with self._lock:
+                self._in_flight += 1
+            pool = polls if slot.polled else ops
+            pool.submit(self._look, slot.run_id, slot.state, slot.polled, slot.line_turn)
+
+    def _look(self, run_id: str, state: str, polled: bool, queued: bool) -> None:
+        """One look at one run, on a worker thread (a poll worker does not follow the run
+        into a stop or a recovery: the operations workers carry those on)."""
+        result: Result | None = None
+        began = time.monotonic()
+        try:
+            result = self._guarded(run_id, lambda: self._look_at(run_id, polled))
+        finally:
+            with self._lock:
+                self._in_flight -= 1
+                if self._metrics is not None:
+                    self._metrics.observe(time.monotonic() - began, len(self.schedule))
+            due = self.schedule.done(run_id, result)
+            if result is not None and result.gone:
+                self.ctx.forget(run_id)
+            freed = result is not None and (
+                result.gone or (state in _TEARDOWN and result.state != state)
+            )
+            if freed:  # a machine may have been freed: the runs waiting for one try now
+                self.schedule.wake_waiting()
+            if freed or queued or due is None or due < self._sleep_until:
+                self.wake.set()
+
+    def _look_at(self, run_id: str, polled: bool) -> Result:
+        try:
+            run = self.ctx.store.get_run(run_id, with_spec=False)
+        except NotFound:  # deleted under us: over for this controller
+            return Result("", gone=True)
+        if not run.active:
+            return Result(run.state, gone=True)
+        return reconcile(self.ctx, run, follow=not polled)
+
+    def poke(self) -> None:
+        """Read the active runs at once (what SIGUSR1 does)."""
+        self._poked = True
+        self.wake.set()
 
     def stop(self) -> None:
         self.stopping.set()
         self.wake.set()
+
+
+#: states whose end may free a machine (a teardown was under way)
+_TEARDOWN = frozenset({RunState.STOPPING.value, RunState.RECOVERING.value})

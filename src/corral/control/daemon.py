@@ -15,6 +15,7 @@ from pathlib import Path
 
 from corral import paths
 from corral.control.lock import ControllerLock, running_pid
+from corral.control.nudges import wake
 from corral.errors import ControllerError
 from corral.files import write_json_atomic
 
@@ -28,6 +29,11 @@ CONTROLLER_ENV = (
     "CORRAL_PROVIDERS",
     "CORRAL_FAKE_CLOUD",
     "CORRAL_DATABASE_URL",
+    "CORRAL_POOL_BROKER",
+    "CORRAL_POOL_NAME",
+    "CORRAL_POOL_PRICE_PER_GPU_HOUR",
+    "CORRAL_POOL_MAX_RUNTIME",
+    "CORRAL_POLL_INTERVAL",
     "CUDA_VISIBLE_DEVICES",
     "PATH",
     "VIRTUAL_ENV",
@@ -48,8 +54,43 @@ def _recorded_env(home: Path) -> dict[str, str | None] | None:
         return None
 
 
+ENV_LEASE = "CORRAL_CONTROLLER_LEASE"
+
+
+def lease_default(default: float) -> float:
+    """``CORRAL_CONTROLLER_LEASE`` (seconds a controller's lease on a run lasts) if set."""
+    raw = os.environ.get(ENV_LEASE)
+    if raw is None:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        value = 0.0
+    if value < 1.0:
+        raise ControllerError(f"{ENV_LEASE}={raw!r}: expected seconds, 1 or more")
+    return value
+
+
 ENV_IDLE_EXIT = "CORRAL_CONTROLLER_IDLE_EXIT"
+#: seconds between two looks at a quiet RUNNING run (``Settings.poll_interval_s``)
+ENV_POLL_INTERVAL = "CORRAL_POLL_INTERVAL"
 DEFAULT_IDLE_EXIT_S = 600.0
+
+
+def poll_interval_default() -> float | None:
+    """``CORRAL_POLL_INTERVAL`` in seconds (None: unset); ControllerError naming a bad one."""
+    raw = os.environ.get(ENV_POLL_INTERVAL)
+    if raw is None or raw == "":
+        return None
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not 0 < value <= 3600:
+        raise ControllerError(
+            f"{ENV_POLL_INTERVAL}={raw!r}: expected seconds above 0 and at most 3600"
+        ) from None
+    return value
 
 
 def idle_exit_default() -> float:
@@ -66,10 +107,12 @@ def run_foreground(
     *,
     idle_exit_s: float | None = None,
     tick_seconds: float | None = None,
+    poll_interval_s: float | None = None,
     log_to: Path | None = None,
 ) -> int:
-    """Hold the lock and tick until stopped; returns 0. Raises Conflict if another controller
-    already runs for this home."""
+    """Hold the lock and look after the runs until stopped; returns 0. Raises Conflict if
+    another controller already runs for this home. ``poll_interval_s``: a quiet run's
+    interval (default ``CORRAL_POLL_INTERVAL``, else ``Settings.poll_interval_s``)."""
     # lazy on purpose (not a cycle: nothing below imports daemon): the CLI imports this
     # module to start or find a background controller and should not load the controller
     from corral.control.context import Context, Settings
@@ -99,26 +142,39 @@ def run_foreground(
     logger.setLevel(logging.INFO)
     try:
         write_json_atomic(home / ENV_FILE, env_snapshot(), mode=0o600, fsync=False)
-        store = Store.open()
-        providers, skipped = load_providers()
-        for name, why in skipped.items():
-            logger.warning("provider %s left out: %s", name, why)
         settings = Settings()
         if tick_seconds is not None:
             settings.tick_seconds = tick_seconds
+        poll_s = poll_interval_s if poll_interval_s is not None else poll_interval_default()
+        if poll_s is not None:
+            settings.poll_interval_s = poll_s
+        # the workers share the store: keep enough connections open for them to reuse
+        store = Store.open(connections=8)
+        providers, skipped = load_providers()
+        for name, why in skipped.items():
+            logger.warning("provider %s left out: %s", name, why)
+        settings.lease_ttl_s = lease_default(settings.lease_ttl_s)
+        from corral.control.leases import Leases, owner_id
+
+        # controllers sharing the store each babysit the runs they hold a lease on
+        leases = Leases(store, owner_id(home), settings.lease_ttl_s)
         controller = Controller(
-            Context(store=store, providers=providers, settings=settings, home=home)
+            Context(store=store, providers=providers, settings=settings, home=home),
+            leases=leases,
         )
         from corral.notify import Dispatcher
 
-        # webhooks go out from their own threads: a slow receiver never slows the loop
-        dispatcher = Dispatcher(store).start()
-        controller.busy = lambda: dispatcher.pending() > 0  # idle exit waits for deliveries
+        # webhooks go out from their own threads: a slow receiver never slows the loop; one
+        # controller of those sharing the store delivers them (it holds the feed's lease)
+        dispatcher = Dispatcher(store, lease=leases.webhooks).start()
+        # idle exit waits for deliveries, and never comes while a schedule needs ticks
+        controller.busy = lambda: dispatcher.pending() > 0 or store.count_schedules() > 0
         logger.info("controller %d started for %s", os.getpid(), home)
         try:
             controller.serve(idle_exit_s=idle_exit_s)
         finally:
             dispatcher.stop()
+            leases.release()  # another controller takes the runs over at once
             controller.ctx.close()  # the shared agent connection pool
         logger.info("controller %d stopped", os.getpid())
         return 0
@@ -178,13 +234,6 @@ def start_background(*, wait_s: float = 5.0, notify: Callable[[str], None] | Non
             raise ControllerError(f"the controller failed to start; see {log_path}")
         time.sleep(0.02)
     raise ControllerError(f"the controller did not start within {wait_s:.0f}s; see {log_path}")
-
-
-def wake(pid: int) -> None:
-    try:
-        os.kill(pid, signal.SIGUSR1)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 def stop_background(*, timeout_s: float = 10.0) -> int | None:

@@ -131,11 +131,8 @@ def _final_sync(ctx: Context, run: RunRecord) -> None:
     last poll (a preemption within one tick of a stage's end)."""
     inst = instance_of(live_resource(ctx, run))
     if inst and inst.endpoint:
-        client = ctx.agent(run.id, run.attempt, inst.endpoint)
         try:
-            a = ctx.store.get_attempt(run.id, run.attempt)
-            sync.sync_events(ctx, run.id, run.attempt, client, a.events_cursor or 0)
-            sync.sync_logs(ctx, run.id, run.attempt, client)
+            sync.drain(ctx, run, ctx.agent(run.id, run.attempt, inst.endpoint))
         except AgentError:
             pass
     _note_completed_stages(ctx, run)
@@ -204,11 +201,10 @@ def _waiting_for_graceful_stop(ctx: Context, run: RunRecord) -> bool:
     if not inst or not inst.endpoint:
         return False
     try:
-        client = ctx.agent(run.id, run.attempt, inst.endpoint)
-        status = client.status()
+        status = sync.pull(ctx, run, ctx.agent(run.id, run.attempt, inst.endpoint)).status
     except AgentError:
         return False
-    sync.poll_agent(ctx, run, client, status)
+    sync.record_status(ctx, run, status)
     return not status.terminal
 
 
@@ -241,21 +237,33 @@ def handle_stopping(ctx: Context, run: RunRecord) -> Transition | None:
     if not _release(ctx, run):
         return None
     final = RunState(run.outcome or RunState.FAILED)
+    reason = run.reason
+    if final == RunState.STOPPED and _served_to_the_end(ctx, run):
+        final, reason = RunState.SUCCEEDED, f"services stopped ({run.reason})"
     cost = run_cost(ctx, run.id)
     return Transition(
         final,
-        run.reason,
+        reason,
         expect=frozenset({RunState.STOPPING}),
         fields={"cost_usd": cost, "requested_action": None},
         events=(
             Note(
                 "run.finished",
-                f"{final.lower()}: {run.reason}",
+                f"{final.lower()}: {reason}",
                 data={"state": str(final), "cost_usd": cost},
                 attempt=None,
             ),
         ),
     )
+
+
+def _served_to_the_end(ctx: Context, run: RunRecord) -> bool:
+    """The agent ended the stopped attempt ``succeeded``: every stage but the service stages
+    had succeeded, and the stop only ended the services (a serving run's normal end)."""
+    if not run.attempt:
+        return False
+    status = (ctx.store.get_attempt(run.id, run.attempt).data or {}).get("status") or {}
+    return status.get("phase") == Phase.SUCCEEDED.value and bool(status.get("services"))
 
 
 def handle_recovering(ctx: Context, run: RunRecord) -> Transition | None:

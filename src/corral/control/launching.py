@@ -14,16 +14,20 @@ run is returned as a :class:`~corral.control.transitions.Transition` for the cal
 from __future__ import annotations
 
 import enum
+from itertools import count
 
-from corral.control import planner, transitions
+from corral.control import planner, shipping, transitions
 from corral.control.context import Context, log
+from corral.control.interval import interruption_rate
 from corral.control.plan_builder import build_plan
 from corral.control.strategies import get_strategy
 from corral.control.tokens import agent_token
 from corral.control.transitions import Note, Transition
-from corral.errors import CorralError, NoCapacity, NotFound, ProviderError
-from corral.providers.base import Bootstrap, Offer
+from corral.errors import Conflict, CorralError, NoCapacity, NotFound, ProviderError
+from corral.providers.base import Bootstrap, ImageRef, Offer
+from corral.providers.common import wheel
 from corral.secrets import register_names, resolve_many
+from corral.spec import JobSpec
 from corral.store.records import RunRecord
 from corral.store.states import ResourceState, RunState
 from corral.wire.env import ENV_SECRET_NAMES
@@ -117,6 +121,15 @@ def _bootstrap(ctx: Context, run: RunRecord, number: int, offer: Offer) -> Boots
     spec and the offer's provider's node contribution, the agent's token and the job's
     secrets."""
     spec = ctx.spec(run)
+    profile = ctx.provider(offer.provider).node_profile(offer, run.id)
+    # a node of its own gets the code shipped (packed once per run; put in the run's object
+    # storage once; BadInput for a workdir over code.max_size, before any machine is rented)
+    code = (
+        shipping.code_plan(ctx.store, run.id, spec, ctx.home, attempt=number)
+        if (profile.workdir)
+        else None
+    )
+    rate = interruption_rate(ctx.store, offer.provider, profile.interruptions_per_hour)
     plan = build_plan(
         spec,
         run_id=run.id,
@@ -126,16 +139,52 @@ def _bootstrap(ctx: Context, run: RunRecord, number: int, offer: Offer) -> Boots
         cost_offset_usd=float(run.cost_usd or 0.0),
         spec_hash=run.spec_hash,
         controller_timeout_s=ctx.settings.agent_controller_timeout_s,
-        profile=ctx.provider(offer.provider).node_profile(offer, run.id),
+        profile=profile,
+        code=code,
+        interruptions_per_hour=rate.per_hour if rate is not None else None,
     )
 
     # spec `secrets:` go to the job through the bootstrap env only (never the plan, the run
-    # row or an event); a missing one fails the launch (BadInput naming it) before any call
-    register_names(spec.secrets)
-    env = resolve_many(spec.secrets)
+    # row or an event); a missing one fails the launch (BadInput naming it) before any call;
+    # so does the git token of a shipped git source (the node clones with it)
+    names = list(spec.secrets)
+    if code is not None and code.git is not None and spec.code.token_secret:
+        names.append(spec.code.token_secret)
+    register_names(names)
+    env = resolve_many(names)
     if env:
         env[ENV_SECRET_NAMES] = ",".join(sorted(env))  # the agent masks them in stage logs
-    return Bootstrap(plan=plan, token=agent_token(run.id, number, ctx.home), env=env)
+    # a node that may lack corral installs this very version: the controller's own wheel
+    # through the run's storage, else the same version from an index
+    install = (
+        wheel.node_install_env(shipping.storage_of(spec), ctx.home / "wheels")
+        if profile.install_corral
+        else {}
+    )
+    return Bootstrap(
+        plan=plan,
+        token=agent_token(run.id, number, ctx.home),
+        env=env,
+        image=image_ref(spec),
+        install=install,
+        priority=spec.priority,
+        max_runtime_s=spec.limits.max_runtime,
+    )
+
+
+def image_ref(spec: JobSpec) -> ImageRef | None:
+    """The spec's image with its registry password from the secret store (for the provider
+    only: never in the plan, the node's env, the store or an event)."""
+    if not spec.image:
+        return None
+    auth = spec.image_auth
+    if auth is None:
+        return ImageRef(name=spec.image)
+    register_names([auth.password_secret])
+    password = resolve_many([auth.password_secret])[auth.password_secret]
+    return ImageRef(
+        name=spec.image, username=auth.username, password=password, registry=auth.registry
+    )
 
 
 def _ensure_attempt(ctx: Context, run: RunRecord, number: int, offer: Offer) -> None:
@@ -143,14 +192,17 @@ def _ensure_attempt(ctx: Context, run: RunRecord, number: int, offer: Offer) -> 
     try:
         ctx.store.get_attempt(run.id, number)
     except NotFound:
-        ctx.store.create_attempt(
-            run.id,
-            number,
-            provider=offer.provider,
-            offer=offer_json,
-            price_per_hour=offer.price_per_hour,
-        )
-        return
+        try:
+            ctx.store.create_attempt(
+                run.id,
+                number,
+                provider=offer.provider,
+                offer=offer_json,
+                price_per_hour=offer.price_per_hour,
+            )
+            return
+        except Conflict:
+            pass  # created meanwhile by another launcher of this attempt (same key: one machine)
     ctx.store.update_attempt(
         run.id,
         number,
@@ -170,9 +222,11 @@ def launch_offers(ctx: Context, run: RunRecord, offers: list[Offer]) -> Transiti
     launch can never succeed) or back to waiting, reusing this attempt number next time."""
     number = run.attempt
     reasons = []
-    for i, offer in enumerate(offers):
+    # an attempt number reused after no capacity must not reuse a key whose machine is gone
+    gone = {r.key for r in ctx.store.resources(run_id=run.id) if r.state == ResourceState.GONE}
+    tries = (k for k in (attempt_key(run.id, number, i) for i in count()) if k not in gone)
+    for offer, key in zip(offers, tries, strict=False):  # tries never runs out
         _ensure_attempt(ctx, run, number, offer)
-        key = attempt_key(run.id, number, i)
         ctx.store.record_intent(
             run_id=run.id,
             attempt=number,

@@ -10,7 +10,15 @@ agent knows, and its end.
 
 from __future__ import annotations
 
-from corral.control import finishing, launching, planner, sync, transitions
+from corral.control import (
+    finishing,
+    launching,
+    machine_log,
+    planner,
+    shipping,
+    sync,
+    transitions,
+)
 from corral.control.context import Context, log
 from corral.control.observe import Observation
 from corral.control.resources import open_resources
@@ -34,6 +42,8 @@ def _relaunch(ctx: Context, run: RunRecord) -> Transition | None:
         if result == launching.Launch.NEXT:
             return launching.back_to_waiting(ctx, run, [])
         return failure
+    if (ctx.clock() - run.updated_at).total_seconds() < ctx.settings.intent_grace_s:
+        return None  # just claimed: the claimer (the CLI, a server) records its intent next
     offers = planner.plan(ctx.providers, planner.requirements_from_spec(ctx.spec(run))).available
     return launching.launch_offers(ctx, run, offers)
 
@@ -47,6 +57,7 @@ def handle_provisioning(ctx: Context, run: RunRecord, obs: Observation) -> Trans
         log.warning("run %s: provider status failed: %s", run.id, e.message)
         return None
     if st.state.gone:
+        machine_log.keep(ctx, run, obs.resource)  # it never served: its console says why
         return finishing.attempt_lost(ctx, run, st.state, st.detail)
     try:
         ready = obs.ready()
@@ -54,6 +65,7 @@ def handle_provisioning(ctx: Context, run: RunRecord, obs: Observation) -> Trans
         return transitions.finish(RunState.FAILED, e.message, graceful=False)
     if not ready:
         return None  # the health watcher fails it after provision_timeout_s
+    _send_code(ctx, run, obs)
     provider = obs.resource.provider if obs.resource else run.provider
     return Transition(
         RunState.RUNNING,
@@ -62,6 +74,14 @@ def handle_provisioning(ctx: Context, run: RunRecord, obs: Observation) -> Trans
         attempt_fields={"state": "running", "running_at": ctx.clock()},
         events=(Note("run.started", f"attempt {run.attempt} running"),),
     )
+
+
+def _send_code(ctx: Context, run: RunRecord, obs: Observation) -> None:
+    """A node that waits for its code gets it from now on, not a tick later."""
+    try:
+        shipping.upload_step(ctx, run, obs.client(), obs.status())
+    except AgentError:
+        pass  # the next tick asks again
 
 
 def handle_running(ctx: Context, run: RunRecord, obs: Observation) -> Transition | None:
@@ -73,7 +93,15 @@ def handle_running(ctx: Context, run: RunRecord, obs: Observation) -> Transition
         return transitions.finish(RunState.FAILED, e.message, graceful=False)
     except AgentError:
         return None  # the health and preemption watchers look after an agent that is silent
-    status = sync.poll_agent(ctx, run, obs.client(), status)  # secret values masked
+    state = sync.poll_state(ctx, run)
+    shape = (status.phase, tuple((s.name, s.state) for s in status.stages))
+    if state.shape is not None and shape != state.shape:
+        obs.lively = True  # a stage started or ended, the phase moved: more may follow soon
+    state.shape = shape
+    status = sync.record_status(ctx, run, status)  # secret values masked
+    if obs.pulled is not None and obs.pulled.more:  # more than one answer carries: at once
+        obs.soon(0.0)
+    shipping.upload_step(ctx, run, obs.client(), status)  # a node waiting for its code gets it
     if status.terminal:
         return finishing.agent_finished(ctx, run, status)
     return None

@@ -1,4 +1,4 @@
-"""What one tick learns about a run's current attempt, asked at most once per tick.
+"""What one look at a run learns about its current attempt, asked at most once per look.
 
 The watchers and the state's handler look at the same machine and the same agent: an
 :class:`Observation` asks the provider and the agent on first use and hands the same answer
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from corral.control import sync
 from corral.control.context import Context
 from corral.control.resources import active_resource, instance_of
 from corral.errors import (
@@ -26,6 +27,9 @@ if TYPE_CHECKING:
     from corral.control.agent_client import AgentClient
 
 _UNSET = object()
+
+#: while a machine waits in its provider's queue, its attempt's start moves to now this often
+QUEUED_WRITE_S = 60.0
 
 
 class NoMachine(NotFound):
@@ -46,6 +50,21 @@ class Observation:
         self._machine: InstanceStatus | CorralError | None = None
         self._ready: bool | WireVersionMismatch | None = None
         self._status: AgentStatus | AgentError | None = None
+        #: what the look at the agent brought (None until :meth:`status` asked it)
+        self.pulled: sync.Pulled | None = None
+        #: the soonest this run should be looked at again, in seconds from now, as the
+        #: watchers and handlers asked (:meth:`soon`; None: its state's usual interval)
+        self.wake_in: float | None = None
+        #: the look saw the attempt move (its phase, a stage starting or ending): the run is
+        #: looked at again soon rather than at its quiet pace
+        self.lively = False
+
+    def soon(self, seconds: float) -> None:
+        """Ask for the run to be looked at again within ``seconds`` (a cap near, a notice,
+        a timer running out): the controller's schedule takes the soonest asked."""
+        seconds = max(0.0, seconds)
+        if self.wake_in is None or seconds < self.wake_in:
+            self.wake_in = seconds
 
     @property
     def resource(self) -> ResourceRecord | None:
@@ -76,6 +95,8 @@ class Observation:
         res, inst = self.resource, self.instance()
         assert res is not None  # instance() found one
         st = self.ctx.provider(res.provider).status(inst)
+        if st.queued or st.started_at is not None:
+            self._queue_time(st)
         if st.endpoint and st.endpoint != inst.endpoint:
             inst = inst.model_copy(update={"endpoint": st.endpoint})
             self._resource = self.ctx.store.update_resource(
@@ -83,6 +104,33 @@ class Observation:
             )
             self.ctx.store.update_attempt(self.run.id, self.run.attempt, endpoint=st.endpoint)
         return st
+
+    def _queue_time(self, st: InstanceStatus) -> None:
+        """A machine that waited in its provider's queue is billed, and its provision timeout
+        counts, from when it left the queue: the attempt's ``started_at`` moves to the
+        provider's ``started_at``, and while it is queued, to now (at most once every
+        :data:`QUEUED_WRITE_S`, so a long queue costs few writes)."""
+        # what was last written, kept in memory: a steady queue costs no read per look
+        key = f"{self.run.id}:{self.run.attempt}:queue-start"
+        now = self.ctx.clock()
+        if st.queued:
+            why = st.detail or "queued"
+            if self.run.reason != why:  # say why it waits (written when it changes)
+                self.ctx.store.update_run(self.run.id, reason=why)
+            begun = self.ctx.memo.get(key)
+            if begun is None:
+                begun = self.ctx.store.get_attempt(self.run.id, self.run.attempt).started_at
+            if begun is None or (now - begun).total_seconds() >= QUEUED_WRITE_S:
+                self.ctx.store.update_attempt(self.run.id, self.run.attempt, started_at=now)
+                begun = now
+            self.ctx.memo[key] = begun
+        elif st.started_at is not None and self.ctx.memo.get(key) != st.started_at:
+            begun = self.ctx.store.get_attempt(self.run.id, self.run.attempt).started_at
+            if begun is None or st.started_at > begun:  # only ever later: queue time is free
+                self.ctx.store.update_attempt(
+                    self.run.id, self.run.attempt, started_at=st.started_at
+                )
+            self.ctx.memo[key] = st.started_at
 
     def client(self) -> AgentClient:
         """The API client of the attempt's agent (raises AgentUnreachable without an
@@ -107,10 +155,14 @@ class Observation:
         return self._ready
 
     def status(self) -> AgentStatus:
-        """The agent's ``/status`` (raises AgentError, WireVersionMismatch among them)."""
+        """The agent's status, its new events and log bytes copied on the way (one
+        ``GET /poll``: :func:`corral.control.sync.pull`; raises AgentError,
+        WireVersionMismatch among them). The status is not yet masked or recorded: the
+        RUNNING handler does that (:func:`corral.control.sync.record_status`)."""
         if self._status is None:
             try:
-                self._status = self.client().status()
+                self.pulled = sync.pull(self.ctx, self.run, self.client())
+                self._status = self.pulled.status
             except AgentError as e:
                 self._status = e
         if isinstance(self._status, AgentError):

@@ -6,20 +6,32 @@ its state directory) goes to ``corral agent`` as launch arguments."""
 from __future__ import annotations
 
 import json
+import posixpath
 from pathlib import Path
 
 from corral import paths
+from corral.control.interval import checkpoint_interval
 from corral.providers.base import NodeProfile, Offer
 from corral.spec import JobSpec
+from corral.wire.code import CodePlan
 from corral.wire.env import (
     DEFAULT_GRACE_SECONDS,
+    ENV_CKPT_INTERVAL,
     ENV_CKPT_KEEP_BEST,
     ENV_CKPT_KEEP_LAST,
     ENV_CKPT_METRIC,
     ENV_CKPT_MODE,
+    ENV_INTERRUPTIONS_PER_HOUR,
     ENV_TRACKERS,
 )
-from corral.wire.plan import AcceptancePlan, AgentPlan, ArtifactsPlan, EvalPlan, StagePlan
+from corral.wire.plan import (
+    AcceptancePlan,
+    AgentPlan,
+    ArtifactsPlan,
+    EvalPlan,
+    ServicePlan,
+    StagePlan,
+)
 
 
 def checkpoint_dir(spec: JobSpec, run_id: str, profile: NodeProfile | None = None) -> str:
@@ -29,10 +41,27 @@ def checkpoint_dir(spec: JobSpec, run_id: str, profile: NodeProfile | None = Non
     if profile is not None and profile.checkpoint_dir:
         return profile.checkpoint_dir
     chosen = spec.checkpoints.dir if spec.checkpoints else None
+    node_workdir = profile.workdir if profile is not None else None
+    if node_workdir:  # a node of its own: its paths, never this machine's
+        if chosen:
+            return posixpath.join(node_workdir, chosen)
+        return posixpath.join(posixpath.dirname(node_workdir.rstrip("/")), "checkpoints")
     if chosen:
         p = Path(chosen)
         return str(p if p.is_absolute() else Path(spec.workdir) / p)
     return str(paths.run_dir(run_id) / "checkpoints")
+
+
+def _capped(grace: float | None, cap: float | None) -> float | None:
+    """A stage's own grace, within the node's cap (a cloud's preemption notice)."""
+    return grace if grace is None or cap is None else min(grace, cap)
+
+
+def longest_grace(spec: JobSpec) -> float:
+    """The longest a graceful stop of this job may take on the agent (the run's grace or a
+    stage's ``stop_grace``), for the controller's wait before teardown."""
+    graces = [s.stop_grace for s in spec.stage_list() if s.stop_grace is not None]
+    return max([DEFAULT_GRACE_SECONDS, *graces])
 
 
 def build_plan(
@@ -47,18 +76,42 @@ def build_plan(
     spec_hash: str = "",
     controller_timeout_s: float | None = None,
     profile: NodeProfile | None = None,
+    code: CodePlan | None = None,
+    interruptions_per_hour: float | None = None,
 ) -> AgentPlan:
     """The plan of attempt ``attempt`` of ``run_id`` on ``offer``. ``profile`` is what the
     offer's provider says its node needs (default: run on this machine); the controller's
     ``controller_timeout_s`` wins over the profile's default, the profile's grace cap over the
-    requested ``grace_seconds``."""
+    requested ``grace_seconds``. On a node with a workdir of its own (``profile.workdir``) the
+    workdir, checkpoints and agent state are the node's paths, and ``code`` says how the code
+    gets there. ``interruptions_per_hour``: the rate the default checkpoint interval follows
+    from (:mod:`corral.control.interval`; default: the profile's)."""
     node = profile or NodeProfile()
-    if node.max_grace_seconds is not None:
-        grace_seconds = min(grace_seconds, node.max_grace_seconds)
+    workdir = str(spec.workdir)
+    state_dir = str(paths.run_dir(run_id) / f"agent-a{attempt}")
+    if node.workdir:
+        workdir = node.workdir.rstrip("/") or "/"
+        state_dir = posixpath.join(posixpath.dirname(workdir), f"agent-a{attempt}")
+    cap = node.max_grace_seconds
+    if cap is not None:
+        grace_seconds = min(grace_seconds, cap)
     if controller_timeout_s is None:
         controller_timeout_s = node.controller_timeout_s
     stages = [
-        StagePlan(name=s.name, run=s.run, gpus=s.gpus, needs=list(s.needs), env=dict(s.env))
+        StagePlan(
+            name=s.name,
+            run=s.run,
+            gpus=s.gpus,
+            needs=list(s.needs),
+            env=dict(s.env),
+            service=ServicePlan(**s.service.model_dump()) if s.service else None,
+            progress=s.progress,
+            stop_signal=s.stop_signal,
+            stop_grace_seconds=_capped(s.stop_grace, cap),
+            save_signal=s.save_signal,
+            save_command=s.save_command,
+            resume_args=s.resume_args,
+        )
         for s in spec.stage_list()
     ]
     budget = spec.budget.max_cost_usd if spec.budget else None
@@ -69,18 +122,28 @@ def build_plan(
     env.setdefault(ENV_CKPT_MODE, ck.mode)
     if ck.metric:
         env.setdefault(ENV_CKPT_METRIC, ck.metric)
+    rate = (
+        interruptions_per_hour
+        if interruptions_per_hour is not None
+        else node.interruptions_per_hour
+    )
+    every = ck.interval or checkpoint_interval(rate, ck.max_lost_work)
+    if every is not None:
+        env.setdefault(ENV_CKPT_INTERVAL, f"{every:g}")
+    if rate is not None:
+        env.setdefault(ENV_INTERRUPTIONS_PER_HOUR, f"{rate:.4g}")
     if spec.trackers:
         env.setdefault(ENV_TRACKERS, json.dumps([t.model_dump(mode="json") for t in spec.trackers]))
     return AgentPlan(
         run_id=run_id,
         attempt=attempt,
-        workdir=str(spec.workdir),
+        workdir=workdir,
         env=env,
         setup=list(spec.setup),
         stages=stages,
         devices=None,
         checkpoint_dir=checkpoint_dir(spec, run_id, node),
-        state_dir=str(paths.run_dir(run_id) / f"agent-a{attempt}"),
+        state_dir=state_dir,
         skip_stages=list(skip_stages or []),
         grace_seconds=grace_seconds,
         hourly_price=offer.price_per_hour,
@@ -89,6 +152,8 @@ def build_plan(
         run_name=spec.name,
         spec_hash=spec_hash,
         checkpoint_storage=spec.checkpoints.storage,
+        checkpoint_paths=list(ck.path),
+        checkpoint_settle_s=ck.settle,
         artifacts=ArtifactsPlan(paths=list(spec.artifacts.paths), storage=spec.artifacts.storage),
         eval=EvalPlan(
             report=spec.eval.report,
@@ -103,4 +168,6 @@ def build_plan(
         port=node.port,
         shutdown_command=node.shutdown_command,
         node_hooks=list(node.node_hooks),
+        code=code if node.workdir else None,
+        image=spec.image,
     )

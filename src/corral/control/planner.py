@@ -11,6 +11,7 @@ key, so choosing among 10,000 offers takes a few milliseconds (``benchmarks/plan
 from __future__ import annotations
 
 import logging
+import math
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -19,7 +20,14 @@ from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
 from corral.errors import CorralError, InfeasibleRequest, ProviderError
-from corral.providers.base import Offer, Provider, Requirements, SupportsPriceRefresh
+from corral.providers.base import (
+    Offer,
+    Provider,
+    Requirements,
+    SupportsPriceRefresh,
+    SupportsVolumes,
+    VolumeRequest,
+)
 
 if TYPE_CHECKING:  # only a type here: the planner (corral offers) never loads the spec models
     from corral.spec import JobSpec
@@ -48,6 +56,11 @@ def requirements_from_spec(spec: JobSpec) -> Requirements:
         max_hourly_price=res.max_hourly_price,
         providers=list(res.providers) if res.providers else None,
         regions=list(res.regions) if res.regions else None,
+        max_runtime_s=getattr(getattr(spec, "limits", None), "max_runtime", None),
+        volumes=[
+            VolumeRequest(name=v.name, size_gb=math.ceil(v.size), mount=v.mount)
+            for v in getattr(spec, "volumes", None) or []
+        ],
     )
 
 
@@ -218,6 +231,19 @@ def _no_fit_reason(offers: list[Offer], limits: Limits) -> str:
     return f"none of its {len(offers)} offers fits: " + ", ".join(parts)
 
 
+def _without_volumes(providers: Mapping[str, Provider], req: Requirements) -> dict[str, str]:
+    """Providers allowed by ``req`` that cannot mount its named volumes, with why."""
+    if not req.volumes:
+        return {}
+    out = {}
+    for name, p in providers.items():
+        if isinstance(p, SupportsVolumes) or (req.providers and name not in req.providers):
+            continue
+        why = type(p).unsupported.get("SupportsVolumes", "not implemented")
+        out[name] = f"has no persistent volumes for `volumes:` ({why})"
+    return out
+
+
 def plan(
     providers: Mapping[str, Provider], req: Requirements, *, workers: int | None = None
 ) -> Plan:
@@ -229,8 +255,13 @@ def plan(
     launch tries first. Each provider that gives nothing is in ``Plan.rejected`` with why."""
     result = Plan()
     limits = Limits(req)
-    answers = collect(providers, req, workers)
+    unfit = _without_volumes(providers, req)
+    askable = {n: p for n, p in providers.items() if n not in unfit}
+    answers = collect(askable, req, workers)
     for name in providers:
+        if name in unfit:
+            result.reject(name, unfit[name], "unsupported")
+            continue
         if name not in answers:
             result.reject(name, "not in resources.providers", "excluded")
             continue

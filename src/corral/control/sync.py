@@ -6,12 +6,18 @@ Nothing from the agent is stored with a secret value in it: events, log bytes an
 pass through the run's redactor first (values, and dict keys such as a metric's name, become
 ``***``; :func:`corral.secrets.redactor_for`).
 
-The agent's byte offset reached for each stage log is kept beside the copy, so a restarted
-controller continues where it stopped.
+One ``GET /poll`` brings the status, the events after the controller's cursor and the new
+bytes of every stage log (:mod:`corral.wire.poll`); an agent from before it is read through
+``/status``, ``/events`` and ``/logs``. The agent's byte offset reached for each stage log is
+kept beside the copy and the event cursor on the attempt, so a restarted controller continues
+where it stopped; while it runs, both are kept in memory too (:class:`PollState`), so a poll
+reads nothing first.
 """
 
 from __future__ import annotations
 
+import os
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -21,8 +27,7 @@ from pydantic import ValidationError
 from corral import paths
 from corral.control.context import Context, log
 from corral.control.cost import run_cost
-from corral.errors import AgentError
-from corral.files import write_atomic
+from corral.errors import AgentError, NotFound
 from corral.secrets.redact import Redactor, redactor_for
 from corral.store.records import RunRecord
 from corral.wire.status import AgentStatus
@@ -37,55 +42,185 @@ def logs_dir(run_id: str, attempt: int) -> Path:
     return d
 
 
+def _offset_marker(path: Path) -> Path:
+    return path.with_name("." + path.name + ".offset")
+
+
 def _read_offset(path: Path) -> int:
-    marker = path.with_name("." + path.name + ".offset")
     try:
-        return int(marker.read_text())
+        return int(_offset_marker(path).read_text())
     except (OSError, ValueError):
         return path.stat().st_size if path.exists() else 0
 
 
 def _write_offset(path: Path, offset: int) -> None:
-    marker = path.with_name("." + path.name + ".offset")
-    write_atomic(marker, str(offset), mode=0o644, fsync=False)
+    """The agent offset the copy ``path`` has reached, written over the marker in place
+    (one 20-byte write at its start: no temporary file and rename on every poll)."""
+    fd = os.open(_offset_marker(path), os.O_WRONLY | os.O_CREAT, 0o644)
+    try:
+        os.pwrite(fd, f"{offset:020d}".encode(), 0)
+    finally:
+        os.close(fd)
+
+
+@dataclass(slots=True)
+class PollState:
+    """What the controller holds of one attempt's copy, so that a poll reads nothing from
+    the store or the disk first: the agent's event cursor, each stage log's agent offset
+    reached, and the status last stored on the attempt. Built from the store and the offset
+    files on first use (a restarted controller goes on where the last one stopped)."""
+
+    attempt: int
+    directory: Path
+    cursor: int
+    offsets: dict[str, int]
+    #: ``attempt.data["status"]`` as last written (or read)
+    stored: dict[str, Any] | None
+    #: the phase and each stage's state at the last look (the schedule looks again soon
+    #: after a change; log lines and progress alone do not count)
+    shape: tuple[Any, ...] | None = None
+    #: the agent's status as last recorded, as it came and masked: an unchanged answer is
+    #: not masked and compared again
+    seen: tuple[AgentStatus, AgentStatus] | None = None
+
+
+def poll_state(ctx: Context, run: RunRecord, attempt: int | None = None) -> PollState:
+    """The run's :class:`PollState` for ``attempt`` (default: its current one), kept in
+    ``Context.polls`` (one attempt per run: another attempt's replaces it)."""
+    number = run.attempt if attempt is None else attempt
+    state = ctx.polls.get(run.id)
+    if isinstance(state, PollState) and state.attempt == number:
+        return state
+    try:
+        row = ctx.store.get_attempt(run.id, number)
+        cursor, stored = row.events_cursor or 0, (row.data or {}).get("status")
+    except NotFound:
+        cursor, stored = 0, None
+    directory = logs_dir(run.id, number)
+    offsets = {p.stem: _read_offset(p) for p in directory.glob("*.log")}
+    state = PollState(number, directory, cursor, offsets, stored)
+    ctx.polls[run.id] = state
+    return state
+
+
+@dataclass(frozen=True, slots=True)
+class Pulled:
+    """What one look at the agent brought: its status (secret values not yet masked), whether
+    new events or log bytes were copied, and whether the agent holds more than it sent."""
+
+    status: AgentStatus
+    news: bool = False
+    more: bool = False
+
+
+def pull(ctx: Context, run: RunRecord, client: AgentClient) -> Pulled:
+    """Ask the agent for its status, new events and new log bytes (one ``GET /poll``; an
+    agent from before it: ``/status``, ``/events`` and ``/logs``) and copy the events and log
+    bytes (masked) into the store and the log copies. Raises AgentError when the agent does
+    not answer; an interruption after the status only logs (the rest comes next time)."""
+    state = poll_state(ctx, run)
+    poll = getattr(client, "poll", None)  # test doubles may speak only the old endpoints
+    answer = poll(state.cursor, state.offsets, _log_limit(ctx)) if poll is not None else None
+    if answer is None:
+        status = client.status()
+        before = (state.cursor, dict(state.offsets))
+        try:
+            _old_events(ctx, run, state, client)
+            _old_logs(ctx, run, state, client)
+        except AgentError as e:
+            log.info("run %s: sync interrupted: %s", run.id, e.message)
+        return Pulled(status, news=before != (state.cursor, state.offsets))
+    redactor = _redactor(ctx, run) if answer.events or answer.logs else None
+    news = _copy_events(ctx, run, state, answer.events, answer.events_next, redactor)
+    for stage, c in answer.logs.items():
+        appended = _append_log(ctx, run, state, stage, c.offset, c.next_offset, c.data, redactor)
+        news = news or appended
+    return Pulled(answer.status, news=news, more=answer.more)
+
+
+def drain(ctx: Context, run: RunRecord, client: AgentClient, *, rounds: int = 16) -> None:
+    """Copy what the agent still holds (events, log bytes), up to ``rounds`` polls; the
+    status is not looked at (an agent from before ``/poll`` is not even asked for it).
+    Before teardown: the machine's last words."""
+    state = poll_state(ctx, run)
+    poll = getattr(client, "poll", None)
+    for _ in range(rounds):
+        answer = poll(state.cursor, state.offsets, _log_limit(ctx)) if poll else None
+        if answer is None:
+            _old_events(ctx, run, state, client)
+            _old_logs(ctx, run, state, client)
+            return
+        _copy_events(ctx, run, state, answer.events, answer.events_next)
+        for stage, chunk in answer.logs.items():
+            _append_log(ctx, run, state, stage, chunk.offset, chunk.next_offset, chunk.data)
+        if not answer.more:
+            return
+
+
+def _log_limit(ctx: Context) -> int:
+    from corral.wire.poll import DEFAULT_LOG_LIMIT
+
+    return max(1, min(ctx.settings.log_chunk, 16 * DEFAULT_LOG_LIMIT))
+
+
+def _append_log(
+    ctx: Context,
+    run: RunRecord,
+    state: PollState,
+    stage: str,
+    offset: int,
+    nxt: int,
+    data: str,
+    redactor: Redactor | None = None,
+) -> bool:
+    """Append one chunk of a stage log (bytes ``offset`` to ``nxt`` of the agent's file) to
+    the copy, masked; a chunk that does not start where the copy ends is dropped (the next
+    poll asks again from the right place). True if bytes were appended."""
+    name = Path(stage).name
+    if nxt <= offset or offset != state.offsets.get(name, 0):
+        return False
+    path = state.directory / f"{name}.log"
+    # chunks end at a line end, so a secret value is never split across two of them
+    clean = (redactor if redactor is not None else _redactor(ctx, run)).redact(data).encode()
+    with open(path, "ab") as f:
+        f.write(clean)
+    _write_offset(path, nxt)
+    state.offsets[name] = nxt
+    return True
 
 
 def sync_logs(ctx: Context, run_id: str, attempt: int, client: AgentClient) -> None:
-    """Append new log bytes of every stage. The remote offset is kept beside each file (a
-    crash between the append and the offset update repeats at most one chunk). Secret
-    values are ``***`` in the copy (corral.secrets)."""
-    target = logs_dir(run_id, attempt)
-    redactor = None
+    """Append new log bytes of every stage of attempt ``attempt`` through ``GET /logs`` (an
+    agent without ``/poll``). The remote offset is kept beside each file (a crash between the
+    append and the offset update repeats at most one chunk). Secret values are ``***``."""
+    run = ctx.store.get_run(run_id)
+    _old_logs(ctx, run, poll_state(ctx, run, attempt), client)
+
+
+def _old_logs(ctx: Context, run: RunRecord, state: PollState, client: AgentClient) -> None:
     for stage, remote_size in client.log_sizes().items():
-        path = target / f"{Path(stage).name}.log"
-        offset = _read_offset(path)
+        offset = state.offsets.get(Path(stage).name, 0)
         budget = ctx.settings.log_chunk
         while offset < remote_size and budget > 0:
             chunk = client.logs(stage, offset=offset, limit=min(budget, 256 * 1024))
             nxt = int(chunk.get("next_offset", offset))
-            if nxt <= offset:
+            if not _append_log(ctx, run, state, stage, offset, nxt, chunk.get("data", "")):
                 break
-            if redactor is None:
-                redactor = _redactor(ctx, run_id)
-            # chunks end at a line end, so a secret value is never split across two of them
-            data = redactor.redact(chunk.get("data", "")).encode("utf-8")
-            with open(path, "ab") as f:
-                f.write(data)
-            _write_offset(path, nxt)
             budget -= nxt - offset
             offset = nxt
 
 
-def _redactor(ctx: Context, run_id: str) -> Redactor:
+def _redactor(ctx: Context, run: RunRecord) -> Redactor:
     """Every secret value in play, the run's spec ``secrets:`` included (for a controller
-    restarted since the launch, which has not resolved them itself)."""
-    return redactor_for(ctx.spec(ctx.store.get_run(run_id)).secrets)
+    restarted since the launch, which has not resolved them itself). Asked afresh for each
+    look (a secret set since the last look is masked at once)."""
+    return redactor_for(ctx.spec(run).secrets)
 
 
 def redact_status(redactor: Redactor, status: AgentStatus) -> AgentStatus:
     """``status`` with every secret value (and dict key) masked. Should masking break the
     status's shape (a secret equal to a phase name, say) the status is kept as it was for the
-    decisions of this tick; it is never stored that way (:func:`poll_agent`)."""
+    decisions of this tick; it is never stored that way (:func:`record_status`)."""
     try:
         return AgentStatus.model_validate(redactor.redact_data(status.as_dict()))
     except ValidationError:
@@ -115,6 +250,9 @@ def _describe(ev: dict[str, Any]) -> str:
         percent, loss = d.get("percent"), d.get("loss")
         if isinstance(percent, (int, float)) and not isinstance(percent, bool):
             text += f" ({percent:.0f}%)"
+        eta = d.get("eta_s")
+        if isinstance(eta, (int, float)) and not isinstance(eta, bool) and 0 < eta < 1e9:
+            text += f" ETA {int(eta) // 3600}h{int(eta) % 3600 // 60:02d}m{int(eta) % 60:02d}s"
         if isinstance(loss, (int, float)) and not isinstance(loss, bool):
             text += f" loss {loss:.4g}"
         elif isinstance(loss, str) and loss:  # "nan", "inf", "-inf": a diverged loss
@@ -129,53 +267,69 @@ def _describe(ev: dict[str, Any]) -> str:
     return d.get("message") or d.get("reason") or t
 
 
+def _copy_events(
+    ctx: Context,
+    run: RunRecord,
+    state: PollState,
+    events: list[dict[str, Any]],
+    nxt: int,
+    redactor: Redactor | None = None,
+) -> bool:
+    """Store agent events (secret values masked) and the cursor after them, in one
+    transaction; True if there were any."""
+    if not events:
+        return False
+    redactor = redactor if redactor is not None else _redactor(ctx, run)
+    batch = []
+    for ev in events:
+        data = dict(ev.get("data") or {})
+        if ev.get("stage"):
+            data.setdefault("stage", ev["stage"])
+        data["agent_seq"] = ev.get("seq")
+        data["agent_ts"] = ev.get("ts")
+        batch.append(
+            {
+                "type": str(ev.get("type", "agent")),
+                "reason": redactor.redact(_describe(ev)),
+                "data": redactor.redact_data(data),
+            }
+        )
+    cursor = int(nxt or events[-1].get("seq") or state.cursor)
+    ctx.store.append_agent_events(run.id, state.attempt, batch, cursor=cursor)
+    state.cursor = cursor
+    return True
+
+
 def sync_events(ctx: Context, run_id: str, attempt: int, client: AgentClient, cursor: int) -> int:
-    """Copy agent events after ``cursor`` into the store (secret values masked); returns the
-    new cursor."""
-    redactor = _redactor(ctx, run_id)
+    """Copy agent events after ``cursor`` into the store through ``GET /events`` (an agent
+    without ``/poll``; secret values masked); returns the new cursor."""
+    run = ctx.store.get_run(run_id)
+    state = poll_state(ctx, run, attempt)
+    state.cursor = cursor
+    return _old_events(ctx, run, state, client)
+
+
+def _old_events(ctx: Context, run: RunRecord, state: PollState, client: AgentClient) -> int:
     while True:
-        page = client.events(after=cursor)
+        page = client.events(after=state.cursor)
         events = page.get("events") or []
-        if not events:
-            return cursor
-        batch = []
-        for ev in events:
-            data = dict(ev.get("data") or {})
-            if ev.get("stage"):
-                data.setdefault("stage", ev["stage"])
-            data["agent_seq"] = ev.get("seq")
-            data["agent_ts"] = ev.get("ts")
-            batch.append(
-                {
-                    "type": str(ev.get("type", "agent")),
-                    "reason": redactor.redact(_describe(ev)),
-                    "data": redactor.redact_data(data),
-                }
-            )
-        cursor = int(page.get("next") or events[-1].get("seq") or cursor)
-        ctx.store.append_agent_events(run_id, attempt, batch, cursor=cursor)
+        if not _copy_events(ctx, run, state, events, int(page.get("next") or 0)):
+            return state.cursor
 
 
-def poll_agent(
-    ctx: Context, run: RunRecord, client: AgentClient, status: AgentStatus
-) -> AgentStatus:
-    """Copy events and logs, cache the agent's status on the attempt
-    (``attempt.data["status"]``), note completed stages, update the run's cost. Returns the
-    status with secret values masked: what the caller decides the attempt's end from, so its
-    reason is stored clean too.
+def record_status(ctx: Context, run: RunRecord, status: AgentStatus) -> AgentStatus:
+    """Cache the agent's status on the attempt (``attempt.data["status"]``), note completed
+    stages, update the run's cost. Returns the status with secret values masked: what the
+    caller decides the attempt's end from, so its reason is stored clean too.
 
-    Nothing is written for a steady run: the status only when it differs from the cached one,
-    the run only for new completed stages or a cost change, and the cost is worked out at most
-    every ``Settings.cost_update_s`` seconds unless the status changed (events and log bytes
-    are written only when there are new ones)."""
-    redactor = _redactor(ctx, run.id)
+    Nothing is written for a steady run: the status only when it differs from the one last
+    stored, the run only for new completed stages or a cost change, and the cost is worked
+    out at most every ``Settings.cost_update_s`` seconds unless the status changed."""
+    state = poll_state(ctx, run)
+    if state.seen is not None and state.seen[0] == status and not _cost_due(ctx, run.id):
+        return state.seen[1]  # a steady run: nothing to mask, compare or write
+    redactor = _redactor(ctx, run)
     clean = redact_status(redactor, status)
-    attempt = ctx.store.get_attempt(run.id, run.attempt)
-    try:
-        sync_events(ctx, run.id, run.attempt, client, attempt.events_cursor or 0)
-        sync_logs(ctx, run.id, run.attempt, client)
-    except AgentError as e:
-        log.info("run %s: sync interrupted: %s", run.id, e.message)
     done = status.succeeded_stages()  # the names the agent knows the stages by
     completed = list(run.completed_stages or [])
     new = [s for s in done if s not in completed]
@@ -183,10 +337,12 @@ def poll_agent(
     if new:
         fields["completed_stages"] = completed + new
     stored = redactor.redact_data(clean.as_dict())
-    data = attempt.data or {}
-    changed = data.get("status") != stored
+    changed = state.stored != stored
     if changed:
-        ctx.store.update_attempt(run.id, run.attempt, data={**data, "status": stored})
+        data = ctx.store.get_attempt(run.id, run.attempt).data or {}
+        if data.get("status") != stored:
+            ctx.store.update_attempt(run.id, run.attempt, data={**data, "status": stored})
+        state.stored = stored
     if changed or new or _cost_due(ctx, run.id):
         ctx.memo[_cost_key(run.id)] = ctx.clock()
         cost = run_cost(ctx, run.id)
@@ -194,7 +350,24 @@ def poll_agent(
             fields["cost_usd"] = cost
     if fields:
         ctx.store.update_run(run.id, **fields)
+    state.seen = (status, clean)
     return clean
+
+
+def poll_agent(
+    ctx: Context, run: RunRecord, client: AgentClient, status: AgentStatus | None = None
+) -> AgentStatus:
+    """Copy events and logs (:func:`pull`) and record the status (:func:`record_status`);
+    returns the status with secret values masked. ``status``: one already read this tick
+    (then only events and logs are asked for)."""
+    try:
+        pulled = pull(ctx, run, client)
+        status = status or pulled.status
+    except AgentError as e:
+        if status is None:
+            raise
+        log.info("run %s: sync interrupted: %s", run.id, e.message)
+    return record_status(ctx, run, status)
 
 
 def _cost_key(run_id: str) -> str:

@@ -31,6 +31,7 @@ from datetime import timedelta
 from typing import Any
 
 from corral.control.context import Context, log
+from corral.control.plan_builder import longest_grace
 from corral.control.resources import instance_of, live_resource
 from corral.errors import AgentError, Conflict
 from corral.store.records import RunRecord
@@ -183,7 +184,7 @@ def _prepare_stop(ctx: Context, run: RunRecord, t: Transition) -> None:
     deadline = None
     asked = t.graceful and run.state == RunState.RUNNING
     if asked and _ask_stop(ctx, run, t.cause or StopCause.USER, t.reason):
-        grace = DEFAULT_GRACE_SECONDS  # what the plan gave the agent
+        grace = _longest_grace(ctx, run)
         deadline = ctx.clock() + timedelta(seconds=grace + ctx.settings.stop_margin_s)
     if not run.attempt:
         return
@@ -193,6 +194,14 @@ def _prepare_stop(ctx: Context, run: RunRecord, t: Transition) -> None:
     if t.cause is not None and "outcome" not in data:
         data["outcome"] = outcomes.stopped_by(t.cause, t.reason).model_dump(mode="json")
     ctx.store.update_attempt(run.id, run.attempt, data=data)
+
+
+def _longest_grace(ctx: Context, run: RunRecord) -> float:
+    """What the plan gave the agent's stages to stop (the run's grace or a longer stage's)."""
+    try:
+        return longest_grace(ctx.spec(run))
+    except ValueError:  # a run recorded without a valid spec (tests, old rows): the default
+        return DEFAULT_GRACE_SECONDS
 
 
 def _ask_stop(ctx: Context, run: RunRecord, cause: StopCause, reason: str) -> bool:

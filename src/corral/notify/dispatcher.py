@@ -68,7 +68,10 @@ class Dispatcher(FeedReader):
     value or None; ``policy``: retries and timeout; ``workers``: sender threads;
     ``queue_size``: deliveries held in memory per (run, webhook) (more wait in the store);
     ``poll_interval``: seconds between ticks of the background thread; ``page_size`` and
-    ``max_pages``: events read from the feed per query and per tick.
+    ``max_pages``: events read from the feed per query and per tick; ``lease``: with several
+    controllers on one store, whether this one delivers now (it holds the feed's lease): a
+    dispatcher without it forgets what it queued and starts again from the store's position
+    and cursors when it gets the lease, so each event goes out from one controller.
     """
 
     def __init__(
@@ -85,8 +88,10 @@ class Dispatcher(FeedReader):
         page_size: int = 500,
         max_pages: int = 20,
         rng: random.Random | None = None,
+        lease: Callable[[], bool] | None = None,
     ):
         self.store = store
+        self.lease = lease
         self.clock = clock
         self.secret_resolver = secret_resolver
         self.policy = policy or sending.RetryPolicy()
@@ -153,10 +158,29 @@ class Dispatcher(FeedReader):
         queued. Never raises (a failure is logged and the next tick tries again)."""
         try:
             with self._tick_lock:
+                if not self._leading():
+                    return 0
                 return self._tick()
         except Exception:
             log.exception("webhook dispatcher tick failed")
             return 0
+
+    def _leading(self) -> bool:
+        """Whether this dispatcher delivers now; one that does not forgets its queues."""
+        if self.lease is None:
+            return True
+        try:
+            leading = bool(self.lease())
+        except Exception as e:  # the store is away: deliver nothing until it is back
+            log.warning("webhook dispatcher: cannot check its lease: %s", e)
+            leading = False
+        if not leading and (self._runs or self._scan is not None):
+            with self._cond:
+                self._runs.clear()
+                self._plain.clear()
+                self._scan = None
+                self._saved = 0
+        return leading
 
     def run_pending(self, limit: int | None = None) -> int:
         """Make every delivery try that is due now, in the calling thread (tests, and tools
@@ -230,7 +254,7 @@ class Dispatcher(FeedReader):
             "Content-Type": "application/json",
             "User-Agent": USER_AGENT,
             HEADER_EVENT: item.type,
-            HEADER_DELIVERY: item.payload["id"],
+            HEADER_DELIVERY: item.delivery_id,
             HEADER_TIMESTAMP: stamp,
             HEADER_ATTEMPT: str(item.attempts),
         }
@@ -289,7 +313,7 @@ class Dispatcher(FeedReader):
                 "webhook": key.hook.index,
                 "event": item.type,
                 "event_id": item.event_id,
-                "delivery": item.payload["id"],
+                "delivery": item.delivery_id,
                 "attempts": item.attempts,
                 "error": error,
             },

@@ -13,7 +13,7 @@ import logging
 import threading
 from typing import Any
 
-from corral.notify import payloads
+from corral.notify import formats, payloads
 from corral.notify.keys import Item, Key, Run
 from corral.store.records import EventRecord
 from corral.wire.outcome import AttemptOutcome
@@ -141,7 +141,11 @@ class FeedReader:
         payload = payloads.build(
             e, run_name=run.name, webhook=key.hook.index, live=extra, outcome=self._outcome(e)
         )
-        return Item(e.id, e.type, payload, e.ts if e.type == "progress" else None)
+        delivery = str(payload["id"])
+        if key.hook.format != "corral":
+            payload = formats.convert(payload, key.hook.format)
+        progress_ts = e.ts if e.type == "progress" else None
+        return Item(e.id, e.type, payload, progress_ts, delivery=delivery)
 
     def _outcome(self, e: EventRecord) -> AttemptOutcome | None:
         if e.type not in payloads.OUTCOME_EVENTS:

@@ -23,6 +23,12 @@ class Item:
     attempts: int = 0
     body: bytes | None = None
     error: str = ""
+    #: the delivery id (the X-Corral-Delivery header); "" means the payload's own ``id``
+    delivery: str = ""
+
+    @property
+    def delivery_id(self) -> str:
+        return self.delivery or str(self.payload.get("id") or "")
 
 
 @dataclass

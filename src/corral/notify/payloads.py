@@ -37,7 +37,7 @@ FIELDS: dict[str, tuple[str, ...]] = {
     "run.started": (),
     "stage.started": ("stage", "gpus"),
     "stage.finished": ("stage", "state", "exit_code", "duration_s"),
-    "progress": ("stage", "step", "total", "percent", "loss", "metrics"),
+    "progress": ("stage", "step", "total", "percent", "loss", "metrics", "eta_s"),
     "checkpoint.saved": ("stage", "step", "metrics"),
     "run.recovering": ("kind", "exit_code"),
     "budget.warning": ("cost_usd", "budget_usd", "fraction"),
@@ -60,6 +60,7 @@ class Hook:
     secret: str | None  # the secret's NAME
     events: frozenset[str]
     progress_interval: float
+    format: str = "corral"
 
     def wants(self, event_type: str) -> bool:
         return ALL_EVENTS in self.events or event_type in self.events
@@ -83,7 +84,9 @@ def hooks_of(spec: dict[str, Any] | None) -> list[Hook]:
         except Exception as e:  # validated at launch; a newer or hand-edited spec is skipped
             log.warning("webhook #%d of the run is invalid, skipped: %s", i, type(e).__name__)
             continue
-        hooks.append(Hook(i, w.url, w.secret, frozenset(w.events), float(w.progress_interval)))
+        hooks.append(
+            Hook(i, w.url, w.secret, frozenset(w.events), float(w.progress_interval), w.format)
+        )
     return hooks
 
 

@@ -33,8 +33,17 @@ class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+class VolumeRequest(_Model):
+    """A named persistent volume the machine mounts (``spec.volumes``)."""
+
+    name: str
+    size_gb: int = Field(ge=1, description="Size to create it with when it does not exist.")
+    mount: str = Field(description="Absolute path on the machine.")
+
+
 class Requirements(_Model):
-    """What a run needs from one machine, derived from ``spec.resources``."""
+    """What a run needs from one machine, derived from ``spec.resources`` (and
+    ``spec.volumes``)."""
 
     gpu_type: str | None = Field(None, description="GPU model (e.g. 'L40S'); None means any.")
     gpu_count_min: int = Field(0, ge=0)
@@ -48,6 +57,15 @@ class Requirements(_Model):
     max_hourly_price: float | None = None
     providers: list[str] | None = None
     regions: list[str] | None = None
+    max_runtime_s: float | None = Field(
+        None,
+        description="The job's limits.max_runtime (a queue refuses runs longer than it allows).",
+    )
+    volumes: list[VolumeRequest] = Field(
+        default_factory=list,
+        description="Named persistent volumes to mount: only offers where each can be "
+        "attached (where it is, or where it can be created) fit.",
+    )
 
 
 class Offer(_Model):
@@ -101,6 +119,50 @@ class NodeProfile(_Model):
         description="'module:Class' references to node hooks in the provider's own folder "
         "(see corral.wire.node); the agent imports them on the node.",
     )
+    workdir: str | None = Field(
+        None,
+        description="Absolute path on the node where the job's code goes: the node does not "
+        "share this machine's files, so the workdir is shipped there (or the git source "
+        "checked out there; see corral.wire.code). None: the node sees this machine's files "
+        "and the job runs in the spec's workdir in place.",
+    )
+    install_corral: bool = Field(
+        False,
+        description="The node may lack this corral (a stock image, a user's image): its "
+        "bootstrap installs this very version, from what Bootstrap.install says.",
+    )
+
+    interruptions_per_hour: float | None = Field(
+        None,
+        ge=0,
+        description="Documented interruptions per machine-hour on this offer, for a provider "
+        "that gives no preemption notice (None: none expected, or a notice comes); the "
+        "controller prefers the rate it observed itself.",
+    )
+
+
+class ImageRef(_Model):
+    """The container image a container provider runs the node in, with the private
+    registry's credentials (resolved from the secret store at launch; never logged, stored
+    or returned)."""
+
+    model_config = ConfigDict(extra="forbid", hide_input_in_errors=True)
+
+    name: str
+    username: str | None = None
+    password: str | None = Field(None, repr=False)
+    registry: str | None = None
+
+    @property
+    def host(self) -> str:
+        """The registry host: given, else the image name's first part when it looks like a
+        host (``ghcr.io/...``), else Docker Hub."""
+        if self.registry:
+            return self.registry
+        first, sep, _ = self.name.partition("/")
+        if sep and ("." in first or ":" in first or first == "localhost"):
+            return first
+        return "docker.io"
 
 
 class Bootstrap(_Model):
@@ -117,6 +179,21 @@ class Bootstrap(_Model):
     plan: AgentPlan
     token: str
     env: dict[str, str] = Field(default_factory=dict)
+    image: ImageRef | None = Field(
+        None, description="The spec's image (container providers); None: the provider's own."
+    )
+    install: dict[str, str] = Field(
+        default_factory=dict,
+        description="For a node that may lack corral (NodeProfile.install_corral): the "
+        "environment of its bootstrap (CORRAL_VERSION, the wheel's URL and sha256; see "
+        "corral.providers.common.wheel). The agent drops these from its environment.",
+    )
+    priority: int = Field(
+        5, ge=0, le=9, description="The run's priority (9 first), for a provider with a queue."
+    )
+    max_runtime_s: float | None = Field(
+        None, description="The job's limits.max_runtime: a queue's time limit for the attempt."
+    )
 
 
 class Instance(_Model):
@@ -135,6 +212,16 @@ class InstanceStatus(_Model):
     state: InstanceState
     detail: str = ""
     endpoint: str | None = None
+    queued: bool = Field(
+        False,
+        description="The machine waits in the provider's queue (PROVISIONING): not billed, and "
+        "the provision timeout does not run yet.",
+    )
+    started_at: datetime | None = Field(
+        None,
+        description="When the machine left the provider's queue (billing and the provision "
+        "timeout count from then), for a provider that queues launches.",
+    )
 
 
 class Capability(_Model):
@@ -238,8 +325,41 @@ class SupportsStop:
         raise NotImplementedError
 
 
+class VolumeInfo(_Model):
+    """One named persistent volume a provider holds (``corral volume ls``)."""
+
+    # built on first use: only the volume commands need it
+    model_config = ConfigDict(extra="forbid", defer_build=True)
+
+    provider: str
+    name: str
+    volume_id: str
+    region: str = Field(description="Where it lives: a data center, an availability zone.")
+    size_gb: int = 0
+    state: str = Field("", description="'available', 'in-use', 'creating', ...")
+    attached_to: list[str] = Field(default_factory=list, description="Machines using it.")
+    created_at: datetime | None = None
+
+
 class SupportsVolumes:
-    """Persistent volumes that outlive an instance (for checkpoints and data)."""
+    """Persistent volumes that outlive an instance (for checkpoints and data).
+
+    Named volumes (``spec.volumes``, ``Requirements.volumes``) are the provider's business from
+    offer to launch: ``offers`` gives only offers where every requested volume can be
+    attached (where it exists, or where it can be created), ``launch`` creates what is
+    missing there and mounts each at its path before the agent starts. They are never
+    deleted with a run (``release_run``) nor by the leak sweep; only :meth:`remove_volume`
+    deletes one."""
+
+    def list_volumes(self) -> list[VolumeInfo]:  # pragma: no cover - interface
+        """The named volumes this provider holds (every region it may use)."""
+        raise NotImplementedError
+
+    def remove_volume(self, name: str, region: str | None = None) -> list[VolumeInfo]:
+        """Delete the volume(s) named ``name`` (in ``region`` only, when given) and return
+        what was deleted. :class:`~corral.errors.NotFound` if there is none;
+        :class:`~corral.errors.Conflict` while a machine uses one (nothing is deleted)."""
+        raise NotImplementedError  # pragma: no cover - interface
 
 
 class SupportsPreemptionNotice:
@@ -287,6 +407,18 @@ class SupportsPriceRefresh:
         uses them. Returns when the prices now in use were published or fetched (ISO 8601
         date or time), or None if unknown. Raise a :class:`~corral.errors.ProviderError`
         (``AuthFailed``, ``RateLimited``, ``ProviderUnavailable``...) if it cannot."""
+        raise NotImplementedError
+
+
+class ReportsQueue:
+    """Runs wait for the provider's machines in queues of its own (a pool of GPU workers fed
+    by a broker): ``corral server``'s ``/metrics`` shows each queue's length as
+    ``corral_queue_length{provider, queue}`` while the provider is enabled. Not listed among
+    the capabilities a provider shows: it says how runs wait, not what a job can do."""
+
+    def queue_lengths(self) -> dict[str, int]:  # pragma: no cover - interface
+        """Runs waiting in each of the provider's queues now, by queue name. Raise a
+        :class:`~corral.errors.ProviderError` when the broker cannot be read."""
         raise NotImplementedError
 
 

@@ -17,6 +17,8 @@ otherwise get subtly wrong:
   quota/balance message :class:`QuotaExceeded`, 409 or a capacity message :class:`NoCapacity`,
   5xx :class:`ProviderUnavailable`, 404 :class:`ResourceNotFound` (the caller decides what a
   missing resource means; pass ``allow=(404,)`` to get the response instead);
+* :meth:`ProviderHTTP.stream` for a body read as it comes (a log stream that may never end):
+  one try, typed errors for a non-2xx status, the caller bounds how long it reads;
 * error messages and log lines that never hold the Authorization header, an API key or a
   query string: only the method, the path, the status and the provider's message, scrubbed
   of the client's secrets and of anything shaped like a credential (:func:`scrub`).
@@ -30,7 +32,8 @@ import random
 import re
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC
 from email.utils import parsedate_to_datetime
@@ -54,6 +57,7 @@ log = logging.getLogger(__name__)
 USER_AGENT = f"corral/{__version__}"
 IDEMPOTENT_METHODS = frozenset({"GET", "HEAD", "OPTIONS", "PUT", "DELETE"})
 _MAX_MESSAGE = 200
+_MAX_ERROR_BODY = 64 * 1024
 
 
 class ResourceNotFound(ProviderError):
@@ -116,8 +120,10 @@ class TokenBucket:
                 now = self._clock()
                 self._refill(now)
                 wait = max(0.0, self._paused_until - now)
-                if wait == 0.0 and self._tokens >= 1.0:
-                    self._tokens -= 1.0
+                # (a hair under one token counts: a refill's rounding must not leave the
+                # caller sleeping a wait too small to move the clock)
+                if wait == 0.0 and self._tokens >= 1.0 - 1e-9:
+                    self._tokens = max(0.0, self._tokens - 1.0)
                     return slept
                 if wait == 0.0:
                     wait = (1.0 - self._tokens) / self.rate
@@ -163,15 +169,32 @@ _NOT_FOUND = re.compile(r"(?i)\bnot found\b|does not exist|no such|unknown (pod|
 _AUTH_CODES = frozenset({"UNAUTHENTICATED", "UNAUTHORIZED", "FORBIDDEN", "PERMISSION_DENIED"})
 
 
+_HTML = re.compile(r"(?is)^\s*(<!doctype\s+html|<html[\s>]|<head[\s>]|<body[\s>])")
+_HTML_TITLE = re.compile(r"(?is)<title[^>]*>(.*?)</title>|<h1[^>]*>(.*?)</h1>")
+_TAGS = re.compile(r"<[^>]+>")
+
+
+def html_summary(text: str) -> str | None:
+    """``"an HTML error page (<title>)"`` when ``text`` is an HTML document (a gateway or a
+    CDN answered instead of the API), else None: the page itself is never shown."""
+    if not _HTML.match(text):
+        return None
+    m = _HTML_TITLE.search(text)
+    title = " ".join(_TAGS.sub(" ", next(g for g in m.groups() if g)).split()) if m else ""
+    return f"an HTML error page ({title[:80]})" if title else "an HTML error page"
+
+
 def payload_message(body: Any) -> tuple[str, str]:
     """``(message, code)`` from a provider error payload: ``{"message"}``, ``{"error": ...}``,
-    RFC 9457 problem details (``title``/``detail``), GraphQL ``{"errors": [...]}``, or text."""
+    RFC 9457 problem details (``title``/``detail``), GraphQL ``{"errors": [...]}``, text, or
+    an HTML page (summarised by its title, see :func:`html_summary`)."""
     if isinstance(body, (bytes, str)):
         text = body.decode("utf-8", "replace") if isinstance(body, bytes) else body
         try:
             body = _json.loads(text)
         except ValueError:
-            return text.strip(), ""
+            html = html_summary(text)
+            return (html if html is not None else text.strip()), ""
     if isinstance(body, list):
         parts = [payload_message(item) for item in body[:3]]
         return "; ".join(m for m, _ in parts if m), next((c for _, c in parts if c), "")
@@ -185,6 +208,13 @@ def payload_message(body: Any) -> tuple[str, str]:
         value = body.get(key)
         if isinstance(value, dict):
             return payload_message(value)
+        if isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
+            # FastAPI's validation errors: [{"loc": [...], "msg": "...", "type": "..."}]
+            parts = [
+                ".".join(str(x) for x in v.get("loc") or []) + f": {v.get('msg') or v}"
+                for v in value[:3]
+            ]
+            return "; ".join(p.lstrip(": ") for p in parts), str(value[0].get("type") or code)
         if value:
             return str(value), str(code or body.get("title") or "")
     return "", str(code)
@@ -231,6 +261,20 @@ def error_for(
     if "rate limit" in text.lower() or "too many requests" in text.lower():
         return RateLimited(line, retry_after=retry_after, fields=fields)
     return ProviderError(line, fields=fields)
+
+
+def read_capped(resp: httpx.Response, limit: int) -> bytes:
+    """At most ``limit`` bytes of a streamed answer's body: what came before the connection
+    broke, if it did (an error page or a stream's first part, never a read without end)."""
+    body = b""
+    try:
+        for chunk in resp.iter_bytes():
+            body += chunk
+            if len(body) >= limit:
+                break
+    except httpx.HTTPError:
+        pass  # what came is what there is
+    return body[:limit]
 
 
 def parse_retry_after(value: str | None, now: float) -> float | None:
@@ -369,6 +413,43 @@ class ProviderHTTP:
 
         return self._call("POST", path, check, None, body, None, None, idempotent)
 
+    @contextmanager
+    def stream(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: Mapping[str, Any] | None = None,
+        headers: Mapping[str, str] | None = None,
+        timeout: float | httpx.Timeout | None = None,
+    ) -> Iterator[httpx.Response]:
+        """Send one request and hand over its response unread, for a body read as it comes
+        (a log stream that may never end; the caller bounds how long it reads and the
+        response is closed on leaving). Never retried. A status that is not 2xx raises its
+        typed error (:func:`error_for`, from at most the first 64 KiB of the body); no answer
+        at all (connect error, timeout) is :class:`ProviderUnavailable`."""
+        method = method.upper()
+        what = self._what(method, path)
+        if self.bucket is not None:
+            self.bucket.acquire()
+        request = self._client.build_request(
+            method,
+            self._url(path),
+            params=params,
+            headers={**self._headers, **dict(headers or {})},
+            timeout=self.retry.timeout if timeout is None else timeout,
+        )
+        try:
+            resp = self._client.send(request, stream=True)
+        except httpx.HTTPError as exc:
+            raise ProviderUnavailable(f"{self.provider}: {what}: {type(exc).__name__}") from None
+        try:
+            if not resp.is_success:
+                raise self._stream_error(resp, method, path)
+            yield resp
+        finally:
+            resp.close()
+
     # --- internals ---
 
     def _url(self, path: str) -> str:
@@ -388,22 +469,29 @@ class ProviderHTTP:
         try:
             return resp.json()
         except ValueError:
+            html = html_summary(resp.text)
             raise ProviderError(
-                f"{self.provider}: {self._what(method, path)} answered with something not JSON",
+                f"{self.provider}: {self._what(method, path)} answered with "
+                + (html if html is not None else "something not JSON"),
                 fields={"provider": self.provider, "status": resp.status_code},
             ) from None
 
-    def _error(self, resp: httpx.Response, method: str, path: str) -> ProviderError:
-        msg, code = payload_message(resp.content)
-        retry_after = parse_retry_after(resp.headers.get("Retry-After"), self._now())
+    def _error(
+        self, resp: httpx.Response, method: str, path: str, body: bytes | None = None
+    ) -> ProviderError:
+        """The typed error of a failed answer (``body``: its bytes, when read already)."""
+        msg, code = payload_message(resp.content if body is None else body)
         return error_for(
             self.provider,
             resp.status_code,
             self.scrub(msg),
             code=self.scrub(code),
             what=self._what(method, path),
-            retry_after=retry_after,
+            retry_after=parse_retry_after(resp.headers.get("Retry-After"), self._now()),
         )
+
+    def _stream_error(self, resp: httpx.Response, method: str, path: str) -> ProviderError:
+        return self._error(resp, method, path, read_capped(resp, _MAX_ERROR_BODY))
 
     def _call(
         self,

@@ -27,6 +27,9 @@ _PROVIDERS: dict[str, str] = {
     "fake": "corral.providers.fake:FakeProvider",
     "aws": "corral.providers.aws.provider:AwsProvider",
     "runpod": "corral.providers.runpod:RunPodProvider",
+    "salad": "corral.providers.salad:SaladProvider",
+    "ionet": "corral.providers.ionet:IonetProvider",
+    "pool": "corral.providers.pool:PoolProvider",
 }
 
 

@@ -35,17 +35,16 @@ import weakref
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from pydantic import BaseModel, ConfigDict
-
 from corral import __version__
 from corral.errors import BadInput, CorralError
-from corral.sdk import progress_file
-from corral.sdk.deserialize import load_state, read_all_verified
+from corral.sdk import device_snapshot, distributed, progress_file, sharded
+from corral.sdk.deserialize import read_all_verified
 from corral.sdk.layout import Found, Layout
 from corral.sdk.manifest import (
-    FORMAT_VERSION,
     MANIFEST_NAME,
+    SINGLE_FORMAT_VERSION,
     CheckpointError,
+    CheckpointInfo,
     CheckpointLoadError,
     CheckpointWarning,
     Manifest,
@@ -53,6 +52,8 @@ from corral.sdk.manifest import (
 )
 from corral.sdk.retention import rank_best, retention_policy, select_to_keep
 from corral.sdk.serialize import Snapshot, snapshot, write_snapshot
+from corral.sdk.sharded_load import load_checkpoint
+from corral.sdk.sharded_write import write_sharded
 from corral.sdk.staging import StagingPool
 from corral.sdk.storage import Storage, resolve_location
 from corral.wire.env import ENV_CHECKPOINT_DIR
@@ -66,21 +67,6 @@ __all__ = [
     "CheckpointWarning",
     "Checkpointer",
 ]
-
-
-class CheckpointInfo(BaseModel):
-    """One complete checkpoint, as its ``COMPLETE`` manifest describes it."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    step: int
-    path: str
-    name: str
-    metrics: dict[str, Any]
-    time: float
-    size_bytes: int
-    corral_version: str
-    format_version: int
 
 
 class Checkpointer:
@@ -131,6 +117,9 @@ class Checkpointer:
         self._cleaned = False
         self._verified: dict[str, str] = {}  # name -> sha256 of a manifest verified here
         self._save_seconds: float | None = None
+        #: True once this process made a sharded save (a state holding DTensors)
+        self.sharded = False
+        device_snapshot.install_if_cuda()
         _LIVE.add(self)
 
     # --- saving ---------------------------------------------------------------------------
@@ -152,13 +141,20 @@ class Checkpointer:
             _LIVE.add(self)  # flushed at exit, also when saving again after close()
             started = time.perf_counter()
             snap = snapshot(state, self._pool)
+            coordinator = None
+            if snap.sharded:  # every rank saves its part (the same call on every rank)
+                group = sharded.checkpoint_group()
+                coordinator = sharded.Coordinator(
+                    group, distributed.rank(), distributed.world_size()
+                )
+                self.sharded = True
             if not self.async_save:
-                self._write(snap, step, clean, started)
+                self._write(snap, step, clean, started, coordinator)
                 self._join(raise_error=True)
                 return
             self._thread = threading.Thread(
                 target=self._write,
-                args=(snap, step, clean, started),
+                args=(snap, step, clean, started, coordinator),
                 name=f"corral-checkpoint-{step}",
                 daemon=True,
             )
@@ -224,40 +220,64 @@ class Checkpointer:
             error, self._error = self._error, None
             raise error
 
-    def _write(self, snap: Snapshot, step: int, metrics: dict[str, Any], started: float) -> None:
+    def _write(
+        self,
+        snap: Snapshot,
+        step: int,
+        metrics: dict[str, Any],
+        started: float,
+        coordinator: sharded.Coordinator | None = None,
+    ) -> None:
         name = f"{self.prefix}-{step}"
         try:
-            path = self._write_checkpoint(snap, step, name, metrics)
+            if coordinator is not None:
+                path, raw = write_sharded(
+                    self._layout, self.storage, snap, step, metrics, coordinator, self._cleanup
+                )
+                if raw is not None:
+                    self._verified[name] = hashlib.sha256(raw).hexdigest()
+            else:
+                path = self._write_checkpoint(snap, step, name, metrics)
         except Exception as exc:
             err = exc if isinstance(exc, CheckpointError) else None
             self._error = err or CheckpointError(f"saving checkpoint {name} failed: {exc}")
             self._error.__cause__ = exc
             return
         finally:
+            if snap.pending is not None:  # failed before the copies from the GPU were settled
+                _quietly(snap.pending.settle)
             del snap
         self._save_seconds = time.perf_counter() - started
         self.last_saved_step = step
-        progress_file.emit("checkpoint", step=step, path=path, metrics=metrics)
+        if coordinator is not None and coordinator.rank != 0:
+            return  # rank 0 reports the checkpoint and applies the retention
+        shards = {} if coordinator is None else {"shards": coordinator.world}
+        progress_file.emit("checkpoint", step=step, path=path, metrics=metrics, **shards)
         self._apply_retention(just_written=step)
+
+    def _cleanup(self) -> None:
+        """Remove what earlier writers left (once per Checkpointer; a failure only warns)."""
+        if self._cleaned:
+            return
+        try:
+            self._layout.cleanup()
+            self._cleaned = True
+        except (OSError, CorralError) as exc:  # leftovers only: this save can still go on
+            warnings.warn(
+                f"cleaning up what an earlier writer left in {self.dir} failed ({exc}); "
+                "saving anyway, the next save tries again",
+                CheckpointWarning,
+                stacklevel=3,
+            )
 
     def _write_checkpoint(self, snap: Snapshot, step: int, name: str, metrics: dict) -> str:
         st = self.storage
-        if not self._cleaned:
-            try:
-                self._layout.cleanup()
-                self._cleaned = True
-            except (OSError, CorralError) as exc:  # leftovers only: this save can still go on
-                warnings.warn(
-                    f"cleaning up what an earlier writer left in {self.dir} failed ({exc}); "
-                    "saving anyway, the next save tries again",
-                    CheckpointWarning,
-                    stacklevel=2,
-                )
+        self._cleanup()
         work, final = self._layout.begin(step)
         try:
             files = write_snapshot(snap, st, work)
             manifest = Manifest(
-                format_version=FORMAT_VERSION,
+                format_version=SINGLE_FORMAT_VERSION,
                 corral_version=__version__,
                 step=step,
                 time=time.time(),
@@ -344,12 +364,12 @@ class Checkpointer:
                 self._verify(found, manifest, raw)
             except OSError as exc:
                 raise CheckpointError(f"checkpoint {found.name}: cannot be read ({exc})")
-        return _info(found, manifest)
+        return CheckpointInfo.of(found, manifest)
 
     def checkpoints(self) -> list[CheckpointInfo]:
         """Complete checkpoints (a readable manifest), oldest first. Not sha256-verified."""
         self._join(raise_error=False)
-        return [_info(f, m) for f, m in self._complete(warn=False)]
+        return [CheckpointInfo.of(f, m) for f, m in self._complete(warn=False)]
 
     def latest(self, *, verify: bool = True) -> CheckpointInfo | None:
         """The newest valid checkpoint (sha256-verified unless ``verify=False``), or None.
@@ -379,7 +399,11 @@ class Checkpointer:
         return None
 
     def restore(
-        self, path: str | os.PathLike[str] | CheckpointInfo | None = None, *, map_location="cpu"
+        self,
+        path: str | os.PathLike[str] | CheckpointInfo | None = None,
+        *,
+        map_location="cpu",
+        template: Any = None,
     ) -> Any:
         """The state saved in ``path``, or in the newest valid checkpoint when ``path`` is None.
 
@@ -389,33 +413,41 @@ class Checkpointer:
         None is returned when no valid checkpoint exists (a fresh start). A checkpoint whose
         files verified but that cannot be loaded (a class moved or renamed, torch missing, an
         unusable ``map_location``, no permission to read, written by a newer corral) raises
-        :class:`CheckpointLoadError`
-        instead: falling back would silently throw training away. With ``path``, a missing,
+        :class:`CheckpointLoadError` instead: falling back would lose training. With ``path``, a missing,
         incomplete or corrupt checkpoint raises :class:`CheckpointError`. ``map_location``
         moves torch tensors (default: CPU).
+
+        Sharded checkpoints (:mod:`corral.sdk.sharded`) restore into any number of ranks:
+        ``template``, a state shaped like the saved one whose DTensors have the mesh and
+        placements wanted now, makes each saved DTensor (or full tensor) of the same name come
+        back sharded like the template's; without it they come back whole. In a distributed
+        job every rank must call ``restore`` (the ranks agree on the checkpoint: one that a rank
+        finds corrupt is skipped by all). A ``torch.distributed.checkpoint`` directory given as
+        ``path`` is read with DCP (no sha256 to check there; see :mod:`corral.sdk.dcp`).
         """
         self._join(raise_error=False)
         if path is not None:
             text = path.path if isinstance(path, CheckpointInfo) else os.fspath(path)
+            from corral.sdk import dcp
+
+            if dcp.is_dcp_checkpoint(text):
+                return dcp.load_dcp(text, template=template)
             found = self._layout.locate(text)
-            return self._following(found, lambda f: self._load(f, map_location))
+            return self._following(found, lambda f: self._load(f, map_location, template))
         for found in reversed(self._layout.scan()):
             try:
-                return self._following(found, lambda f: self._load(f, map_location))
+                state = self._following(found, lambda f: self._load(f, map_location, template))
             except CheckpointLoadError:
                 raise
             except CheckpointError as exc:
                 _warn_skip(exc)
+                continue
+            return state
         return None
 
-    def _load(self, found: Found, map_location: Any) -> Any:
+    def _load(self, found: Found, map_location: Any, template: Any = None) -> Any:
         manifest, raw = self._layout.read_manifest(found)
-        try:
-            state = load_state(self.storage, found.path, manifest.files, found.name, map_location)
-        except PermissionError as exc:
-            raise CheckpointLoadError(f"checkpoint {found.name}: cannot be read ({exc})") from exc
-        except OSError as exc:
-            raise CheckpointError(f"checkpoint {found.name}: cannot be read ({exc})")
+        state = load_checkpoint(self.storage, found, manifest, map_location, template)
         self._verified[found.name] = hashlib.sha256(raw).hexdigest()
         return state
 
@@ -423,17 +455,11 @@ class Checkpointer:
         return f"Checkpointer({self.dir!r}, keep_last={self.keep_last}, keep_best={self.keep_best})"
 
 
-def _info(found: Found, manifest: Manifest) -> CheckpointInfo:
-    return CheckpointInfo(
-        step=manifest.step,
-        path=found.path,
-        name=found.name,
-        metrics=manifest.metrics,
-        time=manifest.time,
-        size_bytes=manifest.size_bytes,
-        corral_version=manifest.corral_version,
-        format_version=manifest.format_version,
-    )
+def _quietly(fn: Callable[[], Any]) -> None:
+    try:
+        fn()
+    except Exception:  # the save already failed: that is the error reported
+        pass
 
 
 def _warn_skip(exc: CheckpointError) -> None:

@@ -120,6 +120,13 @@ class CostMeter:
             return True
         return False
 
+    def clear_stop(self) -> None:
+        """Forget that this meter asked the loop to stop (a new ``trainer.train()`` after a
+        budget stop, with a budget raised since): the next :meth:`check` asks again if the
+        budget is still used up. The stop request itself is cleared with
+        :func:`corral.sdk.signals.clear_stop_request`."""
+        self._stopped = False
+
     def as_metrics(self) -> dict[str, float]:
         """``{"cost_usd": ...}`` to log with the training metrics."""
         return {"cost_usd": round(self.cost_usd(), 6)}

@@ -181,15 +181,46 @@ def load_state(
             ) from exc
         raise
     skeleton = buffers.pop(STATE_FILE)
-    table: dict[str, tuple[str, str, tuple, int, int]] = {}  # name -> file, code, shape, span
+    return rebuild(skeleton, buffers, tensor_table(buffers, label), label, map_location)
+
+
+def tensor_table(
+    buffers: dict[str, Any], label: str
+) -> dict[str, tuple[str, str, tuple, int, int]]:
+    """Every tensor in the tensor files read: name -> (file, code, shape, start, end)."""
+    table: dict[str, tuple[str, str, tuple, int, int]] = {}
     for fname, buf in buffers.items():
         for name, (code, shape, start, end) in _parse_header(buf, fname, label).items():
             table[name] = (fname, code, shape, start, end)
+    return table
+
+
+def rebuild(
+    skeleton: Any,
+    buffers: dict[str, Any],
+    table: dict[str, tuple[str, str, tuple, int, int]],
+    label: str,
+    map_location: Any,
+    other: Any = None,
+) -> Any:
+    """Unpickle ``skeleton``, its tensors read from ``buffers`` (located by ``table``);
+    ``other(pid, move)`` builds the persistent ids that are not plain tensors (DTensors)."""
     cache: dict[str, Any] = {}
     torch_bases: dict[str, Any] = {}
     movers: list[Any] = []  # the map_location function, made at the first torch tensor
 
+    def move(obj: Any, name: str) -> Any:
+        if map_location is not None and not (
+            isinstance(map_location, str) and map_location == "cpu"
+        ):
+            if not movers:
+                movers.append(_mover(map_location, label))
+            obj = movers[0](obj, name)
+        return obj
+
     def materialize(pid: Any) -> Any:
+        if other is not None and isinstance(pid, tuple) and len(pid) > 1 and pid[1] == "dtensor":
+            return other(pid, move)
         if not (isinstance(pid, tuple) and len(pid) == 5 and pid[0] == "corral"):
             raise pickle.UnpicklingError(f"unknown persistent id {pid!r}")
         _, kind, name, is_param, requires_grad = pid
@@ -202,13 +233,7 @@ def load_state(
             base = torch_bases.get(fname)
             if base is None:
                 base = torch_bases[fname] = _torch_base(buffers[fname], label)
-            obj = _torch_tensor(base, code, shape, start, end)
-            if map_location is not None and not (
-                isinstance(map_location, str) and map_location == "cpu"
-            ):
-                if not movers:
-                    movers.append(_mover(map_location, label))
-                obj = movers[0](obj, name)
+            obj = move(_torch_tensor(base, code, shape, start, end), name)
             if is_param:
                 obj = sys.modules["torch"].nn.Parameter(obj, requires_grad=requires_grad)
             elif requires_grad:

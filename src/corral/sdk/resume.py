@@ -24,6 +24,7 @@ import sys
 import warnings
 from typing import Any
 
+from corral.sdk import device_snapshot
 from corral.sdk.manifest import CheckpointError
 
 FORMAT = "corral.training_state"
@@ -133,6 +134,8 @@ def training_state(
     """
     if hasattr(cost_usd, "cost_usd") and callable(cost_usd.cost_usd):
         cost_usd = cost_usd.cost_usd()
+    if optimizer is not None and "torch" in sys.modules:
+        device_snapshot.watch(optimizer)  # its tensors on a GPU: copied while the loop goes on
     return {
         "format": FORMAT,
         "version": VERSION,

@@ -36,6 +36,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from corral.sdk import sharded
+from corral.sdk.device_snapshot import DeviceCopies
 from corral.sdk.manifest import CheckpointError, FileEntry
 from corral.sdk.staging import StagingPool
 from corral.sdk.storage import CHUNK_BYTES, Storage
@@ -94,10 +96,16 @@ class _Entry:
 
 @dataclass
 class Snapshot:
-    """A state captured at save time: its pickled skeleton and the tensor payloads."""
+    """A state captured at save time: its pickled skeleton and the tensor payloads. A state
+    holding DTensors is ``sharded``: ``chunks`` describes each DTensor (global shape, dtype,
+    and this rank's chunk when it writes one; see :mod:`corral.sdk.sharded`)."""
 
     skeleton: bytes
     entries: list[_Entry] = field(default_factory=list)
+    sharded: bool = False
+    chunks: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: copies from a GPU still running (the writer settles them before reading the buffers)
+    pending: DeviceCopies | None = None
 
     @property
     def nbytes(self) -> int:
@@ -177,7 +185,7 @@ def _collect_names(state: Any) -> dict[int, str]:
             for i, v in enumerate(obj):
                 walk(v, f"{path}.{i}" if path else str(i), depth + 1)
         elif id(obj) not in names and (
-            _tensor_code(obj) is not None or _bits_view(obj) is not None
+            _tensor_code(obj) is not None or _bits_view(obj) is not None or sharded.is_dtensor(obj)
         ):
             name = path or "tensor"
             while name in used or name == "__metadata__":
@@ -211,6 +219,35 @@ def snapshot(state: Any, pool: StagingPool | None) -> Snapshot:
     seen: dict[int, tuple[Any, ...]] = {}
     keep_alive: list[Any] = []
     cuda_devices: set[Any] = set()  # asynchronous copies from each must finish before return
+    chunks: dict[str, dict[str, Any]] = {}
+    dtensor = sharded.dtensor_type()
+
+    def take_dtensor(obj: Any) -> Any:
+        torch = sys.modules["torch"]
+        dtype = str(obj.dtype).removeprefix("torch.")
+        code = _TORCH_CODES.get(dtype)
+        name = names.get(id(obj)) or f"_unnamed.dtensor.{len(chunks)}"
+        if code is None:
+            raise CheckpointError(f"the state cannot be saved: DTensor {name!r} has dtype {dtype}")
+        local, offsets, sizes = sharded.local_chunk(obj)
+        info: dict[str, Any] = {"shape": list(obj.shape), "dtype": dtype}
+        if local is not None:
+            src = local.detach().resolve_conj().resolve_neg()
+            if src.device.type == "cuda":
+                cuda_devices.add(src.device)
+            if pool is not None:
+                data = pool.take(len(entries), src, "torch", name)
+            else:
+                data = src.to("cpu").contiguous()
+            entries.append(_Entry(name, "torch", code, sizes, data, data.element_size(),
+                                  data.nbytes))  # fmt: skip
+            info.update(offsets=list(offsets), sizes=list(sizes))
+        chunks[name] = info
+        keep_alive.append(obj)
+        flags = (isinstance(obj, torch.nn.Parameter), bool(obj.requires_grad))
+        pid = ("corral", "dtensor", name, *flags)
+        seen[id(obj)] = pid
+        return pid
 
     def persistent_id(obj: Any) -> Any:
         if type(obj) in _PLAIN_TYPES:  # called for every object: the common case first
@@ -218,6 +255,8 @@ def snapshot(state: Any, pool: StagingPool | None) -> Snapshot:
         pid = seen.get(id(obj))
         if pid is not None:
             return pid
+        if dtensor is not None and isinstance(obj, dtensor):
+            return take_dtensor(obj)
         found = _tensor_code(obj)
         if found is None:
             return None
@@ -230,7 +269,7 @@ def snapshot(state: Any, pool: StagingPool | None) -> Snapshot:
             if src.device.type == "cuda":
                 cuda_devices.add(src.device)
             if pool is not None:
-                data = pool.take(len(entries), src, kind)
+                data = pool.take(len(entries), src, kind, names.get(id(obj), ""))
             else:
                 data = src.to("cpu").contiguous()
             itemsize = data.element_size()
@@ -280,11 +319,13 @@ def snapshot(state: Any, pool: StagingPool | None) -> Snapshot:
     finally:
         if collecting:
             gc.enable()
+    pending = None
     if pool is not None:
-        pool.finish(len(entries))
-    for device in cuda_devices:  # synchronize() alone waits for the current device only
-        sys.modules["torch"].cuda.synchronize(device)
-    return Snapshot(buf.getvalue(), entries)
+        pending = pool.finish(len(entries))  # device copies: started, settled by the writer
+    else:
+        for device in cuda_devices:  # synchronize() alone waits for the current device only
+            sys.modules["torch"].cuda.synchronize(device)
+    return Snapshot(buf.getvalue(), entries, sharded=bool(chunks), chunks=chunks, pending=pending)
 
 
 def _byte_view(entry: _Entry) -> memoryview:
@@ -364,24 +405,40 @@ def _shard_pieces(entries: list[_Entry]) -> Iterator[memoryview | bytes]:
             yield _byte_view(e)
 
 
-def write_snapshot(snap: Snapshot, storage: Storage, directory: str) -> dict[str, FileEntry]:
-    """Write the snapshot's files into ``directory``; returns their sizes and sha256s.
+def write_snapshot(
+    snap: Snapshot, storage: Storage, directory: str, prefix: str = ""
+) -> dict[str, FileEntry]:
+    """Write the snapshot's files into ``directory``, their names starting with ``prefix``
+    (a rank's files in a sharded checkpoint, see :mod:`corral.sdk.sharded`); returns their
+    sizes and sha256s. A sharded snapshot also writes its chunk index.
 
     Tensor files are written by up to ``WRITE_THREADS`` threads at once (hashing and
     ``write`` release the GIL), each file with one fsync.
     """
+    if snap.pending is not None:
+        pending, snap.pending = snap.pending, None
+        pending.settle()  # the copies from the GPU have finished, and nothing tore them
+    state_file = prefix + STATE_FILE
     jobs = {
-        STATE_FILE: lambda: _write_file(
-            storage, storage.join(directory, STATE_FILE), iter([snap.skeleton])
+        state_file: lambda: _write_file(
+            storage, storage.join(directory, state_file), iter([snap.skeleton])
         )
     }
+    where: dict[str, str] = {}  # entry name -> its tensor file
     if snap.entries:
         for index, shard in enumerate(_shard(snap.entries)):
-            name = tensor_file_name(index)
+            name = prefix + tensor_file_name(index)
             path = storage.join(directory, name)
+            where.update((e.name, name) for e in shard)
             jobs[name] = lambda path=path, shard=shard: _write_file(
                 storage, path, _shard_pieces(shard)
             )
+    if snap.sharded:
+        index_file = prefix + sharded.INDEX_FILE
+        raw = sharded.index_bytes(snap.chunks, where)
+        jobs[index_file] = lambda: _write_file(
+            storage, storage.join(directory, index_file), iter([raw])
+        )
     if len(jobs) <= 2:
         return {name: job() for name, job in jobs.items()}
     return run_jobs(jobs, WRITE_THREADS, "corral-write")
@@ -435,4 +492,7 @@ def tensor_file_name(index: int) -> str:
 
 
 def is_tensor_file(name: str) -> bool:
+    """``tensors-<n>.safetensors``, also with a rank's prefix (``r00003-tensors-...``)."""
+    if sharded.rank_of(name) is not None:
+        name = name[7:]
     return name.startswith("tensors-") and name.endswith(".safetensors")

@@ -110,6 +110,17 @@ def request_stop(reason: str = "requested") -> None:
         _stop_reason = reason
 
 
+def clear_stop_request(reason: str | None = None) -> bool:
+    """Withdraw a :func:`request_stop` (only when its reason is ``reason``, if given) so that a
+    new training run in this process (a second ``trainer.train()``) is not stopped by the
+    request of the last one. A preemption is never cleared. Returns True if one was cleared."""
+    global _stop_reason
+    if _stop_reason is None or (reason is not None and _stop_reason != reason):
+        return False
+    _stop_reason = None
+    return True
+
+
 def should_stop() -> bool:
     """True when this process should end its loop: preempted, or :func:`request_stop` was
     called. Per process, like :func:`preempted`: in a distributed job, stopping one rank alone
@@ -318,7 +329,20 @@ def _exit_if_any_rank_preempted(
     saver = saving_rank is None or saving_rank == distributed.rank()
     if checkpointer is not None:
         _flush(checkpointer)  # each rank its own save in flight
-    wanted = saver and checkpointer is not None and state_fn is not None and step is not None
+    state: Any = None
+    if checkpointer is not None and state_fn is not None and step is not None:
+        # Every rank with a checkpointer builds its state at this same point (building it may
+        # be a collective, e.g. an FSDP state dict): a sharded state (DTensors) is saved by
+        # every rank, each its own part of one checkpoint.
+        try:
+            state = state_fn()
+        except Exception as exc:
+            if saver:
+                print(f"corral: the preemption checkpoint failed: {exc}", file=sys.stderr)
+            checkpointer, state = None, None
+        if state is not None and (checkpointer.sharded or _has_dtensors(state)):  # type: ignore[union-attr]
+            saver = True
+    wanted = saver and checkpointer is not None and state is not None
     estimate = checkpointer.estimated_save_seconds if wanted else None  # type: ignore[union-attr]
     try:
         # The time left after the flushes (the slowest rank's) and the savers' estimate, the
@@ -331,7 +355,7 @@ def _exit_if_any_rank_preempted(
     fits = left is not None and save_fits(left, estimate)
     if wanted and checkpointer.last_saved_step != step:  # type: ignore[union-attr]
         if fits:
-            _save_now(checkpointer, state_fn, step)  # type: ignore[arg-type]
+            _save_now(checkpointer, lambda: state, step)  # type: ignore[arg-type]
         else:
             _say_no_time(left)
     try:
@@ -342,6 +366,12 @@ def _exit_if_any_rank_preempted(
     # now, so that the script's own `finally: dist.destroy_process_group()` still works.
     distributed.leave_at_exit()
     exit_preempted()
+
+
+def _has_dtensors(state: Any) -> bool:
+    from corral.sdk.sharded import has_dtensors
+
+    return has_dtensors(state)
 
 
 def _reset_for_tests() -> None:

@@ -19,6 +19,7 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from corral.sdk import device_snapshot
 from corral.wire.env import ENV_FAST_COPY
 
 try:
@@ -43,15 +44,17 @@ class StagingPool:
         self._slots: list[Any] = []
         self._copies: list[tuple[int, int, int]] = []  # (dst, src, bytes), done by finish()
         self._sources: list[Any] = []  # keeps the sources alive until finish()
+        self._device: list[tuple[str, Any, Any]] = []  # (name, pinned buffer, device tensor)
+        self._pinned: set[int] = set()  # ids of the buffers made for device tensors
         #: True while :meth:`Checkpointer.reserve` walks a state: allocate, copy nothing.
         self.reserving = False
 
-    def take(self, index: int, src: Any, kind: str) -> Any:
+    def take(self, index: int, src: Any, kind: str, name: str = "") -> Any:
         buf = self._slots[index] if index < len(self._slots) else None
         if self.reserving:
             buf = self._allocate(buf, src, kind)
         elif kind == "torch":
-            buf = self._take_torch(buf, src)
+            buf = self._take_torch(buf, src, name)
         else:
             buf = self._take_numpy(buf, src)
         if index < len(self._slots):
@@ -64,26 +67,33 @@ class StagingPool:
         """A buffer for ``src``: ``buf`` when it fits, else a new one (pages not touched)."""
         if kind == "torch":
             torch = sys.modules["torch"]
-            pin = src.device.type == "cuda"
+            pin = device_snapshot.backend().is_device(src)
             fits = (
                 isinstance(buf, torch.Tensor)
                 and buf.dtype == src.dtype
                 and tuple(buf.shape) == tuple(src.shape)
-                and (not pin or buf.is_pinned())
+                and (not pin or id(buf) in self._pinned)
             )
             if not fits:
-                buf = torch.empty(tuple(src.shape), dtype=src.dtype, pin_memory=pin)
+                self._pinned.discard(id(buf))
+                if pin:  # page-locked: the device copies into it asynchronously
+                    buf = device_snapshot.backend().pinned_empty(src)
+                    self._pinned.add(id(buf))
+                else:
+                    buf = torch.empty(tuple(src.shape), dtype=src.dtype)
             return buf
         np = sys.modules["numpy"]
         fits = isinstance(buf, np.ndarray) and buf.dtype == src.dtype and buf.shape == src.shape
         return buf if fits else np.empty(src.shape, dtype=src.dtype)
 
-    def _take_torch(self, buf: Any, src: Any) -> Any:
+    def _take_torch(self, buf: Any, src: Any, name: str) -> Any:
         buf = self._allocate(buf, src, "torch")
-        if src.device.type == "cpu" and src.is_contiguous():  # a host address to copy from
+        if device_snapshot.backend().is_device(src):  # started by finish(), not waited for
+            self._device.append((name, buf, src))
+        elif src.device.type == "cpu" and src.is_contiguous():  # a host address to copy from
             self._defer(buf.data_ptr(), src.data_ptr(), buf.nbytes, src)
         else:
-            buf.copy_(src, non_blocking=src.device.type == "cuda")
+            buf.copy_(src)
         return buf
 
     def _take_numpy(self, buf: Any, src: Any) -> Any:
@@ -101,7 +111,7 @@ class StagingPool:
         torch = sys.modules.get("torch")
         for buf in list(self._slots):
             if torch is not None and isinstance(buf, torch.Tensor):
-                if buf.is_pinned() or not buf.nbytes:
+                if id(buf) in self._pinned or not buf.nbytes:
                     continue
                 ctypes.memset(buf.data_ptr(), 0, buf.nbytes)
             elif buf.nbytes:
@@ -116,10 +126,18 @@ class StagingPool:
         """Forget the deferred copies (the snapshot failed)."""
         self._copies.clear()
         self._sources.clear()
+        self._device.clear()
 
-    def finish(self, used: int) -> None:
+    def finish(self, used: int) -> device_snapshot.DeviceCopies | None:
         """Run the deferred copies (several threads: ``memmove`` releases the GIL); drop the
-        buffers beyond ``used``."""
+        buffers beyond ``used``. The copies from a device are started, not waited for: the
+        returned handle's ``settle()`` waits for them (see :mod:`corral.sdk.device_snapshot`)."""
+        device, self._device = self._device, []
+        pending = device_snapshot.start(device) if device else None
+        self._finish_host(used)
+        return pending
+
+    def _finish_host(self, used: int) -> None:
         copies, self._copies = self._copies, []
         batch = _Batch(copy_function())
         try:
@@ -141,6 +159,8 @@ class StagingPool:
             raise
         finally:
             self._sources.clear()
+        for buf in self._slots[used:]:
+            self._pinned.discard(id(buf))
         del self._slots[used:]
 
 

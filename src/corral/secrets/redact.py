@@ -57,8 +57,10 @@ _CREDENTIAL_NAME = re.compile(
 
 
 @functools.lru_cache(maxsize=4096)
+@functools.lru_cache(maxsize=4096)
 def is_credential_name(name: str) -> bool:
-    """Whether an environment variable of this name holds a credential."""
+    """Whether an environment variable of this name holds a credential (remembered per
+    name: every redaction asks it of the whole environment)."""
     return name in CREDENTIAL_ENV or bool(_CREDENTIAL_NAME.search(name.upper()))
 
 
@@ -206,6 +208,26 @@ def _read_store(home: Path) -> tuple[Any, list[str]]:
     return fp, values
 
 
+_creds_seen: tuple[tuple[Any, ...], dict[str, str]] | None = None
+
+
+def _current_credentials() -> dict[str, str]:
+    """:func:`env_credentials` of this process, worked out again only when its environment
+    changed (compared as raw bytes: every redaction asks, a controller thousands of times a
+    second, and decoding the whole environment each time was most of the cost)."""
+    global _creds_seen
+    data = getattr(os.environ, "_data", None)
+    if not isinstance(data, dict):
+        return env_credentials()
+    key = tuple(data.items())
+    seen = _creds_seen
+    if seen is not None and seen[0] == key:
+        return seen[1]
+    creds = env_credentials()
+    _creds_seen = (key, creds)
+    return creds
+
+
 def current_redactor() -> Redactor:
     """The redactor for every secret value in play now (see the module docstring)."""
     global _cache
@@ -220,7 +242,7 @@ def current_redactor() -> Redactor:
     env = os.environ
     with _lock:
         named = {n: env.get(n, "") for n in (*_registered_names, *job_secret_names(env))}
-        creds = env_credentials()
+        creds = _current_credentials()
         fingerprint = (str(home), store_fp, _version, tuple(sorted({**creds, **named}.items())))
         if _cache is not None and _cache[0] == fingerprint:
             return _cache[1]

@@ -6,6 +6,7 @@ from __future__ import annotations
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from corral.errors import (
     AgentError,
@@ -17,6 +18,7 @@ from corral.errors import (
     ProviderError,
 )
 from corral.service.tokens import ReadOnlyToken, TokenRejected
+from corral.storage.errors import StorageError
 
 #: (error class, HTTP status), the first match wins: subclasses before their bases
 STATUSES: tuple[tuple[type[CorralError], int], ...] = (
@@ -27,6 +29,7 @@ STATUSES: tuple[tuple[type[CorralError], int], ...] = (
     (NotFound, 404),
     (Conflict, 409),
     (AgentError, 502),
+    (StorageError, 502),
     (ProviderError, 503),
 )
 
@@ -60,6 +63,24 @@ def _invalid_request(request: Request, exc: Exception) -> JSONResponse:
     return JSONResponse(body, status_code=422)
 
 
+#: the code of an HTTP error Starlette raises itself (no route, wrong method)
+_HTTP_CODES = {404: "not_found", 405: "method_not_allowed"}
+
+
+def _http_error(request: Request, exc: Exception) -> JSONResponse:
+    """Starlette's own errors (no such path, a method the path does not take) in the same
+    shape as every other error."""
+    assert isinstance(exc, StarletteHTTPException)
+    code = _HTTP_CODES.get(exc.status_code, "http_error")
+    message = exc.detail if isinstance(exc.detail, str) else "request refused"
+    if exc.status_code == 404:
+        message = f"no such endpoint: {request.method} {request.url.path}"
+    return JSONResponse(
+        {"code": code, "message": message}, status_code=exc.status_code, headers=exc.headers
+    )
+
+
 def install(app: FastAPI) -> None:
     app.add_exception_handler(CorralError, _corral_error)
     app.add_exception_handler(RequestValidationError, _invalid_request)
+    app.add_exception_handler(StarletteHTTPException, _http_error)

@@ -22,6 +22,16 @@ Modules, each small and importable on its own (the CLI imports them inside its c
 * :mod:`corral.service.estimate` - a job's cost on each offer that fits it (``corral
   estimate``).
 * :mod:`corral.service.plan_views` - the typed values of those two.
+* :mod:`corral.service.tokens` - API tokens of the HTTP server, stored hashed.
+* :mod:`corral.service.session` - the store a long-lived front door holds.
+* :mod:`corral.service.artifacts` - a run's manifest, files and results archive from
+  artifact storage.
+* :mod:`corral.service.monitoring` - what every GPU of this machine and of each running node
+  reads, judged by :mod:`corral.service.gpu_health`'s thresholds.
+* :mod:`corral.service.metrics` - everything ``/metrics`` shows, in one snapshot.
+* :mod:`corral.service.overview` - the dashboard's runs table (runs with their progress).
+* :mod:`corral.service.run_charts` - a run's curves, cost line and attempt timeline.
+* :mod:`corral.service.log_hub` - one reader of a run's logs for many live followers.
 
 Every error is a :class:`corral.errors.CorralError` subclass with a one-line message.
 Functions that read or write runs take an optional ``store`` (default: ``Store.open()``,

@@ -64,12 +64,22 @@ class ControllerStatus:
         return {"running": self.running, "pid": self.pid, "home": self.home}
 
 
-def run_controller(*, idle_exit_s: float | None = None, tick_s: float | None = None) -> int:
+def run_controller(
+    *,
+    idle_exit_s: float | None = None,
+    tick_s: float | None = None,
+    poll_interval_s: float | None = None,
+) -> int:
     """Run the controller in this process until it is stopped (SIGTERM, Ctrl-C) or, with
     ``idle_exit_s``, has had no active run for that long; ``tick_s``: seconds between two
-    reconcile passes (default: the controller's setting). Returns the exit status (0).
-    Conflict if a controller already runs for this home."""
-    return run_foreground(idle_exit_s=idle_exit_s, tick_seconds=tick_s)
+    reads of the active runs, and a busy run's interval; ``poll_interval_s``: a quiet
+    running run's interval (defaults: the controller's settings). Returns the exit status
+    (0). Conflict if a controller already runs for this home."""
+    if poll_interval_s is not None and not 0 < poll_interval_s <= 3600:
+        raise BadInput(f"poll interval {poll_interval_s:g}: expected seconds above 0, at most 3600")
+    return run_foreground(
+        idle_exit_s=idle_exit_s, tick_seconds=tick_s, poll_interval_s=poll_interval_s
+    )
 
 
 def start_controller(*, wait_s: float = 5.0, notify: Notify | None = None) -> ControllerStarted:

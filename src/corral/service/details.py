@@ -8,6 +8,7 @@ from pydantic import ValidationError
 
 from corral import paths
 from corral.control.plan_builder import checkpoint_dir
+from corral.control.shipping import PACKED
 from corral.errors import CorralError, NotFound
 from corral.secrets import redactor_for
 from corral.service._store import using
@@ -15,6 +16,7 @@ from corral.service.runs import current_attempt
 from corral.service.views import AttemptView, RunDetails, RunView
 from corral.spec import JobSpec
 from corral.store import AttemptRecord, RunRecord, Store
+from corral.wire.events import CHECKPOINT_WARNING
 from corral.wire.outcome import AttemptOutcome, OutcomeKind
 from corral.wire.status import StageState
 
@@ -83,6 +85,24 @@ def _checkpoint_dir(run: RunRecord) -> str | None:
         return None
 
 
+def _services(agent: dict[str, Any], attempt: AttemptRecord | None, run: RunRecord) -> Any:
+    """The service stages with their URL (the agent's endpoint + the stage's path), while the
+    run is not over; None for a run without services."""
+    rows = [s for s in agent.get("services") or [] if isinstance(s, dict)]
+    if not rows:
+        return None
+    endpoint = (attempt.endpoint if attempt else None) or ""
+    live = not run.terminal and bool(endpoint)
+    return [
+        {
+            **row,
+            "url": endpoint.rstrip("/") + str(row.get("path") or "") if live else None,
+            "running": bool(row.get("running")) and live,
+        }
+        for row in rows
+    ]
+
+
 def details(store: Store, run: RunRecord) -> RunDetails:
     """``run`` (a record read from ``store``) in detail."""
     attempt = current_attempt(store, run)
@@ -97,7 +117,33 @@ def details(store: Store, run: RunRecord) -> RunDetails:
         checkpoint_sync=agent.get("checkpoint_sync"),
         logs_dir=str(paths.home() / "runs" / run.id / "logs"),
         checkpoint_dir=_checkpoint_dir(run),
+        last_checkpoint=agent.get("last_checkpoint"),
+        code=_code(store, run),
+        services=_services(agent, attempt, run),
+        checkpoint_mirror=agent.get("checkpoint_mirror"),
+        warnings=_warnings(store, run),
     )
+
+
+def _warnings(store: Store, run: RunRecord) -> list[str] | None:
+    """The distinct ``checkpoint.warning`` messages of the run's attempts (None: none)."""
+    out: list[str] = []
+    for event in store.events(run.id, types=[CHECKPOINT_WARNING]):
+        message = dict(event.data).get("message")
+        if isinstance(message, str) and message not in out:
+            out.append(message)
+    return out or None
+
+
+def _code(store: Store, run: RunRecord) -> dict[str, Any] | None:
+    """What the run ships (its ``code.packed`` event): source, bundle sha256 and size, the
+    git commit; None for a run whose machines share this one's files."""
+    events = store.events(run.id, types=[PACKED])
+    if not events:
+        return None
+    data = dict(events[-1].data)
+    out = {k: data.get(k) for k in ("source", "sha256", "size", "members", "git", "checkout")}
+    return {k: v for k, v in out.items() if v is not None}
 
 
 def get_run(ref: str | None = None, *, store: Store | None = None) -> RunDetails:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from datetime import date
 from pathlib import Path
 
 from corral.control import planner
@@ -31,6 +32,7 @@ from corral.service.plan_views import (
     EstimateRow,
     HoursFrom,
 )
+from corral.service.price_age import stale_prices
 from corral.spec import JobSpec, load_spec
 
 
@@ -140,7 +142,11 @@ def _row_order(row: EstimateRow) -> tuple[bool, float, str, str, str]:
 
 
 def estimate_cost(
-    file: str | Path, *, hours: float | None = None, overrides: Iterable[str] = ()
+    file: str | Path,
+    *,
+    hours: float | None = None,
+    overrides: Iterable[str] = (),
+    today: date | None = None,
 ) -> Estimate:
     """The cost of the job at ``file`` (with ``overrides`` such as
     ``resources.gpus=A100:2`` applied) on each offer of the enabled providers that fits its
@@ -183,4 +189,5 @@ def estimate_cost(
         refusal=refusal(launching, str(file)),
         rows=rows,
         providers=provider_rows(result, skipped, asked_names(loaded, skipped)),
+        stale_prices=stale_prices(result.offers, today) or None,
     )

@@ -4,12 +4,15 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Literal
 
 from corral.control import planner
 from corral.control.providers import load_providers
 from corral.providers.base import Provider
-from corral.service.plan_views import LaunchVerdict
 from corral.spec import JobSpec
+
+#: what a launch would do now (:func:`verdict`)
+LaunchVerdict = Literal["now", "wait", "refused"]
 
 
 def launch_plan(

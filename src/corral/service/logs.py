@@ -85,6 +85,10 @@ class LogTailer:
             for path in self._files():
                 self.offsets[path] = path.stat().st_size
 
+    def files(self) -> list[Path]:
+        """The log files this tailer reads, by attempt then name."""
+        return self._files()
+
     def _files(self) -> list[Path]:
         out = []
         for number, adir in _attempt_dirs(self.root):
@@ -206,3 +210,31 @@ def read_log(
         eof=next_offset >= size,
         text=data.decode("utf-8", "replace"),
     )
+
+
+def log_tail(
+    ref: str, *, lines: int = 200, max_bytes: int = 64 * 1024, store: Store | None = None
+) -> list[LogLine]:
+    """The last ``lines`` lines of the current attempt's stage logs together, in time order
+    (at most ``max_bytes`` read from the end of each log; a line cut by that limit is left
+    out)."""
+    if lines < 1 or not 1 <= max_bytes <= MAX_CHUNK:
+        raise BadInput(f"lines must be >= 1 and max_bytes 1..{MAX_CHUNK}")
+    with using(store) as st:
+        run = st.get_run(ref)
+    number = max(run.attempt, 1)
+    adir = logs_dir(run.id) / f"a{number}"
+    found: list[LogLine] = []
+    for path in sorted(adir.glob("*.log")) if adir.is_dir() else []:
+        with open(path, "rb") as f:
+            size = f.seek(0, 2)
+            start = max(0, size - max_bytes)
+            f.seek(start)
+            data = f.read(size - start)
+        if start > 0:  # the first line may be cut: keep only what follows a line end
+            data = data[data.find(b"\n") + 1 :] if b"\n" in data else b""
+        for raw in data.decode("utf-8", "replace").splitlines():
+            ts, text = split_ts(raw)
+            found.append(LogLine(attempt=number, stage=path.stem, ts=ts, text=text))
+    found.sort(key=lambda line: line.ts)
+    return found[-lines:]

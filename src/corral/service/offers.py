@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping, Sequence
+from datetime import date
 
 from corral.control import planner
 from corral.control.providers import load_providers
@@ -17,6 +18,7 @@ from corral.errors import BadInput, CorralError
 from corral.providers.base import Provider, Requirements
 from corral.providers.registry import provider_class
 from corral.service.plan_views import OfferList, OfferQuery, PriceRefresh, ProviderOffers
+from corral.service.price_age import stale_prices
 from corral.spec import parse_gpu_request
 
 
@@ -89,6 +91,7 @@ def list_offers(
     max_price: float | None = None,
     refresh: bool = False,
     limit: int | None = None,
+    today: date | None = None,
 ) -> OfferList:
     """The offers of ``providers`` (default: the enabled ones) for machines with ``gpus``
     (e.g. ``"A100:1"``, ``"L40S:2..4"``; None: any machine), spot or on-demand (None: both),
@@ -96,7 +99,8 @@ def list_offers(
     unavailable ones last, at most ``limit`` of them. ``refresh`` reloads live prices first
     where a provider publishes them. One provider's failure is its row's reason, never an
     error; bad input (a request that does not parse, a price or limit out of range, an
-    unknown provider) is BadInput."""
+    unknown provider) is BadInput. ``stale_prices``: providers whose price catalog is over
+    60 days old on ``today`` (default: the service's clock)."""
     if limit is not None and limit < 0:
         raise BadInput(f"--limit {limit}: expected 0 or more")
     if max_price is not None and not max_price > 0:
@@ -124,4 +128,5 @@ def list_offers(
         if refreshed is None
         else {name: PriceRefresh(**r) for name, r in refreshed.items()},
         count=len(result.offers),
+        stale_prices=stale_prices(result.offers, today) or None,
     )

@@ -10,6 +10,8 @@ from __future__ import annotations
 from typing import Literal
 
 from corral.providers.base import Offer
+from corral.service.feasibility import LaunchVerdict
+from corral.service.price_age import StalePrices
 from corral.service.views import OmitsNone, View
 
 #: Why one side (on-demand or spot) of an estimate row would not be taken as it is.
@@ -23,8 +25,6 @@ UNAVAILABLE: CostFlag = "unavailable"
 
 #: Where an estimate's hours come from: given (``--hours``) or the spec's limit.
 HoursFrom = Literal["--hours", "limits.max_runtime"]
-#: what a launch would do now (corral.service.feasibility)
-LaunchVerdict = Literal["now", "wait", "refused"]
 
 
 class ProviderOffers(View):
@@ -65,13 +65,16 @@ class OfferList(OmitsNone):
     ``limit`` asked; ``count`` is how many fit in all), one row per provider asked, and the
     price reloads when asked for (``refresh``, left out of the JSON otherwise)."""
 
-    omitted_when_none = frozenset({"refresh"})
+    omitted_when_none = frozenset({"refresh", "stale_prices"})
 
     query: OfferQuery
     offers: list[Offer]
     providers: list[ProviderOffers]
     refresh: dict[str, PriceRefresh] | None = None
     count: int
+    #: providers whose price catalog is older than the limit (corral.service.price_age);
+    #: None (left out of the JSON) when there is none
+    stale_prices: list[StalePrices] | None = None
 
 
 # --- estimates ---------------------------------------------------------------------------------
@@ -119,7 +122,7 @@ class ChosenOffer(View):
     cost_usd: float
 
 
-class Estimate(View):
+class Estimate(OmitsNone):
     """What a job would cost on each offer that fits it (``corral estimate --json``):
     ``hours`` (from ``hours_from``: ``--hours`` or ``limits.max_runtime``), the spec's limits,
     the offer a launch would take (None: a launch would wait or be refused), what a launch
@@ -135,5 +138,10 @@ class Estimate(View):
     chosen: ChosenOffer | None
     launch: LaunchVerdict
     refusal: str | None
+    omitted_when_none = frozenset({"stale_prices"})
+
     rows: list[EstimateRow]
     providers: list[ProviderOffers]
+    #: providers whose price catalog is older than the limit (corral.service.price_age);
+    #: None (left out of the JSON) when there is none
+    stale_prices: list[StalePrices] | None = None

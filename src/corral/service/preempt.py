@@ -3,6 +3,7 @@ preempt``), so that the controller's recovery can be exercised and watched."""
 
 from __future__ import annotations
 
+from corral.control.nudges import nudge
 from corral.errors import BadInput, Conflict, UnsupportedCapability
 from corral.providers.base import Instance, SupportsSimulatedPreemption
 from corral.providers.registry import get_provider
@@ -27,8 +28,8 @@ def active_instance(store: Store, run: RunRecord) -> tuple[ResourceRecord, Insta
 
 def preempt_run(ref: str, *, grace: float = 5.0, store: Store | None = None) -> Preemption:
     """Preempt the machine of the run's current attempt through its provider: SIGTERM, then
-    SIGKILL after ``grace`` seconds. The controller sees it on its next tick and recovers the
-    run. UnsupportedCapability (with the provider's reason) when the provider cannot."""
+    SIGKILL after ``grace`` seconds. The controller is asked to look at the run at once
+    (``control.nudges``) and recovers it. UnsupportedCapability (with the provider's reason) when the provider cannot."""
     if grace < 0:
         raise BadInput(f"grace must be >= 0 seconds, not {grace!r}")
     with using(store) as st:
@@ -40,9 +41,13 @@ def preempt_run(ref: str, *, grace: float = 5.0, store: Store | None = None) -> 
             SupportsSimulatedPreemption.__name__, "it has no way to preempt a machine on request"
         )
         raise UnsupportedCapability(provider.name, "simulated preemption", reason)
+    # the controller is asked to look at the run now, and again once the provider is done
+    # (which may wait for the machine's processes: an agent serves until the controller has
+    # read its last events), so it looks at the fast pace through the stop, not at its next
+    # quiet look
+    nudge(run.id)
     provider.preempt(instance, grace=grace)
-    # The controller is not woken with SIGUSR1: one that is still starting has no handler
-    # yet and would die of it; it sees the preemption on its next tick (< 1 s).
+    nudge(run.id)
     state = provider.status(instance)
     return Preemption(
         run_id=run.id,

@@ -70,6 +70,19 @@ class RunView:
             return f"{again}running on {where}"
         return self.reason
 
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> RunView:
+        """The view back from its :meth:`to_json` document (what ``corral server`` sends):
+        datetimes parsed, unknown keys ignored (a newer server may send more)."""
+        values: dict[str, Any] = {}
+        for f in FIELDS:
+            value = data.get(f.name)
+            if f.name in _DATETIMES and isinstance(value, str):
+                value = datetime.fromisoformat(value)
+            values[f.name] = value
+        values["completed_stages"] = list(values["completed_stages"] or [])
+        return cls(**values)
+
     def to_json(self) -> dict[str, Any]:
         """The JSON-ready document (datetimes as ISO 8601 with ``+00:00``)."""
         out: dict[str, Any] = {}
@@ -80,3 +93,4 @@ class RunView:
 
 
 FIELDS: tuple[dataclasses.Field[Any], ...] = dataclasses.fields(RunView)
+_DATETIMES = frozenset({"created_at", "updated_at", "started_at", "finished_at"})

@@ -3,7 +3,7 @@ Kept light (the store and the views only): ``corral ls`` imports it."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from corral.errors import BadInput, CorralError
@@ -79,6 +79,35 @@ def page_runs(
         if limit is not None and len(runs) >= limit:
             total = st.count_runs(states=_states(states), active_only=active_only)
     return RunPage(runs, total, offset)
+
+
+#: runs read from the store at a time while streaming them
+STREAM_BATCH = 500
+
+
+def iter_runs(
+    *,
+    states: Iterable[str] | None = None,
+    active_only: bool = False,
+    batch: int | None = None,
+    store: Store | None = None,
+) -> Iterator[RunView]:
+    """Every matching run, newest first, read ``batch`` at a time (each batch from where the
+    last ended, by index; default :data:`STREAM_BATCH`): memory stays flat and the first
+    runs come at once, however long the history."""
+    wanted = _states(states)
+    batch = STREAM_BATCH if batch is None else batch
+    if batch < 1:
+        raise BadInput(f"batch must be a whole number >= 1, not {batch!r}")
+    with using(store) as st:
+        last: RunRecord | None = None
+        while True:
+            page = st.list_runs(states=wanted, active_only=active_only, limit=batch, before=last)
+            for run in page:
+                yield RunView.of(run)
+            if len(page) < batch:
+                return
+            last = page[-1]
 
 
 def current_attempt(store: Store, run: RunRecord | RunView) -> AttemptRecord | None:

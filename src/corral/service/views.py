@@ -114,9 +114,12 @@ class OmitsNone(View):
 class RunDetails(OmitsNone, RunFields):
     """One run in detail (``corral status --json``): the run, its attempts, and what its
     agent last reported (stage table, acceptance verdict, manifest, checkpoint sync).
-    ``checkpoint_dir`` is left out of the JSON when the run's spec gives none."""
+    ``checkpoint_dir`` is left out of the JSON when the run's spec gives none, and
+    ``last_checkpoint`` before the job reported one."""
 
-    omitted_when_none = frozenset({"checkpoint_dir"})
+    omitted_when_none = frozenset(
+        {"checkpoint_dir", "last_checkpoint", "code", "services", "warnings", "checkpoint_mirror"}
+    )
 
     attempts: list[AttemptView]
     stages: list[JsonObject]
@@ -125,27 +128,20 @@ class RunDetails(OmitsNone, RunFields):
     checkpoint_sync: JsonValue
     logs_dir: str
     checkpoint_dir: str | None = None
-
-
-class BudgetWarning(View):
-    """The cheapest offer for the whole ``limits.max_runtime`` costs more than the budget:
-    the run will be stopped at the budget (``hours_at_budget`` in)."""
-
-    provider: str
-    price_per_hour: float
-    hours: float
-    worst_cost_usd: float
-    budget_usd: float
-    hours_at_budget: float
-
-
-class Submission(View):
-    """What submitting a run did: the run as it is right after its first launch, warnings
-    for the user, and notices about the controller (e.g. restarted with new settings)."""
-
-    run: Annotated[RunView, PlainSerializer(RunView.to_json, when_used="json")]
-    warnings: list[BudgetWarning]
-    notices: list[str]
+    #: the newest checkpoint the job reported (step, path, stage; ``shards``: the ranks that
+    #: wrote a sharded one), as its agent last said
+    last_checkpoint: JsonValue = None
+    #: what was shipped to a machine that does not share this one's files (the workdir's
+    #: bundle, the git commit); left out of the JSON for a run on this machine
+    code: JsonValue = None
+    #: the run's service stages with their URLs (left out for a run without services)
+    services: list[JsonObject] | None = None
+    #: the mirror of ``checkpoints.path`` as its agent last said (uploaded, last_uploaded,
+    #: restored, last_error, warning); left out for a run without it
+    checkpoint_mirror: JsonValue = None
+    #: what the run warned about (storage set, yet no checkpoint recognised), newest last;
+    #: left out when none
+    warnings: list[str] | None = None
 
 
 class Preemption(View):

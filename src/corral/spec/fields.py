@@ -29,6 +29,7 @@ from pydantic import (
 from corral.spec.bounds import AT_MOST_DURATION
 from corral.spec.text import nul_problem
 from corral.spec.units import parse_duration, parse_size, type_name
+from corral.wire.progress_patterns import PRESETS, progress_problem
 
 
 @dataclass(frozen=True)
@@ -163,6 +164,19 @@ def _command(value: str) -> str:
 Command = Annotated[str, AfterValidator(_command)]
 CommandList = Annotated[
     list[Command], BeforeValidator(one_or_many), Label("string or list of strings")
+]
+
+
+def _progress(value: str) -> str:
+    problem = progress_problem(value)
+    if problem:
+        raise ValueError(problem)
+    return value
+
+
+#: A stage's ``progress``: a preset name or a regex with named groups.
+ProgressPattern = Annotated[
+    str, AfterValidator(_progress), Label(f"preset ({', '.join(PRESETS)}) or regex")
 ]
 
 # --- numbers, durations, sizes --------------------------------------------------------------

@@ -8,13 +8,16 @@ from typing import Annotated, Any
 from pydantic import BeforeValidator, Field, model_validator
 
 from corral.spec.checks import stage_problems
+from corral.spec.code import CodeSpec, Files, ImageAuth, Mount
 from corral.spec.fields import (
     Command,
     CommandList,
+    Duration,
     EnvMap,
     Label,
     Name,
     Problems,
+    ProgressPattern,
     SecretName,
     StrList,
     WorkDir,
@@ -33,8 +36,42 @@ from corral.spec.models import (
     SpecModel,
     Tracker,
 )
+from corral.spec.schedule import Schedule
+from corral.spec.stopping import (
+    SAVE_COMMAND,
+    SAVE_SIGNAL,
+    STOP_GRACE,
+    STOP_SIGNAL,
+    SignalName,
+)
+from corral.spec.volumes import VolumeList
 
 MAIN_STAGE = "main"
+#: stage fields the single `run:` form sets at the top level
+STOP_KEYS = ("stop_signal", "stop_grace", "save_signal", "save_command")
+
+
+class Service(SpecModel):
+    """A stage that serves (a model, results) instead of finishing: it starts when its `needs`
+    are done and keeps running after the other stages end, until `corral stop`, reachable
+    through the agent's port at `<agent>/services/<stage>/` (`corral status` shows the URL)."""
+
+    ports: Annotated[list[Annotated[int, Field(ge=1, le=65535)]], Label("list of ports")] = Field(
+        min_length=1,
+        description="Ports the stage's command listens on (127.0.0.1 is enough); the first is "
+        "reached at /services/<stage>/, any other at /services/<stage>:<port>/.",
+    )
+    health: str | None = Field(
+        None,
+        pattern=r"^/[^\s]*$",
+        description="HTTP path that answers 2xx when the service is up (e.g. /health); "
+        "`corral status` shows whether it does.",
+    )
+    public: bool = Field(
+        True,
+        description="Anyone with the URL may call it (the default, as a serving endpoint); "
+        "false: callers need the run's agent token.",
+    )
 
 
 class Stage(SpecModel):
@@ -57,6 +94,33 @@ class Stage(SpecModel):
     env: EnvMap = Field(
         default_factory=dict, description="Extra environment for this stage (over the job's)."
     )
+    resume_args: str | None = Field(
+        None,
+        min_length=1,
+        description="Appended to `run` (after a space) when the attempt starts from a "
+        "restored checkpoint (`checkpoints.path`), e.g. `--init_from=resume`; "
+        "$CORRAL_RESUME_FROM holds the restored path.",
+    )
+    service: Service | None = Field(
+        None,
+        description="Make this stage a service: it keeps running after the other stages "
+        "end, billed and within the budget and deadline, until `corral stop` (which then "
+        "ends the run SUCCEEDED when every other stage did).",
+    )
+    progress: ProgressPattern | None = Field(
+        None,
+        description="Read progress from this stage's log, for a script that does not call "
+        "the SDK: a preset (hf, nanogpt, lightning, ultralytics, torchtitan, nanochat) or a "
+        "regex searched in every line (progress-bar redraws count as lines) with named groups "
+        "`step`, `total`, `loss`, `epoch`; any other group is a metric, e.g. "
+        "'Step (?P<step>\\d+)/(?P<total>\\d+) loss=(?P<loss>\\S+)'. Feeds `corral status`, "
+        "progress events and webhooks, trackers, the idle watcher and the ETA as the SDK's "
+        "report() does (see docs/foreign.md).",
+    )
+    stop_signal: SignalName = STOP_SIGNAL
+    stop_grace: Duration | None = STOP_GRACE
+    save_signal: SignalName | None = SAVE_SIGNAL
+    save_command: Command | None = SAVE_COMMAND
 
 
 class JobSpec(SpecModel):
@@ -68,8 +132,10 @@ class JobSpec(SpecModel):
     )
     workdir: WorkDir = Field(
         Path("."),
-        description="Directory the job runs in and that is shipped to the machine; relative "
-        "to the spec file. Absolute after loading. Default: the spec file's directory.",
+        description="Directory the job runs in; relative to the spec file, absolute after "
+        "loading. Default: the spec file's directory. On a machine that does not share this "
+        "one's files it is packed and shipped (see `code`; .gitignore and .corralignore "
+        "respected); with `CORRAL_SERVER` it is packed by the CLI and uploaded to the server.",
     )
     env: EnvMap = Field(
         default_factory=dict,
@@ -86,11 +152,30 @@ class JobSpec(SpecModel):
     resources: Resources = Field(
         default_factory=Resources, description="The machine the job needs (section below)."
     )
+    volumes: VolumeList = Field(
+        default_factory=list,
+        description="Persistent volumes mounted on the machine; they outlive the run (section "
+        "below).",
+    )
     run: Command | None = Field(
         None, min_length=1, description="One shell command (give `run` or `stages`, not both)."
     )
+    stop_signal: SignalName = STOP_SIGNAL
+    stop_grace: Duration | None = STOP_GRACE
+    save_signal: SignalName | None = SAVE_SIGNAL
+    save_command: Command | None = SAVE_COMMAND
     stages: list[Stage] | None = Field(
         None, min_length=1, description="Stages, a DAG through `needs` (instead of `run`)."
+    )
+    progress: ProgressPattern | None = Field(
+        None,
+        description="With `run`: read progress from its log (see the stage field `progress`).",
+    )
+    resume_args: str | None = Field(
+        None,
+        min_length=1,
+        description="With `run`: appended to it when the attempt starts from a restored "
+        "checkpoint (see the stage field).",
     )
     checkpoints: Checkpoints = Field(
         default_factory=Checkpoints, description="Checkpoint directory, storage and retention."
@@ -110,6 +195,38 @@ class JobSpec(SpecModel):
     eval: EvalSpec = Field(
         default_factory=EvalSpec, description="Evaluation report and acceptance criteria."
     )
+    code: CodeSpec = Field(
+        default_factory=CodeSpec,
+        description="Where the code comes from on a remote machine: the shipped workdir or git.",
+    )
+    files: Files = Field(
+        default_factory=dict,
+        description="Small local files put on the machine: `{machine path: local file}` "
+        "(machine paths absolute or workdir-relative; local ones relative to the spec file).",
+    )
+    mounts: list[Mount] = Field(
+        default_factory=list,
+        description="Object-storage prefixes copied to machine directories before the stages.",
+    )
+    image: str | None = Field(
+        None,
+        min_length=1,
+        description="Container image the job runs in, for providers that run containers "
+        "(default: the provider's). corral is installed in it at start if it lacks it.",
+    )
+    image_auth: ImageAuth | None = Field(
+        None, description="Credentials of the image's private registry."
+    )
+    schedule: Schedule | None = Field(
+        None,
+        description="Start this job on a cron schedule: `corral schedule add FILE` registers "
+        "it (`corral launch` runs it once, now).",
+    )
+    priority: Annotated[int, Field(ge=0, le=9), Label("whole number from 0 to 9")] = Field(
+        5,
+        description="0-9, higher first: among runs waiting for the same GPUs, the highest "
+        "priority gets the next free one; equal priorities go first come, first served.",
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -125,7 +242,26 @@ class JobSpec(SpecModel):
             raise Problems([((), "give either `run` (one command) or `stages`")])
         if self.run is not None and self.stages is not None:
             raise Problems([(("run",), "give either `run` or `stages`, not both")])
+        if self.stages is not None:
+            for key in STOP_KEYS:
+                if getattr(self, key) != JobSpec.model_fields[key].default:
+                    raise Problems([((key,), f"with `stages`, set `{key}` on each stage")])
+        if self.resume_args is not None and self.stages is not None:
+            raise Problems([(("resume_args",), "with `stages`, give `resume_args` in each stage")])
         problems = stage_problems(self.stages or [], self.resources.gpus.max)
+        if self.stages is not None and self.progress is not None:
+            problems.append((("progress",), "with `stages`, set `progress` on the stages"))
+        services = {s.name for s in self.stages or [] if s.service is not None}
+        for i, stage in enumerate(self.stages or []):
+            for need in stage.needs:
+                if need in services:
+                    problems.append(
+                        (
+                            ("stages", i, "needs"),
+                            f"stage '{stage.name}' needs '{need}', a service: a service never "
+                            "finishes, so nothing can wait for it",
+                        )
+                    )
         if problems:
             raise Problems(problems)
         return self
@@ -134,4 +270,14 @@ class JobSpec(SpecModel):
         """The stages to run: ``run:`` is one stage named ``main`` with all GPUs."""
         if self.stages is not None:
             return list(self.stages)
-        return [Stage(name=MAIN_STAGE, run=self.run or "", gpus="all")]
+        stop = {key: getattr(self, key) for key in STOP_KEYS}
+        return [
+            Stage(
+                name=MAIN_STAGE,
+                run=self.run or "",
+                gpus="all",
+                progress=self.progress,
+                resume_args=self.resume_args,
+                **stop,
+            )
+        ]

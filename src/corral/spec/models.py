@@ -132,11 +132,40 @@ class Checkpoints(SpecModel):
     )
     metric: str | None = Field(None, description="Metric that ranks checkpoints for keep_best.")
     mode: Literal["min", "max"] = Field("min", description="Whether lower or higher is better.")
+    max_lost_work: Duration = Field(
+        600.0,
+        gt=0,
+        description="On a provider without a preemption notice, the most work an interruption "
+        "should lose on average: the default checkpoint interval (CORRAL_CHECKPOINT_INTERVAL_S) "
+        "follows from it and the provider's interruption rate.",
+    )
+    interval: Duration | None = Field(
+        None,
+        gt=0,
+        description="Checkpoint interval given to the SDK (CORRAL_CHECKPOINT_INTERVAL_S); "
+        "default: worked out from max_lost_work and the interruption rate.",
+    )
+    path: RelPathList = Field(
+        default_factory=list,
+        description="Checkpoints a script writes on its own (no SDK): workdir-relative files, "
+        "directories or globs (`ckpt.pt`, `out/checkpoint-*`, `runs/*/weights/last.pt`; a "
+        "string or a list). With `storage`, the agent mirrors each one once it settles and "
+        "restores the newest complete one before the next attempt, on any machine.",
+    )
+    settle: Duration = Field(
+        10.0,
+        ge=0,
+        description="A checkpoint at `path` unchanged for this long counts as written (one "
+        "that appeared through a rename counts at once); then it is mirrored.",
+    )
 
     @model_validator(mode="after")
     def _metric_for_best(self) -> Checkpoints:
         if self.keep_best > 0 and not self.metric:
             raise Problems([(("keep_best",), "keep_best > 0 needs a metric to rank by")])
+        for i, path in enumerate(self.path):
+            if path == ".":
+                raise Problems([(("path", i), "'.' is the whole workdir: name the checkpoints")])
         return self
 
 
@@ -218,6 +247,14 @@ class Webhook(SpecModel):
         description="Events to send: " + ", ".join(EVENTS) + ", or '*' for all.",
     )
     progress_interval: Duration = Field(60.0, description="Least time between two progress events.")
+    format: str = Field(
+        "corral",
+        pattern=r"^[a-z][a-z0-9-]{0,31}$",
+        description="Payload shape: 'corral' (the default), or another format the webhook "
+        "sender knows, for receivers written for another service's payloads (the list: "
+        "docs/webhooks.md, 'Payload formats'; checked at launch). Signing and delivery ids are "
+        "the same in every format.",
+    )
 
 
 class Notify(SpecModel):

@@ -173,6 +173,19 @@ class S3Storage:
             out.extend(obj["Key"] for obj in page.get("Contents", []))
         return out
 
+    def files_under(self, path: str) -> list[tuple[str, int, str]]:
+        """Every object under ``path/``: (its key relative to ``path``, size, ETag), one
+        listing for the whole tree."""
+        bucket, key = split_uri(path)
+        prefix = f"{key}/" if key else ""
+        out: list[tuple[str, int, str]] = []
+        for page in self._list(bucket, prefix, None, path):
+            for obj in page.get("Contents", []):
+                rel = obj["Key"][len(prefix) :]
+                if rel and not rel.endswith("/"):
+                    out.append((rel, int(obj.get("Size", 0)), str(obj.get("ETag", "")).strip('"')))
+        return out
+
     # --- the Storage protocol --------------------------------------------------------------
 
     def join(self, *parts: str) -> str:

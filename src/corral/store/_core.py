@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import os
+import re
 from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 from corral.errors import NotFound, StoreError
 from corral.store.db import Database, Tx
-from corral.store.records import COLUMNS, JSONS, TIMESTAMPS, EventRecord
+from corral.store.records import COLUMNS, JSONS, RUN_COLUMNS, TIMESTAMPS, EventRecord
+from corral.store.states import RunState
 
 Clock = Callable[[], datetime]
 R = TypeVar("R")
@@ -106,6 +109,44 @@ class StoreBase:
         params = {f"v_{c}": v for c, v in self._encode(table, values).items()}
         return tx.run(f"UPDATE {table} SET {sets} WHERE {where}", {**params, **key})
 
+    def _insert_run(
+        self,
+        tx: Tx,
+        *,
+        name: str,
+        spec: dict[str, Any],
+        spec_hash: str,
+        spec_path: str,
+        workdir: str,
+        now: datetime,
+        run_id: str | None = None,
+        reason: str = "submitted",
+    ) -> str | None:
+        """Insert a PENDING run (id ``<name>-<6 hex>`` unless ``run_id``) and its ``run.state``
+        event; returns its id, or None when the id is taken (the caller tries again)."""
+        rid = run_id or f"{_slug(name)}-{os.urandom(3).hex()}"
+        values = {
+            **dict.fromkeys(RUN_COLUMNS),
+            "id": rid,
+            "name": name,
+            "state": RunState.PENDING.value,
+            "reason": reason,
+            "spec": spec,
+            "spec_hash": spec_hash,
+            "spec_path": str(spec_path),
+            "workdir": str(workdir),
+            "attempt": 0,
+            "cost_usd": 0.0,
+            "completed_stages": [],
+            "created_at": now,
+            "updated_at": now,
+        }
+        if self._insert(tx, "runs", values, unique=("id",)) is None:
+            return None
+        data = {"from": None, "to": RunState.PENDING.value}
+        self._insert_event(tx, rid, "run.state", reason, data=data, ts=now)
+        return rid
+
     def _run_exists(self, tx: Tx, run_id: str) -> None:
         if tx.one("SELECT 1 AS x FROM runs WHERE id = :id", {"id": run_id}) is None:
             raise NotFound(f"no run with id {run_id!r}")
@@ -135,6 +176,10 @@ class StoreBase:
         self._db.dialect.lock_events(tx.cur)
         event_id = self._insert(tx, "events", values)
         return EventRecord(id=int(event_id), **values)
+
+
+def _slug(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip("-") or "run"
 
 
 def _q(col: str) -> str:

@@ -90,6 +90,20 @@ class AttemptOps(StoreBase):
                 {"run_id": run_id},
             )
 
+    def recent_attempts(self, provider: str, limit: int = 200) -> list[AttemptRecord]:
+        """The provider's last ``limit`` attempts that ran and ended, newest first, whatever
+        the run (what its interruption rate is observed from)."""
+        with self._db.transaction() as tx:
+            return self._records(
+                tx,
+                "attempts",
+                AttemptRecord,
+                f"SELECT {_SELECT} FROM attempts WHERE provider = :provider "
+                "AND running_at IS NOT NULL AND ended_at IS NOT NULL "
+                "ORDER BY id DESC LIMIT :limit",
+                {"provider": provider, "limit": int(limit)},
+            )
+
     def append_agent_events(
         self, run_id: str, number: int, events: Sequence[Mapping[str, Any]], *, cursor: int
     ) -> list[EventRecord]:

@@ -39,6 +39,8 @@ class Dialect(ABC):
     name: str
     errors: tuple[type[BaseException], ...]
     for_update = ""
+    #: SQL for a run's spec ``priority`` (5 when it has none)
+    run_priority = "5"
 
     def __init__(self, db_url: DbUrl):
         self.db_url = db_url
@@ -103,6 +105,8 @@ def _dict_row(cursor: sqlite3.Cursor, row: tuple) -> dict[str, Any]:
 
 class SqliteDialect(Dialect):
     name = "sqlite"
+    #: the run's spec ``priority`` (5 when it has none), for ordering in SQL
+    run_priority = "COALESCE(json_extract(spec, '$.priority'), 5)"
     errors = (sqlite3.Error,)
 
     def connect(self) -> sqlite3.Connection:
@@ -164,6 +168,7 @@ class PostgresDialect(Dialect):
 
     name = "postgresql"
     for_update = " FOR UPDATE"
+    run_priority = "COALESCE((spec->>'priority')::int, 5)"
 
     def __init__(self, db_url: DbUrl):
         super().__init__(db_url)

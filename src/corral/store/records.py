@@ -139,6 +139,44 @@ class EventPositionRecord(_Record):
     consumer: str
     event_id: int
     updated_at: datetime
+    lease_owner: str | None
+    lease_expires_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleRecord(_Record):
+    """A cron schedule registered with ``corral schedule add``."""
+
+    name: str
+    cron: str
+    timezone: str
+    #: "skip" or "run-once": what to do with ticks missed while no controller ran
+    missed: str
+    spec_hash: str
+    spec_path: str
+    workdir: str
+    created_at: datetime
+    updated_at: datetime
+    #: the next tick due (UTC)
+    next_at: datetime
+    last_tick_at: datetime | None
+    last_run_id: str | None
+    #: runs started, ticks skipped
+    fired: int
+    skipped: int
+    spec: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleTickRecord(_Record):
+    """A tick a schedule acted on: the run it started (None: skipped) and how many ticks
+    before it were missed."""
+
+    schedule: str
+    tick_at: datetime
+    run_id: str | None
+    missed: int
+    fired_at: datetime
 
 
 def _names(cls: type) -> tuple[str, ...]:
@@ -151,6 +189,8 @@ EVENT_COLUMNS = _names(EventRecord)
 RESOURCE_COLUMNS = _names(ResourceRecord)
 WEBHOOK_CURSOR_COLUMNS = _names(WebhookCursorRecord)
 EVENT_POSITION_COLUMNS = _names(EventPositionRecord)
+SCHEDULE_COLUMNS = _names(ScheduleRecord)
+SCHEDULE_TICK_COLUMNS = _names(ScheduleTickRecord)
 
 #: Columns that need converting between Python and the database, per table.
 TIMESTAMPS = {
@@ -161,7 +201,9 @@ TIMESTAMPS = {
     "events": frozenset({"ts"}),
     "resources": frozenset({"created_at", "updated_at"}),
     "webhook_cursors": frozenset({"progress_ts", "updated_at"}),
-    "event_positions": frozenset({"updated_at"}),
+    "event_positions": frozenset({"updated_at", "lease_expires_at"}),
+    "schedules": frozenset({"created_at", "updated_at", "next_at", "last_tick_at"}),
+    "schedule_ticks": frozenset({"tick_at", "fired_at"}),
 }
 JSONS = {
     "runs": frozenset({"spec", "completed_stages"}),
@@ -170,6 +212,8 @@ JSONS = {
     "resources": frozenset({"instance", "data"}),
     "webhook_cursors": frozenset(),
     "event_positions": frozenset(),
+    "schedules": frozenset({"spec"}),
+    "schedule_ticks": frozenset(),
 }
 COLUMNS = {
     "runs": RUN_COLUMNS,
@@ -178,4 +222,6 @@ COLUMNS = {
     "resources": RESOURCE_COLUMNS,
     "webhook_cursors": WEBHOOK_CURSOR_COLUMNS,
     "event_positions": EVENT_POSITION_COLUMNS,
+    "schedules": SCHEDULE_COLUMNS,
+    "schedule_ticks": SCHEDULE_TICK_COLUMNS,
 }

@@ -141,4 +141,48 @@ event_positions = sa.Table(
     sa.Column("consumer", sa.String, primary_key=True),
     sa.Column("event_id", sa.BigInteger, nullable=False),
     sa.Column("updated_at", TS, nullable=False),
+    # with several controllers on one database, one of them consumes the feed at a time: the
+    # one whose lease this is (until ``lease_expires_at``)
+    sa.Column("lease_owner", sa.String),
+    sa.Column("lease_expires_at", TS),
+)
+
+# Cron schedules (``corral schedule add``): the resolved spec, and ``next_at``, the next tick
+# due; a controller moves it forward with a compare-and-set.
+schedules = sa.Table(
+    "schedules",
+    metadata,
+    sa.Column("name", sa.String, primary_key=True),
+    sa.Column("cron", sa.String, nullable=False),
+    sa.Column("timezone", sa.String, nullable=False),
+    sa.Column("missed", sa.String, nullable=False),
+    sa.Column("spec_hash", sa.String, nullable=False),
+    sa.Column("spec_path", sa.Text, nullable=False),
+    sa.Column("workdir", sa.Text, nullable=False),
+    sa.Column("created_at", TS, nullable=False),
+    sa.Column("updated_at", TS, nullable=False),
+    sa.Column("next_at", TS, nullable=False),
+    sa.Column("last_tick_at", TS),
+    sa.Column("last_run_id", sa.String),
+    sa.Column("fired", sa.Integer, nullable=False),
+    sa.Column("skipped", sa.Integer, nullable=False),
+    sa.Column("spec", sa.JSON, nullable=False),
+    sa.Index(None, "next_at"),
+)
+
+# One row per tick a schedule acted on: the unique key is what makes a tick start one run
+# whatever the number of controllers. ``run_id`` is NULL for ticks skipped by the policy.
+schedule_ticks = sa.Table(
+    "schedule_ticks",
+    metadata,
+    sa.Column(
+        "schedule",
+        sa.String,
+        sa.ForeignKey("schedules.name", ondelete="CASCADE"),
+        primary_key=True,
+    ),
+    sa.Column("tick_at", TS, primary_key=True),
+    sa.Column("run_id", sa.String),
+    sa.Column("missed", sa.Integer, nullable=False),
+    sa.Column("fired_at", TS, nullable=False),
 )

@@ -6,8 +6,6 @@ callers never see a connection or a session.
 
 from __future__ import annotations
 
-import os
-import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -15,10 +13,13 @@ from corral.errors import BadInput, Conflict, NotFound, StoreError
 from corral.store._core import Clock, select_list
 from corral.store.attempts import AttemptOps
 from corral.store.db import Database
+from corral.store.leases import LeaseOps
 from corral.store.migrate import ensure_schema
 from corral.store.records import EVENT_COLUMNS, RUN_COLUMNS, EventRecord, RunRecord
 from corral.store.resources import ResourceOps
+from corral.store.schedules import ScheduleOps
 from corral.store.states import ACTIONS, RUN_STATES, TERMINAL_STATES, RunState
+from corral.store.stats import StatsOps
 from corral.store.urls import parse_url
 from corral.store.webhooks import WebhookOps
 
@@ -33,14 +34,17 @@ _FIXED_RUN_FIELDS = {"id", "state", "created_at", "updated_at"}
 _AMBIGUOUS_SHOWN = 10
 
 
-class Store(AttemptOps, ResourceOps, WebhookOps):
+class Store(AttemptOps, ResourceOps, WebhookOps, StatsOps, ScheduleOps, LeaseOps):
     """corral's database. Open with :meth:`Store.open`; safe to share between threads."""
 
     @classmethod
-    def open(cls, url: str | None = None, *, clock: Clock | None = None) -> Store:
+    def open(
+        cls, url: str | None = None, *, clock: Clock | None = None, connections: int = 4
+    ) -> Store:
         """Open the database (``url``, else ``CORRAL_DATABASE_URL``, else SQLite under
-        ``CORRAL_HOME``) and bring its schema to head if it is behind."""
-        db = Database(parse_url(url))
+        ``CORRAL_HOME``) and bring its schema to head if it is behind. ``connections``: idle
+        connections kept for reuse (a process with many threads on the store wants more)."""
+        db = Database(parse_url(url), max_idle=connections)
         try:
             ensure_schema(db)
         except BaseException:
@@ -85,41 +89,34 @@ class Store(AttemptOps, ResourceOps, WebhookOps):
             raise BadInput("a run needs a name")
         now = self._now()
         for _ in range(16):
-            rid = run_id or f"{_slug(name)}-{os.urandom(3).hex()}"
-            values = {
-                **dict.fromkeys(RUN_COLUMNS),
-                "id": rid,
-                "name": name,
-                "state": RunState.PENDING.value,
-                "reason": "submitted",
-                "spec": spec,
-                "spec_hash": spec_hash,
-                "spec_path": str(spec_path),
-                "workdir": str(workdir),
-                "attempt": 0,
-                "cost_usd": 0.0,
-                "completed_stages": [],
-                "created_at": now,
-                "updated_at": now,
-            }
             with self._db.transaction(write=True) as tx:
-                if self._insert(tx, "runs", values, unique=("id",)) is not None:
-                    data = {"from": None, "to": RunState.PENDING.value}
-                    self._insert_event(tx, rid, "run.state", "submitted", data=data, ts=now)
+                rid = self._insert_run(
+                    tx,
+                    name=name,
+                    spec=spec,
+                    spec_hash=spec_hash,
+                    spec_path=spec_path,
+                    workdir=workdir,
+                    now=now,
+                    run_id=run_id,
+                )
+                if rid is not None:
                     return self._get_run_tx(tx, rid)
             if run_id:
                 raise Conflict(f"a run with id {run_id!r} already exists")
         raise StoreError("could not find a free run id")  # 16 collisions of 24 random bits
 
-    def get_run(self, ref: str) -> RunRecord:
+    def get_run(self, ref: str, *, with_spec: bool = True) -> RunRecord:
         """The run named by ``ref``: an exact id, else a unique id prefix, else the newest run
         with that name. An ambiguous prefix that is no run's name raises Conflict listing the
         candidates; no match raises NotFound. (A name wins over an ambiguous prefix because
-        every id starts with its run's name.)"""
+        every id starts with its run's name.) ``with_spec=False``: an exact id is read
+        without its spec (``RunRecord.spec`` None), as a loop that looks at it often wants."""
         if not ref:
             raise NotFound("no run matches an empty reference")
         with self._db.transaction() as tx:
-            found = self._record(tx, "runs", RunRecord, f"{_RUNS} WHERE id = :ref", {"ref": ref})
+            select = _RUNS if with_spec else _RUNS_NO_SPEC
+            found = self._record(tx, "runs", RunRecord, f"{select} WHERE id = :ref", {"ref": ref})
             if found is not None:
                 return found
             rows = self._records(
@@ -156,19 +153,38 @@ class Store(AttemptOps, ResourceOps, WebhookOps):
         limit: int | None = None,
         active_only: bool = False,
         with_spec: bool = False,
+        before: RunRecord | None = None,
     ) -> list[RunRecord]:
         """Runs, newest first. Without ``with_spec`` the (possibly large) spec is not loaded
-        and ``RunRecord.spec`` is None."""
+        and ``RunRecord.spec`` is None. ``before``: only runs listed after that one (older;
+        the next page, read from the index however deep it is)."""
         found = _runs_filter(states, active_only)
         if found is None:
             return []
         where, params = found
+        if before is not None:
+            older = "(created_at < :before_at OR (created_at = :before_at AND id < :before_id))"
+            where = f"{where} AND {older}" if where else f"WHERE {older}"
+            params["before_at"] = self._db.dialect.ts_in(before.created_at)
+            params["before_id"] = before.id
         sql = f"{_RUNS if with_spec else _RUNS_NO_SPEC} {where} {_NEWEST_FIRST}"
         if limit is not None:
             sql += " LIMIT :limit"
             params["limit"] = max(0, int(limit))
         with self._db.transaction() as tx:
             return self._records(tx, "runs", RunRecord, sql, params)
+
+    def run_heads(self) -> list[tuple[str, str, str | None]]:
+        """``(id, state, requested_action)`` of every active run, the highest ``priority``
+        first, then oldest first: what the controller's loop reads every tick (no spec
+        parsed in Python, no timestamps to convert)."""
+        found = _runs_filter(None, True)
+        assert found is not None
+        where, params = found
+        order = f"{self._db.dialect.run_priority} DESC, created_at, id"
+        sql = f"SELECT id, state, requested_action FROM runs {where} ORDER BY {order}"
+        with self._db.transaction() as tx:
+            return [(str(i), str(s), a) for i, s, a in tx.tuples(sql, params)]
 
     def count_runs(self, *, states: Iterable[str] | None = None, active_only: bool = False) -> int:
         """How many runs :meth:`list_runs` with the same filters lists without a limit."""
@@ -332,7 +348,3 @@ def _check_states(states: Iterable[str]) -> None:
     bad = sorted(set(states) - RUN_STATES)
     if bad:
         raise BadInput(f"unknown run state {', '.join(bad)}: use one of {', '.join(RunState)}")
-
-
-def _slug(name: str) -> str:
-    return re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip("-") or "run"

@@ -24,8 +24,17 @@ ENV_CKPT_KEEP_LAST = "CORRAL_CHECKPOINT_KEEP_LAST"
 ENV_CKPT_KEEP_BEST = "CORRAL_CHECKPOINT_KEEP_BEST"
 ENV_CKPT_METRIC = "CORRAL_CHECKPOINT_METRIC"
 ENV_CKPT_MODE = "CORRAL_CHECKPOINT_MODE"
+#: Seconds between two checkpoints the SDK's CheckpointTimer aims for (the spec's
+#: ``checkpoints.interval``, or what the interruption rate and ``max_lost_work`` give).
+ENV_CKPT_INTERVAL = "CORRAL_CHECKPOINT_INTERVAL_S"
+#: The interruptions per machine-hour that interval was worked out from (information).
+ENV_INTERRUPTIONS_PER_HOUR = "CORRAL_INTERRUPTIONS_PER_HOUR"
 #: JSON list of the spec's ``trackers`` (type, project, tracking_uri, ...); the SDK reads it.
 ENV_TRACKERS = "CORRAL_TRACKERS"
+#: "1" when the attempt starts from a checkpoint restored at ``checkpoints.path``.
+ENV_RESUME = "CORRAL_RESUME"
+#: The restored checkpoint's path on the node (with ENV_RESUME).
+ENV_RESUME_FROM = "CORRAL_RESUME_FROM"
 #: "0" turns off the streaming-store snapshot copy of checkpoints (plain memmove instead).
 ENV_FAST_COPY = "CORRAL_FAST_COPY"
 
@@ -40,3 +49,22 @@ ENV_SECRET_NAMES = "CORRAL_SECRET_NAMES"
 MIN_SECRET_LENGTH = 6
 
 DEFAULT_GRACE_SECONDS = 30.0
+
+# --- a container node's boot (``python -m corral.agent.boot``) and corral's install ----------
+#: the agent plan, gzip + base64 (a container provider passes it in the container's env)
+ENV_PLAN_GZ = "CORRAL_PLAN_GZ"
+#: "host:port" the agent binds instead of the plan's (several "containers" on one test host)
+ENV_AGENT_BIND = "CORRAL_AGENT_BIND"
+#: a directory standing for the node's "/" (``corral agent --root``; test hosts only)
+ENV_NODE_ROOT = "CORRAL_NODE_ROOT"
+#: the command the agent runs when its controller is gone (powers the machine off)
+ENV_SHUTDOWN_COMMAND = "CORRAL_SHUTDOWN_COMMAND"
+#: what the node bootstrap installs corral from; the agent drops them from its environment
+NODE_INSTALL_VARS = (
+    "CORRAL_VERSION",
+    "CORRAL_WHEEL_URL",
+    "CORRAL_WHEEL_SHA256",
+    "CORRAL_WHEEL_NAME",
+    "CORRAL_NODE_INDEX_URL",
+    "CORRAL_INSTALL",
+)

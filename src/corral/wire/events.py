@@ -26,6 +26,8 @@ CHECKPOINT_UPLOADED = "checkpoint.uploaded"
 CHECKPOINT_RESTORED = "checkpoint.restored"
 #: corrupt: not restored/uploaded (data: step, name, uri, reason)
 CHECKPOINT_SKIPPED = "checkpoint.skipped"
+#: storage is set but nothing at the checkpoint path was recognised (data: message, paths)
+CHECKPOINT_WARNING = "checkpoint.warning"
 #: data: uri, files, bytes
 ARTIFACTS_UPLOADED = "artifacts.uploaded"
 #: data: uri
@@ -34,6 +36,14 @@ MANIFEST_WRITTEN = "manifest.written"
 EVAL_ACCEPTANCE = "eval.acceptance"
 #: the machine learnt of its coming preemption (data: the provider's notice)
 PREEMPTION_NOTICE = "preemption.notice"
+#: the code is in place on the node (data: source, sha256, bytes, commit, seconds)
+CODE_READY = "code.ready"
+#: a mount was copied to the node (data: source, path, files, bytes, cached_files)
+MOUNT_DOWNLOADED = "mount.downloaded"
+#: a mount's changes went back to its source (data: source, path, files, bytes)
+MOUNT_UPLOADED = "mount.uploaded"
+#: what the node is (data: the provider's own words: provider, machine_id, instance_id, ...)
+NODE_INFO = "node.info"
 
 EVENT_TYPES = frozenset(
     {
@@ -52,10 +62,15 @@ EVENT_TYPES = frozenset(
         CHECKPOINT_UPLOADED,
         CHECKPOINT_RESTORED,
         CHECKPOINT_SKIPPED,
+        CHECKPOINT_WARNING,
         ARTIFACTS_UPLOADED,
         MANIFEST_WRITTEN,
         EVAL_ACCEPTANCE,
         PREEMPTION_NOTICE,
+        CODE_READY,
+        MOUNT_DOWNLOADED,
+        MOUNT_UPLOADED,
+        NODE_INFO,
     }
 )
 
@@ -63,7 +78,7 @@ EVENT_TYPES = frozenset(
 class AgentEvent(BaseModel):
     """One event as the agent serves it. Unknown keys are kept (a newer agent may add some)."""
 
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", defer_build=True)
 
     seq: int = Field(ge=1)
     ts: str | None = None
@@ -75,7 +90,7 @@ class AgentEvent(BaseModel):
 class EventsPage(BaseModel):
     """``GET /events?after=N``: the events after ``N`` and the cursor to ask with next."""
 
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", defer_build=True)
 
     events: list[AgentEvent] = Field(default_factory=list)
     next: int | None = None

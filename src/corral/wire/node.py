@@ -21,7 +21,8 @@ The runner then calls it at fixed points of the attempt:
 
 What a hook may ask of the runner is :class:`NodeRunner`: a graceful stop of the attempt with
 a :class:`~corral.wire.outcome.StopCause` (a preemption notice uses ``PREEMPTION``), the
-runner's status, and when the attempt started. It records what it saw through
+runner's status, when the attempt started, and (before the stages) that the stages resume from
+a restored checkpoint. It records what it saw through
 :class:`EventSink` (event types are the agent's closed set, :mod:`corral.wire.events`).
 
 A hook never raises into the runner: an exception is logged as an ``agent.error`` event and
@@ -66,6 +67,12 @@ class NodeRunner(Protocol):
 
     def status(self) -> dict[str, Any]:
         """The agent's ``GET /status`` answer as it stands."""
+        ...
+
+    def set_resume(self, path: str) -> None:
+        """The attempt starts from the checkpoint restored at ``path`` (called before the
+        stages): they get ``CORRAL_RESUME=1``, ``CORRAL_RESUME_FROM=path`` and their
+        ``resume_args``."""
         ...
 
 

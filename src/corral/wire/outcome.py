@@ -56,7 +56,7 @@ class StopCause(enum.StrEnum):
 class AttemptOutcome(BaseModel):
     """How one attempt ended. ``reason`` is one human line; ``cause`` says who stopped it."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
     kind: OutcomeKind
     reason: str
@@ -72,6 +72,18 @@ def stage_state(exit_code: int | None, *, stopped: bool) -> StageState:
     if exit_code == EXIT_PREEMPTED:
         return StageState.PREEMPTED
     return StageState.STOPPED if stopped else StageState.FAILED
+
+
+def stage_exit_code(exit_code: int | None, *, stopped: bool, launcher: bool) -> int | None:
+    """The exit code a stage ends with. A multi-GPU launcher (torchrun, ``accelerate launch``,
+    ``deepspeed``) that the agent stopped exits with a code of its own that says nothing of its
+    ranks (torchrun exits 1 when signalled, whether its ranks saved and exited 75 or were killed
+    at the grace): such a stage ends with :data:`EXIT_PREEMPTED`, "stopped, resumable", as a job
+    that exits 75 on the stop does, so its state is the same (see :func:`stage_state`). A 0 is
+    kept, and so is the code of a launcher that exited before the stop (a failure of its own)."""
+    if launcher and stopped and exit_code != 0:
+        return EXIT_PREEMPTED
+    return exit_code
 
 
 def attempt_phase(stage: StageState) -> Phase | None:

@@ -23,13 +23,26 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from corral.wire import WIRE_VERSION
+from corral.wire.code import CodePlan
 from corral.wire.env import DEFAULT_GRACE_SECONDS
+
+#: the signals a stage may be stopped or asked to save with (never SIGKILL/SIGSTOP: uncatchable)
+STOP_SIGNALS = ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2")
+SignalName = Literal["SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2"]
 
 _DOTTED = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 
 
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid")
+
+
+class ServicePlan(_Model):
+    """A stage that serves until the attempt is stopped (see ``docs/agent.md``, services)."""
+
+    ports: list[int] = Field(min_length=1)
+    health: str | None = None
+    public: bool = True
 
 
 class StagePlan(_Model):
@@ -40,6 +53,31 @@ class StagePlan(_Model):
     )
     needs: list[str] = Field(default_factory=list)
     env: dict[str, str] = Field(default_factory=dict)
+    #: left out of a plan without it, so that such a plan reads as it did before services
+    service: ServicePlan | None = Field(None, exclude_if=lambda v: v is None)
+    progress: str | None = Field(
+        None,
+        exclude_if=lambda v: v is None,
+        description="Read progress from the stage's log: a preset name or a regex with named "
+        "groups (corral.wire.progress_patterns).",
+    )
+    # how the stage is stopped (see ``docs/foreign.md``); left out at their defaults, too
+    stop_signal: SignalName = Field("SIGTERM", exclude_if=lambda v: v == "SIGTERM")
+    stop_grace_seconds: float | None = Field(
+        None,
+        ge=0,
+        exclude_if=lambda v: v is None,
+        description="Overrides the plan's grace_seconds for this stage (already capped).",
+    )
+    save_signal: SignalName | None = Field(None, exclude_if=lambda v: v is None)
+    save_command: str | None = Field(None, exclude_if=lambda v: v is None)
+
+    def grace(self, default: float) -> float:
+        """Seconds from a stop request to SIGKILL for this stage."""
+        return default if self.stop_grace_seconds is None else self.stop_grace_seconds
+
+    #: appended to ``run`` when the attempt starts from a restored checkpoint
+    resume_args: str | None = Field(None, exclude_if=lambda v: v is None)
 
 
 class AcceptancePlan(_Model):
@@ -93,6 +131,14 @@ class AgentPlan(_Model):
     checkpoint_storage: str | None = Field(
         None, description="Storage URI checkpoints are mirrored to and restored from."
     )
+    checkpoint_paths: list[str] = Field(
+        default_factory=list,
+        description="Workdir-relative files, directories or globs where the job writes "
+        "checkpoints of its own (mirrored to checkpoint_storage as they settle).",
+    )
+    checkpoint_settle_s: float = Field(
+        10.0, ge=0, description="Unchanged for this long, a checkpoint at a path is written."
+    )
     artifacts: ArtifactsPlan = Field(default_factory=ArtifactsPlan)
     eval: EvalPlan = Field(default_factory=EvalPlan)
     controller_timeout_s: float | None = Field(
@@ -110,6 +156,15 @@ class AgentPlan(_Model):
         "provider's own folder (a preemption-notice poller, say); see corral.wire.node.",
     )
 
+    code: CodePlan | None = Field(
+        None,
+        description="Code and data the node puts in place before the setup (see "
+        "corral.wire.code); None: the node sees the controller's files and runs in `workdir`.",
+    )
+    image: str | None = Field(
+        None, description="The container image the node runs in (container providers)."
+    )
+
     @field_validator("node_hooks")
     @classmethod
     def _references(cls, value: list[str]) -> list[str]:
@@ -118,6 +173,11 @@ class AgentPlan(_Model):
             if not (sep and _DOTTED.match(module) and attr.isidentifier()):
                 raise ValueError(f"{ref!r} is not a 'package.module:Class' reference")
         return value
+
+    def longest_grace(self) -> float:
+        """The longest a graceful stop of the attempt's stages may take (a stage's own
+        ``stop_grace_seconds`` may exceed ``grace_seconds``)."""
+        return max([self.grace_seconds, *(s.grace(self.grace_seconds) for s in self.stages)])
 
     @classmethod
     def load(cls, path: str | Path) -> AgentPlan:

@@ -71,7 +71,7 @@ TERMINAL_STAGE_STATES = frozenset(
 
 
 class StageStatus(BaseModel):
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", defer_build=True)
 
     name: str
     state: StageState
@@ -89,7 +89,7 @@ class StageStatus(BaseModel):
 
 
 class GpuUsage(BaseModel):
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", defer_build=True)
 
     id: str
     utilization_pct: float | None = None
@@ -100,7 +100,7 @@ class GpuUsage(BaseModel):
 class AgentStatus(BaseModel):
     """``GET /status``. Hook keys (``notices``, ``checkpoint_sync``, ...) are kept as extras."""
 
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", defer_build=True)
 
     wire_version: int | None = None
     run_id: str

@@ -199,7 +199,8 @@ def test_launch_takes_the_cheapest_feasible_offer() -> None:
             max_hourly_price=2.0,
             providers=["a", "b"],
             regions=["eu"],
-        )
+        ),
+        limits=SimpleNamespace(max_runtime=None),
     )
     providers = {
         "a": ListProvider([offer("a", 1.5, region="eu"), offer("a", 0.2, region="us")]),

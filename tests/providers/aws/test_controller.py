@@ -5,6 +5,8 @@ spot pool, finished, and torn down with no instance left."""
 from __future__ import annotations
 
 import os
+import re
+import shutil
 import sys
 from pathlib import Path
 
@@ -21,29 +23,7 @@ from .harness import MotoAws
 
 pytestmark = pytest.mark.slow
 
-# Counts to TOTAL, one step per 0.1 s, saving its step after each; on SIGTERM it saves and
-# exits 75 ("preempted"), like a job using the SDK; on start it resumes from the saved step.
-JOB = """
-import os, signal, sys, time
-ckpt = os.path.join(os.environ["CORRAL_CHECKPOINT_DIR"], "step")
-step = int(open(ckpt).read()) if os.path.exists(ckpt) else 0
-with open("attempts.txt", "a") as f:
-    f.write(f"{os.environ['CORRAL_ATTEMPT']} from {step}\\n")
-def save():
-    with open(ckpt + ".tmp", "w") as f:
-        f.write(str(step))
-    os.replace(ckpt + ".tmp", ckpt)
-def stop(signum, frame):
-    save()
-    sys.exit(75)
-signal.signal(signal.SIGTERM, stop)
-while step < 30:
-    time.sleep(0.1)
-    step += 1
-    save()
-    if step == 1:
-        open("saved-once", "w").close()
-"""
+TRAINER = Path(__file__).parents[2] / "e2e" / "trainer.py"
 
 
 def test_a_spot_notice_on_aws_is_recovered_elsewhere_and_nothing_is_left(
@@ -61,18 +41,23 @@ def test_a_spot_notice_on_aws_is_recovered_elsewhere_and_nothing_is_left(
         ENV_TEST_IMDS: imds.url,
     }.items():
         monkeypatch.setenv(name, value)
+    # the instances share no file with this machine: the job is shipped, its checkpoints go
+    # to S3 (moto's, reached with the instance profile's credentials)
     work = tmp_path / "work"
     work.mkdir()
-    (work / "job.py").write_text(JOB)
+    shutil.copy(TRAINER, work / "trainer.py")
+    bucket = "ckpt-" + owner
+    aws.client("s3").create_bucket(Bucket=bucket)
     spec = write_spec(
         work,
         f"""
         name: on-aws
         resources: {{gpus: "A10G:1", spot: true, providers: [aws]}}
         recovery: {{max_preemption_restarts: 2, strategy: next-cheapest}}
+        checkpoints: {{storage: "s3://{bucket}/runs"}}
         stages:
           - name: train
-            run: {sys.executable} job.py
+            run: {sys.executable} trainer.py --total 30 --step-seconds 0.1 --every 2
         """,
     )
     run_id = submit(spec)
@@ -81,8 +66,12 @@ def test_a_spot_notice_on_aws_is_recovered_elsewhere_and_nothing_is_left(
     try:
         wait_for(store, run_id, {"RUNNING"}, timeout=60)
         first = store.attempts(run_id)[0]
-        # the job runs and has saved a step: a notice before that would resume from 0
-        wait_until((work / "saved-once").exists, 30, message="the job to save a step")
+        # the job runs and has a checkpoint in S3: a notice before that would resume from 0
+        wait_until(
+            lambda: store.events(run_id, types=["checkpoint.uploaded"]),
+            30,
+            message="the job's first checkpoint in S3",
+        )
         imds.interrupt(first.instance_id)
         run = wait_for(store, run_id, {"SUCCEEDED", "FAILED", "STOPPED", "CANCELLED"}, timeout=90)
         assert run.state == "SUCCEEDED", run.reason
@@ -90,9 +79,13 @@ def test_a_spot_notice_on_aws_is_recovered_elsewhere_and_nothing_is_left(
         assert [a.exit_reason for a in attempts] == ["preempted", "succeeded"]
         first, second = attempts
         assert first.offer["details"]["machine"] != second.offer["details"]["machine"]
-        lines = (work / "attempts.txt").read_text().splitlines()
-        assert lines[0] == "1 from 0" and lines[1].startswith("2 from ")
-        assert int(lines[1].split()[-1]) > 0  # resumed from the checkpoint of the notice
+        logs = Path(os.environ["CORRAL_HOME"]) / "runs" / run_id / "logs"
+        first_log = (logs / "a1" / "train.log").read_text()
+        second_log = (logs / "a2" / "train.log").read_text()
+        assert "trainer: attempt 1" in first_log and "resumed" not in first_log
+        resumed = re.search(r"trainer: resumed at step (\d+)", second_log)
+        assert resumed and int(resumed.group(1)) > 0  # from the checkpoint of the notice
+        assert "trainer: done at step 30" in second_log
         wait_for(store, run_id, {"SUCCEEDED"})
         assert store.resources(run_id=run_id, open_only=True) == []
         assert aws.live_instances(owner) == []

@@ -209,7 +209,14 @@ def test_a_spot_notice_stops_the_job_then_the_reclaim_reads_as_preempted(
     inst = p.launch(offer, boot, key)
     st = wait_status(p, inst, {InstanceState.RUNNING})
     agent = httpx.Client(base_url=st.endpoint, headers={"Authorization": f"Bearer {boot.token}"})
-    wait_until((tmp_path / "started").exists, 20, 0.1, "the job to start")
+    # the machine ran its user-data (the node bootstrap, then the boot module) in a root of
+    # its own, and the job was shipped: it runs in the machine's own workdir
+    fs = runner.root / inst.instance_id / "fs"
+    work = fs / plan.workdir.lstrip("/")
+    wait_until((work / "started").exists, 20, 0.1, "the job to start")
+    assert (fs / "opt" / "corral" / "node-bootstrap.sh").is_file()
+    assert (fs / "var" / "log" / "corral-bootstrap.log").is_file()
+    assert not (fs / "opt" / "corral" / "bootstrap.b64").exists()  # the payload is gone
     imds.interrupt(inst.instance_id)
     st = p.status(inst)
     assert st.state == InstanceState.PREEMPTED and "marked-for-termination" in st.detail
@@ -220,7 +227,7 @@ def test_a_spot_notice_stops_the_job_then_the_reclaim_reads_as_preempted(
         0.1,
         "the agent to stop on the notice",
     )
-    assert (tmp_path / "checkpoints" / "ckpt-on-notice").exists()
+    assert (work / "checkpoints" / "ckpt-on-notice").exists()
     aws.reclaim(inst.instance_id, runner=runner)
     st = p.status(inst)
     assert st.state == InstanceState.PREEMPTED and st.endpoint is None
@@ -375,6 +382,19 @@ def test_the_ami_comes_from_an_ssm_parameter_per_region(make_provider, aws, tmp_
     p = make_provider(image_id=None, image_parameter="/corral/test/missing")
     with pytest.raises(ProviderError, match="set CORRAL_AWS_IMAGE_ID"):
         p.launch(pick(p, spot=False), bootstrap(tmp_path, "k2-a1"), "k2-a1")
+
+
+def test_without_the_ssm_parameter_the_newest_amazon_ami_of_that_name_is_used(
+    make_provider, aws, tmp_path
+):
+    ec2 = aws.client("ec2")
+    images = ec2.describe_images(Owners=["amazon"])["Images"]
+    named = [i for i in images if "ubuntu" in (i.get("Name") or "").lower()]
+    newest = max(named, key=lambda i: str(i.get("CreationDate") or ""))
+    p = make_provider(image_id=None, image_parameter="/corral/test/none", image_name="*ubuntu*")
+    key = new_key()
+    inst = p.launch(pick(p, spot=False), bootstrap(tmp_path, key), key)
+    assert aws.instances(InstanceIds=[inst.instance_id])[0]["ImageId"] == newest["ImageId"]
 
 
 def test_a_data_volume_outlives_the_instance_and_is_released_with_the_run(

@@ -28,6 +28,7 @@ from corral.providers.aws.userdata import (
     node_profile,
     user_data,
 )
+from corral.providers.common.wheel import bootstrap_script
 from corral.wire.node import NodeHook
 from support.waiting import wait_until
 
@@ -73,7 +74,10 @@ def test_user_data_is_valid_bash_and_carries_the_payload_encoded(tmp_path) -> No
     check = subprocess.run(["bash", "-n"], input=script, text=True, capture_output=True)
     assert check.returncode == 0, check.stderr
     assert TOKEN not in script and SECRET not in script  # encoded, not printed in clear
-    assert "pip install --quiet corral==0.1.0" in script
+    # the node bootstrap, told to install with the requirement given (an advanced override)
+    assert bootstrap_script().rstrip() in script
+    assert "export CORRAL_INSTALL=corral==0.1.0" in script
+    assert "export CORRAL_VERSION=" in script
     assert "nvme-Amazon_Elastic_Block_Store_vol0abc123" in script
     assert 'mount "$DEV" /mnt/corral-data' in script
     assert "Elastic_Block_Store" not in user_data(payload(tmp_path), install="corral")
@@ -88,7 +92,7 @@ def test_broken_or_foreign_user_data_is_bad_input(tmp_path) -> None:
         extract_payload("#!/bin/bash\necho hi\n")
     script = user_data(payload(tmp_path), install="corral")
     with pytest.raises(BadInput, match="truncated"):
-        extract_payload(script[: len(script) // 2])
+        extract_payload(script[: script.index("CORRAL_PAYLOAD'") + 40])
     with pytest.raises(BadInput, match="unreadable"):
         decode_payload("not base64 at all !!")
 

@@ -6,7 +6,12 @@ run as a local process with the pod's env plus what RunPod puts in every pod
 (``RUNPOD_POD_ID``, ``RUNPOD_API_KEY``). The container starts ``boot_delay`` seconds after the
 create; until then the pod is RUNNING with no runtime. One host runs many "containers", so
 each pod's first HTTP port is given a free local port, passed as ``CORRAL_AGENT_BIND`` (a real
-pod has its own network namespace), and the server's proxy maps ``<pod>-<port>`` to it.
+pod has its own network namespace), and the server's proxy maps ``<pod>-<port>`` to it. Each
+container has a root of its own (``<root>/<pod id>/fs``, passed as ``CORRAL_NODE_ROOT``: a real
+pod has its own filesystem), and an environment of its own: nothing of the controller's. What
+the container prints (stdout and stderr) is kept in ``<root>/<pod id>/container.log``, which the
+server's log stream serves. An image in ``images_without_python`` has a shell and nothing
+else on its PATH: the node bootstrap finds no python there, says so and exits.
 
 Stop: SIGTERM to the container's main process, SIGKILL to all of it ``stop_grace_s`` later.
 Delete: SIGKILL at once. Spot interruption: the pod becomes EXITED, SIGTERM, then SIGKILL
@@ -16,6 +21,7 @@ after the notice (RunPod: at most 5 s).
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -34,6 +40,10 @@ CAPACITY_MESSAGE = (
     "Please refresh and try again."
 )
 AGENT_BIND = "CORRAL_AGENT_BIND"
+DATA_CENTERS = ("EU-RO-1", "US-TX-3")
+NODE_ROOT = "CORRAL_NODE_ROOT"
+#: an image the fake runs with a shell and no python (say, a user's image built wrong)
+IMAGE_WITHOUT_PYTHON = "docker.io/library/busybox:1.36"
 
 
 class CloudError(Exception):
@@ -53,6 +63,8 @@ class GpuKind:
     prices: dict[str, float | None]  # securePrice, communityPrice, secureSpotPrice, ...
     capacity: dict[str, int]  # free GPUs per cloud: SECURE, COMMUNITY
     max_count: int = 8
+    #: data centers that have this GPU type (capacity is counted over all of them)
+    data_centers: list[str] = field(default_factory=lambda: list(DATA_CENTERS))
 
     def price(self, cloud: str, spot: bool) -> float | None:
         return self.prices.get(f"{cloud.lower()}{'Spot' if spot else ''}Price")
@@ -68,12 +80,14 @@ def default_gpus() -> list[GpuKind]:
         }
         return GpuKind(gid, display, mem, prices, {"SECURE": cap, "COMMUNITY": cap})
 
-    return [
+    kinds = [
         kind("NVIDIA GeForce RTX 4090", "RTX 4090", 24, 0.69, 0.34, 0.35, 0.2, 16),
         kind("NVIDIA L40S", "L40S", 48, 0.86, 0.79, 0.5, 0.4, 16),
         kind("NVIDIA A100-SXM4-80GB", "A100 SXM", 80, 1.89, 1.39, 1.19, 0.89, 16),
         kind("NVIDIA H100 80GB HBM3", "H100 SXM", 80, 2.99, None, 1.75, None, 8),
     ]
+    kinds[-1].data_centers = ["US-TX-3"]
+    return kinds
 
 
 @dataclass
@@ -93,6 +107,10 @@ class Pod:
     volume_in_gb: int = 0
     volume_mount_path: str = "/workspace"
     network_volume_id: str | None = None
+    data_center_id: str = DATA_CENTERS[0]
+    args: str = ""
+    created_at: str = field(default_factory=lambda: _iso(time.time()))
+    registry_auth_id: str | None = None
     bid_per_gpu: float | None = None
     desired: str = "RUNNING"
     last_status_change: str = ""
@@ -111,27 +129,54 @@ class Pod:
     def running(self) -> bool:
         return self.up and self.proc is not None and self.proc.poll() is None
 
-    def rest(self) -> dict[str, Any]:
-        tcp = {str(p): 20000 + i for i, p in enumerate(self.tcp_ports())} if self.up else None
+    def status(self) -> str:
+        """REST v2's status: PROVISIONING until the container runs, RUNNING, EXITED."""
+        if self.desired != "RUNNING":
+            return self.desired
+        return "RUNNING" if self.up else "PROVISIONING"
+
+    def v2(self) -> dict[str, Any]:
+        """The pod as REST v2 answers it (``Pod`` in the v2 OpenAPI)."""
+        status = self.status()
+        mounts: dict[str, Any] = {}
+        if self.network_volume_id:
+            mounts["network"] = [
+                {"volumeId": self.network_volume_id, "path": self.volume_mount_path}
+            ]
+        elif self.volume_in_gb:
+            mounts["persistent"] = {"size": self.volume_in_gb, "path": self.volume_mount_path}
         return {
             "id": self.id,
             "name": self.name,
+            "status": status,
+            "actions": list(ACTIONS.get(status, ())),
             "image": self.image,
-            "desiredStatus": self.desired,
-            "interruptible": self.interruptible,
-            "costPerHr": self.cost_per_hr if self.desired == "RUNNING" else 0.0,
-            "env": dict(self.env),
+            "args": self.args,
+            "disk": self.container_disk_gb,
+            "mounts": mounts,
             "ports": list(self.ports),
-            "gpu": {"id": self.gpu.id, "count": self.gpu_count, "displayName": self.gpu.display},
-            "machineId": self.machine_id,
-            "publicIp": "127.0.0.1" if tcp else None,
-            "portMappings": tcp or None,
-            "containerDiskInGb": self.container_disk_gb,
-            "volumeInGb": self.volume_in_gb,
-            "volumeMountPath": self.volume_mount_path,
-            "networkVolumeId": self.network_volume_id,
-            "lastStatusChange": self.last_status_change,
+            "env": dict(self.env),
+            "registry": None,
+            "gpu": {"id": self.gpu.id, "count": self.gpu_count},
+            "cloud": self.cloud,
+            "dataCenterId": self.data_center_id,
+            "cudaVersion": "12.8",
+            "ssh": None,
+            "template": None,
+            "cost": self.cost_per_hr if status == "RUNNING" else 0.0,
+            "locked": False,
+            "runtime": self.v2_runtime() if status == "RUNNING" else None,
+            "createdAt": self.created_at,
+            "startedAt": _iso(self.started_at) if self.started_at else None,
+            "globalNetworking": {"enabled": False},
         }
+
+    def v2_runtime(self) -> dict[str, Any]:
+        ports = [
+            {"private": p, "public": lp, "type": "http", "ip": "127.0.0.1"}
+            for p, lp in self.local_ports.items()
+        ]
+        return {"uptime": int(time.time() - self.started_at), "ports": ports}
 
     def runtime(self) -> dict[str, Any] | None:
         if not self.running():
@@ -147,6 +192,20 @@ class Pod:
             for p, lp in self.local_ports.items()
         ]
         return {"uptimeInSeconds": int(time.time() - self.started_at), "ports": ports}
+
+
+#: the actions REST v2 allows in each status
+ACTIONS = {
+    "RUNNING": ("stop", "restart", "terminate"),
+    "EXITED": ("start", "terminate"),
+    "ERROR": ("start", "terminate"),
+    "PROVISIONING": ("stop", "terminate"),
+    "STARTING": ("stop", "terminate"),
+}
+
+
+def _iso(t: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
 
 
 def _free_port() -> int:
@@ -193,7 +252,13 @@ class FakeCloud:
         self.python = python
         self.pods: dict[str, Pod] = {}
         self.volumes: dict[str, dict[str, Any]] = {}
+        #: private registry credentials (id -> {id, name, username, password})
+        self.registry_auths: dict[str, dict[str, Any]] = {}
         self.deleted: list[str] = []
+        #: whether spot (interruptible) pods are sold: False is RunPod without them
+        self.spot_sold = True
+        #: images whose containers have a shell but no python (nothing else on their PATH)
+        self.images_without_python: set[str] = {IMAGE_WITHOUT_PYTHON}
         self.lock = threading.RLock()
         self._timers: list[threading.Timer] = []
         #: processes of stopped or interrupted containers, until their SIGKILL
@@ -232,6 +297,7 @@ class FakeCloud:
         ports: list[str],
         argv: list[str],
         bid: float | None = None,
+        data_centers: list[str] | None = None,
         **extra: Any,
     ) -> Pod:
         with self.lock:
@@ -243,6 +309,19 @@ class FakeCloud:
             gpu = next((k for k in kinds if self.free(k, cloud) >= count), None)
             if gpu is None:
                 raise CloudError(400, CAPACITY_MESSAGE)
+            places = [dc for dc in (data_centers or gpu.data_centers) if dc in gpu.data_centers]
+            volume_id = extra.get("network_volume_id")
+            if volume_id:
+                dc = self.volume(volume_id)["dataCenter"]
+                if data_centers and dc not in data_centers:
+                    raise CloudError(400, f"network volume {volume_id} is in {dc}")
+                places = [dc] if dc in gpu.data_centers else []
+            if not places:
+                raise CloudError(400, CAPACITY_MESSAGE)
+            extra["data_center_id"] = places[0]
+            auth = extra.get("registry_auth_id")
+            if auth is not None and auth not in self.registry_auths:
+                raise CloudError(400, f"container registry auth {auth} not found")
             per_gpu = gpu.price(cloud, interruptible)
             if per_gpu is None:
                 raise CloudError(400, f"{gpu.id} is not sold that way in the {cloud} cloud")
@@ -289,22 +368,38 @@ class FakeCloud:
                 return
             home = self.root / pod.id
             home.mkdir(parents=True, exist_ok=True)
+            fs = home / "fs"  # the container's own "/": nothing of the controller's is there
+            fs.mkdir(exist_ok=True)
+            self._mount(pod, fs)
             env = {
                 "PATH": os.path.dirname(self.python) + os.pathsep + os.environ.get("PATH", ""),
                 "HOME": str(home),
                 "LANG": "C.UTF-8",
+                # the "image" has this interpreter's corral (a checkout's through PYTHONPATH)
+                **(
+                    {"PYTHONPATH": os.environ["PYTHONPATH"]} if os.environ.get("PYTHONPATH") else {}
+                ),
                 **pod.env,
                 "RUNPOD_POD_ID": pod.id,
                 "RUNPOD_API_KEY": self.api_key,
                 "RUNPOD_GPU_COUNT": str(pod.gpu_count),
+                NODE_ROOT: str(fs),
             }
+            if os.environ.get("PYTHONPATH"):  # the corral under test, not an installed one
+                env["PYTHONPATH"] = os.environ["PYTHONPATH"]
             pod.local_ports = {p: _free_port() for p in pod.http_ports()[:1]}
             for lp in pod.local_ports.values():
                 env[AGENT_BIND] = f"127.0.0.1:{lp}"
-            if pod.argv:
-                with open(home / "container.log", "ab") as out:
+            argv = list(pod.argv)
+            if argv and pod.image in self.images_without_python:
+                bare = home / "bin"  # a shell and nothing else on its PATH
+                bare.mkdir(exist_ok=True)
+                env["PATH"] = str(bare)
+                argv[0] = shutil.which(argv[0]) or argv[0]
+            if argv:
+                with open(self.log_path(pod.id), "ab") as out:
                     pod.proc = subprocess.Popen(
-                        pod.argv,
+                        argv,
                         env=env,
                         cwd=home,
                         stdin=subprocess.DEVNULL,
@@ -315,6 +410,36 @@ class FakeCloud:
                 threading.Thread(target=pod.proc.wait, daemon=True).start()
             pod.up = True
             pod.started_at = time.time()
+
+    def log_path(self, pod_id: str) -> Path:
+        """What the pod's container printed (stdout and stderr), from its first start on;
+        absent until it first starts."""
+        return self.root / pod_id / "container.log"
+
+    def volume_dir(self, volume_id: str) -> Path:
+        """Where a network volume's files are (they outlive every pod)."""
+        return self.root / "network-volumes" / volume_id
+
+    def _mount(self, pod: Pod, fs: Path) -> None:
+        """Mount the pod's network volume at its path: inside the container's own root ``fs``
+        (what the node's corral sees under ``CORRAL_NODE_ROOT``) and, for a path in the
+        test's temporary directory, at that path itself (what a job's absolute paths reach:
+        the "container" is a process of this machine). A path anywhere else (``/data``) is
+        never touched on this machine."""
+        if not pod.network_volume_id:
+            return
+        target = self.volume_dir(pod.network_volume_id)
+        target.mkdir(parents=True, exist_ok=True)
+        mounts = [fs / pod.volume_mount_path.lstrip("/")]
+        if Path(pod.volume_mount_path).is_relative_to(self.root.parent):
+            mounts.append(Path(pod.volume_mount_path))
+        for mount in mounts:
+            if mount.is_symlink():
+                mount.unlink()
+            elif mount.exists():
+                continue  # a real directory of this machine: left as it is
+            mount.parent.mkdir(parents=True, exist_ok=True)
+            mount.symlink_to(target, target_is_directory=True)
 
     def _halt(self, pod: Pod, grace: float | None) -> None:
         """SIGTERM now and SIGKILL after ``grace`` (None: SIGKILL now)."""
@@ -383,14 +508,29 @@ class FakeCloud:
 
     # --- network volumes --------------------------------------------------------------------
 
-    def create_volume(self, name: str, size: int, data_center_id: str) -> dict[str, Any]:
-        if not name or not isinstance(size, int) or not 0 < size <= 4000 or not data_center_id:
-            raise CloudError(400, "name, size (1-4000) and dataCenterId are required")
+    def create_registry_auth(self, body: dict[str, Any]) -> dict[str, Any]:
+        if not all(
+            isinstance(body.get(k), str) and body[k] for k in ("name", "username", "password")
+        ):
+            raise CloudError(400, "name, username and password are required")
+        auth = {
+            "id": uuid.uuid4().hex[:10],
+            **{k: body[k] for k in ("name", "username", "password")},
+        }
+        with self.lock:
+            self.registry_auths[auth["id"]] = auth
+        return {"id": auth["id"], "name": auth["name"]}
+
+    def create_volume(
+        self, name: str, size: int, data_center: str, kind: str = "STANDARD"
+    ) -> dict[str, Any]:
+        """A network volume, as REST v2 shows it (``NetworkVolume``)."""
         vol = {
             "id": uuid.uuid4().hex[:10],
             "name": name,
             "size": size,
-            "dataCenterId": data_center_id,
+            "dataCenter": data_center,
+            "type": kind,
         }
         with self.lock:
             self.volumes[vol["id"]] = vol
@@ -404,8 +544,14 @@ class FakeCloud:
 
     def delete_volume(self, volume_id: str) -> None:
         with self.lock:
-            if self.volumes.pop(volume_id, None) is None:
-                raise CloudError(404, f"network volume {volume_id} not found")
+            self.volume(volume_id)
+            users = sorted(p.id for p in self.pods.values() if p.network_volume_id == volume_id)
+            if users:  # UNCONFIRMED: how RunPod refuses this; a 400 with a detail is assumed
+                raise CloudError(
+                    400, f"network volume {volume_id} is attached to pod(s) {', '.join(users)}"
+                )
+            del self.volumes[volume_id]
+        shutil.rmtree(self.volume_dir(volume_id), ignore_errors=True)
 
     # --- teardown ---------------------------------------------------------------------------
 

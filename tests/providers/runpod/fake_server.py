@@ -1,9 +1,18 @@
 """A fake RunPod on 127.0.0.1 that speaks the contract in ``shared/providers/runpod.md``.
 
-* REST v1 under ``/v1``: pods (create 201, list as a bare array with a ``name`` filter, get,
-  stop, start, delete 204; an unknown pod is 404 on GET and 400 "pod not found to terminate"
-  on DELETE) and network volumes; errors are ``{"message": ...}``.
-* GraphQL at ``/graphql`` (:mod:`.fake_graphql`): always HTTP 200 with data or errors.
+* REST v2 under ``/v2`` (:mod:`.fake_rest_v2`): pods (create 201, list wrapped as
+  ``{"pods": [...]}`` with no name filter, get, ``POST /pods/{id}/action`` with 409 for an
+  action the status does not allow, delete 204, 404 for an unknown pod), network volumes, the
+  GPU catalog; errors are RFC 9457 problem details (``application/problem+json``), 422 for a
+  body that breaks the schema, 400 for no capacity; ``RateLimit`` and ``RateLimit-Policy``
+  headers on every answer, 429 with ``Retry-After`` past the minute quota.
+* A pod's log at ``GET /v2/pods/{id}/logs`` (:mod:`.fake_logs`): Server-Sent Events of what
+  the pod's container really printed, following it and staying open (``fake.logs`` sets how
+  long, and what noise or cut a test wants); 404 for an unknown pod and, while
+  ``fake.rest.log_404_before_start``, for a pod whose container has not started.
+* REST v1 (``/v1``) is retired: 410 to anything (and recorded, so a test can tell it was hit).
+* GraphQL at ``/graphql`` (:mod:`.fake_graphql`): always HTTP 200 with data or errors; spot
+  pods and spot prices only while ``fake.cloud.spot_sold``.
 * The CDN: a request without a User-Agent, or with a default library one (Python-urllib,
   python-requests, python-httpx), gets 403 ``error code: 1010``; a wrong or missing key 401.
 * RunPod's HTTP proxy at ``/proxy/<pod-id>-<port>/...``: forwards to the pod's container
@@ -34,20 +43,21 @@ from urllib.parse import parse_qs, urlsplit
 
 import httpx
 
-from . import fake_graphql
-from .fake_cloud import CloudError, FakeCloud, GpuKind
+from . import fake_graphql, fake_logs, fake_rest_v2
+from .fake_cloud import FakeCloud, GpuKind
 
 API_KEY = "rpa_FAKE0123456789ABCDEFsecretkey"
 _DEFAULT_AGENTS = ("python-urllib", "python-requests", "python-httpx")
 _PROXY = re.compile(r"^/proxy/([A-Za-z0-9]+)-(\d+)(/.*)?$")
+_LOGS = re.compile(r"^/v2/pods/([^/]+)/logs/?$")
 
 
 @dataclass
 class Fault:
     """Answer the next ``times`` requests matching ``target`` with ``status``.
 
-    ``target``: ``"POST /pods"``, ``"GET /pods/*"`` (fnmatch on ``METHOD /path`` without
-    ``/v1``) or ``"graphql:<field>"``. ``after``: apply the request first. ``delay``: wait
+    ``target``: ``"POST /v2/pods"``, ``"GET /v2/pods/*"`` (fnmatch on ``METHOD /path``) or
+    ``"graphql:<field>"``. ``after``: apply the request first. ``delay``: wait
     this long before answering (longer than the client's timeout: a timeout)."""
 
     target: str
@@ -85,6 +95,9 @@ class FakeRunPod:
         self.seen: list[Seen] = []
         #: bodies of REST creates and inputs of GraphQL creates, in order
         self.creates: list[dict[str, Any]] = []
+        self.rest = fake_rest_v2.RestV2(self.cloud, self.creates)
+        #: how pod log streams behave (hold, keep-alives, noise, cuts)
+        self.logs = fake_logs.LogStream()
         self._lock = threading.Lock()
         self._proxy = httpx.Client(timeout=30.0)
         handler = type("Handler", (_Handler,), {"fake": self})
@@ -102,12 +115,13 @@ class FakeRunPod:
     def settings(self) -> dict[str, str]:
         """The RunPodSettings fields that point a client at this server."""
         return {
-            "rest_url": self.base_url + "/v1",
+            "rest_url": self.base_url + "/v2",
             "graphql_url": self.base_url + "/graphql",
             "proxy_url": self.base_url + "/proxy/{pod_id}-{port}",
         }
 
     def close(self) -> None:
+        self.logs.closing.set()
         self.server.shutdown()
         self.server.server_close()
         self.cloud.close()
@@ -150,25 +164,40 @@ class FakeRunPod:
         query = parse_qs(url.query)
         auth = h.headers.get("Authorization", "")
         if auth != f"Bearer {self.api_key}" and query.get("api_key") != [self.api_key]:
+            if url.path.startswith("/v2/"):
+                problem = fake_rest_v2.problem(401, "invalid or missing API key")
+                return self._send(h, "auth", ua, 401, problem, fake_rest_v2.PROBLEM)
             return self._send(h, "auth", ua, 401, {"message": "Unauthorized: bad API key"})
         if url.path == "/graphql" and h.command == "POST":
             return self._graphql(h, raw, ua)
-        if not url.path.startswith("/v1/"):
-            return self._send(h, h.command + " " + url.path, ua, 404, {"message": "not found"})
-        route = f"{h.command} {url.path[3:]}"
+        route = f"{h.command} {url.path}"
+        if url.path.startswith("/v1/"):
+            return self._send(h, route, ua, 410, {"message": fake_rest_v2.V1_RETIRED})
+        if not url.path.startswith("/v2/"):
+            return self._send(h, route, ua, 404, {"message": "not found"})
         fault = self._take_fault(route)
         if fault is not None and not fault.after:
             return self._fault(h, route, ua, fault)
-        try:
-            body = json.loads(raw) if raw else None
-            status, answer = self._rest(h.command, url.path[3:], query, body)
-        except CloudError as exc:
-            status, answer = exc.status, {"message": exc.message}
-        except (ValueError, KeyError, TypeError) as exc:
-            status, answer = 400, {"message": f"invalid input: {exc}"}
+        log = _LOGS.match(url.path) if h.command == "GET" else None
+        if log is not None:
+            return self._log(h, route, ua, log.group(1))
+        status, answer, headers = self.rest.handle(h.command, url.path[3:], query, raw)
         if fault is not None:
             return self._fault(h, route, ua, fault)
-        self._send(h, route, ua, status, answer)
+        kind = fake_rest_v2.PROBLEM if status >= 400 else "application/json"
+        self._send(h, route, ua, status, answer, kind, headers)
+
+    def _log(self, h: _Handler, route: str, ua: str, pod_id: str) -> None:
+        status, problem, headers, path = self.rest.open_log(pod_id)
+        if status != 200:
+            return self._send(h, route, ua, status, problem, fake_rest_v2.PROBLEM, headers)
+        self.seen.append(Seen(h.command, route, ua, 200))
+
+        def alive() -> bool:
+            with self.cloud.lock:
+                return pod_id in self.cloud.pods
+
+        self.logs.serve(h, path, headers, alive)
 
     def _graphql(self, h: _Handler, raw: bytes, ua: str) -> None:
         try:
@@ -187,64 +216,6 @@ class FakeRunPod:
         if fault is not None:
             return self._fault(h, route, ua, fault)
         self._send(h, route, ua, 200, answer)
-
-    def _rest(
-        self, method: str, path: str, query: dict[str, list[str]], body: Any
-    ) -> tuple[int, Any]:
-        parts = path.strip("/").split("/")
-        cloud = self.cloud
-        if parts[0] == "pods":
-            if method == "POST" and len(parts) == 1:
-                self.creates.append(body)
-                return 201, self._create(body).rest()
-            if method == "GET" and len(parts) == 1:
-                name = query.get("name", [None])[0]
-                pods = [p.rest() for p in cloud.list(name)]
-                wanted = query.get("desiredStatus")
-                return 200, [p for p in pods if not wanted or p["desiredStatus"] in wanted]
-            if method == "GET" and len(parts) == 2:
-                return 200, cloud.get(parts[1]).rest()
-            if method == "DELETE" and len(parts) == 2:
-                cloud.delete(parts[1])
-                return 204, None
-            if method == "POST" and len(parts) == 3 and parts[2] in ("stop", "start"):
-                pod = cloud.stop(parts[1]) if parts[2] == "stop" else cloud.start(parts[1])
-                return 200, pod.rest()
-        if parts[0] == "networkvolumes":
-            if method == "POST" and len(parts) == 1:
-                return 200, cloud.create_volume(body["name"], body["size"], body["dataCenterId"])
-            if method == "GET" and len(parts) == 1:
-                return 200, [dict(v) for v in cloud.volumes.values()]
-            if method == "GET" and len(parts) == 2:
-                return 200, cloud.volume(parts[1])
-            if method == "DELETE" and len(parts) == 2:
-                cloud.delete_volume(parts[1])
-                return 204, None
-        return 404, {"message": f"no route {method} {path}"}
-
-    def _create(self, body: dict[str, Any]) -> Any:
-        if not isinstance(body.get("name"), str) or not isinstance(body.get("gpuTypeIds"), list):
-            raise CloudError(400, "name and gpuTypeIds are required")
-        volume = body.get("networkVolumeId")
-        if volume:
-            dc = self.cloud.volume(volume)["dataCenterId"]
-            if body.get("dataCenterIds") and dc not in body["dataCenterIds"]:
-                raise CloudError(400, f"network volume {volume} is in {dc}")
-        return self.cloud.create(
-            name=body["name"],
-            image=str(body.get("imageName") or ""),
-            gpu_ids=list(body["gpuTypeIds"]),
-            count=int(body.get("gpuCount") or 1),
-            cloud=str(body.get("cloudType") or "SECURE"),
-            interruptible=bool(body.get("interruptible")),
-            env=dict(body.get("env") or {}),
-            ports=list(body.get("ports") or []),
-            argv=list(body.get("dockerStartCmd") or []),
-            container_disk_gb=int(body.get("containerDiskInGb") or 50),
-            volume_in_gb=int(body.get("volumeInGb") or 0),
-            volume_mount_path=str(body.get("volumeMountPath") or "/workspace"),
-            network_volume_id=volume,
-        )
 
     def _forward(self, h: _Handler, m: re.Match, query: str, raw: bytes, ua: str) -> None:
         route = f"proxy {h.command} {m.group(3) or '/'}"
@@ -272,10 +243,16 @@ class FakeRunPod:
         if fault.delay:
             time.sleep(fault.delay)
         body = fault.body
-        if body is None:
+        kind = "application/json"
+        if body is None and route.startswith("graphql:"):
             body = {"message": {429: "rate limit exceeded"}.get(fault.status, "Internal error")}
+        elif body is None:
+            detail = {429: "rate limit exceeded for the minute window"}.get(
+                fault.status, "internal error"
+            )
+            body, kind = fake_rest_v2.problem(fault.status, detail), fake_rest_v2.PROBLEM
         headers = {"Retry-After": f"{fault.retry_after:g}"} if fault.retry_after is not None else {}
-        self._send(h, route, ua, fault.status, body, headers=headers)
+        self._send(h, route, ua, fault.status, body, kind, headers=headers)
 
     def _send(
         self,

@@ -4,6 +4,7 @@ checkpoints, and a pod that terminates itself when its job ended and no controll
 
 from __future__ import annotations
 
+import shlex
 import shutil
 import stat
 import subprocess
@@ -11,15 +12,18 @@ from pathlib import Path
 
 import pytest
 
-from corral.errors import BadInput
+from corral.errors import BadInput, ProviderError
 from corral.providers.base import Bootstrap, InstanceState, Requirements
+from corral.providers.common.wheel import bootstrap_script
 from corral.providers.runpod import boot
 from corral.providers.runpod.bootstrap import (
+    BOOT_ARGS,
     ENV_BIND,
     ENV_PLAN,
     ENV_REST_URL,
     decode_plan,
     encode_plan,
+    start_command,
     start_script,
 )
 from corral.providers.runpod.graphql import EnumValue, literal
@@ -43,12 +47,14 @@ def test_on_demand_create_body_starts_the_agent_with_plan_and_token_in_env(
     key = new_key()
     bs = bootstrap(tmp_path, key, env={"HF_TOKEN": "hf_secret_value"})
     p.launch(offer(p, spot=False, req=REQ), bs, key)
-    body = fake.creates[-1]
-    assert body["name"] == f"corral-{key}" and body["gpuCount"] == 2
-    assert (body["minVCPUPerGPU"], body["minRAMPerGPU"], body["containerDiskInGb"]) == (8, 32, 200)
-    assert body["ports"] == ["8750/http"] and body["interruptible"] is False
-    assert body["dockerStartCmd"][:2] == ["bash", "-c"]
-    assert "-m corral.providers.runpod.boot agent" in body["dockerStartCmd"][2]
+    body = fake.creates[-1]  # REST v2's CreatePodRequest (the fake refuses unknown fields)
+    assert body["name"] == f"corral-{key}" and body["gpu"] == {"id": "NVIDIA L40S", "count": 2}
+    assert body["disk"] == 200 and body["cloud"] in ("SECURE", "COMMUNITY")
+    assert body["ports"] == ["8750/http"] and "dataCenterIds" not in body
+    # the node bootstrap (corral of this version, else installed), then the pod's boot
+    argv = shlex.split(body["args"])
+    assert argv[:2] == ["bash", "-c"] and argv[2] == bootstrap_script()
+    assert argv[3:] == ["corral-boot", "-m", "corral.providers.runpod.boot", "agent"]
     env = body["env"]
     assert env[ENV_AGENT_TOKEN] == bs.token and env["HF_TOKEN"] == "hf_secret_value"
     assert env[ENV_REST_URL] == fake.settings()["rest_url"]  # the shutdown command's API
@@ -118,13 +124,18 @@ def test_network_volume_holds_the_checkpoints_and_pins_the_data_center(
     bs = Bootstrap(plan=plan, token="tok-" + key)
     inst = p.launch(o, bs, key)
     body = fake.creates[-1]
-    assert body["networkVolumeId"] == volume["id"] and body["dataCenterIds"] == ["EU-RO-1"]
-    assert body["volumeMountPath"] == str(mount)
+    assert body["mounts"] == {"network": [{"volumeId": volume["id"], "path": str(mount)}]}
+    assert body["dataCenterIds"] == ["EU-RO-1"]
     checkpoints = mount / "corral" / key[:-3] / "checkpoints"
     assert decode_plan(body["env"][ENV_PLAN])["checkpoint_dir"] == str(checkpoints)
     wait_state(p, inst, InstanceState.RUNNING)
-    wait_until(checkpoints.is_dir, message="the agent to create the checkpoint directory")
+    # the pod mounts the volume at `mount` in its own filesystem; its files are the volume's
+    on_volume = fake.cloud.volume_dir(volume["id"]) / "corral" / key[:-3] / "checkpoints"
+    wait_until(on_volume.is_dir, message="the agent to create the checkpoint directory")
     assert [v["id"] for v in p.volumes()] == [volume["id"]]
+    with pytest.raises(ProviderError, match="attached to pod"):
+        p.delete_volume(volume["id"])
+    p.terminate(inst)
     p.delete_volume(volume["id"])
     p.delete_volume(volume["id"])  # a missing volume is fine
     assert p.volumes() == []
@@ -177,7 +188,7 @@ def test_a_pod_whose_job_ended_terminates_itself_without_a_controller(
     bs = bootstrap(tmp_path, key, run="true", controller_timeout_s=0.5)
     inst = p.launch(offer(p, spot=False), bs, key)
     wait_until(lambda: not fake.cloud.list(), timeout=20, message="the pod to terminate itself")
-    assert f"DELETE /pods/{inst.instance_id}" in fake.routes()
+    assert f"DELETE /v2/pods/{inst.instance_id}" in fake.routes()
     assert p.status(inst).state == InstanceState.TERMINATED
 
 
@@ -185,29 +196,21 @@ def _fake_python(bindir: Path, has_corral: bool) -> Path:
     bindir.mkdir(parents=True, exist_ok=True)
     py = bindir / "python3"
     importable = "exit 0" if has_corral else "exit 1"
-    py.write_text(f'#!/bin/sh\nif [ "$1" = "-c" ]; then {importable}; fi\necho "$@" > ran.txt\n')
+    py.write_text(f'#!/bin/sh\nif [ "$1" = "-" ]; then {importable}; fi\necho "$@" > ran.txt\n')
     py.chmod(0o755)
     return py
 
 
-@pytest.mark.parametrize("install", [None, "touch installed.txt"])
-def test_start_script_installs_corral_only_when_told_and_then_boots(tmp_path, install):
-    _fake_python(tmp_path / "bin", has_corral=False)
-    script = start_script(RunPodSettings(install_command=install))
+def test_the_start_command_runs_install_command_only_when_corral_is_missing(tmp_path):
+    """``install_command`` (an advanced override) runs before the node bootstrap, only when
+    the image's python cannot import corral; then the pod's boot module runs."""
+    _fake_python(tmp_path / "bin", has_corral=True)
+    argv = start_command(RunPodSettings(install_command="touch installed.txt"))
     env = {"PATH": f"{tmp_path / 'bin'}:/usr/bin:/bin"}
-    done = subprocess.run(
-        ["bash", "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True
-    )
-    if install is None:
-        assert done.returncode == 127 and "the image has no corral" in done.stderr
-        assert not (tmp_path / "ran.txt").exists()
-    else:
-        assert done.returncode == 0 and (tmp_path / "installed.txt").exists()
-        assert (tmp_path / "ran.txt").read_text().split() == [
-            "-m",
-            "corral.providers.runpod.boot",
-            "agent",
-        ]
+    done = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert not (tmp_path / "installed.txt").exists()
+    assert (tmp_path / "ran.txt").read_text().split() == list(BOOT_ARGS)
 
 
 def test_start_script_without_python_says_so(tmp_path):
@@ -219,4 +222,4 @@ def test_start_script_without_python_says_so(tmp_path):
         capture_output=True,
         text=True,
     )
-    assert done.returncode == 127 and "the image has no python" in done.stderr
+    assert done.returncode == 127 and "no python on this machine" in done.stderr

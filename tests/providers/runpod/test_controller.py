@@ -114,10 +114,11 @@ def test_an_interrupted_spot_run_resumes_on_a_new_pod_from_the_network_volume(
         resources: {gpus: "L40S:1", spot: true, providers: [runpod]}
         stages:
           - name: prep
-            run: echo prepared >> prep.txt
+            run: echo prepared >> "$CORRAL_CHECKPOINT_DIR/prep.txt"
           - name: train
             needs: [prep]
             run: |
+              cd "$CORRAL_CHECKPOINT_DIR"
               echo "attempt $CORRAL_ATTEMPT" >> attempts.txt
               if [ "$CORRAL_ATTEMPT" = 1 ]; then
                 echo step-40 > "$CORRAL_CHECKPOINT_DIR/latest"
@@ -130,7 +131,9 @@ def test_an_interrupted_spot_run_resumes_on_a_new_pod_from_the_network_volume(
     store = Store.open()
     proc = start_controller()
     try:
-        checkpoint = mount / "corral" / run_id / "checkpoints" / "latest"
+        # the pods share no file with this machine; the network volume holds the checkpoints
+        checkpoints = fake.cloud.volume_dir(volume["id"]) / "corral" / run_id / "checkpoints"
+        checkpoint = checkpoints / "latest"
         wait_until(checkpoint.exists, timeout=40, message="the first attempt's checkpoint")
         wait_until(
             lambda: "prep" in (store.get_run(run_id).completed_stages or []),
@@ -151,10 +154,13 @@ def test_an_interrupted_spot_run_resumes_on_a_new_pod_from_the_network_volume(
         "preempted",
         "succeeded",
     )
-    assert (tmp_path / "attempts.txt").read_text() == "attempt 1\nattempt 2\n"
-    assert (tmp_path / "prep.txt").read_text() == "prepared\n"  # not run again
-    assert (tmp_path / "resumed.txt").read_text() == "step-40\n"  # from the network volume
+    assert (checkpoints / "attempts.txt").read_text() == "attempt 1\nattempt 2\n"
+    assert (checkpoints / "prep.txt").read_text() == "prepared\n"  # not run again
+    assert (checkpoints / "resumed.txt").read_text() == "step-40\n"  # from the network volume
     assert len(fake.creates) == 2 and fake.cloud.list() == []  # two pods, both gone
     assert store.resources(run_id=run_id, open_only=True) == []
     for path in [corral_home / "controller-test.log", *corral_home.glob("*.db")]:
         assert API_KEY.encode() not in path.read_bytes()
+    routes = [s.route for s in fake.seen]
+    assert "graphql:podRentInterruptable" in routes and "GET /v2/catalog/gpus" in routes
+    assert not [r for r in routes if "/v1" in r]  # REST v1 is retired: never called

@@ -17,11 +17,11 @@ from .helpers import bootstrap, offer
 def test_create_answering_500_after_creating_the_pod_adopts_that_pod(make_provider, fake, tmp_path):
     p = make_provider()
     key = new_key()
-    fake.fail("POST /pods", 500, after=True)
+    fake.fail("POST /v2/pods", 500, after=True)
     inst = p.launch(offer(p, spot=False), bootstrap(tmp_path, key), key)
     pods = fake.cloud.list(pod_name(key))
     assert [pod.id for pod in pods] == [inst.instance_id]
-    assert fake.routes("POST /pods") == ["POST /pods"]  # no second create
+    assert fake.routes("POST /v2/pods") == ["POST /v2/pods"]  # no second create
     assert (
         p.launch(offer(p, spot=False), bootstrap(tmp_path, key), key).instance_id
         == inst.instance_id
@@ -31,7 +31,7 @@ def test_create_answering_500_after_creating_the_pod_adopts_that_pod(make_provid
 def test_create_timing_out_after_creating_the_pod_adopts_that_pod(make_provider, fake, tmp_path):
     p = make_provider(timeout=0.3)
     key = new_key()
-    fake.fail("POST /pods", 201, after=True, delay=1.0)
+    fake.fail("POST /v2/pods", 201, after=True, delay=1.0)
     inst = p.launch(offer(p, spot=False), bootstrap(tmp_path, key), key)
     assert [pod.id for pod in fake.cloud.list(pod_name(key))] == [inst.instance_id]
     assert len(fake.creates) == 1  # the timed-out answer is still on its way
@@ -54,22 +54,22 @@ def test_create_failing_with_no_pod_looks_by_name_then_creates_again(
 ):
     p = make_provider()
     key = new_key()
-    fake.fail("POST /pods", 503)
+    fake.fail("POST /v2/pods", 503)
     inst = p.launch(offer(p, spot=False), bootstrap(tmp_path, key), key)
     assert [pod.id for pod in fake.cloud.list(pod_name(key))] == [inst.instance_id]
-    pods_calls = [r for r in fake.routes() if r in ("GET /pods", "POST /pods")]
-    assert pods_calls == ["GET /pods", "POST /pods", "GET /pods", "POST /pods"]
+    pods_calls = [r for r in fake.routes() if r in ("GET /v2/pods", "POST /v2/pods")]
+    assert pods_calls == ["GET /v2/pods", "POST /v2/pods", "GET /v2/pods", "POST /v2/pods"]
     assert 2.0 in sleeps.calls  # a backoff between the two creates
 
 
 def test_create_failing_every_time_is_unavailable_and_leaves_no_pod(make_provider, fake, tmp_path):
     p = make_provider(create_attempts=3)
     key = new_key()
-    fake.fail("POST /pods", 500, times=10)
+    fake.fail("POST /v2/pods", 500, times=10)
     with pytest.raises(ProviderUnavailable, match=r"could not create pod corral-.* in 3 tries"):
         p.launch(offer(p, spot=False), bootstrap(tmp_path, key), key)
     assert fake.cloud.list() == []
-    assert len(fake.routes("POST /pods")) == 3
+    assert len(fake.routes("POST /v2/pods")) == 3
     assert p.find(key) is None
 
 
@@ -96,7 +96,7 @@ def test_429_on_create_waits_its_retry_after_and_creates_one_pod(
 ):
     p = make_provider()
     key = new_key()
-    fake.fail("POST /pods", 429, retry_after=3)
+    fake.fail("POST /v2/pods", 429, retry_after=3)
     inst = p.launch(offer(p, spot=False), bootstrap(tmp_path, key), key)
     assert [pod.id for pod in fake.cloud.list()] == [inst.instance_id]
     assert 3.0 in sleeps.calls
@@ -106,7 +106,7 @@ def test_429_on_status_waits_its_retry_after(make_provider, fake, tmp_path, slee
     p = make_provider()
     key = new_key()
     inst = p.launch(offer(p, spot=False), bootstrap(tmp_path, key), key)
-    fake.fail("GET /pods/*", 429, retry_after=2, times=2)
+    fake.fail("GET /v2/pods/*", 429, retry_after=2, times=2)
     assert p.status(inst).state in (InstanceState.PROVISIONING, InstanceState.RUNNING)
     assert sleeps.calls.count(2.0) == 2
 
@@ -129,7 +129,7 @@ def test_two_pods_with_one_key_keep_one_and_terminate_the_other(make_provider, f
         )
     inst = p.launch(o, bootstrap(tmp_path, key), key)
     assert [pod.id for pod in fake.cloud.list(pod_name(key))] == [inst.instance_id]
-    assert not fake.routes("POST /pods")
+    assert not fake.routes("POST /v2/pods")
 
 
 def test_a_restarted_controller_finds_and_adopts_the_pod(make_provider, fake, tmp_path):
@@ -151,7 +151,7 @@ def test_terminate_of_a_pod_already_deleted_succeeds(make_provider, fake, tmp_pa
     fake.cloud.delete(inst.instance_id)
     p.terminate(inst)
     assert p.status(inst).state == InstanceState.TERMINATED
-    assert p.api.delete_pod(inst.instance_id) is False  # 400 "pod not found to terminate"
+    assert p.api.delete_pod(inst.instance_id) is False  # 404 "pod not found"
 
 
 def test_terminate_removes_every_pod_named_for_the_key(make_provider, fake, tmp_path):

@@ -99,7 +99,8 @@ def test_prices_are_cached_and_refresh_reloads_them(make_provider, fake):
     before = min(o.price_per_hour for o in p.offers(req))
     fake.cloud.gpus["NVIDIA L40S"].prices["communityPrice"] = 0.55
     assert min(o.price_per_hour for o in p.offers(req)) == before
-    assert fake.routes("graphql:").count("graphql:gpuTypes") == 1
+    assert fake.routes("GET /v2/catalog/gpus") == ["GET /v2/catalog/gpus"] * 2  # two clouds
+    assert fake.routes("graphql:") == []  # no spot price needed for an on-demand job
     fetched = p.refresh_prices()
     assert fetched and fetched[:4].isdigit()
     assert min(o.price_per_hour for o in p.offers(req)) == 0.55

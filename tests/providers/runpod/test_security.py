@@ -24,7 +24,7 @@ from .helpers import L40S, bootstrap, offer
 def test_cdn_rejects_requests_without_a_user_agent_and_corral_always_sends_one(make_provider, fake):
     with httpx.Client() as raw:
         raw.headers.pop("User-Agent")
-        resp = raw.get(fake.base_url + "/v1/pods", headers={"Authorization": f"Bearer {API_KEY}"})
+        resp = raw.get(fake.base_url + "/v2/pods", headers={"Authorization": f"Bearer {API_KEY}"})
     assert (resp.status_code, resp.text) == (403, "error code: 1010")
     request = urllib.request.Request(fake.base_url + "/graphql", data=b"{}", method="POST")
     with pytest.raises(urllib.error.HTTPError) as err:
@@ -90,11 +90,11 @@ def test_key_and_token_are_in_no_log_error_or_instance(make_provider, fake, tmp_
     bs = bootstrap(tmp_path, key, env={"WANDB_API_KEY": "wandb-secret-value-123"})
     secrets = [API_KEY, bs.token, "wandb-secret-value-123"]
     errors: list[CorralError] = []
-    fake.fail("POST /pods", 500, after=True, body={"message": f"boom {API_KEY}"})
-    fake.fail("GET /pods/*", 429, retry_after=1)
+    fake.fail("POST /v2/pods", 500, after=True, body={"message": f"boom {API_KEY}"})
+    fake.fail("GET /v2/pods/*", 429, retry_after=1)
     inst = p.launch(offer(p, spot=False), bs, key)
     wait_state(p, inst, InstanceState.RUNNING)
-    fake.fail("POST /pods", 400, body={"message": f"bad token {bs.token} Bearer {API_KEY}"})
+    fake.fail("POST /v2/pods", 400, body={"message": f"bad token {bs.token} Bearer {API_KEY}"})
     try:
         p.launch(offer(p, spot=False), bootstrap(tmp_path, "rother-a1"), "rother-a1")
     except CorralError as exc:

@@ -19,50 +19,41 @@ S = InstanceState
 
 
 @pytest.mark.parametrize(
-    ("fields", "stopped_by_corral", "state", "detail"),
+    ("fields", "spot", "stopped_by_corral", "state", "detail"),
     [
-        ({"desiredStatus": "RUNNING", "publicIp": "1.2.3.4"}, False, S.RUNNING, "running"),
-        ({"desiredStatus": "RUNNING", "portMappings": {"22": 10341}}, False, S.RUNNING, "running"),
-        ({"desiredStatus": "RUNNING", "runtime": {"uptimeInSeconds": 3}}, False, S.RUNNING, ""),
-        ({"desiredStatus": "RUNNING"}, False, S.PROVISIONING, "starting"),
-        ({"desiredStatus": "CREATED"}, False, S.PROVISIONING, "created"),
-        ({"desiredStatus": "RESTARTING"}, False, S.PROVISIONING, "restarting"),
-        ({"status": "PROVISIONING"}, False, S.PROVISIONING, "provisioning"),
-        ({"status": "STARTING"}, False, S.PROVISIONING, "starting"),
-        ({"desiredStatus": "EXITED", "interruptible": True}, False, S.PREEMPTED, "interrupted"),
-        ({"desiredStatus": "EXITED", "interruptible": True}, True, S.STOPPED, "by corral"),
-        ({"desiredStatus": "EXITED"}, True, S.STOPPED, "by corral"),
-        ({"desiredStatus": "EXITED"}, False, S.FAILED, "stopped by RunPod"),
-        ({"desiredStatus": "PAUSED", "interruptible": True}, False, S.PREEMPTED, "interrupted"),
-        ({"desiredStatus": "DEAD"}, False, S.FAILED, "dead"),
-        ({"status": "ERROR"}, False, S.FAILED, "error"),
-        ({"desiredStatus": "TERMINATED"}, False, S.TERMINATED, "terminated"),
-        ({"desiredStatus": "MIGRATING"}, False, S.UNKNOWN, "MIGRATING"),
-        ({}, False, S.UNKNOWN, "(none)"),
+        ({"status": "RUNNING", "runtime": {"uptime": 3}}, False, False, S.RUNNING, "running"),
+        ({"desiredStatus": "RUNNING"}, True, False, S.RUNNING, "running"),  # GraphQL's word
+        ({"status": "PROVISIONING"}, False, False, S.PROVISIONING, "provisioning"),
+        ({"status": "STARTING"}, False, False, S.PROVISIONING, "starting"),
+        ({"desiredStatus": "CREATED"}, False, False, S.PROVISIONING, "created"),
+        ({"status": "EXITED"}, True, False, S.PREEMPTED, "interrupted"),
+        ({"status": "EXITED"}, True, True, S.STOPPED, "by corral"),
+        ({"status": "EXITED"}, False, True, S.STOPPED, "by corral"),
+        ({"status": "EXITED"}, False, False, S.FAILED, "stopped by RunPod"),
+        ({"desiredStatus": "PAUSED"}, True, False, S.PREEMPTED, "interrupted"),
+        ({"status": "ERROR"}, False, False, S.FAILED, "error"),
+        ({"desiredStatus": "DEAD"}, False, False, S.FAILED, "dead"),
+        ({"status": "TERMINATED"}, False, False, S.TERMINATED, "terminated"),
+        ({"status": "MIGRATING"}, False, False, S.UNKNOWN, "MIGRATING"),
+        ({}, False, False, S.UNKNOWN, "(none)"),
     ],
 )
-def test_every_pod_state_maps_to_an_instance_state(fields, stopped_by_corral, state, detail):
-    got, text = pod_state(
-        Pod.model_validate({"id": "p1", **fields}), stopped_by_corral=stopped_by_corral
-    )
+def test_every_pod_state_maps_to_an_instance_state(fields, spot, stopped_by_corral, state, detail):
+    pod = Pod.model_validate({"id": "p1", "unknown-field": 1, **fields})
+    got, text = pod_state(pod, spot=spot, stopped_by_corral=stopped_by_corral)
     assert got == state and detail in text
 
 
-def test_no_pod_is_terminated_and_status_notes_are_kept():
-    assert pod_state(None) == (S.TERMINATED, "no such pod")
-    pod = Pod.model_validate(
-        {"id": "p", "desiredStatus": "EXITED", "lastStatusChange": "Balance too low", "x": 1}
-    )
-    assert pod_state(pod)[1].endswith("(Balance too low)")
+def test_no_pod_is_terminated():
+    assert pod_state(None, spot=False) == (S.TERMINATED, "no such pod")
 
 
-def test_pod_env_is_read_from_rest_and_graphql_shapes():
+def test_pod_env_and_cost_are_read_from_rest_v2_and_graphql_shapes():
     assert Pod.model_validate({"id": "p", "env": {"A": "1"}}).env_value("A") == "1"
     assert Pod.model_validate({"id": "p", "env": ["A=1=2", "B=3"]}).env_value("A") == "1=2"
-    assert (
-        Pod.model_validate({"id": "p", "env": [{"key": "A", "value": "x"}]}).env_value("A") == "x"
-    )
     assert Pod.model_validate({"id": "p"}).env_value("A") is None
+    assert Pod.model_validate({"id": "p", "cost": 0.44}).cost == 0.44
+    assert Pod.model_validate({"id": "p", "costPerHr": 0.2}).cost == 0.2
 
 
 def agent_status(endpoint: str, token: str) -> AgentStatus:
@@ -87,15 +78,17 @@ def test_running_pod_serves_the_agent_through_runpods_proxy(make_provider, fake,
         AgentClient(st.endpoint, "wrong-token").status()
 
 
-def test_pod_without_a_runtime_yet_is_provisioning_with_its_endpoint(make_provider, fake, tmp_path):
+def test_pod_whose_container_is_not_up_is_provisioning_with_its_endpoint(
+    make_provider, fake, tmp_path
+):
     fake.cloud.boot_delay = 30.0
     p = make_provider()
     key = new_key()
     inst = p.launch(offer(p, spot=False), bootstrap(tmp_path, key), key)
     st = p.status(inst)
-    assert st.state == S.PROVISIONING and st.detail == "the container is starting"
+    assert st.state == S.PROVISIONING and st.detail == "pod provisioning"
     assert st.endpoint == inst.endpoint
-    assert "graphql:pod" in fake.routes("graphql:")  # REST v1 alone cannot tell
+    assert fake.routes("graphql:") == []  # v2's status says it all
 
 
 def test_interrupted_spot_pod_is_preempted_and_its_agent_stops_gracefully(
@@ -125,7 +118,6 @@ def test_on_demand_pod_stopped_by_runpod_is_failed(make_provider, fake, tmp_path
     fake.cloud.stop(inst.instance_id, reason="Balance reached $0")
     st = p.status(inst)
     assert st.state == S.FAILED and "stopped by RunPod, not by corral" in st.detail
-    assert "Balance reached $0" in st.detail
 
 
 @pytest.mark.parametrize("spot", [False, True])
@@ -144,4 +136,26 @@ def test_stop_is_stopped_and_start_runs_the_pod_again(make_provider, fake, tmp_p
         fake.interrupt(inst.instance_id, 0.0)
         assert p.status(inst).state == S.PREEMPTED
     else:
-        assert f"POST /pods/{inst.instance_id}/start" in fake.routes()
+        assert (
+            fake.routes(f"POST /v2/pods/{inst.instance_id}/action")
+            == [f"POST /v2/pods/{inst.instance_id}/action"] * 2
+        )  # stop, then start
+    p.stop(inst)
+    p.stop(inst)  # a 409 (already EXITED) is fine
+    assert p.status(inst).state == S.STOPPED
+
+
+def test_a_command_runs_in_the_pod_through_runpods_proxy(make_provider, fake, tmp_path):
+    p = make_provider()
+    key = new_key()
+    bs = bootstrap(tmp_path, key)
+    inst = p.launch(offer(p, spot=False), bs, key)
+    st = wait_state(p, inst, S.RUNNING)
+    agent_status(st.endpoint, bs.token)
+    client = AgentClient(st.endpoint, bs.token, timeout=5.0)
+    command = client.exec_start(["sh", "-c", "echo in-pod $RUNPOD_POD_ID; exit 4"])
+    page = wait_until(
+        lambda: (r := client.exec_read(command))["done"] and r, message="the command to end"
+    )
+    assert page["data"] == f"in-pod {inst.instance_id}\n" and page["exit_code"] == 4
+    assert "POST /exec" in [r.removeprefix("proxy ") for r in fake.routes("proxy ")]

@@ -30,6 +30,34 @@ def state_for(step: int) -> dict:
     return {"w": np.full((64, 8), step, dtype=np.float32), "step": step, "note": f"s{step}"}
 
 
+def test_non_finite_metrics_are_stored_as_text_and_read_back_as_floats(tmp_path: Path, monkeypatch):
+    progress = tmp_path / "progress.jsonl"
+    monkeypatch.setenv("CORRAL_PROGRESS_FILE", str(progress))
+    cp = Checkpointer(tmp_path / "ck", async_save=False, metric="loss")
+    nested = {"per_class": [1.0, float("-inf")]}
+    cp.save(state_for(1), 1, metrics={"loss": float("nan"), "gn": float("inf"), **nested})
+    text = (tmp_path / "ck" / "ckpt-1" / "COMPLETE").read_text()
+    assert "NaN" not in text and "Infinity" not in text  # strict JSON
+    assert json.loads(text)["metrics"] == {
+        "loss": "nan", "gn": "inf", "per_class": [1.0, "-inf"]
+    }  # fmt: skip
+    (info,) = cp.checkpoints()
+    assert np.isnan(info.metrics["loss"]) and info.metrics["gn"] == float("inf")
+    assert info.metrics["per_class"] == [1.0, float("-inf")]
+    assert cp.latest().metrics["gn"] == float("inf")
+    assert cp.best() is None  # a NaN is never the best
+    record = json.loads(progress.read_text().splitlines()[-1])
+    assert record["kind"] == "checkpoint" and record["metrics"]["loss"] == "nan"
+
+
+def test_a_manifest_with_null_metrics_from_an_older_corral_still_reads(tmp_path: Path):
+    cp = Checkpointer(tmp_path / "ck", async_save=False)
+    cp.save(state_for(2), 2, metrics={"loss": 0.5})
+    path = tmp_path / "ck" / "ckpt-2" / "COMPLETE"
+    path.write_text(path.read_text().replace('"loss": 0.5', '"loss": null'))
+    assert cp.latest(verify=False).metrics == {"loss": None}
+
+
 def test_save_writes_files_and_complete_manifest_with_sizes_and_sha256(tmp_path: Path):
     cp = Checkpointer(tmp_path / "ck", async_save=False)
     cp.save(state_for(7), 7, metrics={"loss": 0.5, "nan": float("nan"), "n": np.float32(2.0)})
@@ -39,7 +67,7 @@ def test_save_writes_files_and_complete_manifest_with_sizes_and_sha256(tmp_path:
     assert manifest["format"] == "corral-checkpoint"
     assert manifest["format_version"] == 1
     assert manifest["corral_version"] == __version__
-    assert manifest["metrics"] == {"loss": 0.5, "nan": None, "n": 2.0}
+    assert manifest["metrics"] == {"loss": 0.5, "nan": "nan", "n": 2.0}
     assert manifest["time"] > 1.6e9
     assert set(manifest["files"]) == {"state.pkl", "tensors-00000.safetensors"}
     for name, entry in manifest["files"].items():

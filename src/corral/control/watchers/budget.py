@@ -36,7 +36,8 @@ class BudgetWatcher(Watcher):
     its observed stops, request to confirmed teardown; ``Settings.budget_stop_estimate_s``
     until one is seen) with a margin of :data:`STOP_MARGIN`, plus the time until the next
     check (the longer of a tick and the last gap between two checks), so the final bill stays
-    under the cap.
+    under the cap. The run is looked at again before the projection can reach the cap
+    (``Observation.soon``), however quiet it is.
 
     Reset rules: none. The cost of a run only grows. The warning is given once per run: the
     controller's memory says so, and a restarted controller finds the event in the store.
@@ -71,6 +72,8 @@ class BudgetWatcher(Watcher):
         data = {"cost_usd": round(cost, 6), "budget_usd": cap, "fraction": round(cost / cap, 4)}
         if projected >= cap:
             return stop(self.name, run, data)
+        if price > 0:  # looked at again before the projection reaches the cap
+            obs.soon((cap - projected) / price * 3600.0)
         warn_key = f"{run.id}:budget-warned"
         if cost >= spec.budget.warn_at * cap and not ctx.memo.get(warn_key):
             ctx.memo[warn_key] = True

@@ -29,4 +29,5 @@ class DeadlineWatcher(Watcher):
         ran = (ctx.clock() - run.started_at).total_seconds()
         if ran >= limit:
             return stop(self.name, run, {"runtime_s": round(ran, 1), "max_runtime_s": limit})
+        obs.soon(limit - ran)  # looked at again when the time is up, whatever its pace
         return None

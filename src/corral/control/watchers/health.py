@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from corral.control import transitions
+from corral.control import machine_log, transitions
 from corral.control.context import Context, log
 from corral.control.observe import Observation
 from corral.control.transitions import Note, Step
@@ -58,6 +58,7 @@ class HealthWatcher(Watcher):
         except CorralError as e:
             log.warning("run %s: provider status failed: %s", run.id, e.message)
             return None
+        machine_log.keep(ctx, run, obs.resource)  # its last words, before the teardown
         return transitions.finish(
             RunState.FAILED,
             f"the agent did not become ready within {ctx.settings.provision_timeout_s:.0f}s "

@@ -88,4 +88,5 @@ class IdleWatcher(Watcher):
         idle_for = (now - mark.since).total_seconds()
         if idle_for >= limit:
             return stop(self.name, run, {"idle_s": round(idle_for, 1), "why": seen.why})
+        obs.soon(limit - idle_for)
         return None

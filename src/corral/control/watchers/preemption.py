@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from corral.control import finishing
+from corral.control import finishing, sync
 from corral.control.context import Context, log
 from corral.control.observe import Observation
 from corral.control.transitions import AskStop, Note, Step
@@ -24,8 +24,16 @@ class PreemptionWatcher(Watcher):
       ``preemption``, once, so the job checkpoints before the kill (the recovery follows when
       the agent reports its end); TERMINATED or FAILED under a live agent -> the attempt is
       lost (``wire.outcome.from_machine``: recovered or failed by the recovery rules).
-    * While the agent does not answer, the provider is asked every tick: a machine it
+    * While the agent does not answer, the provider is asked at every look: a machine it
       reports gone (preempted, terminated, failed) is the attempt lost.
+    * An agent that answers for the attempt but started at another time than the one that
+      answered before is not the attempt's agent: the node was replaced under it (a container
+      cloud restarts a container on another machine at the same address, and the new agent
+      begins the attempt again from the plan it boots with). The attempt is lost as preempted
+      at once, whatever the provider says yet, and the stand-in is torn down with it.
+
+    The run is looked at again no later than its next provider check (``Observation.soon``),
+    whatever its quiet interval, so a notice is acted on within ``provider_poll_s``.
 
     Reset rules: the poll timer and the "stop asked" mark belong to one attempt (a new
     attempt starts both afresh); they live in the controller's memory, so a restarted
@@ -40,12 +48,18 @@ class PreemptionWatcher(Watcher):
             return None  # no machine (or its row vanished): the RUNNING handler says so
         if not obs.agent_answers():
             return self._silent_agent(ctx, run, obs)
+        replaced = _replaced(ctx, run, obs)
+        if replaced:
+            return finishing.attempt_lost(ctx, run, InstanceState.PREEMPTED, replaced)
         key = f"{run.id}:{run.attempt}:provider-polled"
         now = ctx.clock()
+        every = ctx.settings.provider_poll_s
         last: datetime | None = ctx.memo.get(key)
-        if last is not None and (now - last).total_seconds() < ctx.settings.provider_poll_s:
+        if last is not None and (now - last).total_seconds() < every:
+            obs.soon(every - (now - last).total_seconds())  # the machine's next check
             return None
         ctx.memo[key] = now
+        obs.soon(every)
         try:
             st = obs.machine()
         except ProviderError as e:
@@ -70,3 +84,16 @@ class PreemptionWatcher(Watcher):
         if st.state.gone:
             return finishing.attempt_lost(ctx, run, st.state, st.detail)
         return None
+
+
+def _replaced(ctx: Context, run: RunRecord, obs: Observation) -> str | None:
+    """Why the agent answering now is not the one that answered before for this attempt
+    (another start time than the status last stored), or None."""
+    stored = sync.poll_state(ctx, run).stored or {}
+    before, now = stored.get("started_at"), obs.status().started_at
+    if not before or not now or before == now:
+        return None
+    return (
+        f"the node was replaced: a new agent (started {now}) answers for attempt "
+        f"{run.attempt}, begun by the agent started {before}"
+    )

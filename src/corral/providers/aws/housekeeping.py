@@ -10,10 +10,10 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from corral.errors import NotYetTerminated, ProviderError
-from corral.providers.aws import volumes
+from corral.providers.aws import named, volumes
 from corral.providers.aws.launch import TAG_RUN
 from corral.providers.aws.mapping import tags
-from corral.providers.base import Instance
+from corral.providers.base import Instance, VolumeInfo
 
 if TYPE_CHECKING:
     from corral.providers.aws.client import Ec2
@@ -111,6 +111,30 @@ class Housekeeping:
             log.warning("aws: volume sweep deleted %s (run %s)", vol["VolumeId"], run)
             deleted.append(str(vol["VolumeId"]))
         return deleted
+
+    # --- named volumes (spec.volumes) -------------------------------------------------------
+
+    def _named_in(self, region: str) -> list[dict[str, Any]]:
+        return named.find(self.ec2, region, self.settings.owner)
+
+    def _attach_named(self, region: str, item: dict[str, Any]) -> bool:
+        """Attach the instance's named volumes (its ``corral:mounts`` tag); True once all
+        are attached to it."""
+        done = True
+        for volume_id, device in named.parse_mounts_tag(tags(item).get(named.TAG_MOUNTS)):
+            ok = volumes.shown_attached(item, volume_id) or volumes.attach(
+                self.ec2, region, volume_id, item["InstanceId"], device=device
+            )
+            done = done and ok
+        return done
+
+    def list_volumes(self) -> list[VolumeInfo]:
+        """The owner's named volumes in every region corral may use."""
+        return self._scan(lambda r: [named.info(v) for v in self._named_in(r)])
+
+    def remove_volume(self, name: str, region: str | None = None) -> list[VolumeInfo]:
+        found = self._scan(lambda r: [(r, v) for v in self._named_in(r)])
+        return named.remove(self.ec2, found, name, region)
 
     def logs(self, instance: Instance, tail: int = 200) -> str:
         region = instance.data.get("region") or instance.offer.region

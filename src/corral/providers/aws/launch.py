@@ -22,10 +22,10 @@ import httpx
 
 from corral.errors import BadInput, ProviderError
 from corral.pricing import CatalogEntry
-from corral.providers.aws import network, volumes
+from corral.providers.aws import named, network, volumes
 from corral.providers.aws.client import Ec2
 from corral.providers.aws.settings import AwsSettings
-from corral.providers.aws.userdata import MachinePayload, user_data
+from corral.providers.aws.userdata import MachinePayload, NamedMount, user_data
 from corral.providers.base import Bootstrap, Offer
 from corral.wire.plan import AgentPlan
 
@@ -58,7 +58,14 @@ def _tag_list(values: dict[str, str]) -> list[dict[str, str]]:
 
 
 def instance_tags(
-    *, key: str, run_id: str, attempt: int, owner: str, offer: Offer, volume_id: str | None
+    *,
+    key: str,
+    run_id: str,
+    attempt: int,
+    owner: str,
+    offer: Offer,
+    volume_id: str | None,
+    mounts: str = "",
 ) -> dict[str, str]:
     tags = {
         TAG_KEY: key,
@@ -71,6 +78,8 @@ def instance_tags(
     }
     if volume_id:
         tags[TAG_VOLUME] = volume_id
+    if mounts:
+        tags[named.TAG_MOUNTS] = mounts
     return tags
 
 
@@ -159,15 +168,7 @@ class Launcher:
         if region not in self._images:
             image_id = self.settings.image_id
             if not image_id:
-                name = self.settings.image_parameter
-                try:
-                    p = self.ec2.call(region, "get_parameter", service="ssm", Name=name)
-                except ProviderError as exc:
-                    raise ProviderError(
-                        f"aws: cannot resolve the AMI from SSM parameter {name} in {region} "
-                        f"({exc.message}); set CORRAL_AWS_IMAGE_ID"
-                    ) from None
-                image_id = str(p["Parameter"]["Value"])
+                image_id = self._default_image(region)
             images = self.ec2.call(region, "describe_images", ImageIds=[image_id]).get("Images")
             if not images:
                 raise ProviderError(f"aws: AMI {image_id} does not exist in {region}")
@@ -179,6 +180,39 @@ class Launcher:
                     size = int((m.get("Ebs") or {}).get("VolumeSize") or 0)
             self._images[region] = (image_id, device, size)
         return self._images[region]
+
+    def _default_image(self, region: str) -> str:
+        """The default AMI: the SSM parameter's, else the newest Amazon-owned AMI matching the
+        name pattern (the Deep Learning Base AMI either way, unless overridden)."""
+        name = self.settings.image_parameter
+        try:
+            p = self.ec2.call(region, "get_parameter", service="ssm", Name=name)
+            return str(p["Parameter"]["Value"])
+        except ProviderError as exc:
+            why = exc.message
+        pattern = self.settings.image_name
+        try:
+            found = (
+                self.ec2.call(
+                    region,
+                    "describe_images",
+                    Owners=["amazon"],
+                    Filters=[
+                        {"Name": "name", "Values": [pattern]},
+                        {"Name": "state", "Values": ["available"]},
+                    ],
+                ).get("Images")
+                or []
+            )
+        except ProviderError as exc:
+            found, why = [], f"{why}; {exc.message}"
+        if not found:
+            raise ProviderError(
+                f"aws: cannot resolve the AMI in {region}: SSM parameter {name} ({why}) and no "
+                f"Amazon AMI named like {pattern!r}; set CORRAL_AWS_IMAGE_ID"
+            )
+        newest = max(found, key=lambda i: str(i.get("CreationDate") or ""))
+        return str(newest["ImageId"])
 
     def security_group(self, region: str) -> str:
         if region not in self._groups:
@@ -206,8 +240,14 @@ class Launcher:
         settings ask for one)."""
         s, region = self.settings, offer.region
         volume_id = None
-        if s.data_volume_gb:
+        wanted = offer.details.get("volumes") or []
+        if wanted:  # named volumes: where they are, else where the instance goes
+            zone = zone or offer.details.get("volume_zone")
+        if s.data_volume_gb or wanted:
             zone = zone or volumes.zone_for(self.ec2, region, plan.run_id, entry.instance_type)
+        mounts = named.ensure(self.ec2, region, zone or "", owner=s.owner, key=key, wanted=wanted)
+        if s.data_volume_gb:
+            assert zone is not None
             volume_id = volumes.ensure_volume(
                 self.ec2,
                 region,
@@ -225,6 +265,7 @@ class Launcher:
             key=key,
             root=s.remote_root,
             data_mount=mount,
+            mounts=[NamedMount(volume_id=v, device=d, path=p) for v, d, p in mounts],
             plan=plan,
             token=bootstrap.token,
             env=dict(bootstrap.env),
@@ -233,7 +274,12 @@ class Launcher:
             image_id=image_id,
             instance_type=entry.instance_type,
             key=key,
-            user_data=user_data(payload, install=s.install, volume_id=volume_id),
+            user_data=user_data(
+                payload,
+                install=s.install,
+                volume_id=volume_id,
+                install_env=dict(bootstrap.install),
+            ),
             root_device=root_device,
             root_gb=root_gb,
             security_group=self.security_group(region),
@@ -244,6 +290,7 @@ class Launcher:
                 owner=s.owner,
                 offer=offer,
                 volume_id=volume_id,
+                mounts=named.mounts_tag(mounts),
             ),
             spot=spot,
             zone=zone,

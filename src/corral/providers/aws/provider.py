@@ -11,7 +11,10 @@
   (:mod:`.network`), IMDSv2 only, instance-initiated shutdown = terminate, and user-data that
   installs corral and starts the agent.
 * **Status** (:mod:`.mapping`): every EC2 state onto :class:`InstanceState`, PREEMPTED for a
-  reclaimed spot instance (``StateReason`` or the spot request's status).
+  reclaimed spot instance (``StateReason`` or the spot request's status). Read from one
+  listing per region of the owner's instances shared by every run (:mod:`.listing`, kept
+  ``list_cache_s``); an instance it lacks (just launched, gone) or that the provider acted on
+  since is asked for alone.
 * **Terminate** is idempotent (missing = done; ``shutting-down`` = :class:`NotYetTerminated`).
 * **Leak sweep**: :meth:`sweep` terminates this controller's instances whose key is not active.
 
@@ -33,13 +36,14 @@ from typing import Any, ClassVar, Protocol
 
 import httpx
 
-from corral.errors import AuthFailed, BadInput, NotYetTerminated, ProviderError
+from corral.errors import AuthFailed, BadInput, NoCapacity, NotYetTerminated, ProviderError
 from corral.pricing import Catalog, load_catalog
 from corral.providers.aws import launch as L
-from corral.providers.aws import volumes
+from corral.providers.aws import named, volumes
 from corral.providers.aws.client import Ec2
 from corral.providers.aws.errors import NOT_FOUND
 from corral.providers.aws.housekeeping import Housekeeping
+from corral.providers.aws.listing import LIVE, InstanceListing, Listed
 from corral.providers.aws.mapping import is_spot, map_state, state_name, tags
 from corral.providers.aws.offers import SpotPriceCache, _offer, build_offers, parse_offer_id
 from corral.providers.aws.settings import AwsSettings, settings_from_env
@@ -58,10 +62,10 @@ from corral.providers.base import (
     SupportsPriceRefresh,
     SupportsSpot,
     SupportsVolumes,
+    VolumeRequest,
 )
 
 log = logging.getLogger("corral.providers.aws")
-LIVE = ["pending", "running", "shutting-down", "stopping", "stopped"]
 #: an instance this young may not be visible to describe_instances yet (eventual consistency)
 VISIBILITY_GRACE_S = 60.0
 
@@ -119,6 +123,9 @@ class AwsProvider(
         self.spot_errors: dict[str, str] = {}
         self.launcher = L.Launcher(self.ec2, self.settings, http)
         self.runner = machine_runner
+        self.listing = InstanceListing(
+            self.ec2, self.settings.owner, self.settings.list_cache_s, clock, L.TAG_OWNER
+        )
 
     # --- regions and offers -----------------------------------------------------------------
 
@@ -143,7 +150,9 @@ class AwsProvider(
             self.spot_errors[region] = exc.message
             log.warning("aws: no spot prices for %s: %s", region, exc.message)
 
-        return build_offers(self.name, self.catalog, req, regions, self.spot_prices.get, note)
+        pinned = named.placement(req, self._scan, self._named_in)
+        found = build_offers(self.name, self.catalog, req, regions, self.spot_prices.get, note)
+        return named.fit(found, req, pinned)
 
     def refresh(self) -> None:
         """Forget cached live prices: the next :meth:`offers` asks EC2 again."""
@@ -173,6 +182,7 @@ class AwsProvider(
             spot=offer.spot,
             data_mount=s.data_mount if s.data_volume_gb else None,
             max_grace_s=s.max_grace_s,
+            root=s.remote_root,
         )
 
     # --- launch -----------------------------------------------------------------------------
@@ -189,6 +199,7 @@ class AwsProvider(
         if found is not None:  # idempotent: the instance launched with this key
             return found
         spot = parsed[2]
+        offer = self._volumes_still_here(offer, spot, parsed[0])
         request = self.launcher.request(
             offer, entry, plan, bootstrap, key, spot=spot, zone=parsed[0] if spot else None
         )
@@ -203,6 +214,21 @@ class AwsProvider(
                 return found
             resp = self.ec2.call(region, "run_instances", **request)
         return self._instance(region, resp["Instances"][0], key)
+
+    def _volumes_still_here(self, offer: Offer, spot: bool, place: str) -> Offer:
+        """The offer, pinned to its named volumes' zone if they were made since it was listed
+        (an earlier try of this launch elsewhere); NoCapacity if they are elsewhere."""
+        wanted = offer.details.get("volumes") or []
+        if not wanted or offer.details.get("volume_zone"):
+            return offer
+        req = Requirements(volumes=[VolumeRequest.model_validate(w) for w in wanted])
+        pinned = named.placement(req, self._scan, self._named_in)
+        if pinned is None:
+            return offer
+        region, zone = pinned
+        if region != offer.region or (spot and place != zone):
+            raise NoCapacity(f"aws: the job's volumes are in {zone} now, not where this offer is")
+        return offer.model_copy(update={"details": {**offer.details, "volume_zone": zone}})
 
     def _find_after_timeout(self, region: str, key: str, tries: int = 3) -> Instance | None:
         for i in range(tries):
@@ -315,15 +341,28 @@ class AwsProvider(
             return self.runner.spot_status(item["InstanceId"])
         return None
 
-    def status(self, instance: Instance) -> InstanceStatus:
+    def _look(self, instance: Instance) -> tuple[str, dict[str, Any] | None, str | None]:
+        """(region, describe item or None, spot request code): from the shared listing, else
+        (not listed, acted on since, listing off) from EC2 for this instance alone."""
+        region = instance.data.get("region") or instance.offer.region
+        listed: Listed | None = self.listing.get(region, instance.instance_id)
+        if listed is not None:
+            item = listed.item
+            if listed.spot_known:
+                return region, item, listed.spot_code
+            return region, item, self._spot_request_code(region, item)
         region, item = self._describe(instance)
+        return region, item, (self._spot_request_code(region, item) if item else None)
+
+    def status(self, instance: Instance) -> InstanceStatus:
+        region, item, spot_code = self._look(instance)
         if item is None:
             born = instance.created_at
             if born is not None and self.clock() - born.timestamp() < VISIBILITY_GRACE_S:
                 return InstanceStatus(state=InstanceState.PROVISIONING, detail="not visible yet")
             self._machine_gone(instance.instance_id)
             return InstanceStatus(state=InstanceState.TERMINATED, detail="instance not found")
-        state, detail = map_state(item, self._spot_request_code(region, item))
+        state, detail = map_state(item, spot_code)
         name = state_name(item)
         if name == "running":
             self._boot(region, item)
@@ -334,8 +373,14 @@ class AwsProvider(
             state, detail = InstanceState.PROVISIONING, "the machine is booting"
         t = tags(item)
         volume = t.get(L.TAG_VOLUME) if name == "running" else None
-        if volume and not volumes.attach(self.ec2, region, volume, item["InstanceId"]):
+        if (
+            volume
+            and not volumes.shown_attached(item, volume)
+            and not volumes.attach(self.ec2, region, volume, item["InstanceId"])
+        ):
             detail = (detail + "; " if detail else "") + "data volume not attached yet"
+        if name == "running" and not self._attach_named(region, item):
+            detail = (detail + "; " if detail else "") + "named volumes not attached yet"
         return InstanceStatus(state=state, detail=detail, endpoint=endpoint)
 
     def _boot(self, region: str, item: dict[str, Any]) -> None:
@@ -365,10 +410,12 @@ class AwsProvider(
                     region, "terminate_instances", InstanceIds=[instance.instance_id]
                 )
             except ProviderError as exc:
+                self.listing.touch(region, instance.instance_id)  # it may have gone through
                 if exc.fields.get("aws_code") in NOT_FOUND:
                     self._machine_gone(instance.instance_id)
                     return
                 raise
+            self.listing.touch(region, instance.instance_id)
             changes = resp.get("TerminatingInstances") or [{}]
             current = str((changes[0].get("CurrentState") or {}).get("Name", "shutting-down"))
         self._machine_gone(instance.instance_id)

@@ -12,10 +12,15 @@ CORRAL_AWS_REGIONS                 comma-separated regions to offer (default: th
 CORRAL_AWS_IMAGE_ID                AMI to boot (default: resolved from the SSM parameter below)
 CORRAL_AWS_IMAGE_PARAMETER         SSM parameter naming the AMI per region (default: the AWS
                                    Deep Learning Base AMI, Ubuntu 22.04, with NVIDIA drivers)
+CORRAL_AWS_IMAGE_NAME              when that parameter cannot be read (no ssm:GetParameter
+                                   right, say): the newest Amazon-owned AMI whose name matches
+                                   this pattern (default: the same Deep Learning Base AMI)
 CORRAL_AWS_AGENT_PORT              TCP port of the agent's API on the instance (default 7450)
 CORRAL_AWS_CONTROLLER_CIDR         who may reach that port (default: this machine's public
                                    address /32, asked from checkip.amazonaws.com)
-CORRAL_AWS_INSTALL                 pip requirement that installs corral on the instance
+CORRAL_AWS_INSTALL                 advanced: a pip requirement that installs corral on the
+                                   instance instead of this corral's own wheel (or the same
+                                   version from CORRAL_NODE_INDEX_URL / PyPI)
 CORRAL_AWS_DATA_VOLUME_GB          size of a persistent gp3 data volume per run (checkpoints
                                    live on it); unset: none
 CORRAL_AWS_ROOT_VOLUME_GB          least root volume size (default 100)
@@ -24,6 +29,9 @@ CORRAL_AWS_KEY_NAME                EC2 key pair (for debugging over SSH; not nee
 CORRAL_AWS_SUBNET_ID               launch into this subnet (its VPC gets the security group)
 CORRAL_AWS_PRIVATE_IP              "1": reach the agent on the private address (VPN, peering)
 CORRAL_AWS_OWNER                   tag value that scopes the leak sweep to this controller
+CORRAL_AWS_LIST_CACHE_S            seconds one listing of this controller's instances (per
+                                   region) serves every run's status (default 3; 0: each
+                                   status asks EC2 for its instance alone)
 =================================  ==============================================================
 """
 
@@ -37,13 +45,15 @@ from collections.abc import Mapping
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from corral import __version__, paths
+from corral import paths
 from corral.errors import BadInput
 
 PREFIX = "CORRAL_AWS_"
 DLAMI_PARAMETER = (
     "/aws/service/deeplearning/ami/x86_64/base-oss-nvidia-driver-gpu-ubuntu-22.04/latest/ami-id"
 )
+#: the same AMI by name (the newest Amazon-owned match), when SSM cannot be read
+DLAMI_NAME = "Deep Learning Base OSS Nvidia Driver GPU AMI (Ubuntu 22.04) *"
 DEFAULT_AGENT_PORT = 7450
 CHECKIP_URL = "https://checkip.amazonaws.com"
 
@@ -60,10 +70,11 @@ class AwsSettings(BaseModel):
     regions: list[str] = Field(default_factory=list, description="Empty: the session's region.")
     image_id: str | None = None
     image_parameter: str = DLAMI_PARAMETER
+    image_name: str = DLAMI_NAME
     agent_port: int = Field(DEFAULT_AGENT_PORT, ge=1, le=65535)
     controller_cidr: str | None = None
     checkip_url: str = CHECKIP_URL
-    install: str = f"corral=={__version__}"
+    install: str | None = None
     remote_root: str = "/opt/corral"
     data_volume_gb: int | None = Field(None, ge=1, le=65536)
     data_mount: str = "/mnt/corral-data"
@@ -73,6 +84,13 @@ class AwsSettings(BaseModel):
     subnet_id: str | None = None
     use_private_ip: bool = False
     spot_cache_s: float = Field(300.0, ge=0, description="How long live spot prices are reused.")
+    list_cache_s: float = Field(
+        3.0,
+        ge=0,
+        le=60,
+        description="How long one listing of the owner's instances (per region) serves every "
+        "run's status; 0: each status asks for its instance alone.",
+    )
     owner: str = Field(default_factory=default_owner, pattern=r"^[A-Za-z0-9._-]{1,64}$")
     max_grace_s: float = Field(
         90.0, gt=0, le=110, description="Cap on the plan's grace period (the notice is 120 s)."
@@ -97,6 +115,7 @@ _ENV_FIELDS = {
     "REGIONS": "regions",
     "IMAGE_ID": "image_id",
     "IMAGE_PARAMETER": "image_parameter",
+    "IMAGE_NAME": "image_name",
     "AGENT_PORT": "agent_port",
     "CONTROLLER_CIDR": "controller_cidr",
     "INSTALL": "install",
@@ -107,6 +126,7 @@ _ENV_FIELDS = {
     "SUBNET_ID": "subnet_id",
     "PRIVATE_IP": "use_private_ip",
     "OWNER": "owner",
+    "LIST_CACHE_S": "list_cache_s",
 }
 
 

@@ -1,6 +1,7 @@
 """What an EC2 instance boots with: the node contribution of the AWS provider (what its
-machines need from the agent plan), and the user-data script that installs corral and starts
-``corral agent`` with the plan the controller built.
+machines need from the agent plan), and the user-data script that makes sure this corral runs
+there (the node bootstrap: the controller's own wheel through the run's storage, else the same
+version from an index) and starts ``corral agent`` with the plan the controller built.
 
 The plan, the agent token and the job's environment travel in one payload (JSON, gzip,
 base64) inside the script, between ``CORRAL_PAYLOAD`` heredoc markers; on the instance
@@ -26,6 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from corral import __version__
 from corral.errors import BadInput
 from corral.providers.base import NodeProfile
+from corral.providers.common.wheel import ENV_INSTALL, bootstrap_script
 from corral.wire.plan import AgentPlan
 
 MARKER = "CORRAL_PAYLOAD"
@@ -38,6 +40,16 @@ SHUTDOWN_COMMAND = "shutdown -h now"
 BOOTSTRAP_LOG = "/var/log/corral-bootstrap.log"
 
 
+class NamedMount(BaseModel):
+    """A named volume (``spec.volumes``) the instance mounts before the agent starts."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    volume_id: str
+    device: str
+    path: str
+
+
 class MachinePayload(BaseModel):
     """Everything the instance needs, decoded by ``corral.providers.aws.boot``."""
 
@@ -47,6 +59,9 @@ class MachinePayload(BaseModel):
     key: str
     root: str = Field(description="Directory corral owns on the instance.")
     data_mount: str | None = Field(None, description="Mount point of the data volume, if any.")
+    mounts: list[NamedMount] = Field(
+        default_factory=list, description="Named volumes, mounted at their paths."
+    )
     plan: AgentPlan
     token: str
     env: dict[str, str] = Field(default_factory=dict)
@@ -59,13 +74,15 @@ def node_profile(
     spot: bool,
     data_mount: str | None = None,
     max_grace_s: float = 90.0,
+    root: str = "/opt/corral",
 ) -> NodeProfile:
     """What an EC2 instance needs from the plan of ``run_id``: the agent listens on ``port``
     on every interface (the security group admits only the controller), powers the machine
     off when its controller is gone (instance-initiated shutdown is ``terminate``), polls for
     spot notices on a spot instance, and stops within the two-minute notice. With a data
     volume, checkpoints live on it. The agent keeps its state under the payload's root
-    (``--state-dir``, set by :mod:`corral.providers.aws.boot`)."""
+    (``--state-dir``, set by :mod:`corral.providers.aws.boot`), and the job's code is shipped
+    to ``<root>/runs/<run id>/work``."""
     return NodeProfile(
         host="0.0.0.0",
         port=port,
@@ -74,6 +91,8 @@ def node_profile(
         controller_timeout_s=DEFAULT_CONTROLLER_TIMEOUT_S,
         shutdown_command=SHUTDOWN_COMMAND,
         node_hooks=[NOTICE_HOOK] if spot else [],
+        workdir=f"{root.rstrip('/')}/runs/{run_id}/work",
+        install_corral=True,
     )
 
 
@@ -122,33 +141,84 @@ mountpoint -q {mount} || mount "$DEV" {mount}
 """
 
 
-def user_data(payload: MachinePayload, *, install: str, volume_id: str | None = None) -> str:
-    """The bash script the instance runs once at first boot. :class:`BadInput` if it would
-    exceed EC2's 16 KB limit."""
+def _named_mount_script(m: NamedMount) -> str:
+    """Wait for a named volume (attached once the instance runs), format it if blank, mount
+    it at its path."""
+    serial = m.volume_id.replace("-", "")
+    alt = m.device.replace("/dev/sd", "/dev/xvd")
+    path = shlex.quote(m.path)
+    return f"""\
+# named volume {m.volume_id}
+DEV=""
+for _ in $(seq 1 120); do
+  for d in /dev/disk/by-id/nvme-Amazon_Elastic_Block_Store_{serial} {m.device} {alt}; do
+    if [ -b "$d" ]; then DEV="$d"; break 2; fi
+  done
+  sleep 5
+done
+if [ -z "$DEV" ]; then echo "corral: volume {m.volume_id} never appeared"; false; fi
+blkid "$DEV" >/dev/null 2>&1 || mkfs.ext4 -q "$DEV"
+install -d -m 0755 {path}
+mountpoint -q {path} || mount "$DEV" {path}
+"""
+
+
+def user_data(
+    payload: MachinePayload,
+    *,
+    install: str | None = None,
+    volume_id: str | None = None,
+    install_env: dict[str, str] | None = None,
+) -> str:
+    """The bash script the instance runs once at first boot: the node bootstrap
+    (:mod:`corral.providers.common.wheel`: this corral's version from the controller's wheel,
+    or from an index) then :mod:`corral.providers.aws.boot`. ``install``: a pip requirement
+    that installs corral instead (``CORRAL_AWS_INSTALL``, an advanced override).
+    :class:`BadInput` if it would exceed EC2's 16 KB limit."""
     plan = payload.plan
     root = shlex.quote(payload.root)
     mount = ""
     if volume_id and payload.data_mount:
-        mount = _mount_script(volume_id, shlex.quote(payload.data_mount))
+        data = shlex.quote(payload.data_mount)
+        # a test host has no block device: the mount point is a directory of its root
+        mount = (
+            f'if [ -n "$NODE" ]; then install -d -m 0755 "$NODE"{data}; else\n'
+            + _mount_script(volume_id, data)
+            + "fi\n"
+        )
+    for named in payload.mounts:  # a test host has no block device for them either
+        path = shlex.quote(named.path)
+        mount += (
+            f'if [ -n "$NODE" ]; then install -d -m 0755 "$NODE"{path}; else\n'
+            + _named_mount_script(named)
+            + "fi\n"
+        )
+    variables = {"CORRAL_VERSION": __version__}
+    variables.update(install_env or {})
+    if install:
+        variables[ENV_INSTALL] = install
+    exports = "\n".join(f"export {k}={shlex.quote(v)}" for k, v in sorted(variables.items()))
     script = f"""\
 #!/bin/bash
 # corral {__version__} bootstrap: {payload.key} (run {plan.run_id}, attempt {plan.attempt})
+# (CORRAL_NODE_ROOT, CORRAL_SHUTDOWN_COMMAND: set only by a test host playing the instance)
 set -euo pipefail
 umask 077
-exec >>{BOOTSTRAP_LOG} 2>&1
-trap 'echo "corral: bootstrap failed at line $LINENO; powering off"; {SHUTDOWN_COMMAND}' ERR
-ROOT={root}
+NODE="${{CORRAL_NODE_ROOT:-}}"
+mkdir -p "$NODE$(dirname {BOOTSTRAP_LOG})"
+exec >>"$NODE"{BOOTSTRAP_LOG} 2>&1
+trap 'echo "corral: bootstrap failed at line $LINENO; powering off"; ${{CORRAL_SHUTDOWN_COMMAND-{SHUTDOWN_COMMAND}}}' ERR
+ROOT="$NODE"{root}
 install -d -m 0700 "$ROOT" "$ROOT/agent"
-{mount}if [ ! -x "$ROOT/venv/bin/python" ]; then
-  python3 -m venv "$ROOT/venv" || {{ apt-get update -q && apt-get install -y -q python3-venv \\
-    && python3 -m venv "$ROOT/venv"; }}
-fi
-"$ROOT/venv/bin/python" -m pip install --quiet --upgrade pip
-"$ROOT/venv/bin/python" -m pip install --quiet {shlex.quote(install)}
+{mount}cat > "$ROOT/node-bootstrap.sh" <<'CORRAL_NODE_BOOTSTRAP'
+{bootstrap_script().rstrip()}
+CORRAL_NODE_BOOTSTRAP
 cat > "$ROOT/bootstrap.b64" <<'{MARKER}'
 {encode_payload(payload)}
 {MARKER}
-"$ROOT/venv/bin/python" -m corral.providers.aws.boot --payload "$ROOT/bootstrap.b64"
+{exports}
+export CORRAL_NODE_HOME="$ROOT"
+bash "$ROOT/node-bootstrap.sh" -m corral.providers.aws.boot --payload "$ROOT/bootstrap.b64"
 """
     size = len(script.encode())
     if size > MAX_USER_DATA:

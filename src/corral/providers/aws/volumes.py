@@ -88,9 +88,21 @@ def ensure_volume(
     return str(vol["VolumeId"])
 
 
-def attach(ec2: Ec2, region: str, volume_id: str, instance_id: str) -> bool:
-    """Attach the volume to the instance (idempotent). True once it is attached to it; False
-    while it is still held elsewhere or being created (call again later)."""
+def shown_attached(item: dict[str, Any], volume_id: str) -> bool:
+    """The instance's ``describe_instances`` item shows the volume attached to it (then
+    :func:`attach` need not ask EC2)."""
+    return any(
+        (m.get("Ebs") or {}).get("VolumeId") == volume_id
+        and (m.get("Ebs") or {}).get("Status") == "attached"
+        for m in item.get("BlockDeviceMappings") or []
+    )
+
+
+def attach(
+    ec2: Ec2, region: str, volume_id: str, instance_id: str, *, device: str = DEVICE
+) -> bool:
+    """Attach the volume to the instance at ``device`` (idempotent). True once it is attached
+    to it; False while it is still held elsewhere or being created (call again later)."""
     vols = ec2.call(region, "describe_volumes", VolumeIds=[volume_id]).get("Volumes", [])
     if not vols:
         raise ProviderError(f"aws: data volume {volume_id} is gone")
@@ -100,7 +112,7 @@ def attach(ec2: Ec2, region: str, volume_id: str, instance_id: str) -> bool:
     if vol.get("State") != "available":
         return False
     try:
-        ec2.call(region, "attach_volume", VolumeId=volume_id, InstanceId=instance_id, Device=DEVICE)
+        ec2.call(region, "attach_volume", VolumeId=volume_id, InstanceId=instance_id, Device=device)
     except ProviderError as exc:
         if exc.fields.get("aws_code") in (
             "VolumeInUse",

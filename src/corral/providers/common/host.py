@@ -32,8 +32,9 @@ from corral.providers.base import Bootstrap, InstanceState, InstanceStatus, Offe
 from corral.providers.common import process
 from corral.providers.common.agent_files import agent_endpoint, stage_groups, tail_logs
 from corral.providers.common.device_locks import DeviceLocks
-from corral.providers.common.files import check_key, utcnow
+from corral.providers.common.files import check_key, read_json, utcnow
 from corral.providers.common.host_state import (
+    AGENT_JSON,
     AGENT_OUT,
     INSTANCE_FILE,
     PLAN_FILE,
@@ -58,8 +59,12 @@ class AgentHost:
         python: str = sys.executable,
         label: str = "local",
         device_locks: DeviceLocks | None = None,
+        node_env: Callable[[Path], dict[str, str]] | None = None,
     ) -> None:
         self.layout = Layout(root)
+        #: ``node_env(instance dir)``: the environment the agent starts with, before the
+        #: bootstrap's; None: this process's (the local machine: same files, same user)
+        self.node_env = node_env
         self.python = python
         #: how messages name this host's instances ("local instance <key>")
         self.label = label
@@ -85,13 +90,13 @@ class AgentHost:
         always given."""
         check_key(key)
         plan = bootstrap.plan
-        if not Path(plan.workdir).is_dir():
+        if plan.code is None and not Path(plan.workdir).is_dir():
             raise BadInput(f"the plan's workdir {plan.workdir} is not a directory")
         with self.layout.lock():
             rec = self.layout.read(key)
             if rec is not None:
                 if rec.pid is None and rec.state == "active":
-                    rec = self._start(rec, bootstrap)  # finish an interrupted launch
+                    rec = self._start(rec, bootstrap, resume=True)  # an interrupted launch
                 return rec
             rec = InstanceRecord(
                 key=key,
@@ -111,24 +116,28 @@ class AgentHost:
                 shutil.rmtree(self.layout.dir(key), ignore_errors=True)  # nothing runs
                 raise
 
-    def _start(self, rec: InstanceRecord, bootstrap: Bootstrap) -> InstanceRecord:
-        """Write the plan and start the agent (or adopt one already started). Lock held."""
+    def _start(
+        self, rec: InstanceRecord, bootstrap: Bootstrap, *, resume: bool = False
+    ) -> InstanceRecord:
+        """Write the plan and start the agent (or, ``resume``-ing an interrupted launch, adopt
+        the one it started). Lock held."""
         d = self.layout.dir(rec.key)
         agent_dir = self.layout.agent_dir(rec.key)
         agent_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         plan_path = d / PLAN_FILE
-        found = process.find_agent(str(plan_path), rec.since)
+        found = self._started(rec) if resume else None
         if found is None:
             write_atomic(plan_path, bootstrap.plan.model_dump_json(indent=2), mode=0o600)
-            env = {**os.environ, **bootstrap.env, ENV_AGENT_TOKEN: bootstrap.token}
+            base = dict(os.environ) if self.node_env is None else self.node_env(d)
+            env = {**base, **bootstrap.env, ENV_AGENT_TOKEN: bootstrap.token}
+            # shipped code is not there yet: the agent starts in its instance's directory
+            cwd = bootstrap.plan.workdir if bootstrap.plan.code is None else str(d)
             argv = [self.python, "-m", "corral.agent", "--devices", ",".join(rec.gpus)]
             argv += ["--state-dir", str(agent_dir), *rec.launch_args]
             argv += ["--plan", str(plan_path)]  # last: how find_agent recognises it
             with self._locked(rec.gpus) as fds:  # the agent inherits the locks
                 try:
-                    found = process.spawn_detached(
-                        argv, bootstrap.plan.workdir, env, d / AGENT_OUT, pass_fds=fds
-                    )
+                    found = process.spawn_detached(argv, cwd, env, d / AGENT_OUT, pass_fds=fds)
                 except OSError as exc:
                     raise ProviderError(
                         f"cannot start the agent ({self.python}): {exc.strerror}"
@@ -183,8 +192,7 @@ class AgentHost:
             fresh = self.layout.read(rec.key)
             if fresh is None or fresh.pid is not None or fresh.state != "active":
                 return fresh or rec
-            plan_path = self.layout.dir(rec.key) / PLAN_FILE
-            found = process.find_agent(str(plan_path), fresh.since)
+            found = self._started(fresh)
             if found is None:
                 return fresh
             pid, ct = found
@@ -192,13 +200,27 @@ class AgentHost:
             self.layout.write(fresh)
             return fresh
 
+    def _started(self, rec: InstanceRecord) -> tuple[int, float] | None:
+        """(pid, create_time) of the agent an interrupted launch of ``rec`` started, if it
+        runs: the pid it wrote in ``agent.json`` (looked at alone), else looked for among the
+        machine's processes (a launch interrupted within the agent's first moments)."""
+        plan_path = str(self.layout.dir(rec.key) / PLAN_FILE)
+        written = read_json(self.layout.agent_dir(rec.key) / AGENT_JSON)
+        pid = written.get("pid") if isinstance(written, dict) else None
+        if isinstance(pid, int) and not isinstance(pid, bool) and pid > 0:
+            ct = process.is_agent(pid, plan_path, rec.since)
+            if ct is not None:
+                return pid, ct
+        return process.find_agent(plan_path, rec.since)
+
     # --- terminate / preempt ----------------------------------------------------------------
 
     def _groups(self, rec: InstanceRecord) -> list[process.Group]:
         groups = []
         if rec.pgid is not None:
             groups.append(process.Group(rec.pgid, rec.create_time, "agent"))
-        return groups + stage_groups(self.layout.agent_dir(rec.key))
+        stages = stage_groups(self.layout.agent_dir(rec.key))
+        return groups + stages + process.rank_groups(stages)
 
     def terminate(self, rec: InstanceRecord) -> None:
         """Stop every process of the instance and mark it terminated (idempotent).
@@ -214,9 +236,9 @@ class AgentHost:
         extra = [g for g in self._groups(rec) if g not in groups]
         left += process.stop_groups(extra, rec.since, 0.0)
         if left:
-            pids = ", ".join(str(p.pid) for p in left[:5])
+            groups_left = ", ".join(f"{g.label or 'group'} {g.pgid}" for g in left[:5])
             raise NotYetTerminated(
-                f"{self.label} instance {rec.key}: processes still alive ({pids})"
+                f"{self.label} instance {rec.key}: processes still alive ({groups_left})"
             )
         with self.layout.lock():
             fresh = self.layout.read(rec.key)
@@ -251,17 +273,17 @@ class AgentHost:
 
     # --- GPUs, logs, cleanup ----------------------------------------------------------------
 
-    def _holds(self, rec: InstanceRecord, snap: process.Snapshot) -> bool:
+    def _holds(self, rec: InstanceRecord) -> bool:
         if rec.state == "terminated" or not rec.gpus:
             return False
         if rec.pid is None:
             return True  # launching, or a launch interrupted before the agent started
-        return any(process.members(g, rec.since, snap) for g in self._groups(rec))
+        return any(process.group_left(g, rec.since) for g in self._groups(rec))
 
     def held_by(self) -> dict[str, InstanceRecord]:
-        """GPU id -> the record of the instance holding it."""
-        snap = process.snapshot()
-        return {gpu: rec for rec in self.records() if self._holds(rec, snap) for gpu in rec.gpus}
+        """GPU id -> the record of the instance holding it (each instance's own process
+        groups asked; the machine's processes are not scanned)."""
+        return {gpu: rec for rec in self.records() if self._holds(rec) for gpu in rec.gpus}
 
     def held(self) -> set[str]:
         return set(self.held_by())

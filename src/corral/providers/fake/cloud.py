@@ -130,7 +130,8 @@ class FakeCloud(_Model):
     ephemeral_disk: bool = Field(
         False,
         description="Each machine gets its own empty checkpoint directory (a preemption loses "
-        "local checkpoints; only object storage brings them back).",
+        "local checkpoints; only object storage brings them back). Otherwise the run's "
+        "checkpoints are on the cloud's volume of the run, which each of its machines mounts.",
     )
     catalog_date: str = "simulated"
 

@@ -5,7 +5,13 @@ The fake provider does not run processes itself. Each instance gets an
 directory whose (fake) GPUs are the offer's, so the agent runs for real on this machine, sees
 GPU ids ``0..n-1`` like on a fresh cloud machine, and is started, tracked and killed by the
 shared host machinery (process groups checked by create time). A machine with an ephemeral
-disk gives its agent ``machine/disk/checkpoints`` as its checkpoint directory.
+disk gives its agent ``machine/disk/checkpoints`` as its checkpoint directory; otherwise the
+run's checkpoints are on the cloud's volume of the run (``fake/volumes/<run id>/``), which every
+machine of the run mounts.
+
+A machine shares nothing with the controller (:mod:`corral.providers.common.node`): its agent
+runs with ``--root machine/fs`` and an environment of its own, so the job's code arrives the way
+it would on a cloud machine (shipped by the controller, or from object storage).
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ from pathlib import Path
 from corral.providers.base import Bootstrap, InstanceState, InstanceStatus, Offer
 from corral.providers.common.host import AgentHost
 from corral.providers.common.host_state import InstanceRecord
+from corral.providers.common.node import node_env, node_root
 
 
 class Machine:
@@ -27,10 +34,18 @@ class Machine:
         python: str,
         *,
         ephemeral_disk: bool = False,
+        volume: Path | None = None,
     ) -> None:
         self.key = key
         self.home = home
-        self.host = AgentHost(home, python, label="fake machine")
+        #: the machine's own "/": the agent runs with ``--root`` there and this environment
+        self.root = node_root(home)
+        self.host = AgentHost(
+            home, python, label="fake machine", node_env=lambda _d: node_env(self.root)
+        )
+        #: the run's network volume in this cloud (checkpoints outlive a machine), unless
+        #: the disk is ephemeral
+        self.volume = volume
         self.gpu_type = gpu_type if gpu_count else None
         self.gpus = [str(i) for i in range(gpu_count)]
         self.ephemeral_disk = ephemeral_disk
@@ -48,10 +63,15 @@ class Machine:
             offer=offer,
             choose_gpus=lambda _held: list(self.gpus),
             gpu_type=self.gpu_type,
-            launch_args=(
-                ["--checkpoint-dir", str(self.disk / "checkpoints")] if self.ephemeral_disk else []
-            ),
+            launch_args=["--root", str(self.root), *self._checkpoints()],
         )
+
+    def _checkpoints(self) -> list[str]:
+        if self.ephemeral_disk:
+            return ["--checkpoint-dir", str(self.disk / "checkpoints")]
+        if self.volume is not None:
+            return ["--checkpoint-dir", str(self.volume / "checkpoints")]
+        return []
 
     def record(self) -> InstanceRecord | None:
         return self.host.record(self.key)

@@ -46,6 +46,7 @@ from corral.providers.base import (
     Instance,
     InstanceState,
     InstanceStatus,
+    NodeProfile,
     Offer,
     Provider,
     Requirements,
@@ -62,6 +63,8 @@ from corral.providers.fake.machine import Machine
 from corral.providers.fake.state import TIMER_OUT, FakeRecord, Layout, next_event
 
 _GONE = ("preempted", "failed", "terminated")
+#: where a fake machine keeps the runs' code and state (under its own root)
+NODE_RUNS = "/corral/runs"
 
 log = logging.getLogger("corral.providers.fake")
 
@@ -77,8 +80,9 @@ class FakeProvider(
     unsupported: ClassVar[dict[str, str]] = {
         "SupportsStop": "the fake cloud sells spot and on-demand machines only; none can be "
         "stopped and started again",
-        "SupportsVolumes": "fake machines share this machine's disk; set ephemeral_disk in the "
-        "fake cloud file to give each machine an empty checkpoint directory instead",
+        "SupportsVolumes": "the run's checkpoints are on one volume of the fake cloud that "
+        "each of its machines mounts; set ephemeral_disk in the fake cloud file to give each "
+        "machine an empty checkpoint directory instead",
     }
 
     def __init__(
@@ -173,8 +177,13 @@ class FakeProvider(
     @staticmethod
     def _check_workdir(bootstrap: Bootstrap) -> None:
         workdir = bootstrap.plan.workdir
-        if not Path(workdir).is_dir():
+        if bootstrap.plan.code is None and not Path(workdir).is_dir():
             raise BadInput(f"the plan's workdir {workdir} is not a directory")
+
+    def node_profile(self, offer: Offer, run_id: str) -> NodeProfile:
+        """A fake machine shares no file with the controller: the code is shipped to
+        ``/corral/runs/<run id>/work`` under the machine's own root."""
+        return NodeProfile(workdir=f"{NODE_RUNS}/{run_id}/work")
 
     # --- the simulation (every method below runs with the lock held) ------------------------
 
@@ -187,6 +196,7 @@ class FakeProvider(
             rec.gpu_count,
             self.python,
             ephemeral_disk=rec.ephemeral_disk,
+            volume=self.layout.root / "volumes" / rec.run_id,
         )
 
     def _advance(

@@ -4,25 +4,15 @@ from __future__ import annotations
 
 import math
 import os
-from pathlib import Path
 
+# the machine-wide GPU lock directory lives with the locks (the pool's workers take them too)
+from corral.device_locks import DEFAULT_GPU_LOCK_DIR, ENV_GPU_LOCK_DIR, gpu_lock_dir
 from corral.errors import BadInput
 
 #: USD per hour charged for this machine in cost accounting (default 0).
 ENV_LOCAL_PRICE = "CORRAL_LOCAL_PRICE_PER_HOUR"
 
-
-#: Directory of the machine-wide GPU lock files, shared by every user and CORRAL_HOME of this
-#: machine (default /tmp/corral-gpus). Only tests and unusual setups change it.
-ENV_GPU_LOCK_DIR = "CORRAL_GPU_LOCK_DIR"
-DEFAULT_GPU_LOCK_DIR = Path("/tmp/corral-gpus")
-
-
-def gpu_lock_dir() -> Path:
-    """``CORRAL_GPU_LOCK_DIR`` if set, else ``/tmp/corral-gpus`` (not ``$TMPDIR`` nor
-    ``$XDG_RUNTIME_DIR``: those can differ between users, and the lock must not)."""
-    raw = os.environ.get(ENV_GPU_LOCK_DIR, "").strip()
-    return Path(raw) if raw else DEFAULT_GPU_LOCK_DIR
+__all__ = ["DEFAULT_GPU_LOCK_DIR", "ENV_GPU_LOCK_DIR", "ENV_LOCAL_PRICE", "gpu_lock_dir", "price"]
 
 
 def price(value: float | None) -> float:

@@ -1,4 +1,13 @@
-"""RunPod's API: REST v1 for pods and network volumes, GraphQL for spot pods and prices.
+"""RunPod's API: REST v2 for pods, network volumes and the GPU catalog; GraphQL for spot pods
+(REST v2 has no spot option) and spot prices.
+
+REST v1 (``rest.runpod.io/v1``) was retired on 2026-11-15 and is never called. v2 differs
+from it in ways the client takes care of: lists come wrapped (``{"pods": [...]}``,
+``{"networkVolumes": [...]}``), the list of pods has no name filter (the name is matched
+here), stop and start are ``POST /pods/{id}/action`` (409 when the action does not fit the
+pod's status), a pod says ``status`` (PROVISIONING, STARTING, RUNNING, EXITED, ERROR,
+TERMINATED) and ``cost``, and errors are RFC 9457 problem details. A pod's log is a stream of
+Server-Sent Events (``GET /pods/{id}/logs``, read by :mod:`.podlog`).
 
 Both go through :class:`~corral.providers.http.ProviderHTTP` (User-Agent, retries honouring
 ``Retry-After``, a shared request rate, typed errors, no key in any message) on one injected
@@ -19,11 +28,15 @@ import httpx
 from corral.errors import NotFound, ProviderError
 from corral.providers.http import ProviderHTTP, ResourceNotFound, RetryPolicy, TokenBucket
 from corral.providers.runpod import graphql as gql
-from corral.providers.runpod.pods import Pod
+from corral.providers.runpod.podlog import read_pod_log
+from corral.providers.runpod.pods import NetworkVolume, Pod
 from corral.providers.runpod.settings import RunPodSettings
 
 PROVIDER = "runpod"
 _ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+#: pod statuses in which a stop has nothing left to do, and those in which a start has not
+_STOPPED = frozenset({"EXITED", "TERMINATED"})
+_STARTED = frozenset({"PROVISIONING", "STARTING", "RUNNING"})
 
 
 def check_id(value: str, what: str = "pod") -> str:
@@ -31,6 +44,13 @@ def check_id(value: str, what: str = "pod") -> str:
     if not isinstance(value, str) or not _ID.match(value):
         raise NotFound(f"runpod: {value!r} is not a {what} id")
     return value
+
+
+def _listed(body: Any, key: str, what: str) -> list[dict[str, Any]]:
+    items = body.get(key) if isinstance(body, dict) else None
+    if not isinstance(items, list):
+        raise ProviderError(f"runpod: {what} did not answer with a list ({key!r})")
+    return [i for i in items if isinstance(i, dict) and i.get("id")]
 
 
 class RunPodAPI:
@@ -48,6 +68,8 @@ class RunPodAPI:
     ):
         self._client = client or httpx.Client()
         self._owns_client = client is None
+        self._key = api_key
+        self._clock = clock
         bucket = None
         if settings.rate_per_s is not None:
             burst = max(1.0, settings.rate_per_s * 2)
@@ -69,18 +91,13 @@ class RunPodAPI:
         if self._owns_client:
             self._client.close()
 
-    # --- pods (REST) ------------------------------------------------------------------------
+    # --- pods (REST v2) ---------------------------------------------------------------------
 
     def list_pods(self, name: str | None = None) -> list[Pod]:
-        """Pods of the account (those named ``name`` only, when given: the filter is applied
-        here too, in case the API matches names loosely)."""
-        params = {"name": name} if name is not None else None
-        body = self.rest.get_json("/pods", params=params)
-        if isinstance(body, dict):  # REST v2 wraps the list
-            body = body.get("pods")
-        if not isinstance(body, list):
-            raise ProviderError("runpod: GET /pods did not answer with a list of pods")
-        pods = [Pod.model_validate(p) for p in body if isinstance(p, dict) and p.get("id")]
+        """Pods of the account (those named ``name`` only, when given: v2 has no name
+        filter, so it is applied here)."""
+        body = self.rest.get_json("/pods", params={"includeClusterPods": "false"})
+        pods = [Pod.model_validate(p) for p in _listed(body, "pods", "GET /pods")]
         return [p for p in pods if name is None or p.name == name]
 
     def get_pod(self, pod_id: str) -> Pod | None:
@@ -97,11 +114,28 @@ class RunPodAPI:
             raise ProviderError("runpod: POST /pods answered without a pod id")
         return Pod.model_validate(answer)
 
+    def _action(self, pod_id: str, action: str, done: frozenset[str]) -> None:
+        """``POST /pods/{id}/action``. A 409 (the action does not fit the pod's status) is
+        success when the pod is already where the action leads (``done``)."""
+        path = f"/pods/{check_id(pod_id)}/action"
+        resp = self.rest.request(
+            "POST", path, json={"action": action}, idempotent=True, allow=(409,)
+        )
+        if resp.status_code != 409:
+            return
+        pod = self.get_pod(pod_id)
+        if pod is None:
+            raise ResourceNotFound(f"runpod: pod {pod_id} does not exist")
+        if pod.state_word not in done:
+            raise ProviderError(
+                f"runpod: cannot {action} pod {pod_id} while it is {pod.state_word or 'unknown'}"
+            )
+
     def stop_pod(self, pod_id: str) -> None:
-        self.rest.request("POST", f"/pods/{check_id(pod_id)}/stop", idempotent=True)
+        self._action(pod_id, "stop", _STOPPED)
 
     def start_pod(self, pod_id: str) -> None:
-        self.rest.request("POST", f"/pods/{check_id(pod_id)}/start", idempotent=True)
+        self._action(pod_id, "start", _STARTED)
 
     def delete_pod(self, pod_id: str) -> bool:
         """Terminate the pod; False if RunPod did not know it."""
@@ -111,38 +145,91 @@ class RunPodAPI:
             return False
         return True
 
-    # --- network volumes (REST) -------------------------------------------------------------
-
-    def create_volume(self, name: str, size_gb: int, data_center_id: str) -> dict[str, Any]:
-        body = {"name": name, "size": int(size_gb), "dataCenterId": data_center_id}
-        answer = self.rest.post_json("/networkvolumes", json=body)
-        if not isinstance(answer, dict) or not answer.get("id"):
-            raise ProviderError("runpod: POST /networkvolumes answered without a volume id")
-        return answer
-
-    def list_volumes(self) -> list[dict[str, Any]]:
-        body = self.rest.get_json("/networkvolumes")
-        if isinstance(body, dict):
-            body = body.get("networkVolumes") or body.get("volumes")
-        return [v for v in body or [] if isinstance(v, dict) and v.get("id")]
-
-    def get_volume(self, volume_id: str) -> dict[str, Any] | None:
+    def pod_log(self, pod_id: str, *, tail: int, seconds: float) -> list[str]:
+        """The last ``tail`` lines of the pod's container log, from the log stream read for
+        about ``seconds`` (:mod:`.podlog`). A pod that has logged nothing yet has none (a 404
+        from the stream is asked about); a pod RunPod no longer knows is NotFound: it keeps
+        a pod's log only while the pod exists."""
+        path = f"/pods/{check_id(pod_id)}/logs"
         try:
-            body = self.rest.get_json(f"/networkvolumes/{check_id(volume_id, 'volume')}")
+            return read_pod_log(
+                self.rest, path, tail=tail, seconds=seconds, secrets=[self._key], clock=self._clock
+            )
+        except ResourceNotFound:
+            if self.get_pod(pod_id) is not None:
+                return []
+        raise NotFound(
+            f"runpod: pod {pod_id} does not exist (any more): RunPod keeps a pod's log only "
+            "while the pod exists"
+        )
+
+    # --- private registry credentials (REST) ------------------------------------------------
+
+    def registry_auths(self) -> list[dict[str, Any]]:
+        """The account's registry credentials (``id`` and ``name``; RunPod never returns the
+        password)."""
+        body = self.rest.get_json("/containerregistryauth")
+        if isinstance(body, dict):
+            body = body.get("containerRegistryAuths") or body.get("items")
+        return [a for a in body or [] if isinstance(a, dict) and a.get("id")]
+
+    def create_registry_auth(self, name: str, username: str, password: str) -> str:
+        """Store registry credentials with RunPod; returns their id (pods name it in
+        ``containerRegistryAuthId``)."""
+        body = {"name": name, "username": username, "password": password}
+        answer = self.rest.post_json("/containerregistryauth", json=body)
+        if not isinstance(answer, dict) or not answer.get("id"):
+            raise ProviderError("runpod: POST /containerregistryauth answered without an id")
+        return str(answer["id"])
+
+    # --- network volumes (REST v2) ----------------------------------------------------------
+
+    def create_volume(self, name: str, size_gb: int, data_center: str) -> NetworkVolume:
+        body = {"name": name, "size": int(size_gb), "dataCenter": data_center}
+        answer = self.rest.post_json("/network-volumes", json=body)
+        if not isinstance(answer, dict) or not answer.get("id"):
+            raise ProviderError("runpod: POST /network-volumes answered without a volume id")
+        return NetworkVolume.model_validate(answer)
+
+    def list_volumes(self) -> list[NetworkVolume]:
+        body = self.rest.get_json("/network-volumes")
+        items = _listed(body, "networkVolumes", "GET /network-volumes")
+        return [NetworkVolume.model_validate(v) for v in items]
+
+    def get_volume(self, volume_id: str) -> NetworkVolume | None:
+        try:
+            body = self.rest.get_json(f"/network-volumes/{check_id(volume_id, 'volume')}")
         except (ResourceNotFound, NotFound):
             return None
-        return body if isinstance(body, dict) and body.get("id") else None
+        ok = isinstance(body, dict) and body.get("id")
+        return NetworkVolume.model_validate(body) if ok else None
 
     def delete_volume(self, volume_id: str) -> bool:
+        """Delete a network volume; False if RunPod did not know it."""
         try:
-            self.rest.request("DELETE", f"/networkvolumes/{check_id(volume_id, 'volume')}")
+            self.rest.request("DELETE", f"/network-volumes/{check_id(volume_id, 'volume')}")
         except (ResourceNotFound, NotFound):
             return False
         return True
 
-    # --- GraphQL ----------------------------------------------------------------------------
+    # --- the GPU catalog (REST v2) ----------------------------------------------------------
 
-    def gpu_types(self, gpu_count: int) -> list[dict[str, Any]]:
+    def gpu_catalog(self, gpu_count: int, cloud: str) -> list[dict[str, Any]]:
+        """GPU types with their on-demand price per GPU and, for ``gpu_count`` GPUs in
+        ``cloud`` (SECURE or COMMUNITY), their stock overall and per data center."""
+        params = {
+            "include": "AVAILABILITY",
+            "product": "POD",
+            "count": str(int(gpu_count)),
+            "cloud": cloud,
+        }
+        body = self.rest.get_json("/catalog/gpus", params=params)
+        return [g for g in _listed(body, "gpus", "GET /catalog/gpus") if isinstance(g["id"], str)]
+
+    # --- GraphQL: spot pods -----------------------------------------------------------------
+
+    def spot_prices(self, gpu_count: int) -> list[dict[str, Any]]:
+        """GPU types with their spot floor (``minimumBidPrice``) and stock per cloud."""
         data = self.gql.graphql(gql.gpu_types(gpu_count), idempotent=True)
         types = data.get("gpuTypes")
         if not isinstance(types, list):
@@ -154,17 +241,7 @@ class RunPodAPI:
         pod = data.get("podRentInterruptable")
         if not isinstance(pod, dict) or not pod.get("id"):
             raise ProviderError("runpod: podRentInterruptable answered without a pod id")
-        return Pod.model_validate({"interruptible": True, **pod})
+        return Pod.model_validate(pod)
 
     def bid_resume(self, pod_id: str, bid_per_gpu: float, gpu_count: int) -> None:
         self.gql.graphql(gql.bid_resume(check_id(pod_id), bid_per_gpu, gpu_count))
-
-    def pod_runtime(self, pod_id: str) -> Pod | None:
-        """The pod as GraphQL sees it, with ``runtime``; None for an unknown pod (RunPod may
-        answer null or an error for one)."""
-        try:
-            data = self.gql.graphql(gql.pod_runtime(check_id(pod_id)), idempotent=True)
-        except (ResourceNotFound, NotFound):
-            return None
-        pod = data.get("pod")
-        return Pod.model_validate(pod) if isinstance(pod, dict) and pod.get("id") else None

@@ -4,27 +4,27 @@
 reads the plan from ``CORRAL_PLAN_GZ``, creates the workdir, writes the plan as the
 controller built it (mode 0600) in the agent's state directory, and replaces itself with
 ``python -m corral.agent --shutdown-command '<this python> -m ... boot shutdown' --plan FILE``
-(plus ``--bind`` when ``CORRAL_AGENT_BIND`` says so; the token stays in
+(plus ``--bind`` when ``CORRAL_AGENT_BIND`` says so, ``--root`` when ``CORRAL_NODE_ROOT`` does;
+the token stays in
 ``CORRAL_AGENT_TOKEN``, which the agent removes from its environment).
 
 ``python -m corral.providers.runpod.boot shutdown`` (the agent runs it when its job ended and
-no controller called for a long time): terminates this pod through the REST API with the key
-RunPod puts in every pod (``RUNPOD_API_KEY``, ``RUNPOD_POD_ID``), or with ``runpodctl``.
-Prints one line either way and never shows the key.
+no controller called for a long time): terminates this pod through the REST v2 API
+(``DELETE /pods/{id}``) with the key RunPod puts in every pod (``RUNPOD_API_KEY``,
+``RUNPOD_POD_ID``), or with ``runpodctl``. Prints one line either way and never shows the key.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import shlex
 import subprocess
 import sys
-from pathlib import Path
 
-from corral.providers.runpod.bootstrap import ENV_BIND, ENV_PLAN, ENV_REST_URL, decode_plan
+from corral.agent import boot
+from corral.providers.runpod.bootstrap import ENV_REST_URL
 
-DEFAULT_REST_URL = "https://rest.runpod.io/v1"
+DEFAULT_REST_URL = "https://api.runpod.io/v2"
 
 
 def _say(message: str) -> None:
@@ -33,31 +33,13 @@ def _say(message: str) -> None:
 
 def start_agent(environ: dict[str, str] | None = None, exec_agent: bool = True) -> list[str]:
     """Write the plan file and exec the agent (or return the agent's command line when
-    ``exec_agent`` is False)."""
-    env = os.environ if environ is None else environ
-    raw = env.pop(ENV_PLAN, None)
-    if not raw:
-        raise SystemExit(f"corral boot: {ENV_PLAN} is not set: nothing to run")
-    try:
-        plan = decode_plan(raw)
-    except (ValueError, OSError) as exc:
-        raise SystemExit(f"corral boot: {ENV_PLAN} does not hold a plan ({type(exc).__name__})")
+    ``exec_agent`` is False), with this module's ``shutdown`` as the shutdown command."""
     python = shlex.quote(sys.executable)
-    launch = ["--shutdown-command", f"{python} -m corral.providers.runpod.boot shutdown"]
-    bind = env.get(ENV_BIND, "")
-    if bind:
-        launch += ["--bind", bind]
-    Path(plan["workdir"]).mkdir(parents=True, exist_ok=True)
-    state = Path(plan["state_dir"])
-    state.mkdir(parents=True, exist_ok=True)
-    path = state / "plan.json"
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        json.dump(plan, f)
-    argv = [sys.executable, "-m", "corral.agent", *launch, "--plan", str(path)]
-    if exec_agent:
-        os.execve(sys.executable, argv, dict(env))
-    return argv
+    return boot.start_agent(
+        environ,
+        exec_agent=exec_agent,
+        shutdown_command=f"{python} -m corral.providers.runpod.boot shutdown",
+    )
 
 
 def terminate_pod(environ: dict[str, str] | None = None) -> int:

@@ -1,7 +1,8 @@
 """What a pod is created with: its name, environment and start command, and the create body.
 
-The pod's start command (``bash -c`` with :func:`start_script`) finds python, installs corral
-if the image lacks it (only with ``install_command``), and runs
+The pod's start command (``bash -c`` with :func:`start_script`) is the node bootstrap: it finds
+python, installs this corral's version if the image lacks it (the controller's wheel, fetched
+from the run's storage, or the same version from an index), and runs
 ``python -m corral.providers.runpod.boot agent``, which writes the plan from the environment
 and starts corral's agent on the agent port (exposed as ``<port>/http``, reached through
 RunPod's proxy). The plan (gzip + base64), the agent token and the job's env travel as pod
@@ -24,20 +25,27 @@ import shlex
 from typing import Any
 
 from corral.providers.base import Bootstrap, NodeProfile, Offer
+from corral.providers.common.wheel import bootstrap_script
 from corral.providers.runpod.graphql import EnumValue
 from corral.providers.runpod.settings import RunPodSettings
-from corral.wire.env import ENV_AGENT_TOKEN
+from corral.wire.env import ENV_AGENT_BIND, ENV_AGENT_TOKEN, ENV_PLAN_GZ
+from corral.wire.env import ENV_NODE_ROOT as WIRE_NODE_ROOT
 from corral.wire.plan import AgentPlan
 
 NAME_PREFIX = "corral-"
-ENV_PLAN = "CORRAL_PLAN_GZ"
+ENV_PLAN = ENV_PLAN_GZ
 ENV_KEY = "CORRAL_RUNPOD_LAUNCH_KEY"
 ENV_OFFER = "CORRAL_RUNPOD_OFFER"
 #: where the pod's shutdown command sends its DELETE (set only when not the default)
 ENV_REST_URL = "CORRAL_RUNPOD_REST_URL"
 #: "host:port" the agent binds instead of the plan's (``corral agent --bind``: a fake server
 #: running several pods' agents on one host gives each its own port; a real pod never sets it)
-ENV_BIND = "CORRAL_AGENT_BIND"
+ENV_BIND = ENV_AGENT_BIND
+#: a directory standing for the container's "/" (``corral agent --root``: a fake server runs
+#: every pod's "container" on one host, each in a root of its own; a real pod never sets it)
+ENV_NODE_ROOT = WIRE_NODE_ROOT
+#: where a pod keeps the runs' code and state
+POD_RUNS = "/corral/runs"
 
 
 def pod_name(key: str) -> str:
@@ -50,7 +58,8 @@ def key_of(name: str) -> str | None:
 
 
 def node_profile(run_id: str, settings: RunPodSettings) -> NodeProfile:
-    """What a pod of ``run_id`` needs from the agent plan (see the module doc)."""
+    """What a pod of ``run_id`` needs from the agent plan (see the module doc): the job's code
+    is shipped to ``/corral/runs/<run id>/work`` in the container."""
     checkpoint_dir = None
     if settings.network_volume_id:
         mount = settings.volume_mount_path.rstrip("/")
@@ -60,6 +69,8 @@ def node_profile(run_id: str, settings: RunPodSettings) -> NodeProfile:
         port=settings.agent_port,
         checkpoint_dir=checkpoint_dir,
         controller_timeout_s=settings.controller_timeout_s,
+        workdir=f"{POD_RUNS}/{run_id}/work",
+        install_corral=True,
     )
 
 
@@ -75,7 +86,7 @@ def decode_plan(value: str) -> dict[str, Any]:
 def pod_env(
     bootstrap: Bootstrap, offer: Offer, key: str, settings: RunPodSettings
 ) -> dict[str, str]:
-    env = dict(bootstrap.env)
+    env = {**bootstrap.install, **bootstrap.env}
     env[ENV_PLAN] = encode_plan(bootstrap.plan)
     env[ENV_AGENT_TOKEN] = bootstrap.token
     env[ENV_KEY] = key
@@ -85,58 +96,86 @@ def pod_env(
     return env
 
 
+#: what the pod's start command runs once corral is there
+BOOT_ARGS = ("-m", "corral.providers.runpod.boot", "agent")
+
+
 def start_script(settings: RunPodSettings) -> str:
-    install = settings.install_command
-    missing = (
-        f'echo "corral: installing corral" >&2; {install}'
-        if install
-        else 'echo "corral: the image has no corral for $PY: use an image with corral or set '
-        'CORRAL_RUNPOD_INSTALL_COMMAND" >&2; exit 127'
-    )
-    return "\n".join(
-        [
-            "set -e",
-            'PY="$(command -v python3 || command -v python || true)"',
-            '[ -n "$PY" ] || { echo "corral: the image has no python" >&2; exit 127; }',
-            f'"$PY" -c "import corral" 2>/dev/null || {{ {missing}; }}',
-            'exec "$PY" -m corral.providers.runpod.boot agent',
-        ]
-    )
+    """The pod's start command (``bash -c SCRIPT corral-boot ARGS...``): the node bootstrap
+    (this corral's version from the controller's wheel or an index, see
+    :mod:`corral.providers.common.wheel`), preceded by ``install_command`` when set (an
+    advanced override, run only when the image's python lacks corral)."""
+    legacy = ""
+    if settings.install_command:
+        legacy = (
+            'PY0="$(command -v python3 || command -v python || true)"\n'
+            '"$PY0" -c "import corral" 2>/dev/null || '
+            f'{{ echo "corral: installing corral (install_command)" >&2; {settings.install_command}; }}\n'
+        )
+    return legacy + bootstrap_script()
+
+
+def start_command(settings: RunPodSettings) -> list[str]:
+    return ["bash", "-c", start_script(settings), "corral-boot", *BOOT_ARGS]
+
+
+def _network_mount(
+    settings: RunPodSettings, mount: tuple[str, str] | None
+) -> tuple[str, str] | None:
+    """(volume id, path) of the network volume a pod mounts: the job's named volume, else the
+    settings' checkpoint volume, else none."""
+    if mount is not None:
+        return mount
+    if settings.network_volume_id:
+        return settings.network_volume_id, settings.volume_mount_path
+    return None
 
 
 def rest_body(
-    offer: Offer, env: dict[str, str], key: str, settings: RunPodSettings
+    offer: Offer,
+    env: dict[str, str],
+    key: str,
+    settings: RunPodSettings,
+    *,
+    mount: tuple[str, str] | None = None,
+    image: str | None = None,
+    registry_auth_id: str | None = None,
 ) -> dict[str, Any]:
-    """``POST /pods`` for an on-demand pod."""
+    """``POST /v2/pods`` for an on-demand pod (v2 places exactly the one GPU type asked, in
+    the offer's data center when it names one); ``mount``: the job's network volume;
+    ``image``: the spec's, else the settings'; ``registry_auth_id``: RunPod's copy of its
+    registry credentials (v2's ``registry``: the contract shows it as a nullable field without
+    its shape, UNCONFIRMED; sent as the credentials' id)."""
     d = offer.details
     body: dict[str, Any] = {
         "name": pod_name(key),
-        "imageName": settings.image,
-        "computeType": "GPU",
-        "gpuTypeIds": [d["gpu_type_id"]],
-        "gpuCount": offer.gpu_count,
-        "cloudType": d["cloud_type"],
-        "interruptible": False,
-        "containerDiskInGb": int(d.get("disk_gb") or settings.container_disk_gb),
-        "volumeInGb": 0,
-        "env": env,
+        "image": image or settings.image,
+        "args": shlex.join(start_command(settings)),
+        "disk": int(d.get("disk_gb") or settings.container_disk_gb),
         "ports": [f"{settings.agent_port}/http"],
-        "dockerStartCmd": ["bash", "-c", start_script(settings)],
+        "env": env,
+        "cloud": d["cloud_type"],
+        "gpu": {"id": d["gpu_type_id"], "count": max(1, offer.gpu_count)},
     }
-    if d.get("min_vcpu_per_gpu"):
-        body["minVCPUPerGPU"] = int(d["min_vcpu_per_gpu"])
-    if d.get("min_ram_per_gpu"):
-        body["minRAMPerGPU"] = int(d["min_ram_per_gpu"])
-    if settings.network_volume_id:
-        body["networkVolumeId"] = settings.network_volume_id
-        body["volumeMountPath"] = settings.volume_mount_path
-        if d.get("data_center_id"):
-            body["dataCenterIds"] = [d["data_center_id"]]
+    if registry_auth_id:
+        body["registry"] = registry_auth_id
+    if d.get("data_center_id"):
+        body["dataCenterIds"] = [d["data_center_id"]]
+    network = _network_mount(settings, mount)
+    if network is not None:
+        body["mounts"] = {"network": [{"volumeId": network[0], "path": network[1]}]}
     return body
 
 
 def spot_input(
-    offer: Offer, env: dict[str, str], key: str, settings: RunPodSettings
+    offer: Offer,
+    env: dict[str, str],
+    key: str,
+    settings: RunPodSettings,
+    *,
+    mount: tuple[str, str] | None = None,
+    image: str | None = None,
+    registry_auth_id: str | None = None,
 ) -> dict[str, Any]:
     """``podRentInterruptable`` input for a spot pod, bidding the offer's price per GPU."""
     d = offer.details
@@ -147,20 +186,22 @@ def spot_input(
         "gpuTypeId": d["gpu_type_id"],
         "gpuCount": count,
         "name": pod_name(key),
-        "imageName": settings.image,
+        "imageName": image or settings.image,
         "containerDiskInGb": int(d.get("disk_gb") or settings.container_disk_gb),
         "volumeInGb": 0,
         "ports": f"{settings.agent_port}/http",
         "env": [{"key": k, "value": v} for k, v in env.items()],
-        "dockerArgs": "bash -c " + shlex.quote(start_script(settings)),
+        "dockerArgs": shlex.join(start_command(settings)),
     }
+    if registry_auth_id:
+        data["containerRegistryAuthId"] = registry_auth_id
     if d.get("min_vcpu_per_gpu"):
         data["minVcpuCount"] = int(d["min_vcpu_per_gpu"]) * count
     if d.get("min_ram_per_gpu"):
         data["minMemoryInGb"] = int(d["min_ram_per_gpu"]) * count
-    if settings.network_volume_id:
-        data["networkVolumeId"] = settings.network_volume_id
-        data["volumeMountPath"] = settings.volume_mount_path
-        if d.get("data_center_id"):
-            data["dataCenterId"] = d["data_center_id"]
+    network = _network_mount(settings, mount)
+    if network is not None:
+        data["networkVolumeId"], data["volumeMountPath"] = network
+    if d.get("data_center_id"):
+        data["dataCenterId"] = d["data_center_id"]
     return data

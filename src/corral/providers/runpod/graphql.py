@@ -1,4 +1,5 @@
-"""The GraphQL documents the RunPod provider sends (spot pods, resume, GPU prices, runtime).
+"""The GraphQL documents the RunPod provider sends: spot pods, their resume, spot prices
+(REST v2 has no spot option; everything else goes through it).
 
 Inputs are written inline, the way RunPod's own SDK and docs do (the schema's input type
 names are not published, so ``$variables`` would have to guess them). :func:`literal` writes
@@ -76,11 +77,3 @@ def bid_resume(pod_id: str, bid_per_gpu: float, gpu_count: int) -> str:
     """Start a stopped spot pod again with a bid."""
     args = {"podId": pod_id, "bidPerGpu": float(bid_per_gpu), "gpuCount": int(gpu_count)}
     return f"mutation BidResume {{ podBidResume(input: {literal(args)}) {{ id desiredStatus }} }}"
-
-
-def pod_runtime(pod_id: str) -> str:
-    """A pod with its runtime (null until the container is up)."""
-    return (
-        f"query PodRuntime {{ pod(input: {literal({'podId': pod_id})}) "
-        "{ id name desiredStatus runtime { uptimeInSeconds } } }"
-    )

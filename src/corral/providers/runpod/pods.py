@@ -1,34 +1,36 @@
-"""RunPod pods as the API returns them, and how each pod state maps onto InstanceState.
+"""RunPod pods and network volumes as the API returns them, and how each pod state maps onto
+InstanceState.
 
-:class:`Pod` reads the REST v1 pod object (and the GraphQL and REST v2 shapes where they
-differ). It ignores fields it does not know: RunPod adds fields to its answers, and an
+:class:`Pod` reads the REST v2 pod object (``status``, ``cost``, ``env`` as an object,
+``runtime`` null unless RUNNING) and the pod GraphQL answers with (``desiredStatus``,
+``costPerHr``). It ignores fields it does not know: RunPod adds fields to its answers, and an
 answer must not break the provider (our own models, the settings, forbid unknown keys).
 
 State mapping (:func:`pod_state`)::
 
-    desiredStatus / status             interruptible  stopped by corral  ->  InstanceState
-    RUNNING, container up              any            -                      RUNNING
-    RUNNING, not up yet; CREATED,
-      PROVISIONING, STARTING,
-      RESTARTING                       any            -                      PROVISIONING
-    EXITED, PAUSED                     any            yes                    STOPPED
-    EXITED, PAUSED                     yes (spot)     no                     PREEMPTED
-    EXITED, PAUSED                     no             no                     FAILED
-    DEAD, ERROR                        any            -                      FAILED
-    TERMINATED, or no such pod         any            -                      TERMINATED
-    anything else                      any            -                      UNKNOWN
+    status (v2) / desiredStatus      spot   stopped by corral  ->  InstanceState
+    RUNNING (the container is up)    any    -                      RUNNING
+    PROVISIONING, STARTING,
+      CREATED, RESTARTING            any    -                      PROVISIONING
+    EXITED, PAUSED                   any    yes                    STOPPED
+    EXITED, PAUSED                   yes    no                     PREEMPTED
+    EXITED, PAUSED                   no     no                     FAILED
+    ERROR, DEAD                      any    -                      FAILED
+    TERMINATED, or no such pod       any    -                      TERMINATED
+    anything else                    any    -                      UNKNOWN
 
-A spot pod that leaves RUNNING without corral asking was interrupted: RunPod keeps it (its
-disk survives, ``podBidResume`` could restart it) with ``desiredStatus: EXITED``. An
-on-demand pod stopped by RunPod itself (say the balance reached $0) runs nothing more for
-this attempt, so it is FAILED; the controller recovers the run and terminates the pod.
+A v2 pod does not say whether it is a spot pod; the caller does (the offer it was launched
+for). A spot pod that leaves RUNNING without corral asking was interrupted: RunPod keeps it
+(its disk survives, ``podBidResume`` could restart it) as EXITED. An on-demand pod stopped by
+RunPod itself (say the balance reached $0) runs nothing more for this attempt, so it is
+FAILED; the controller recovers the run and terminates the pod.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field
 
 from corral.providers.base import InstanceState
 
@@ -42,33 +44,29 @@ class Pod(BaseModel):
 
     id: str
     name: str = ""
-    desired_status: str = Field("", alias="desiredStatus")
     #: REST v2's status (PROVISIONING, STARTING, RUNNING, EXITED, ERROR, TERMINATED)
     status: str = ""
-    interruptible: bool = False
-    cost_per_hr: float | None = Field(None, alias="costPerHr")
-    public_ip: str | None = Field(None, alias="publicIp")
-    port_mappings: dict[str, Any] | None = Field(None, alias="portMappings")
-    #: GraphQL only: null until the container is up
+    #: GraphQL's word for it (a spot create's answer)
+    desired_status: str = Field("", alias="desiredStatus")
+    cost: float | None = Field(None, validation_alias=AliasChoices("cost", "costPerHr"))
+    #: null unless the container runs
     runtime: dict[str, Any] | None = None
-    last_status_change: str = Field("", alias="lastStatusChange")
     env: dict[str, str] | list[Any] | None = None
     gpu: dict[str, Any] | None = None
-    gpu_count: int | None = Field(None, alias="gpuCount")
-    machine_id: str | None = Field(None, alias="machineId")
+    data_center_id: str | None = Field(None, alias="dataCenterId")
+    mounts: dict[str, Any] | None = None
 
     @property
     def state_word(self) -> str:
-        return (self.desired_status or self.status or "").upper()
+        return (self.status or self.desired_status or "").upper()
 
     @property
-    def up(self) -> bool:
-        """The container runs: RunPod gave it an address, or GraphQL reports a runtime."""
-        return bool(self.public_ip or self.port_mappings or self.runtime)
+    def cost_per_hr(self) -> float | None:
+        return self.cost
 
     def env_value(self, name: str) -> str | None:
-        """One variable of the pod's environment (a dict in REST, ``KEY=value`` strings in
-        GraphQL answers, ``{key, value}`` objects in GraphQL inputs)."""
+        """One variable of the pod's environment (an object in REST v2, ``KEY=value``
+        strings in GraphQL answers)."""
         env = self.env
         if isinstance(env, dict):
             value = env.get(name)
@@ -76,32 +74,41 @@ class Pod(BaseModel):
         for item in env or []:
             if isinstance(item, str) and item.startswith(name + "="):
                 return item[len(name) + 1 :]
-            if isinstance(item, dict) and item.get("key") == name:
-                value = item.get("value")
-                return value if isinstance(value, str) else None
         return None
 
 
-def pod_state(pod: Pod | None, *, stopped_by_corral: bool = False) -> tuple[InstanceState, str]:
+class NetworkVolume(BaseModel):
+    """A RunPod network volume (REST v2): it lives in one data center, and pods that mount it
+    run there."""
+
+    model_config = ConfigDict(extra="ignore", populate_by_name=True)
+
+    id: str
+    name: str = ""
+    size: int = 0
+    data_center: str = Field("", alias="dataCenter")
+    type: str = ""
+
+
+def pod_state(
+    pod: Pod | None, *, spot: bool, stopped_by_corral: bool = False
+) -> tuple[InstanceState, str]:
     """The pod's :class:`InstanceState` and a one-line detail (see the module's table)."""
     if pod is None:
         return InstanceState.TERMINATED, "no such pod"
     word = pod.state_word
-    note = f" ({pod.last_status_change})" if pod.last_status_change else ""
     if word == "TERMINATED":
         return InstanceState.TERMINATED, "terminated"
     if word == "RUNNING":
-        if pod.up:
-            return InstanceState.RUNNING, "running"
-        return InstanceState.PROVISIONING, "the container is starting"
+        return InstanceState.RUNNING, "running"
     if word in _PROVISIONING:
         return InstanceState.PROVISIONING, f"pod {word.lower()}"
     if word in _STOPPED:
         if stopped_by_corral:
-            return InstanceState.STOPPED, "stopped by corral" + note
-        if pod.interruptible:
-            return InstanceState.PREEMPTED, "spot pod interrupted by RunPod" + note
-        return InstanceState.FAILED, "the pod was stopped by RunPod, not by corral" + note
+            return InstanceState.STOPPED, "stopped by corral"
+        if spot:
+            return InstanceState.PREEMPTED, "spot pod interrupted by RunPod"
+        return InstanceState.FAILED, "the pod was stopped by RunPod, not by corral"
     if word in _FAILED:
-        return InstanceState.FAILED, f"pod {word.lower()}" + note
+        return InstanceState.FAILED, f"pod {word.lower()} (the container failed)"
     return InstanceState.UNKNOWN, f"unknown pod status {word or '(none)'!r}"

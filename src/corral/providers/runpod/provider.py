@@ -1,21 +1,29 @@
 """The RunPod provider: GPU pods (on-demand and spot) running corral's agent.
 
-* **Offers** (:mod:`.offers`): GraphQL GPU types and prices, cached ``price_cache_s``.
+* **Offers** (:mod:`.offers`): REST v2's GPU catalog (on-demand prices and stock) and
+  GraphQL's spot prices, cached ``price_cache_s``.
 * **Launch** is idempotent on the key, which the pod's name carries (``corral-<key>``):
   before creating, and after any ambiguous create (a timeout or a 5xx: RunPod has answered
   500 to a create whose pod then existed and billed), the pod is looked up by name and
   adopted; only when none exists is the create tried again (``create_attempts`` in all).
-  On-demand pods are created through REST (``POST /pods``), spot pods through GraphQL
-  (``podRentInterruptable``, bidding the offer's price per GPU). Should two pods ever carry
-  one key, the provider keeps one and terminates the others.
+  On-demand pods are created through REST v2 (``POST /v2/pods``), spot pods through GraphQL
+  (``podRentInterruptable``, bidding the offer's price per GPU; REST v2 has no spot option).
+  A spot create RunPod refuses for a reason other than a transient one is
+  :class:`NoCapacity`: the controller goes on to the next offer (on-demand, when the job
+  allows it). Should two pods ever carry one key, the provider keeps one and terminates the
+  others.
 * **Status** maps every pod state (:mod:`.pods`); a spot pod RunPod stopped is PREEMPTED.
 * **Terminate** deletes the pod (and any other pod named for the key); a missing pod is
   success; a pod whose name is not corral's for the key is never touched.
 * **The agent** is reached through RunPod's HTTP proxy:
   ``https://<pod-id>-<port>.proxy.runpod.net`` (``proxy_url`` overrides it).
-* **Stop/start** (SupportsStop) and **network volumes** (SupportsVolumes): a configured
+* **Stop/start** (SupportsStop, ``POST /v2/pods/{id}/action``) and **network volumes**
+  (SupportsVolumes, ``/v2/network-volumes``): a configured
   volume (``network_volume_id``) is mounted in every pod for checkpoints, and pins pods to
   its data center.
+* **Logs** (SupportsLogs, ``GET /v2/pods/{id}/logs``): the container's log stream, read for
+  ``log_read_s`` (it follows and may never end), for ``corral logs`` when the agent never came
+  up. RunPod keeps a pod's log only while the pod exists.
 
 The API key is ``RUNPOD_API_KEY`` from corral's secret store or the environment; it is sent
 only in the Authorization header and never appears in a log line, an event or an error.
@@ -23,6 +31,7 @@ only in the Authorization header and never appears in a log line, an event or an
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import time
 from collections.abc import Callable
@@ -34,9 +43,19 @@ import httpx
 from pydantic import ValidationError
 
 from corral import paths
-from corral.errors import AuthFailed, BadInput, NotYetTerminated, ProviderError, ProviderUnavailable
+from corral.errors import (
+    AuthFailed,
+    BadInput,
+    NoCapacity,
+    NotYetTerminated,
+    ProviderError,
+    ProviderUnavailable,
+    QuotaExceeded,
+    RateLimited,
+)
 from corral.providers.base import (
     Bootstrap,
+    ImageRef,
     Instance,
     InstanceState,
     InstanceStatus,
@@ -44,10 +63,12 @@ from corral.providers.base import (
     Offer,
     Provider,
     Requirements,
+    SupportsLogs,
     SupportsPriceRefresh,
     SupportsSpot,
     SupportsStop,
     SupportsVolumes,
+    VolumeInfo,
 )
 from corral.providers.common.files import check_key
 from corral.providers.http import RetryPolicy
@@ -55,13 +76,22 @@ from corral.providers.runpod import bootstrap as boot
 from corral.providers.runpod.api import RunPodAPI
 from corral.providers.runpod.gpus import canonical_name
 from corral.providers.runpod.marks import StoppedMarks
-from corral.providers.runpod.offers import build_offers, gpu_count
+from corral.providers.runpod.offers import Prices, build_offers, gpu_count
 from corral.providers.runpod.pods import Pod, pod_state
 from corral.providers.runpod.settings import ENV_API_KEY, RunPodSettings
+from corral.providers.runpod.volumes import NamedVolumes
 
 log = logging.getLogger("corral.providers.runpod")
 
 _SHOWS_ENDPOINT = (InstanceState.PROVISIONING, InstanceState.RUNNING)
+
+
+def _sells_spot(gpu: dict[str, Any]) -> bool:
+    """Whether GraphQL gives a spot price for this GPU type (in either cloud)."""
+    lowest = [gpu.get(c) for c in ("secure", "community")]
+    prices = [d.get("minimumBidPrice") for d in lowest if isinstance(d, dict)]
+    prices += [gpu.get("secureSpotPrice"), gpu.get("communitySpotPrice")]
+    return any(isinstance(p, int | float) and not isinstance(p, bool) and p > 0 for p in prices)
 
 
 def _api_key() -> str | None:
@@ -70,12 +100,13 @@ def _api_key() -> str | None:
     return resolve(ENV_API_KEY)
 
 
-class RunPodProvider(Provider, SupportsSpot, SupportsStop, SupportsVolumes, SupportsPriceRefresh):
+class RunPodProvider(
+    Provider, SupportsSpot, SupportsStop, SupportsVolumes, SupportsLogs, SupportsPriceRefresh
+):
     name: ClassVar[str] = "runpod"
     unsupported: ClassVar[dict[str, str]] = {
         "SupportsPreemptionNotice": "RunPod has no interruption notice to poll: a spot pod "
         "gets SIGTERM at most 5 s before SIGKILL, so jobs must checkpoint often",
-        "SupportsLogs": "RunPod's REST v1 API keeps no pod logs; corral's agent serves them",
         "SupportsSimulatedPreemption": "RunPod cannot be asked to interrupt a pod; simulate "
         "preemptions with the fake provider",
     }
@@ -104,8 +135,10 @@ class RunPodProvider(Provider, SupportsSpot, SupportsStop, SupportsVolumes, Supp
         self.marks = StoppedMarks(self.home / "runpod")
         self._sleep = sleep
         self._clock = clock
-        self._prices: dict[int, tuple[float, str, list[dict[str, Any]]]] = {}
+        self._prices: dict[int, tuple[float, Any]] = {}
+        self._spot: dict[int, tuple[float, Any]] = {}
         self._volume_dc: str | None = None
+        self.named = NamedVolumes(self.api, self.settings, self.name)
 
     def close(self) -> None:
         self.api.close()
@@ -115,32 +148,61 @@ class RunPodProvider(Provider, SupportsSpot, SupportsStop, SupportsVolumes, Supp
     def offers(self, req: Requirements) -> list[Offer]:
         if req.providers is not None and self.name not in req.providers:
             return []
-        fetched_at, types = self._gpu_types(gpu_count(req))
+        count = gpu_count(req)
+        prices = self._catalog(count)
+        if req.spot is not False:
+            prices.spot, prices.spot_error = self._spot_prices(count)
+        pinned, new_volume = self.named.placement(req)
         return build_offers(
-            types,
+            prices,
             req,
             cloud_types=list(self.settings.cloud_types),
             container_disk_gb=self.settings.container_disk_gb,
-            volume_dc=self._volume_data_center(),
-            fetched_at=fetched_at,
+            volume_dc=self._volume_data_center() if pinned is None else pinned,
+            new_volume=new_volume,
             provider=self.name,
         )
 
     def refresh_prices(self) -> str | None:
         """Drop the cached prices and fetch them now; returns when they were fetched."""
         self._prices.clear()
-        fetched_at, _ = self._gpu_types(1)
-        return fetched_at
+        self._spot.clear()
+        return self._catalog(1).fetched_at
 
-    def _gpu_types(self, count: int) -> tuple[str, list[dict[str, Any]]]:
+    def _fresh(self, cached: tuple[float, Any] | None) -> bool:
+        return cached is not None and self._clock() - cached[0] < self.settings.price_cache_s
+
+    def _catalog(self, count: int) -> Prices:
+        """On-demand prices and stock for ``count`` GPUs per cloud (REST v2 catalog)."""
         cached = self._prices.get(count)
-        now = self._clock()
-        if cached is not None and now - cached[0] < self.settings.price_cache_s:
-            return cached[1], cached[2]
-        types = self.api.gpu_types(count)
-        fetched_at = datetime.now(UTC).isoformat(timespec="seconds")
-        self._prices[count] = (now, fetched_at, types)
-        return fetched_at, types
+        if cached is None or not self._fresh(cached):
+            catalog: dict[str, list[dict[str, Any]]] = {
+                c: self.api.gpu_catalog(count, c) for c in self.settings.cloud_types
+            }
+            fetched_at = datetime.now(UTC).isoformat(timespec="seconds")
+            cached = (self._clock(), (fetched_at, catalog))
+            self._prices[count] = cached
+        fetched_at, catalog = cached[1]
+        return Prices(catalog=catalog, fetched_at=fetched_at)
+
+    def _spot_prices(self, count: int) -> tuple[list[dict[str, Any]] | None, str]:
+        """GraphQL's spot prices, or None and why when there are none to be had."""
+        cached = self._spot.get(count)
+        if cached is None or not self._fresh(cached):
+            answer: tuple[list[dict[str, Any]] | None, str]
+            try:
+                types = self.api.spot_prices(count)
+            except (AuthFailed, RateLimited):
+                raise
+            except ProviderError as exc:
+                log.warning("runpod: no spot prices: %s", exc.message)
+                answer = (None, f"GraphQL gpuTypes failed: {exc.message}")
+            else:
+                sold = [t for t in types if _sells_spot(t)]
+                answer = (sold, "") if sold else (None, "RunPod lists no spot price")
+            cached = (self._clock(), answer)
+            self._spot[count] = cached
+        return cached[1]
 
     def _volume_data_center(self) -> str | None:
         volume_id = self.settings.network_volume_id
@@ -150,7 +212,7 @@ class RunPodProvider(Provider, SupportsSpot, SupportsStop, SupportsVolumes, Supp
             volume = self.api.get_volume(volume_id)
             if volume is None:
                 raise BadInput(f"runpod: network volume {volume_id!r} does not exist")
-            self._volume_dc = str(volume.get("dataCenterId") or "") or None
+            self._volume_dc = volume.data_center or None
         return self._volume_dc
 
     # --- the node ---------------------------------------------------------------------------
@@ -176,10 +238,13 @@ class RunPodProvider(Provider, SupportsSpot, SupportsStop, SupportsVolumes, Supp
         if found is not None:  # launched before (a retry, a restarted controller)
             return self._instance(found, key)
         env = boot.pod_env(bootstrap, offer, key, self.settings)
+        mount = self.named.ensure(offer)
+        image = bootstrap.image.name if bootstrap.image else None
+        auth = self._registry_auth(bootstrap.image) if bootstrap.image else None
         last: ProviderError | None = None
         for attempt in range(1, self.settings.create_attempts + 1):
             try:
-                pod = self._create(offer, env, key)
+                pod = self._create(offer, env, key, mount, image, auth)
             except ProviderUnavailable as exc:  # a timeout or a 5xx: the pod may exist
                 last = exc
                 log.warning("runpod: create of %s was ambiguous (%s)", boot.pod_name(key), exc)
@@ -199,10 +264,45 @@ class RunPodProvider(Provider, SupportsSpot, SupportsStop, SupportsVolumes, Supp
             fields={"key": key},
         )
 
-    def _create(self, offer: Offer, env: dict[str, str], key: str) -> Pod:
-        if offer.spot:
-            return self.api.rent_interruptable(boot.spot_input(offer, env, key, self.settings))
-        return self.api.create_pod(boot.rest_body(offer, env, key, self.settings))
+    def _create(
+        self,
+        offer: Offer,
+        env: dict[str, str],
+        key: str,
+        mount: tuple[str, str] | None,
+        image: str | None = None,
+        auth: str | None = None,
+    ) -> Pod:
+        s = self.settings
+        extra: dict[str, Any] = {"mount": mount, "image": image, "registry_auth_id": auth}
+        if not offer.spot:
+            return self.api.create_pod(boot.rest_body(offer, env, key, s, **extra))
+        try:
+            return self.api.rent_interruptable(boot.spot_input(offer, env, key, s, **extra))
+        except (NoCapacity, ProviderUnavailable, RateLimited, AuthFailed, QuotaExceeded):
+            raise
+        except ProviderError as exc:
+            # spot pods are no longer documented and may no longer be sold: not this offer,
+            # but the next one (on-demand, if the job takes it) may do
+            raise NoCapacity(
+                f"runpod: no spot pod for this offer ({exc.message}); spot pods may no longer "
+                "be sold",
+                fields={"key": key},
+            ) from None
+
+    def _registry_auth(self, image: ImageRef) -> str | None:
+        """The id of RunPod's copy of the image's registry credentials (made once: named by a
+        digest of host, user and password, so a changed password makes a new one)."""
+        if not image.username or not image.password:
+            return None
+        digest = hashlib.sha256(
+            f"{image.host}\0{image.username}\0{image.password}".encode()
+        ).hexdigest()[:20]
+        name = f"corral-{digest}"
+        for auth in self.api.registry_auths():
+            if auth.get("name") == name:
+                return str(auth["id"])
+        return self.api.create_registry_auth(name, image.username, image.password)
 
     def _lookup_after_failure(self, key: str) -> Pod | None:
         try:
@@ -241,15 +341,11 @@ class RunPodProvider(Provider, SupportsSpot, SupportsStop, SupportsVolumes, Supp
 
     def status(self, instance: Instance) -> InstanceStatus:
         pod = self._ours(self.api.get_pod(instance.instance_id), instance.key)
-        if pod is not None and pod.state_word == "RUNNING" and not pod.up:
-            try:  # REST v1 has no container state; GraphQL's runtime is set once it is up
-                live = self.api.pod_runtime(pod.id)
-            except ProviderError as exc:
-                log.info("runpod: runtime of pod %s unknown: %s", pod.id, exc)
-                live = None
-            if live is not None and live.runtime:
-                pod = pod.model_copy(update={"runtime": live.runtime})
-        state, detail = pod_state(pod, stopped_by_corral=instance.instance_id in self.marks)
+        state, detail = pod_state(
+            pod,
+            spot=instance.offer.spot,
+            stopped_by_corral=instance.instance_id in self.marks,
+        )
         endpoint = self._endpoint(instance.instance_id) if state in _SHOWS_ENDPOINT else None
         return InstanceStatus(state=state, detail=detail, endpoint=endpoint)
 
@@ -303,16 +399,31 @@ class RunPodProvider(Provider, SupportsSpot, SupportsStop, SupportsVolumes, Supp
     # --- network volumes (SupportsVolumes) --------------------------------------------------
 
     def create_volume(self, name: str, size_gb: int, data_center_id: str) -> dict[str, Any]:
-        """A network volume (``{id, name, size, dataCenterId}``); set its id as
+        """A network volume (``{id, name, size, dataCenter, type}``); set its id as
         ``network_volume_id`` to mount it in every pod."""
-        return self.api.create_volume(name, size_gb, data_center_id)
+        return self.api.create_volume(name, size_gb, data_center_id).model_dump(by_alias=True)
 
     def volumes(self) -> list[dict[str, Any]]:
-        return self.api.list_volumes()
+        return [v.model_dump(by_alias=True) for v in self.api.list_volumes()]
 
     def delete_volume(self, volume_id: str) -> None:
         """Delete a network volume; a missing one is success."""
         self.api.delete_volume(volume_id)
+
+    def list_volumes(self) -> list[VolumeInfo]:
+        """Every network volume of the account, with the pods mounting it."""
+        return self.named.list()
+
+    def remove_volume(self, name: str, region: str | None = None) -> list[VolumeInfo]:
+        return self.named.remove(name, region)
+
+    # --- logs (SupportsLogs) ----------------------------------------------------------------
+
+    def logs(self, instance: Instance, tail: int = 200) -> str:
+        """The pod's last ``tail`` log lines, from its log stream read for ``log_read_s``.
+        NotFound once the pod is gone (RunPod keeps no log of a terminated pod)."""
+        lines = self.api.pod_log(instance.instance_id, tail=tail, seconds=self.settings.log_read_s)
+        return "\n".join(lines)
 
     # --- instances --------------------------------------------------------------------------
 
@@ -331,7 +442,7 @@ class RunPodProvider(Provider, SupportsSpot, SupportsStop, SupportsVolumes, Supp
                 "gpu_type_id": offer.details.get("gpu_type_id"),
                 "cloud_type": offer.details.get("cloud_type"),
                 "data_center_id": offer.details.get("data_center_id"),
-                "cost_per_hr": pod.cost_per_hr,
+                "cost_per_hr": pod.cost,
             },
         )
 
@@ -348,10 +459,10 @@ class RunPodProvider(Provider, SupportsSpot, SupportsStop, SupportsVolumes, Supp
         return Offer(
             provider=self.name,
             offer_id=f"pod:{pod.id}",
-            region="any",
+            region=pod.data_center_id or "any",
             gpu_type=canonical_name(gpu_id) if gpu_id else None,
-            gpu_count=int(gpu.get("count") or pod.gpu_count or 0),
-            spot=pod.interruptible,
-            price_per_hour=max(0.0, pod.cost_per_hr or 0.0),
+            gpu_count=int(gpu.get("count") or 0),
+            spot=False,  # a v2 pod does not say; corral's own pods carry their offer
+            price_per_hour=max(0.0, pod.cost or 0.0),
             details={"gpu_type_id": gpu_id} if gpu_id else {},
         )

@@ -25,7 +25,10 @@ CloudType = Literal["SECURE", "COMMUNITY"]
 class RunPodSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    rest_url: str = Field("https://rest.runpod.io/v1", description="REST v1 base URL.")
+    rest_url: str = Field(
+        "https://api.runpod.io/v2",
+        description="REST v2 base URL (pods, network volumes, the GPU catalog).",
+    )
     graphql_url: str = Field("https://api.runpod.io/graphql", description="GraphQL endpoint.")
     proxy_url: str = Field(
         "https://{pod_id}-{port}.proxy.runpod.net",
@@ -64,9 +67,26 @@ class RunPodSettings(BaseModel):
     rate_per_s: float | None = Field(
         5.0, gt=0, description="Most API requests per second (None: no limit)."
     )
+    log_read_s: float = Field(
+        5.0,
+        gt=0,
+        le=300,
+        description="How long `corral logs` reads a pod's log stream, in seconds (the stream "
+        "follows the container and may never end).",
+    )
     create_attempts: int = Field(
         3, ge=1, description="Creates tried for one launch when the answer is ambiguous."
     )
+
+    @field_validator("rest_url")
+    @classmethod
+    def _v2(cls, value: str) -> str:
+        if value.rstrip("/").endswith("/v1"):
+            raise ValueError(
+                "RunPod retired REST v1 on 2026-11-15: use the v2 base URL "
+                "(https://api.runpod.io/v2)"
+            )
+        return value
 
     @field_validator("proxy_url")
     @classmethod

@@ -38,8 +38,11 @@ What the callback does (on the main process only):
   ``exit_if_preempted()`` after ``trainer.train()`` returns exits with
   :data:`corral.wire.env.EXIT_PREEMPTED`. A stop asked by the budget or by
   :class:`~corral.sdk.early_stop.EarlyStopping` saves and stops too, but does not exit.
-* Each save writes ``corral_state.json`` (cost so far) into the checkpoint and a ``checkpoint``
-  record to the progress file; the cost continues from it on resume. It also writes the
+* Each save writes the cost so far into the checkpoint's ``trainer_state.json`` (under
+  ``stateful_callbacks["corral"]``) and ``corral_state.json``, and a ``checkpoint`` record to the
+  progress file; the cost continues from it on resume, also from a checkpoint outside
+  ``output_dir``. A second ``trainer.train()`` after a budget or early stop is not stopped by
+  the last run's request (the budget is checked again at its first step). It also writes the
   resolved config as ``corral_config.json`` into the checkpoint: ``config=`` (a
   ``TrainingConfig``, dataclass, pydantic model or dict), else the config last returned by
   :func:`corral.sdk.load_config` (none loaded: no file).
@@ -80,6 +83,8 @@ log = logging.getLogger("corral.sdk.integrations.hf")
 
 STATE_FILE = "corral_state.json"
 CONFIG_FILE = "corral_config.json"
+#: The key of the cost in ``TrainerState.stateful_callbacks`` (``trainer_state.json``).
+STATEFUL_KEY = "corral"
 _CKPT_RE = re.compile(r"^checkpoint-(\d+)$")
 
 
@@ -201,12 +206,42 @@ class CorralCallback(TrainerCallback):
         if self.install_signals:
             signals.install_signal_handlers()
         meter = self._meter()
+        if self.stopped_for is not None and self.stopped_for != "preempted":
+            # A new train() after a budget or early stop: that request was for the last run
+            # (the meter asks again at the first step if the budget is still used up).
+            signals.clear_stop_request(self.stopped_for)
+            meter.clear_stop()
+            self.stopped_for = None
         if state.global_step > 0:  # resumed: continue the cost from that checkpoint
-            saved = Path(args.output_dir) / f"checkpoint-{state.global_step}" / STATE_FILE
+            self._load_cost(args, state, meter)
+        return control
+
+    def _load_cost(self, args, state, meter: CostMeter) -> None:
+        """The cost saved with the checkpoint resumed from: in its ``trainer_state.json``
+        (wherever the checkpoint is, also outside ``output_dir``), else (a checkpoint from an
+        older corral) its ``corral_state.json`` in ``output_dir``."""
+        saved_state = (getattr(state, "stateful_callbacks", None) or {}).get(STATEFUL_KEY)
+        if isinstance(saved_state, dict):
             try:
-                meter.load_state_dict(json.loads(saved.read_text()))
-            except (OSError, ValueError, BadInput) as e:  # missing, torn or not our shape
-                log.warning("no corral state in %s (%s); cost starts from the offset", saved, e)
+                meter.load_state_dict(saved_state)
+                return
+            except BadInput as e:
+                log.warning("unusable corral state in the checkpoint (%s)", e)
+        saved = Path(args.output_dir) / f"checkpoint-{state.global_step}" / STATE_FILE
+        try:
+            meter.load_state_dict(json.loads(saved.read_text()))
+        except (OSError, ValueError, BadInput) as e:  # missing, torn or not our shape
+            log.warning("no corral state in %s (%s); cost starts from the offset", saved, e)
+
+    def _stash_cost(self, state) -> None:
+        """Put the cost so far into the TrainerState, which the Trainer writes into the next
+        checkpoint's ``trainer_state.json`` (read back by :meth:`_load_cost`)."""
+        stash = getattr(state, "stateful_callbacks", None)
+        if isinstance(stash, dict):
+            stash[STATEFUL_KEY] = self._meter().state_dict()
+
+    def on_epoch_end(self, args, state, control, **kwargs):
+        self._stash_cost(state)  # a save_strategy="epoch" save comes next
         return control
 
     def on_step_end(self, args, state, control, **kwargs):
@@ -224,6 +259,7 @@ class CorralCallback(TrainerCallback):
                     **self._cost(),
                 )
         self._meter().check(state.global_step)
+        self._stash_cost(state)  # before a save the Trainer makes after this step
         if distributed.is_distributed():
             if state.global_step % self.check_every:
                 return control  # every rank skips the same steps: they are in lockstep
@@ -370,10 +406,26 @@ class CorralCallback(TrainerCallback):
         return deleted
 
     def exit_if_preempted(self) -> None:
-        """Call after ``trainer.train()`` returns: exits with ``EXIT_PREEMPTED`` (75) when
-        training stopped because of a preemption signal (on any rank, in a distributed job),
-        else returns."""
-        if signals.preempted() or self.stopped_for == "preempted":
+        """Call after ``trainer.train()`` returns, on every rank: exits with
+        ``EXIT_PREEMPTED`` (75) when training stopped because of a preemption signal, or a
+        signal came since, else returns. In a distributed job the ranks decide together (one
+        small all_reduce): a rank signalled after the last step the ranks agreed on makes
+        every rank exit 75, not that rank alone while the others exit 0. If that collective
+        fails, a signalled rank exits 75 and the others raise the error."""
+        local = signals.preempted() or self.stopped_for == "preempted"
+        preempted = local
+        if distributed.is_distributed():
+            try:
+                preempted = distributed.agree_seconds_left(0.0 if local else None) is not None
+            except RuntimeError as exc:
+                if not local:
+                    raise
+                print(
+                    f"corral: the ranks could not agree on preemption ({type(exc).__name__}: "
+                    f"{exc}); exiting with the preemption code on this rank",
+                    file=sys.stderr,
+                )
+        if preempted:
             trackers.finish()
             # A live process group can abort the exit (SIGABRT, not 75): destroyed at exit,
             # after the script's own clean-up (which may destroy it itself).

@@ -3,6 +3,7 @@ events) that follows them until the run ends."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator
 from typing import Any
@@ -13,14 +14,12 @@ from sse_starlette.sse import EventSourceResponse, ServerSentEvent
 
 from corral.server import deps
 from corral.server.auth import reader
+from corral.service.log_hub import LogHub, Subscription
 from corral.service.logs import MAX_CHUNK, log_files, read_log
 from corral.service.session import Store
-from corral.service.watch import RunWatch, watch_run
+from corral.service.views import LogLine
 
 router = APIRouter(prefix="/api/v1/runs/{ref}/logs", tags=["logs"])
-
-#: seconds between two reads of a followed run's logs
-POLL_S = 0.25
 
 
 @router.get("", dependencies=[Depends(reader)])
@@ -40,33 +39,54 @@ def logs(
     return chunk.to_json()
 
 
-async def _follow(watch: RunWatch) -> AsyncIterator[ServerSentEvent]:
+def _events(lines: list[LogLine]) -> bytes:
+    """One ``log`` event per line, encoded together: one write for a poll's lines, however
+    many (the server's cost per follower is mostly its writes)."""
+    return b"".join(
+        ServerSentEvent(data=json.dumps(line.to_json()), event="log").encode() for line in lines
+    )
+
+
+async def _follow(sub: Subscription, wake: asyncio.Event) -> AsyncIterator[bytes | ServerSentEvent]:
     """``log`` events (one per line) until the run has ended and its last lines are sent,
-    then one ``end`` event with the run."""
+    then one ``end`` event with the run. A follower too slow to keep up is let go (the
+    stream closes without ``end``)."""
     try:
         while True:
-            run, _ = await anyio.to_thread.run_sync(watch.snapshot)
-            lines = await anyio.to_thread.run_sync(watch.tailer.read)
-            for line in lines:
-                yield ServerSentEvent(data=json.dumps(line.to_json()), event="log")
-            if run.terminal:  # the controller copies the last lines before the end state
-                for line in await anyio.to_thread.run_sync(watch.tailer.read):
-                    yield ServerSentEvent(data=json.dumps(line.to_json()), event="log")
-                yield ServerSentEvent(data=json.dumps(run.to_json()), event="end")
+            await wake.wait()
+            wake.clear()
+            lines, end = sub.drain()
+            if lines:
+                yield _events(lines)
+            if end is not None:
+                yield ServerSentEvent(data=json.dumps(end.to_json()), event="end")
                 return
-            await anyio.sleep(POLL_S)
+            if sub.overflowed:
+                return
     finally:
-        watch.close()
+        sub.close()
 
 
 @router.get("/stream", dependencies=[Depends(reader)])
-def stream(
+async def stream(
     ref: str,
     stage: list[str] | None = Query(None, description="only these stages"),
     from_end: bool = Query(False, description="skip the lines already written"),
-    store: Store = Depends(deps.store),
+    hub: LogHub = Depends(deps.log_hub),
 ) -> EventSourceResponse:
     """Server-sent events: ``log`` (``{attempt, stage, ts, text}``) for each line as the
-    controller copies it, and ``end`` (the run) once it has ended; then the stream closes."""
-    watch = watch_run(ref, stages=stage, from_end=from_end, store=store)
-    return EventSourceResponse(_follow(watch), ping=15)
+    controller copies it, and ``end`` (the run) once it has ended; then the stream closes.
+    Every follower of a run shares one reader of its logs (:mod:`corral.service.log_hub`)."""
+    loop = asyncio.get_running_loop()
+    wake = asyncio.Event()
+
+    def notify() -> None:
+        try:
+            loop.call_soon_threadsafe(wake.set)
+        except RuntimeError:  # the server is shutting down: nobody is waiting
+            pass
+
+    sub = await anyio.to_thread.run_sync(
+        lambda: hub.subscribe(ref, stages=stage, from_end=from_end, notify=notify)
+    )
+    return EventSourceResponse(_follow(sub, wake), ping=15)

@@ -9,7 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from corral.server import deps
 from corral.server.auth import reader, writer
-from corral.service import actions, details, events, runs, submit
+from corral.service import actions, bundles, details, events, run_charts, runs, submit
 from corral.service.events import MAX_EVENTS
 from corral.service.session import Store
 
@@ -17,6 +17,28 @@ router = APIRouter(prefix="/api/v1/runs", tags=["runs"])
 
 #: the most runs one page lists
 MAX_PAGE = 1000
+
+
+class CodeSent(BaseModel):
+    """What a CLI packed on its own machine: the bundle it uploaded (null: code from git with
+    no ``files:``), what the bundle holds, and the state of the CLI's git checkout."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    sha256: str | None = Field(default=None, description="the uploaded bundle")
+    members: int = Field(default=0, ge=0)
+    content_bytes: int = Field(default=0, ge=0)
+    modes: dict[str, int] = Field(
+        default_factory=dict, description="the files: {index in the spec: file mode}"
+    )
+    local_toplevel: str | None = None
+    local_commit: str | None = None
+    local_dirty: bool | None = None
+    cached: bool = Field(default=False, description="the CLI found it packed already")
+
+    def client_code(self) -> Any:
+        """The service's :class:`corral.control.client_code.ClientCode` of it."""
+        return bundles.client_code(self.model_dump())
 
 
 class SubmitRequest(BaseModel):
@@ -29,6 +51,11 @@ class SubmitRequest(BaseModel):
     base_dir: str | None = Field(
         default=None, description="where relative paths resolve on the server (default: its cwd)"
     )
+    code: CodeSent | None = Field(
+        default=None,
+        description="the code the CLI packed and uploaded (PUT /api/v1/bundles/{sha256}): "
+        "the workdir then need not be on the server",
+    )
 
 
 @router.post("", status_code=201, dependencies=[Depends(writer)])
@@ -36,7 +63,11 @@ def submit_run(body: SubmitRequest, store: Store = Depends(deps.store)) -> Any:
     """Validate and submit the spec; 201 with the run, its warnings and notices. A bad spec
     is a 422 whose ``fields.errors`` name each field."""
     return submit.submit_run(
-        text=body.spec, base_dir=body.base_dir, overrides=body.overrides, store=store
+        text=body.spec,
+        base_dir=body.base_dir,
+        overrides=body.overrides,
+        store=store,
+        client_code=body.code.client_code() if body.code is not None else None,
     ).to_json()
 
 
@@ -48,11 +79,14 @@ def list_runs(
     offset: int = Query(0, ge=0),
     store: Store = Depends(deps.store),
 ) -> Any:
-    """Runs newest first, ``limit`` of them from ``offset``."""
-    found = runs.list_runs(
-        states=state, active_only=active, limit=limit, offset=offset, store=store
-    )
-    return {"runs": [r.to_json() for r in found], "limit": limit, "offset": offset}
+    """Runs newest first, ``limit`` of them from ``offset``; ``total``: how many match."""
+    page = runs.page_runs(states=state, active_only=active, limit=limit, offset=offset, store=store)
+    return {
+        "runs": [r.to_json() for r in page.runs],
+        "limit": limit,
+        "offset": offset,
+        "total": page.total,
+    }
 
 
 @router.get("/{ref}", dependencies=[Depends(reader)])
@@ -83,3 +117,17 @@ def stop_run(ref: str, store: Store = Depends(deps.store)) -> Any:
 def cancel_run(ref: str, store: Store = Depends(deps.store)) -> Any:
     """Ask for an immediate cancel (the run ends CANCELLED); 409 when it already ended."""
     return actions.cancel_run(ref, store=store).to_json()
+
+
+@router.get("/{ref}/charts", dependencies=[Depends(reader)])
+def charts(ref: str, store: Store = Depends(deps.store)) -> Any:
+    """The run's loss and validation curves (x: step) from its progress events, and its cost
+    over time (x: unix seconds) from its attempts."""
+    return run_charts.run_charts(ref, store=store).to_json()
+
+
+@router.get("/{ref}/timeline", dependencies=[Depends(reader)])
+def timeline(ref: str, store: Store = Depends(deps.store)) -> Any:
+    """Every attempt with its stages' spans and how it ended, and the marks between them
+    (preemption notices, recoveries, stop requests, the end); times in unix seconds."""
+    return run_charts.run_timeline(ref, store=store).to_json()

@@ -1,0 +1,251 @@
+"""The GPU worker pool: start latency through the pool against the local provider, and the
+throughput of two workers with the controller's CPU per run.
+
+    python benchmarks/pool.py [--json] [--repeat 5] [--runs 200]
+
+1. ``pool_start_s`` / ``local_start_s``: ``corral launch --detach`` of a one-GPU job to the
+   first line of its code, through the pool (two idle ``corral worker`` machines, one fake
+   L40S each) and on the local provider (the same fake GPU inventory), interleaved, median of
+   --repeat. The pool's extra hop is the broker (Redis) and a worker's forked task process.
+2. ``pool_runs_per_min`` / ``controller_cpu_s_per_run``: --runs tiny runs (``true``) queued
+   at once through the service (each first attempt enqueued, as ``corral launch`` does) and
+   run by the two workers under one real controller process (default settings); from the
+   first submission to the last run SUCCEEDED, and the controller process's CPU seconds
+   (user + system) over the same span, per run.
+
+Needs the Redis server of ``CORRAL_BENCH_REDIS`` (default ``redis://127.0.0.1:6379/13``); every
+key of the benchmark's pool is deleted at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import psutil
+
+FIRST_LINE = """\
+import sys, time
+t = time.time()
+print("first line", flush=True)
+open(sys.argv[1], "w").write(repr(t))
+"""
+REDIS = os.environ.get("CORRAL_BENCH_REDIS", "redis://127.0.0.1:6379/13")
+
+
+def _wait(predicate, timeout: float, what: str):  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.005)
+    raise SystemExit(f"timed out waiting for {what}")
+
+
+def _first_line(path: Path) -> float | None:
+    try:
+        text = path.read_text()
+        return float(text) if text else None
+    except (OSError, ValueError):
+        return None
+
+
+def launch_to_first_line(work: Path, env: dict[str, str], tag: str) -> float:
+    out = work / f"{tag}.txt"
+    spec = work / f"{tag}.yaml"
+    spec.write_text(
+        f"name: {tag}\nresources: {{gpus: 1}}\nrun: {sys.executable} first_line.py {out}\n"
+    )
+    t0 = time.time()
+    subprocess.run(
+        [sys.executable, "-m", "corral.cli", "launch", str(spec), "--detach"],
+        check=True,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        cwd=work,
+    )
+    return float(_wait(lambda: _first_line(out), 60, f"the first line of {tag}")) - t0
+
+
+def start_workers(env: dict[str, str], root: Path) -> list[subprocess.Popen[bytes]]:
+    from corral.queue.client import connect
+    from corral.queue.keys import Keys
+    from corral.queue.registry import Registry
+    from corral.queue.settings import PoolSettings
+
+    procs = []
+    for gpu in ("0", "1"):
+        home = root / f"machine{gpu}"
+        home.mkdir(parents=True)
+        wenv = dict(env, CORRAL_HOME=str(home))
+        with open(home / "worker.out", "ab") as log:
+            procs.append(
+                subprocess.Popen(
+                    [
+                        sys.executable,
+                        "-m",
+                        "corral.cli",
+                        "worker",
+                        "--gpus",
+                        gpu,
+                        "--name",
+                        f"m{gpu}",
+                    ],
+                    env=wenv,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
+            )
+    settings = PoolSettings.from_env(env)
+    registry = Registry(connect(settings), Keys(settings.name))
+    _wait(lambda: len(registry.workers()) == 2, 120, "two workers to join")
+    return procs
+
+
+def throughput(env: dict[str, str], work: Path, runs: int) -> tuple[float, float]:
+    """(runs per minute, controller CPU seconds per run)."""
+    for k, v in env.items():
+        os.environ[k] = v
+    from corral.service.submit import submit_run
+    from corral.store import Store
+
+    spec = work / "tiny.yaml"
+    spec.write_text("name: tiny\nresources: {gpus: 1}\nrun: 'true'\n")
+    home = Path(env["CORRAL_HOME"])
+    with open(home / "bench-controller.log", "ab") as log:
+        ctl = subprocess.Popen(
+            [sys.executable, "-m", "corral.control", "--idle-exit", "600"],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        proc = psutil.Process(ctl.pid)
+        store = Store.open()
+        time.sleep(2.0)  # the controller is up and idle
+        cpu0 = sum(proc.cpu_times()[:2])
+        t0 = time.monotonic()
+        ids = [submit_run(spec, store=store, start_controller=False).run.id for _ in range(runs)]
+
+        def done() -> bool:
+            states = {r.id: r.state for r in store.list_runs()}
+            bad = [i for i in ids if states.get(i) in ("FAILED", "CANCELLED", "STOPPED")]
+            if bad:
+                raise SystemExit(f"run {bad[0]} did not succeed: {store.get_run(bad[0]).reason}")
+            return all(states.get(i) == "SUCCEEDED" for i in ids)
+
+        _wait(done, 3600, f"{runs} runs to succeed")
+        elapsed = time.monotonic() - t0
+        cpu = sum(proc.cpu_times()[:2]) - cpu0
+        return runs / elapsed * 60.0, cpu / runs
+    finally:
+        ctl.send_signal(signal.SIGTERM)
+        try:
+            ctl.wait(30)
+        except subprocess.TimeoutExpired:
+            ctl.kill()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--json", action="store_true", help="print the figures as JSON")
+    parser.add_argument("--repeat", type=int, default=5, help="launches per start figure")
+    parser.add_argument("--runs", type=int, default=200, help="runs for the throughput figure")
+    args = parser.parse_args(argv)
+
+    tmp = Path(tempfile.mkdtemp(prefix="corral-bench-pool-"))
+    pool = f"bench{uuid.uuid4().hex[:8]}"
+    base = {k: v for k, v in os.environ.items() if not k.startswith("CORRAL_")}
+    base.update(CORRAL_FAKE_GPUS="L40S:2", CORRAL_CONTROLLER_IDLE_EXIT="60")
+    pool_env = dict(
+        base,
+        CORRAL_POOL_BROKER=REDIS,
+        CORRAL_POOL_NAME=pool,
+        CORRAL_PROVIDERS="pool",
+        CORRAL_GPU_LOCK_DIR=str(tmp / "pool-locks"),
+        CORRAL_HOME=str(tmp / "pool-home"),
+    )
+    local_env = dict(
+        base,
+        CORRAL_PROVIDERS="local",
+        CORRAL_GPU_LOCK_DIR=str(tmp / "local-locks"),
+        CORRAL_HOME=str(tmp / "local-home"),
+    )
+    workers: list[subprocess.Popen[bytes]] = []
+    try:
+        work = tmp / "work"
+        work.mkdir()
+        (work / "first_line.py").write_text(FIRST_LINE)
+        workers = start_workers(pool_env, tmp / "machines")
+        pool_s, local_s = [], []
+        for i in range(args.repeat):
+            pool_s.append(launch_to_first_line(work, pool_env, f"pool-{i}"))
+            local_s.append(launch_to_first_line(work, local_env, f"local-{i}"))
+            time.sleep(1.5)  # both runs end and free their GPU before the next pair
+        for env in (pool_env, local_env):
+            subprocess.run(
+                [sys.executable, "-m", "corral.cli", "controller", "stop"],
+                env=env,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+        tput_env = dict(pool_env, CORRAL_HOME=str(tmp / "tput-home"))
+        Path(tput_env["CORRAL_HOME"]).mkdir()
+        per_min, cpu_per_run = throughput(tput_env, work, args.runs)
+    finally:
+        for w in workers:
+            try:
+                os.killpg(w.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        from corral.queue.client import connect
+        from corral.queue.settings import PoolSettings
+
+        client = connect(PoolSettings(broker_url=REDIS, name=pool))
+        names = list(client.scan_iter(match=f"{pool}*", count=1000))
+        if names:
+            client.delete(*names)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+    result = {
+        "pool_start_s": round(statistics.median(pool_s), 4),
+        "local_start_s": round(statistics.median(local_s), 4),
+        "pool_runs_per_min": round(per_min, 1),
+        "controller_cpu_s_per_run": round(cpu_per_run, 4),
+        "runs": args.runs,
+    }
+    if args.json:
+        print(json.dumps(result))
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table(title=f"the pool (start: median of {args.repeat}; throughput: {args.runs} runs)")
+    for col in ("figure", "pool", "baseline"):
+        t.add_column(col)
+    t.add_row(
+        "launch -> first line of user code",
+        f"{result['pool_start_s']:.3f} s",
+        f"local provider {result['local_start_s']:.3f} s",
+    )
+    t.add_row("tiny runs through two workers", f"{per_min:.1f} runs/min", "-")
+    t.add_row("controller CPU per run", f"{cpu_per_run * 1000:.0f} ms", "-")
+    Console().print(t)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

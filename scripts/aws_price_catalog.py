@@ -1,0 +1,243 @@
+"""Regenerate corral's AWS on-demand price catalog from the AWS Price List API.
+
+    python scripts/aws_price_catalog.py                     # write src/corral/pricing/data/aws-ec2-<today>.json
+    python scripts/aws_price_catalog.py --dry-run           # show what would change, write nothing
+    python scripts/aws_price_catalog.py --types p5e.48xlarge,p6-b200.48xlarge --regions us-east-1,us-west-2
+
+It asks ``pricing.get_products`` (boto3, the ``pricing`` endpoint in us-east-1; credentials from
+the usual boto3 chain, with ``pricing:GetProducts`` allowed) for each GPU instance type: Linux,
+shared tenancy, no pre-installed software, capacity status "Used", every region at once, all
+pages. Each answer's product attributes give the vCPUs, memory, GPU count and GPU memory; its
+on-demand term gives the USD price per hour. The GPU model is not in the Price List: it comes
+from the instance family (:data:`FAMILY_GPUS`) or the current catalog. Types with a fractional
+GPU (g6f) are left out: corral schedules whole GPUs.
+
+The catalog is dated with the day the prices were read (``--date`` to set it), validated with
+corral's own catalog model, and written next to the bundled one; the newest date wins. The old
+file can then be deleted. ``--endpoint-url`` points the client elsewhere (the tests' fake).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from corral.pricing.catalog import Catalog, catalog_files, read_catalog
+
+DATA = Path(__file__).resolve().parents[1] / "src" / "corral" / "pricing" / "data"
+
+#: the GPU model of each GPU instance family (the Price List does not name it)
+FAMILY_GPUS = {
+    "g4dn": "T4",
+    "g5": "A10G",
+    "g6": "L4",
+    "g6e": "L40S",
+    "g6f": "L4",
+    "gr6": "L4",
+    "p3": "V100",
+    "p3dn": "V100",
+    "p4d": "A100",
+    "p4de": "A100",
+    "p5": "H100",
+    "p5e": "H200",
+    "p5en": "H200",
+    "p6-b200": "B200",
+    "p6e-gb200": "B200",
+}
+#: asked besides the current catalog's types (newer GPU instances)
+EXTRA_TYPES = (
+    "p4de.24xlarge",
+    "p5e.48xlarge",
+    "p5en.48xlarge",
+    "p6-b200.48xlarge",
+    "g6f.large",
+    "g6f.xlarge",
+    "g6f.2xlarge",
+    "g6f.4xlarge",
+)
+_SIZE = re.compile(r"^\s*([\d.]+)\s*(GiB|GB|TiB|TB)?\s*$", re.I)
+
+
+def term_filters(instance_type: str) -> list[dict[str, str]]:
+    """The ``get_products`` filters of one instance type's on-demand Linux price."""
+    wanted = {
+        "instanceType": instance_type,
+        "operatingSystem": "Linux",
+        "tenancy": "Shared",
+        "preInstalledSw": "NA",
+        "capacitystatus": "Used",
+        "licenseModel": "No License required",
+    }
+    return [{"Type": "TERM_MATCH", "Field": k, "Value": v} for k, v in wanted.items()]
+
+
+def _gib(text: Any) -> float | None:
+    m = _SIZE.match(str(text or ""))
+    if not m:
+        return None
+    value = float(m.group(1))
+    return value * 1024 if (m.group(2) or "").upper().startswith("T") else value
+
+
+def on_demand_price(item: dict[str, Any]) -> float | None:
+    """The USD per hour of a Price List product's on-demand term (None without one)."""
+    for term in ((item.get("terms") or {}).get("OnDemand") or {}).values():
+        for dim in (term.get("priceDimensions") or {}).values():
+            if str(dim.get("unit", "")).lower() in ("hrs", "hours", "hour"):
+                try:
+                    price = float(dim["pricePerUnit"]["USD"])
+                except (KeyError, TypeError, ValueError):
+                    continue
+                if price > 0:
+                    return price
+    return None
+
+
+def products(client: Any, instance_type: str) -> list[dict[str, Any]]:
+    """Every Price List product of ``instance_type`` (all pages), parsed."""
+    out = []
+    pages = client.get_paginator("get_products").paginate(
+        ServiceCode="AmazonEC2", Filters=term_filters(instance_type), FormatVersion="aws_v1"
+    )
+    for page in pages:
+        out += [json.loads(p) if isinstance(p, str) else p for p in page.get("PriceList", [])]
+    return out
+
+
+def entry_for(
+    instance_type: str, items: list[dict[str, Any]], regions: list[str], gpu_type: str | None
+) -> tuple[dict[str, Any] | None, str]:
+    """(catalog entry, "") or (None, why it is left out)."""
+    prices: dict[str, float] = {}
+    attrs: dict[str, Any] = {}
+    for item in items:
+        a = (item.get("product") or {}).get("attributes") or {}
+        if a.get("instanceType") != instance_type or a.get("regionCode") not in regions:
+            continue
+        price = on_demand_price(item)
+        if price is not None:
+            prices[a["regionCode"]] = round(price, 6)
+            attrs = attrs or a
+    if not prices:
+        return None, "no on-demand Linux price in the regions asked"
+    try:
+        count = float(attrs.get("gpu") or 0)
+    except ValueError:
+        count = 0
+    if count != int(count):
+        return None, f"a fractional GPU ({count:g}): corral schedules whole GPUs"
+    if count and not gpu_type:
+        return None, "GPU model unknown (add its family to FAMILY_GPUS)"
+    total = _gib(attrs.get("gpuMemory"))
+    entry = {
+        "instance_type": instance_type,
+        "gpu_type": gpu_type if count else None,
+        "gpu_count": int(count),
+        "gpu_memory_gb": round(total / count, 1) if total and count else None,
+        "vcpus": float(attrs.get("vcpu") or 0),
+        "memory_gb": _gib(attrs.get("memory")) or 0.0,
+        "prices": dict(sorted(prices.items())),
+    }
+    return entry, ""
+
+
+def build(
+    client: Any, types: list[str], regions: list[str], day: str, known: Catalog | None
+) -> tuple[Catalog, list[str]]:
+    """The new catalog and one note per type left out."""
+    entries, notes = [], []
+    for itype in types:
+        family = itype.split(".")[0]
+        old = known.entry(itype) if known else None
+        gpu = FAMILY_GPUS.get(family) or (old.gpu_type if old else None)
+        entry, why = entry_for(itype, products(client, itype), regions, gpu)
+        if entry is None:
+            notes.append(f"{itype}: left out: {why}")
+        else:
+            entries.append(entry)
+    catalog = Catalog.model_validate(
+        {
+            "provider": "aws",
+            "service": "ec2",
+            "date": day,
+            "price_kind": "on-demand, Linux, shared tenancy",
+            "source": f"AWS Price List API (pricing.get_products, AmazonEC2) read on {day} "
+            "by scripts/aws_price_catalog.py",
+            "note": "A catalog, not a quote. Spot prices are never in this file: they come "
+            "live from describe_spot_price_history.",
+            "entries": entries,
+        }
+    )
+    return catalog, notes
+
+
+def changes(old: Catalog | None, new: Catalog) -> list[str]:
+    """Human lines for what moved between two catalogs."""
+    lines = []
+    for e in new.entries:
+        before = old.entry(e.instance_type) if old else None
+        if before is None:
+            lines.append(f"+ {e.instance_type} ({e.gpu_type} x{e.gpu_count})")
+            continue
+        for region, price in e.prices.items():
+            was = before.prices.get(region)
+            if was is not None and abs(was - price) > 1e-6:
+                lines.append(f"~ {e.instance_type} {region}: {was:g} -> {price:g}")
+    for e in old.entries if old else []:
+        if new.entry(e.instance_type) is None:
+            lines.append(f"- {e.instance_type}")
+    return lines
+
+
+def main(argv: list[str] | None = None, client: Any = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--types",
+        help="instance types, comma separated (default: the "
+        "current catalog's and newer GPU instances)",
+    )
+    parser.add_argument(
+        "--regions", help="regions, comma separated (default: the current catalog's)"
+    )
+    parser.add_argument("--date", help="date of the data, YYYY-MM-DD (default: today, UTC)")
+    parser.add_argument("--out", type=Path, default=DATA, help="directory to write to")
+    parser.add_argument("--endpoint-url", help="Price List endpoint (default: AWS's)")
+    parser.add_argument("--dry-run", action="store_true", help="write nothing")
+    args = parser.parse_args(argv)
+    files = catalog_files("aws", "ec2", args.out) or catalog_files("aws", "ec2")
+    known = read_catalog(files[-1]) if files else None
+    types = [t.strip() for t in (args.types or "").split(",") if t.strip()]
+    if not types:
+        types = [e.instance_type for e in known.entries] if known else []
+        types += [t for t in EXTRA_TYPES if t not in types]
+    regions = [r.strip() for r in (args.regions or "").split(",") if r.strip()]
+    regions = regions or (known.regions() if known else ["us-east-1"])
+    day = args.date or datetime.now(UTC).date().isoformat()
+    if client is None:
+        import boto3
+
+        client = boto3.client("pricing", region_name="us-east-1", endpoint_url=args.endpoint_url)
+    try:
+        catalog, notes = build(client, types, regions, day, known)
+    except Exception as exc:  # botocore's errors: one line, never a traceback
+        print(f"aws_price_catalog: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
+    for line in notes + changes(known, catalog):
+        print(line)
+    target = args.out / f"aws-ec2-{day}.json"
+    if args.dry_run:
+        print(f"{len(catalog.entries)} instance types; not written (--dry-run)")
+        return 0
+    text = json.dumps(catalog.model_dump(mode="json"), indent=1) + "\n"
+    target.write_text(text)
+    print(f"wrote {target} ({len(catalog.entries)} instance types, {len(regions)} regions)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

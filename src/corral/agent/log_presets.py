@@ -1,0 +1,386 @@
+"""Line parsers for a stage's ``progress`` pattern: one per preset, and one for a custom regex.
+
+A parser gets one log line at a time (a line ends at ``\\n`` or at a progress bar's ``\\r``,
+ANSI colours already removed) and returns a :class:`Reading` when the line says something
+about progress, else None. Parsers keep what earlier lines told them (a table header, the
+total number of steps, the training bar's total); :mod:`corral.agent.log_progress` fills a
+reading's missing step and total from the ones before it.
+
+Steps of the epoch-based tools (Lightning, Ultralytics) count batches over the whole run:
+``epoch * batches_per_epoch + batch``, with ``total = epochs * batches_per_epoch`` when the
+number of epochs is printed, so the percentage and the ETA cover the whole run.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from corral.wire.progress_patterns import KNOWN_GROUPS, PRESETS, compile_custom
+
+Number = int | float
+
+
+@dataclass
+class Reading:
+    step: Number | None = None
+    total: Number | None = None
+    loss: Number | None = None
+    epoch: Number | None = None
+    metrics: dict[str, Number] = field(default_factory=dict)
+
+    def has_values(self) -> bool:
+        """Carries a loss or a metric (worth sending to the trackers), not only a position."""
+        return self.loss is not None or bool(self.metrics)
+
+
+class LineParser(Protocol):
+    def parse(self, line: str) -> Reading | None: ...
+
+
+_NUMBER = re.compile(
+    r"[-+]?(?:nan|inf(?:inity)?|(?:\d[\d,]*(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?)", re.IGNORECASE
+)
+
+
+def number(text: object) -> Number | None:
+    """The number ``text`` starts with (units after it, thousands commas and quotes are
+    ignored: ``"37.89GiB(39.89%)"`` -> 37.89, ``"1,234"`` -> 1234), or None."""
+    if isinstance(text, bool):
+        return None
+    if isinstance(text, (int, float)):
+        return text
+    if not isinstance(text, str):
+        return None
+    found = _NUMBER.match(text.strip().strip("'\""))
+    if not found:
+        return None
+    raw = found.group(0).replace(",", "")
+    try:
+        if re.fullmatch(r"[-+]?\d+", raw):
+            return int(raw)
+        return float(raw)
+    except ValueError:
+        return None
+
+
+def metric_name(text: str) -> str:
+    """``"grad norm"`` -> ``"grad_norm"``; ``"tok/sec"`` stays."""
+    return re.sub(r"\s+", "_", text.strip()).lower()
+
+
+# --- HF Trainer -------------------------------------------------------------------------------
+
+_TQDM = re.compile(r"(?:^|\|)\s*(?P<n>\d+)/(?P<total>\d+) \[")
+_DICT = re.compile(r"\{'[^{}]*\}")
+
+
+class HfParser:
+    """The tqdm bar (``  12/100 [00:03<00:20,  4.2it/s]``) gives step/total; the dicts the
+    Trainer prints (``{'loss': 2.31, 'learning_rate': 5e-05, 'epoch': 0.5}``, numbers or quoted
+    numbers) give loss, epoch and metrics. Only the first bar's total counts: evaluation bars
+    (another total) are not the training's steps."""
+
+    def __init__(self) -> None:
+        self._total: int | None = None
+
+    def parse(self, line: str) -> Reading | None:
+        found = _DICT.search(line)
+        position = self._bar(line[: found.start()] if found else line)
+        if not found:
+            return position
+        reading = self._dict(found.group(0))
+        if reading is not None and position is not None:
+            reading.step, reading.total = position.step, position.total
+        return reading or position
+
+    def _bar(self, text: str) -> Reading | None:
+        bars = list(_TQDM.finditer(text))
+        if not bars:
+            return None
+        bar = bars[-1]  # the last redraw in the text
+        total = int(bar.group("total"))
+        if self._total is None:
+            self._total = total
+        if total != self._total:
+            return None
+        return Reading(step=int(bar.group("n")), total=total)
+
+    def _dict(self, text: str) -> Reading | None:
+        try:
+            data = ast.literal_eval(text)
+        except (ValueError, SyntaxError, MemoryError, RecursionError):
+            return None
+        if not isinstance(data, dict):
+            return None
+        reading = Reading()
+        for key, raw in data.items():
+            value = number(raw)
+            if value is None or not isinstance(key, str):
+                continue
+            if key == "loss":
+                reading.loss = value
+            elif key == "epoch":
+                reading.epoch = value
+            else:
+                reading.metrics[key] = value
+        return reading if reading.has_values() or reading.epoch is not None else None
+
+
+# --- nanoGPT ----------------------------------------------------------------------------------
+
+_NANOGPT_ITER = re.compile(
+    r"^iter (?P<step>\d+): loss (?P<loss>\S+?), time (?P<time>\S+?)ms(?:, mfu (?P<mfu>\S+?)%)?"
+)
+_NANOGPT_EVAL = re.compile(
+    r"^step (?P<step>\d+): train loss (?P<train>\S+?), val loss (?P<val>\S+)"
+)
+_NANOGPT_MAX = re.compile(r"^(?:Overriding: )?max_iters = (?P<total>\d+)\s*$")
+
+
+class NanoGptParser:
+    """``iter 100: loss 2.3456, time 12.34ms, mfu 12.34%``, the eval line ``step 250: train
+    loss 2.1234, val loss 2.3456`` and, for the total, ``Overriding: max_iters = 5000``."""
+
+    def parse(self, line: str) -> Reading | None:
+        found = _NANOGPT_ITER.match(line)
+        if found:
+            metrics = {"time_ms": number(found.group("time"))}
+            if found.group("mfu") is not None:
+                metrics["mfu"] = number(found.group("mfu"))
+            return Reading(
+                step=int(found.group("step")),
+                loss=number(found.group("loss")),
+                metrics={k: v for k, v in metrics.items() if v is not None},
+            )
+        found = _NANOGPT_EVAL.match(line)
+        if found:
+            metrics = {
+                "train_loss": number(found.group("train")),
+                "val_loss": number(found.group("val")),
+            }
+            return Reading(
+                step=int(found.group("step")),
+                metrics={k: v for k, v in metrics.items() if v is not None},
+            )
+        found = _NANOGPT_MAX.match(line)
+        if found:
+            return Reading(total=int(found.group("total")))
+        return None
+
+
+# --- PyTorch Lightning ------------------------------------------------------------------------
+
+_LIGHTNING = re.compile(
+    r"^Epoch (?P<epoch>\d+)(?:/(?P<last>\d+))?:.*?(?P<n>\d+)/(?P<per>\d+) \[(?P<post>[^\]]*)\]"
+)
+_PAIR = re.compile(r"([A-Za-z_][\w/.\-]*)=([^,\]]+)")
+_LOSS_KEYS = ("loss", "train_loss", "train_loss_step", "train/loss")
+
+
+class LightningParser:
+    """``Epoch 0:  45%|████▌     | 45/100 [00:01<00:02, 25.00it/s, v_num=0, loss=0.123]``
+    (``Epoch 0/9:`` where the bar shows the last epoch: 10 epochs); ``v_num`` is left out."""
+
+    def parse(self, line: str) -> Reading | None:
+        found = _LIGHTNING.match(line)
+        if not found:
+            return None
+        epoch, n, per = int(found.group("epoch")), int(found.group("n")), int(found.group("per"))
+        total = None
+        if found.group("last") is not None:
+            total = (int(found.group("last")) + 1) * per
+        metrics: dict[str, Number] = {}
+        for key, raw in _PAIR.findall(found.group("post")):
+            value = number(raw)
+            if value is not None and key != "v_num":
+                metrics[key] = value
+        loss = next((metrics.pop(k) for k in _LOSS_KEYS if k in metrics), None)
+        return Reading(step=epoch * per + n, total=total, loss=loss, epoch=epoch, metrics=metrics)
+
+
+# --- Ultralytics ------------------------------------------------------------------------------
+
+_YOLO_ROW = re.compile(
+    r"^\s*(?P<epoch>\d+)/(?P<epochs>\d+)\s+(?P<mem>[\d.]+[KMGT]?)\s+(?P<rest>.*)$"
+)
+_BAR_COUNT = re.compile(r"(?P<n>\d+)/(?P<total>\d+) \[")
+_YOLO_ALL = re.compile(r"^\s*all\s+\d+\s+\d+\s+(?P<values>[\d.\s]+?)\s*$")
+
+
+class UltralyticsParser:
+    """The training table: its header (``Epoch GPU_mem box_loss cls_loss dfl_loss Instances
+    Size``) names the columns of the rows (``1/100  2.1G  1.234  2.345  1.456  12  640: 45%|..|
+    8/18 [...]``); ``loss`` is the sum of the ``*_loss`` columns. Validation's ``all`` row gives
+    the metrics its header names (``box_P``, ``box_R``, ``box_mAP50``, ``box_mAP50-95``)."""
+
+    def __init__(self) -> None:
+        self._columns: list[str] = []
+        self._val_columns: list[str] = []
+
+    def parse(self, line: str) -> Reading | None:
+        words = line.split()
+        if "Epoch" in words and "GPU_mem" in words:
+            self._columns = words[words.index("Epoch") + 2 :]
+            return None
+        if words[:1] == ["Class"] and "Instances" in words:
+            self._val_columns = _val_names(line.split(":")[0].split()[3:])
+            return None
+        found = _YOLO_ROW.match(line)
+        if found and self._columns:
+            return self._row(found)
+        found = _YOLO_ALL.match(line)
+        if found and self._val_columns:
+            values = [number(v) for v in found.group("values").split()]
+            metrics = {
+                k: v for k, v in zip(self._val_columns, values, strict=False) if v is not None
+            }
+            return Reading(metrics=metrics) if metrics else None
+        return None
+
+    def _row(self, found: re.Match[str]) -> Reading | None:
+        table, _, bar = found.group("rest").partition(":")
+        values = [number(v) for v in table.split()]
+        metrics = {
+            name: value
+            for name, value in zip(self._columns, values, strict=False)
+            if value is not None and name.endswith("_loss")
+        }
+        epoch, epochs = int(found.group("epoch")), int(found.group("epochs"))
+        count = _BAR_COUNT.search(bar)
+        if count:
+            n, per = int(count.group("n")), int(count.group("total"))
+            step, total = (epoch - 1) * per + n, epochs * per
+        else:
+            step, total = epoch, epochs
+        loss = sum(metrics.values()) if metrics else None
+        return Reading(step=step, total=total, loss=loss, epoch=epoch, metrics=metrics)
+
+
+def _val_names(tokens: list[str]) -> list[str]:
+    """``['Box(P', 'R', 'mAP50', 'mAP50-95)']`` -> ``['box_P', 'box_R', 'box_mAP50', ...]``."""
+    names, prefix = [], ""
+    for token in tokens:
+        if "(" in token:
+            prefix, token = token.split("(", 1)
+            prefix = prefix.lower() + "_"
+        names.append(prefix + token.strip("()"))
+    return names
+
+
+# --- torchtitan -------------------------------------------------------------------------------
+
+_TITAN_STEP = re.compile(r"\bstep:\s*(?P<step>\d+)\s+(?P<rest>.*)$")
+_TITAN_PAIR = re.compile(r"(\w+):\s*(\S+)")
+_TITAN_TOTAL = re.compile(r"Training starts at step \d+.*?total steps (?P<total>\d+)")
+
+
+class TorchtitanParser:
+    """``step:  10  loss:  7.1234  grad_norm:  1.2  memory: 11.11GiB(11.70%)  tps: 1,234
+    tflops: 12.34  mfu: 1.23%`` (after its logger's prefix); the total from ``Training starts at
+    step 1, ..., total steps 1000 (warmup 200)``. A validation line (``Validation ... step: 10
+    loss: 2.3``) gives ``val_loss`` and the like."""
+
+    def parse(self, line: str) -> Reading | None:
+        found = _TITAN_STEP.search(line)
+        if found:
+            reading = Reading(step=int(found.group("step")))
+            validation = "validat" in line[: found.start()].lower()
+            for key, raw in _TITAN_PAIR.findall(found.group("rest")):
+                value = number(raw)
+                if value is None:
+                    continue
+                if validation:
+                    reading.metrics[f"val_{key}"] = value
+                elif key == "loss":
+                    reading.loss = value
+                else:
+                    reading.metrics[key] = value
+            return reading
+        found = _TITAN_TOTAL.search(line)
+        if found:
+            return Reading(total=int(found.group("total")))
+        return None
+
+
+# --- nanochat ---------------------------------------------------------------------------------
+
+_NANOCHAT = re.compile(r"^step (?P<step>\d+)/(?P<total>\d+)(?: \([\d.]+%\))?(?P<rest>(?: \|.*)?)$")
+_NANOCHAT_EVAL = re.compile(r"^Step (?P<step>\d+) \| Validation bpb: (?P<bpb>\S+)")
+
+
+class NanochatParser:
+    """``step 00100/01000 (10.00%) | loss: 3.123456 | lrm: 1.00 | dt: 123.45ms | tok/sec:
+    123,456 | mfu: 12.34 | total time: 1.23m`` and ``Step 00250 | Validation bpb: 1.2345``."""
+
+    def parse(self, line: str) -> Reading | None:
+        found = _NANOCHAT.match(line)
+        if found:
+            reading = Reading(step=int(found.group("step")), total=int(found.group("total")))
+            for part in found.group("rest").split("|"):
+                key, sep, raw = part.partition(":")
+                value = number(raw) if sep else None
+                if value is None:
+                    continue
+                name = metric_name(key)
+                if name == "loss":
+                    reading.loss = value
+                else:
+                    reading.metrics[name] = value
+            return reading
+        found = _NANOCHAT_EVAL.match(line)
+        if found:
+            bpb = number(found.group("bpb"))
+            if bpb is not None:
+                return Reading(step=int(found.group("step")), metrics={"val_bpb": bpb})
+        return None
+
+
+# --- a custom regex ---------------------------------------------------------------------------
+
+
+class RegexParser:
+    """The spec's own regex, searched in every line: named groups ``step``, ``total``,
+    ``loss`` and ``epoch`` are those, any other named group is a metric."""
+
+    def __init__(self, pattern: str):
+        self._pattern = compile_custom(pattern)
+
+    def parse(self, line: str) -> Reading | None:
+        found = self._pattern.search(line)
+        if not found:
+            return None
+        reading = Reading()
+        for name, raw in found.groupdict().items():
+            value = number(raw)
+            if value is None:
+                continue
+            if name in KNOWN_GROUPS:
+                setattr(reading, name, value)
+            else:
+                reading.metrics[name] = value
+        if reading.step is None and reading.total is None and not reading.has_values():
+            return None
+        return reading
+
+
+_PRESET_PARSERS: dict[str, type] = {
+    "hf": HfParser,
+    "nanogpt": NanoGptParser,
+    "lightning": LightningParser,
+    "ultralytics": UltralyticsParser,
+    "torchtitan": TorchtitanParser,
+    "nanochat": NanochatParser,
+}
+assert set(_PRESET_PARSERS) == set(PRESETS)
+
+
+def make_parser(progress: str) -> LineParser:
+    """The parser for a plan's ``progress`` value (a preset name or a regex)."""
+    preset = _PRESET_PARSERS.get(progress)
+    if preset is not None:
+        parser: LineParser = preset()
+        return parser
+    return RegexParser(progress)

@@ -1,0 +1,158 @@
+"""``corral pool status|monitor|watch``: the GPU worker pool as an operator sees it."""
+
+from __future__ import annotations
+
+import typer
+
+from corral.cli.errors import CorralGroup
+
+app = typer.Typer(
+    cls=CorralGroup,
+    help="Watch the GPU worker pool (workers, queues, Flower, a scaling hook).",
+    no_args_is_help=True,
+    add_completion=False,
+)
+
+BROKER = typer.Option(
+    None, "--broker", help="Redis URL of the broker (default: CORRAL_POOL_BROKER)."
+)
+POOL = typer.Option(None, "--pool", help="Pool name (default: CORRAL_POOL_NAME).")
+
+
+@app.callback()
+def _pool() -> None:
+    """Watch the GPU worker pool (workers, queues, Flower, a scaling hook)."""
+
+
+def _settings(broker: str | None, pool: str | None):  # type: ignore[no-untyped-def]
+    from dataclasses import replace
+
+    from corral.queue.settings import PoolSettings, check_name
+
+    settings = PoolSettings.from_env()
+    if broker:
+        settings = replace(settings, broker_url=broker).checked()
+    if pool:
+        settings = replace(settings, name=check_name(pool, "--pool"))
+    return settings
+
+
+@app.command("status")
+def status(
+    broker: str = BROKER,
+    pool: str = POOL,
+    json_: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """Each worker with its GPU and current run, and each queue's length."""
+    from corral.cli.output import console, print_json
+    from corral.service.pool import pool_status
+
+    view = pool_status(_settings(broker, pool))
+    if json_:
+        print_json(view)
+        return
+    from rich.table import Table
+
+    console.print(f"pool [bold]{view.pool}[/] on {view.broker}", markup=True, highlight=False)
+    if not view.queues:
+        console.print("no worker has joined yet (corral worker on a GPU machine)")
+        return
+    t = Table(box=None, pad_edge=False, header_style="bold")
+    for col in ("WORKER", "HOST", "GPU", "TYPE", "RUN", "PID"):
+        t.add_column(col)
+    for w in view.workers:
+        t.add_row(
+            w.name, w.host, ",".join(w.gpus), w.gpu_type, w.run_id or "[green]idle[/]", str(w.pid)
+        )
+    if view.workers:
+        console.print(t)
+    else:
+        console.print("no live worker")
+    q = Table(box=None, pad_edge=False, header_style="bold")
+    for col in ("QUEUE", "GPUS", "WORKERS", "BUSY", "WAITING"):
+        q.add_column(col)
+    for row in view.queues:
+        q.add_row(
+            row.queue,
+            f"{row.gpu_type} x{row.gpu_count}",
+            str(row.workers),
+            str(row.busy),
+            str(row.waiting),
+        )
+    console.print(q)
+
+
+@app.command("monitor")
+def monitor(
+    broker: str = BROKER,
+    pool: str = POOL,
+    address: str = typer.Option("127.0.0.1", "--address", help="Address Flower listens on."),
+    port: int = typer.Option(5555, "--port", min=1, max=65535, help="Port Flower listens on."),
+    user: str = typer.Option("corral", "--user", help="The user name of Flower's basic auth."),
+) -> None:
+    """Start Flower on the pool with HTTP basic auth (the password is the secret
+    CORRAL_FLOWER_PASSWORD: `corral secret set CORRAL_FLOWER_PASSWORD`). Runs in the
+    foreground."""
+    import subprocess
+
+    from corral.cli.output import err_console
+    from corral.service.pool import monitor_command
+
+    argv, env = monitor_command(_settings(broker, pool), address=address, port=port, user=user)
+    err_console.print(
+        f"Flower on http://{address}:{port} (user {user}, password: the secret "
+        "CORRAL_FLOWER_PASSWORD)",
+        markup=False,
+    )
+    try:
+        code = subprocess.run(argv, env=env, check=False).returncode
+    except KeyboardInterrupt:
+        code = 0
+    raise typer.Exit(code)
+
+
+@app.command("watch")
+def watch(
+    broker: str = BROKER,
+    pool: str = POOL,
+    command: str = typer.Option(
+        None,
+        "--command",
+        help="Run this (bash) for each queue whose numbers change, with CORRAL_POOL_QUEUE, "
+        "_WAITING, _WORKERS, _BUSY, _WANTED and _DELTA in its environment.",
+    ),
+    url: str = typer.Option(
+        None, "--url", help="POST a signed pool.queue event here for each change."
+    ),
+    secret: str = typer.Option(
+        None, "--secret", help="Name of the secret that signs the webhook (corral secret set)."
+    ),
+    interval: float = typer.Option(10.0, "--interval", min=0.5, help="Seconds between looks."),
+    once: bool = typer.Option(False, "--once", help="Look once, call the hook, exit."),
+) -> None:
+    """The queue-length hook: call a command and/or a webhook when a queue's length or its
+    workers change, so a script can start or stop workers (delta > 0: start that many)."""
+    from corral.cli.output import err_console
+    from corral.errors import BadInput
+    from corral.service.pool import Hook
+    from corral.service.pool import watch as run_watch
+
+    value = None
+    if secret:
+        from corral.secrets import resolve
+
+        value = resolve(secret)
+        if not value:
+            raise BadInput(f"--secret {secret}: no such secret (corral secret set {secret})")
+    hook = Hook(command=command, url=url, secret=value)
+    try:
+        failed = run_watch(
+            hook,
+            _settings(broker, pool),
+            interval_s=interval,
+            once=once,
+            say=lambda line: err_console.print(line, markup=False),
+        )
+    except KeyboardInterrupt:
+        failed = 0
+    raise typer.Exit(1 if (once and failed) else 0)

@@ -1,0 +1,68 @@
+"""``corral worker``: serve this machine's GPUs to the pool (one Celery worker per GPU)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+
+def worker(
+    gpus: str = typer.Option(
+        None, "--gpus", help="GPU ids to serve, comma separated (default: every GPU found)."
+    ),
+    gpus_per_worker: int = typer.Option(
+        1, "--gpus-per-worker", min=1, help="GPUs per Celery worker (per attempt)."
+    ),
+    broker: str = typer.Option(
+        None, "--broker", help="Redis URL of the pool's broker (default: CORRAL_POOL_BROKER)."
+    ),
+    pool: str = typer.Option(None, "--pool", help="Pool name (default: CORRAL_POOL_NAME)."),
+    bind: str = typer.Option(
+        "127.0.0.1", "--bind", help="Address the agents' APIs bind (0.0.0.0 for a LAN)."
+    ),
+    advertise: str = typer.Option(
+        None,
+        "--advertise",
+        help="Address the controller reaches this machine on (default: the bind address; with "
+        "0.0.0.0, this machine's address toward the broker).",
+    ),
+    name: str = typer.Option(
+        None, "--name", help="Prefix of the workers' names (default: the host name)."
+    ),
+    home: Path = typer.Option(
+        None, "--home", help="Where attempts keep their files (default: CORRAL_HOME/worker)."
+    ),
+    checkpoint_dir: str = typer.Option(
+        None,
+        "--checkpoint-dir",
+        help="Keep checkpoints here (one directory per run) instead of where the plan says; "
+        "use object storage (checkpoints.storage) to resume on another machine.",
+    ),
+) -> None:
+    """Serve this machine's GPUs to the pool: one Celery worker per GPU, pinned with
+    CUDA_VISIBLE_DEVICES, each running one attempt at a time through corral's agent.
+    Runs in the foreground; Ctrl-C stops taking attempts, a second Ctrl-C stops the running
+    ones (their runs resume elsewhere from their checkpoints)."""
+    from dataclasses import replace
+
+    from corral.cli.output import err_console
+    from corral.queue.settings import PoolSettings, check_name
+    from corral.queue.supervisor import WorkerOptions, serve
+
+    settings = PoolSettings.from_env()
+    if broker:
+        settings = replace(settings, broker_url=broker).checked()
+    if pool:
+        settings = replace(settings, name=check_name(pool, "--pool"))
+    ids = None if gpus is None else [g.strip() for g in gpus.split(",") if g.strip()]
+    opts = WorkerOptions(
+        gpus=ids,
+        gpus_per_worker=gpus_per_worker,
+        bind=bind,
+        advertise=advertise,
+        name=name,
+        home=home,
+        checkpoint_dir=checkpoint_dir,
+    )
+    raise typer.Exit(serve(opts, settings, say=lambda line: err_console.print(line, markup=False)))

@@ -1,0 +1,75 @@
+"""This controller's leases: which live runs it babysits when several controllers share one
+store (see ``Store.lease_runs``).
+
+Each controller has an owner id, stable for its ``CORRAL_HOME`` on its host (a controller
+restarted on the same home picks its runs up again at once; only one runs per home, by the
+home's lock). :meth:`Leases.refresh` takes the free and expired runs and renews its own;
+:meth:`Leases.holds` answers from what the last refresh got, and says no once that is older
+than half the lease (a controller that cannot reach the store stops acting on its runs before
+another one may take them over).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import socket
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from corral.control.context import log
+from corral.store.store import Store
+
+#: the feed consumer that delivers webhooks (one controller at a time)
+WEBHOOKS = "webhooks"
+
+
+def owner_id(home: Path) -> str:
+    """``<host>:<8 hex of the home's path>``: this controller among those sharing a store."""
+    digest = hashlib.sha256(str(Path(home).resolve()).encode()).hexdigest()[:8]
+    return f"{socket.gethostname()}:{digest}"
+
+
+class Leases:
+    def __init__(
+        self,
+        store: Store,
+        owner: str,
+        ttl_s: float,
+        clock: Callable[[], float] = time.monotonic,
+    ):
+        self.store = store
+        self.owner = owner
+        self.ttl_s = ttl_s
+        self.clock = clock
+        self._held: set[str] = set()
+        self._at: float | None = None
+
+    def refresh(self) -> set[str]:
+        """Take and renew leases now; the runs held. A store failure keeps the last answer
+        (which :meth:`holds` stops trusting after half a lease)."""
+        try:
+            self._held = self.store.lease_runs(self.owner, self.ttl_s)
+            self._at = self.clock()
+        except Exception as e:
+            log.warning("leases: cannot reach the store: %s", e)
+        return set(self._held) if self.fresh() else set()
+
+    def fresh(self) -> bool:
+        return self._at is not None and self.clock() - self._at < self.ttl_s / 2
+
+    def holds(self, run_id: str) -> bool:
+        return run_id in self._held and self.fresh()
+
+    def webhooks(self) -> bool:
+        """Whether this controller delivers the webhooks now (takes or keeps that lease)."""
+        return self.store.lease_consumer(WEBHOOKS, self.owner, self.ttl_s)
+
+    def release(self) -> None:
+        """Give every lease up (a clean stop): another controller takes over at once."""
+        try:
+            self.store.release_runs(self.owner)
+            self.store.release_consumer(WEBHOOKS, self.owner)
+        except Exception as e:
+            log.warning("leases: releasing failed: %s", e)
+        self._held = set()

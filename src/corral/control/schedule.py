@@ -1,0 +1,315 @@
+"""When each active run is looked at next: one slot per run, in memory, ordered by due time.
+
+The controller's loop (``controller.Controller.serve``) asks the store which runs are active
+(``Store.run_heads``: id, state, requested action; no spec) every tick, hands the slots that
+are due to its workers, and files each look's result here. Nothing in this module survives a
+restart, and nothing needs to: a new controller looks at every active run at once.
+
+How soon a run is looked at again (:meth:`Schedule.done`):
+
+* a run whose state or requested action changed under the controller (the CLI launched it,
+  a user asked to stop it): at once (:meth:`Schedule.sync`);
+* PROVISIONING and STOPPING: every ``Settings.tick_seconds`` (the agent coming up, a stop
+  being carried out);
+* PENDING and RECOVERING that wait for capacity: every ``Settings.wait_retry_s``, and at once
+  when any run of this controller ends (a machine may have been freed); they form one line,
+  looked at one run at a time in submission order, so the oldest gets a freed machine first
+  (a PENDING run is always in it: its first launch too);
+* RUNNING: every ``Settings.tick_seconds`` after a look that saw the attempt move (its
+  phase, a stage starting or ending), then twice as long after each look that did not, up
+  to ``Settings.poll_interval_s`` (log lines and progress alone do not hurry it: a steady
+  run costs little however much it prints);
+* never later than what the look asked for (``Observation.soon``: a budget cap, a deadline
+  or an idle limit coming, the provider's next check of the machine, more to copy).
+
+A slot is ``busy`` while a look at it is in flight, so one run is never looked at twice at
+once, and a slow look delays only its own run. The slots can be filtered by a predicate on
+the run id (``Schedule(holds=...)``): a controller that shares a store with others looks only
+at the runs it holds.
+"""
+
+from __future__ import annotations
+
+import heapq
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from corral.control.context import Settings
+from corral.store.states import RunState
+
+#: states a poll worker looks at (the agent and the provider's status); the rest (launches,
+#: teardowns, waiting for capacity) go to the operations workers
+POLLED = frozenset({RunState.PROVISIONING.value, RunState.RUNNING.value})
+#: states that wait for capacity
+WAITING = frozenset({RunState.PENDING.value, RunState.RECOVERING.value})
+
+
+@dataclass(frozen=True, slots=True)
+class Head:
+    """What the loop reads of an active run every tick: no spec, no history."""
+
+    id: str
+    state: str
+    requested_action: str | None = None
+
+
+@dataclass(slots=True)
+class Slot:
+    """One active run's place in the schedule (about 200 bytes)."""
+
+    run_id: str
+    state: str
+    action: str | None
+    #: monotonic time of the next look
+    due: float
+    #: the quiet interval reached (doubles after each quiet look, up to poll_interval_s)
+    interval: float
+    #: monotonic time the last look started (None: never looked at)
+    looked: float | None = None
+    #: a look is in flight
+    busy: bool = False
+    #: that look is the line for capacity's turn (one at a time)
+    line_turn: bool = False
+    #: the last look left it waiting for capacity (PENDING/RECOVERING)
+    waiting: bool = False
+    #: the run's place in submission order (its index among the active runs, oldest first)
+    order: int = 0
+    #: the heap entry that is this slot's (older entries are skipped)
+    ticket: int = 0
+    #: the longest wait between two looks at this run so far (seconds)
+    longest_gap: float = 0.0
+
+    @property
+    def polled(self) -> bool:
+        """Whether a look is a poll (agent and provider) rather than an operation."""
+        return self.state in POLLED and not self.action
+
+    @property
+    def queued(self) -> bool:
+        """Whether the run is in the line for capacity: PENDING, or RECOVERING after a look
+        found none. The line goes one run at a time, oldest first."""
+        if self.action:
+            return False
+        return self.state == RunState.PENDING.value or (
+            self.state == RunState.RECOVERING.value and self.waiting
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Result:
+    """What one look at a run left: its state, what it asked for (``wake_in``: look again
+    within this many seconds; ``lively``: the look brought something), and ``gone`` once it
+    is no longer active."""
+
+    state: str
+    wake_in: float | None = None
+    lively: bool = False
+    gone: bool = False
+
+
+class Schedule:
+    """The slots of the active runs and a heap of their due times. Thread-safe: the loop
+    syncs and takes due slots, workers file results."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        holds: Callable[[str], bool] | None = None,
+    ):
+        self.settings = settings
+        self.clock = clock
+        #: which runs this controller looks at (default: all)
+        self.holds = holds or (lambda run_id: True)
+        self.slots: dict[str, Slot] = {}
+        self._heap: list[tuple[float, int, str]] = []
+        self._tickets = 0
+        self._lock = threading.Lock()
+        #: runs of the line for capacity that are due but wait for their turn
+        self._line: set[str] = set()
+        #: a run of the line is being looked at
+        self._line_busy = False
+
+    def __len__(self) -> int:
+        return len(self.slots)
+
+    # --- the loop's side ----------------------------------------------------------------
+
+    def sync(self, heads: Iterable[Head]) -> list[str]:
+        """Make the slots those of ``heads`` (the active runs held, oldest first): a new run
+        or one whose state or requested action changed is due at once (a new PENDING run
+        makes the line for capacity due too: older runs in it go first). Returns the ids of
+        runs dropped (over, or no longer held) whose look is not in flight."""
+        now = self.clock()
+        seen: set[str] = set()
+        joined = False
+        with self._lock:
+            for order, h in enumerate(heads):
+                if not self.holds(h.id):
+                    continue
+                seen.add(h.id)
+                slot = self.slots.get(h.id)
+                if slot is None:
+                    slot = Slot(h.id, h.state, h.requested_action, now, self._fast, order=order)
+                    self.slots[h.id] = slot
+                    self._push(slot, now)
+                    joined = joined or slot.queued
+                    continue
+                slot.order = order
+                if slot.state != h.state or slot.action != h.requested_action:
+                    slot.state, slot.action = h.state, h.requested_action
+                    slot.waiting = False
+                    slot.interval = self._fast
+                    if not slot.busy:
+                        self._push(slot, now)
+            dropped = [rid for rid, s in self.slots.items() if rid not in seen and not s.busy]
+            for rid in dropped:
+                del self.slots[rid]
+            if joined:
+                self._wake_queued(now)
+        return dropped
+
+    def take_due(self) -> list[Slot]:
+        """The slots due now, marked busy, soonest due first. The line for capacity
+        (:attr:`Slot.queued`) goes one run at a time, oldest first: its other due runs wait
+        for their turn (the next one is due as soon as the one out is back), so the oldest
+        gets a freed machine first."""
+        now = self.clock()
+        out: list[Slot] = []
+        with self._lock:
+            while self._heap and self._heap[0][0] <= now:
+                _, ticket, rid = heapq.heappop(self._heap)
+                slot = self.slots.get(rid)
+                if slot is None or slot.ticket != ticket or slot.busy:
+                    continue
+                if slot.queued:
+                    self._line.add(rid)
+                    slot.ticket = 0  # its place is the line now, not the heap
+                    continue
+                self._start(slot, now)
+                out.append(slot)
+            if not self._line_busy and self._line:
+                turn = self._next_in_line()
+                if turn is not None:
+                    self._start(turn, now)
+                    turn.line_turn = self._line_busy = True
+                    out.append(turn)
+        return out
+
+    def _next_in_line(self) -> Slot | None:
+        """The oldest run of the line still in it (those that left it are dropped)."""
+        line = [self.slots[r] for r in self._line if r in self.slots]
+        line = [s for s in line if s.queued and not s.busy]
+        self._line = {s.run_id for s in line}
+        if not line:
+            return None
+        turn = min(line, key=lambda s: (s.order, s.run_id))
+        self._line.discard(turn.run_id)
+        return turn
+
+    def _start(self, slot: Slot, now: float) -> None:
+        if slot.looked is not None:
+            slot.longest_gap = max(slot.longest_gap, now - slot.looked)
+        slot.looked = now
+        slot.busy = True
+
+    def next_due(self) -> float | None:
+        """Monotonic time of the soonest due slot (None: no slot)."""
+        with self._lock:
+            if self._line and not self._line_busy:
+                return self.clock()
+            while self._heap:
+                due, ticket, rid = self._heap[0]
+                slot = self.slots.get(rid)
+                if slot is not None and slot.ticket == ticket and not slot.busy:
+                    return due
+                heapq.heappop(self._heap)
+        return None
+
+    def hurry(self, run_ids: list[str]) -> None:
+        """``run_ids`` are due at once, at the fast pace (a run being looked at keeps its
+        look: it sees what happened)."""
+        now = self.clock()
+        with self._lock:
+            for rid in run_ids:
+                slot = self.slots.get(rid)
+                if slot is not None and not slot.busy:
+                    slot.interval = self._fast
+                    self._push(slot, now)
+
+    def wake_waiting(self) -> None:
+        """Every run waiting for capacity is due at once (a machine may have been freed)."""
+        with self._lock:
+            self._wake_queued(self.clock())
+
+    def _wake_queued(self, now: float) -> None:
+        for slot in self.slots.values():
+            if slot.state in WAITING and not slot.busy and slot.due > now:
+                self._push(slot, now)
+
+    # --- the workers' side --------------------------------------------------------------
+
+    def done(self, run_id: str, result: Result | None) -> float | None:
+        """File a look's result (None: the look failed) and schedule the run's next look;
+        returns its due time (None: the run is over and dropped)."""
+        now = self.clock()
+        s = self.settings
+        with self._lock:
+            slot = self.slots.get(run_id)
+            if slot is None:
+                return None
+            if slot.line_turn:  # the line's turn is over: the next run of it may go
+                slot.line_turn = False
+                self._line_busy = False
+            slot.busy = False
+            if result is not None and result.gone:
+                del self.slots[run_id]
+                return None
+            if result is None:  # the look failed (logged): try again at the quiet pace
+                delay = s.poll_interval_s
+            else:
+                moved = result.state != slot.state
+                if moved:
+                    slot.state, slot.interval = result.state, self._fast
+                # waiting: the look left it where it was, for want of capacity
+                slot.waiting = result.state in WAITING and not moved
+                delay = self._delay(slot, result)
+                if moved and not slot.polled:
+                    delay = 0.0  # a stop or a recovery the look decided: carried on at once
+            due = now + max(0.0, delay)
+            self._push(slot, due)
+            return due
+
+    def _delay(self, slot: Slot, result: Result) -> float:
+        s = self.settings
+        if slot.action:
+            delay = self._fast
+        elif slot.state in WAITING:
+            delay = max(self._fast, s.wait_retry_s)
+        elif slot.state == RunState.RUNNING.value:
+            if result.lively:
+                slot.interval = self._fast
+            delay = slot.interval
+            slot.interval = min(max(slot.interval * 2, self._fast), self._steady)
+        else:  # PROVISIONING, STOPPING
+            delay = self._fast
+        if result.wake_in is not None:
+            delay = min(delay, result.wake_in)
+        return delay
+
+    @property
+    def _fast(self) -> float:
+        return max(0.0, self.settings.tick_seconds)
+
+    @property
+    def _steady(self) -> float:
+        return max(self._fast, self.settings.poll_interval_s)
+
+    def _push(self, slot: Slot, due: float) -> None:
+        self._tickets += 1
+        slot.ticket = self._tickets
+        slot.due = due
+        heapq.heappush(self._heap, (due, self._tickets, slot.run_id))

@@ -1,0 +1,408 @@
+"""The IO.net provider: one CaaS deployment of one container per attempt, running corral's agent.
+
+* **Offers** (:mod:`.offers`): hardware types with free replicas per location, priced with
+  ``/price`` estimates (cached ``price_cache_s``).
+* **Launch** deploys with the hardware, the location and the GPU count of the offer, the
+  agent's HTTP server as the single traffic port, the boot blob in secret env variables. It is
+  idempotent on the key, which the deployment's name carries: before deploying, and after an
+  ambiguous deploy, the deployment is looked up by name and adopted.
+* **Status** (:mod:`.deployments`): strings compared case-insensitively; a container replaced
+  or gone under a running deployment is PREEMPTED (IO.net documents no preemption), and the
+  run recovers on a new deployment. One listing of the account's deployments serves every
+  run (``list_cache_s``); a running deployment's containers are read at most every
+  ``containers_cache_s``. A running deployment with fewer than ``extend_below_minutes`` of its
+  prepaid time left is extended by ``extend_hours``.
+* **The agent** is reached at the container's ``public_url``.
+* **Logs** (SupportsLogs): the container's log stream, for ``corral logs`` when the agent never
+  came up.
+
+The API key is ``IONET_API_KEY`` (secret store or environment), sent only as ``x-api-key``.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any, ClassVar
+
+import httpx
+from pydantic import ValidationError
+
+from corral import paths
+from corral.errors import (
+    AuthFailed,
+    BadInput,
+    Conflict,
+    CorralError,
+    NotYetTerminated,
+    ProviderError,
+    ProviderUnavailable,
+)
+from corral.providers.base import (
+    Bootstrap,
+    Instance,
+    InstanceState,
+    InstanceStatus,
+    NodeProfile,
+    Offer,
+    Provider,
+    Requirements,
+    SupportsLogs,
+    SupportsPriceRefresh,
+)
+from corral.providers.common.files import check_key
+from corral.providers.common.machine_memory import MachineMemory
+from corral.providers.http import RetryPolicy, TokenBucket
+from corral.providers.ionet import bootstrap as boot
+from corral.providers.ionet.api import IonetAPI
+from corral.providers.ionet.deployments import Deployment, Worker, deployment_state
+from corral.providers.ionet.offers import build_offers
+from corral.providers.ionet.settings import ENV_API_KEY, ENV_REGISTRY_SECRET, IonetSettings
+
+log = logging.getLogger("corral.providers.ionet")
+
+_SHOWS_ENDPOINT = (InstanceState.PROVISIONING, InstanceState.RUNNING)
+_GONE = ("termination requested", "destroyed")
+
+
+def _secret(name: str) -> str | None:
+    from corral.secrets import resolve
+
+    return resolve(name)
+
+
+def _parse_time(value: str | None) -> datetime | None:
+    if not value:
+        return None
+    try:
+        when = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return when if when.tzinfo else when.replace(tzinfo=UTC)
+
+
+class IonetProvider(Provider, SupportsLogs, SupportsPriceRefresh):
+    name: ClassVar[str] = "ionet"
+    unsupported: ClassVar[dict[str, str]] = {
+        "SupportsSpot": "IO.net sells prepaid deployments, no interruptible tier",
+        "SupportsStop": "IO.net deployments cannot be stopped and started again, only terminated",
+        "SupportsVolumes": "IO.net containers have no persistent volumes; use "
+        "checkpoints.storage (S3, R2)",
+        "SupportsPreemptionNotice": "IO.net documents no interruption notice; a failed node's "
+        "container is replaced and the run resumes from object storage",
+        "SupportsSimulatedPreemption": "IO.net cannot be asked to fail a node; simulate "
+        "preemptions with the fake provider",
+    }
+    #: node failures per container-hour on IO.net's decentralised GPUs (an estimate until
+    #: corral has observed its own), for the default checkpoint interval
+    interruptions_per_hour: ClassVar[float] = 0.05
+
+    def __init__(
+        self,
+        api_key: str | None = None,
+        *,
+        settings: IonetSettings | None = None,
+        client: httpx.Client | None = None,
+        home: Path | None = None,
+        retry: RetryPolicy | None = None,
+        bucket: TokenBucket | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+        clock: Callable[[], float] = time.monotonic,
+    ):
+        key = api_key or _secret(ENV_API_KEY)
+        if not key:
+            raise AuthFailed(
+                f"ionet: no API key: `corral secret set {ENV_API_KEY}` or export {ENV_API_KEY}"
+            )
+        self.settings = settings if settings is not None else IonetSettings.from_env()
+        self.api = IonetAPI(
+            key, self.settings, client=client, retry=retry, bucket=bucket, sleep=sleep, clock=clock
+        )
+        self.home = Path(home) if home is not None else paths.home()
+        self.memory = MachineMemory(self.home / "ionet")
+        self._sleep = sleep
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._cache: dict[tuple, tuple[float, Any]] = {}
+        self._snapshot: tuple[float, dict[str, Deployment]] | None = None
+        self._changed: dict[str, float] = {}
+        self._workers: dict[str, tuple[float, Worker | None]] = {}
+
+    def close(self) -> None:
+        self.api.close()
+
+    # --- offers -----------------------------------------------------------------------------
+
+    def _cached(self, key: tuple, fetch: Callable[[], Any]) -> Any:
+        now = self._clock()
+        hit = self._cache.get(key)
+        if hit is not None and now - hit[0] < self.settings.price_cache_s:
+            return hit[1]
+        value = fetch()
+        self._cache[key] = (now, value)
+        return value
+
+    def offers(self, req: Requirements) -> list[Offer]:
+        if req.providers is not None and self.name not in req.providers:
+            return []
+        if req.gpu_count_max == 0 and req.gpu_count_min == 0 and not req.gpu_type:
+            return []
+        hours = self.settings.duration_hours
+        hardware = self._cached(("hardware",), self.api.hardware)
+        fetched_at = datetime.now(UTC).isoformat(timespec="seconds")
+        return build_offers(
+            hardware,
+            lambda hid, n: self._cached(
+                ("loc", hid, n), lambda: self.api.available_replicas(hid, n)
+            ),
+            lambda hid, loc, n: self._cached(
+                ("price", hid, loc, n), lambda: self.api.price(hid, loc, n, hours)
+            ),
+            req,
+            self.settings,
+            fetched_at=fetched_at,
+            provider=self.name,
+        )
+
+    def refresh_prices(self) -> str | None:
+        self._cache.clear()
+        return datetime.now(UTC).isoformat(timespec="seconds")
+
+    def node_profile(self, offer: Offer, run_id: str) -> NodeProfile:
+        return boot.node_profile(run_id, self.settings, self.interruptions_per_hour)
+
+    # --- launch -----------------------------------------------------------------------------
+
+    def launch(self, offer: Offer, bootstrap: Bootstrap, key: str) -> Instance:
+        check_key(key)
+        if offer.provider != self.name:
+            raise BadInput(f"offer of provider {offer.provider!r} given to the ionet provider")
+        if offer.details.get("hardware_id") is None or offer.details.get("location_id") is None:
+            raise BadInput(f"offer {offer.offer_id!r} is not an IO.net offer (details missing)")
+        found = self._lookup(key)
+        if found is not None:
+            return self._instance(found, key)
+        settings_auth = bootstrap.image is None and self.settings.registry_username
+        secret = _secret(ENV_REGISTRY_SECRET) if settings_auth else None
+        if settings_auth and not secret:
+            raise AuthFailed(
+                f"ionet: registry user {self.settings.registry_username!r} has no secret: "
+                f"`corral secret set {ENV_REGISTRY_SECRET}`"
+            )
+        body = boot.deploy_body(offer, bootstrap, key, self.settings, secret)
+        name = boot.deployment_name(key)
+        last: CorralError | None = None
+        for attempt in range(1, self.settings.create_attempts + 1):
+            try:
+                dep_id = self.api.deploy(body)
+            except (ProviderUnavailable, Conflict) as exc:
+                last = exc
+                log.warning("ionet: deploy of %s was ambiguous (%s)", name, exc)
+            else:
+                log.info("ionet: deployed %s (%s) for %s", dep_id, name, key)
+                self._touch(dep_id)
+                dep = Deployment(id=dep_id, status="deployment requested", name=name)
+                return self._instance(dep, key, offer)
+            found = self._lookup_quietly(key)
+            if found is not None:
+                log.info("ionet: deployment %s for %s existed after all: adopted", found.id, key)
+                return self._instance(found, key)
+            if attempt < self.settings.create_attempts:
+                self._sleep(min(2.0**attempt, 10.0))
+        assert last is not None
+        raise ProviderUnavailable(
+            f"ionet: could not deploy {name} in {self.settings.create_attempts} tries, and "
+            f"none exists: {last.message}",
+            fields={"key": key},
+        )
+
+    def _lookup(self, key: str) -> Deployment | None:
+        """The live deployment named for ``key`` (details read: they carry the key)."""
+        name = boot.deployment_name(key)
+        _, listed = self._listing(fresh=True)
+        for dep in listed.values():
+            if dep.name == name and dep.state not in _GONE:
+                details = self.api.deployment(dep.id)
+                if details is not None and details.env(boot.ENV_KEY) in (None, key):
+                    return details.model_copy(update={"name": name})
+        return None
+
+    def _lookup_quietly(self, key: str) -> Deployment | None:
+        try:
+            return self._lookup(key)
+        except ProviderError as exc:
+            log.warning("ionet: cannot look for %s: %s", boot.deployment_name(key), exc)
+            return None
+
+    # --- reading deployments ----------------------------------------------------------------
+
+    def _touch(self, dep_id: str) -> None:
+        with self._lock:
+            self._changed[dep_id] = self._clock()
+            self._workers.pop(dep_id, None)
+
+    def _listing(self, *, fresh: bool = False) -> tuple[float, dict[str, Deployment]]:
+        with self._lock:
+            now = self._clock()
+            snap = self._snapshot
+            if not fresh and snap is not None and now - snap[0] < self.settings.list_cache_s:
+                return snap
+            deps = {d.id: d for d in self.api.deployments()}
+            self._snapshot = (now, deps)
+            self._changed = {n: t for n, t in self._changed.items() if t >= now}
+            return self._snapshot
+
+    def _deployment(self, dep_id: str) -> Deployment | None:
+        taken, listed = self._listing()
+        changed = self._changed.get(dep_id)
+        if dep_id in listed and (changed is None or changed < taken):
+            return listed[dep_id]
+        return self.api.deployment(dep_id)
+
+    def _worker(self, dep_id: str) -> Worker | None:
+        now = self._clock()
+        cached = self._workers.get(dep_id)
+        if cached is not None and now - cached[0] < self.settings.containers_cache_s:
+            return cached[1]
+        workers = self.api.containers(dep_id) or []
+        running = [w for w in workers if w.state == "running"]
+        worker = (running or workers)[0] if (running or workers) else None
+        self._workers[dep_id] = (now, worker)
+        return worker
+
+    # --- status / terminate -----------------------------------------------------------------
+
+    def status(self, instance: Instance) -> InstanceStatus:
+        dep_id = instance.instance_id
+        dep = self._deployment(dep_id)
+        worker = self._worker(dep_id) if dep is not None and dep.state == "running" else None
+        first = self.memory.first_machine(dep_id)
+        state, detail = deployment_state(dep, worker, first=first)
+        if state == InstanceState.RUNNING and worker is not None:
+            if not first:
+                self.memory.saw_running(dep_id, worker.identity)
+            self._maybe_extend(dep_id, dep)
+        endpoint = worker.public_url if worker is not None and state in _SHOWS_ENDPOINT else None
+        return InstanceStatus(state=state, detail=detail, endpoint=endpoint)
+
+    def _maybe_extend(self, dep_id: str, dep: Deployment | None) -> None:
+        left = dep.compute_minutes_remaining if dep is not None else None
+        if left is None or left >= self.settings.extend_below_minutes:
+            return
+        try:
+            self.api.extend(dep_id, self.settings.extend_hours)
+        except ProviderError as exc:
+            log.warning("ionet: cannot extend deployment %s: %s", dep_id, exc)
+            return
+        log.info("ionet: extended deployment %s by %dh", dep_id, self.settings.extend_hours)
+        self._touch(dep_id)
+
+    def terminate(self, instance: Instance) -> None:
+        dep_id = instance.instance_id
+        dep = self.api.deployment(dep_id)
+        if dep is not None and dep.env(boot.ENV_KEY) not in (None, instance.key):
+            return  # not ours: never touched
+        if dep is not None and dep.state not in _GONE:
+            self.api.delete(dep_id)
+            log.info("ionet: terminated deployment %s (%s)", dep_id, instance.key)
+            self._touch(dep_id)
+            after = self.api.deployment(dep_id)
+            if after is not None and after.state not in _GONE:
+                raise NotYetTerminated(f"ionet: deployment {dep_id} is still being terminated")
+        self._touch(dep_id)
+        self.memory.forget(dep_id)
+
+    def find(self, key: str) -> Instance | None:
+        try:
+            check_key(key)
+        except BadInput:
+            return None
+        dep = self._lookup(key)
+        return None if dep is None else self._instance(dep, key)
+
+    def list_instances(self) -> list[Instance]:
+        """Every live deployment corral made (named for a key), for the leak sweep."""
+        _, listed = self._listing(fresh=True)
+        out = []
+        for dep in listed.values():
+            if not (dep.name or "").startswith(boot.NAME_PREFIX) or dep.state in _GONE:
+                continue
+            details = self.api.deployment(dep.id)
+            key = details.env(boot.ENV_KEY) if details is not None else None
+            if details is not None and key and boot.deployment_name(key) == dep.name:
+                merged = details.model_copy(
+                    update={"name": dep.name, "created_at": details.created_at or dep.created_at}
+                )
+                out.append(self._instance(merged, key))
+        return out
+
+    def sweep(
+        self, active_keys: Iterable[str], active_runs: Iterable[str] | None = None
+    ) -> list[str]:
+        active = set(active_keys)
+        now = datetime.now(UTC)
+        swept = []
+        for inst in self.list_instances():
+            created = inst.created_at
+            if inst.key in active or created is None:
+                continue
+            if now - created < timedelta(seconds=self.settings.sweep_min_age_s):
+                continue
+            self.api.delete(inst.instance_id)
+            self._touch(inst.instance_id)
+            self.memory.forget(inst.instance_id)
+            swept.append(inst.instance_id)
+        return swept
+
+    # --- logs -------------------------------------------------------------------------------
+
+    def logs(self, instance: Instance, tail: int = 200) -> str:
+        """The container's last ``tail`` log lines (read for ``log_read_s`` at most)."""
+        workers = self.api.containers(instance.instance_id) or []
+        if not workers:
+            return ""
+        worker = next((w for w in workers if w.state == "running"), workers[0])
+        if not worker.container_id:
+            return ""
+        lines = self.api.log_lines(
+            instance.instance_id, worker.container_id, seconds=self.settings.log_read_s
+        )
+        return "\n".join(lines[-tail:])
+
+    # --- instances --------------------------------------------------------------------------
+
+    def _instance(self, dep: Deployment, key: str, offer: Offer | None = None) -> Instance:
+        offer = offer or self._offer_of(dep)
+        return Instance(
+            provider=self.name,
+            instance_id=dep.id,
+            key=key,
+            offer=offer,
+            endpoint=None,
+            created_at=_parse_time(dep.created_at),
+            data={
+                "deployment_name": dep.name or boot.deployment_name(key),
+                "hardware_id": offer.details.get("hardware_id"),
+                "location_id": offer.details.get("location_id"),
+            },
+        )
+
+    def _offer_of(self, dep: Deployment) -> Offer:
+        raw = dep.env(boot.ENV_OFFER)
+        if raw:
+            try:
+                return Offer.model_validate_json(raw)
+            except ValidationError:
+                pass
+        loc = dep.locations[0] if dep.locations else {}
+        return Offer(
+            provider=self.name,
+            offer_id=f"deployment:{dep.id}",
+            region=str(loc.get("iso2") or "any"),
+            gpu_count=int(dep.gpus_per_container or 1),
+            details={"hardware_id": dep.hardware_id, "location_id": loc.get("id")},
+        )

@@ -1,0 +1,210 @@
+"""What a container group is created with: its name, environment, command, probes, gateway.
+
+One attempt is one container group with one replica, named for the launch key
+(:func:`group_name`). Its command is the node bootstrap (``providers/common/node_bootstrap.sh``:
+this corral's version from the controller's wheel, fetched from the run's storage, or from an
+index, when the image lacks it), which then runs ``python -m corral.providers.salad.boot agent``:
+that unpacks the boot blob from the environment and starts corral's agent on the agent port,
+the port of the container gateway. The job's code is shipped to ``/corral/runs/<run>/work``
+(through the run's storage, or the agent's port behind the gateway).
+
+SaladCloud bounds every environment value and every command argument to 1,000 characters, so
+what is longer travels in pieces: the boot blob (the plan as the controller built it, the agent
+token and the job's env, secrets included; gzip + base64) in ``CORRAL_BOOT_GZ_<i>`` with
+``CORRAL_BOOT_PARTS``, the node bootstrap script in ``CORRAL_BOOTSTRAP__<i>``, and a long
+install value (a presigned wheel URL) in ``<NAME>__<i>`` named in ``CORRAL_SPLIT``; the
+command (:data:`JOIN`, a few hundred characters) joins them back. SaladCloud shows a group's
+environment to holders of the organization's API key, like a cloud shows user-data, and to
+no one else; corral never logs or returns it.
+
+The probes call the agent's ``/health`` (startup, liveness) and ``/ready`` (readiness), which
+answer without a token and reveal only liveness. A failing startup or liveness probe makes
+SaladCloud interrupt the instance, which corral reads as a preemption.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from corral.providers.base import Bootstrap, ImageRef, NodeProfile, Offer
+from corral.providers.common import boot_blob as blob
+from corral.providers.common.boot_blob import label_name
+from corral.providers.common.wheel import bootstrap_script
+from corral.providers.salad.settings import SaladSettings
+
+NAME_PREFIX = "corral-"
+ENV_KEY = "CORRAL_SALAD_LAUNCH_KEY"
+ENV_OFFER = "CORRAL_SALAD_OFFER"
+ENV_BOOT = "CORRAL_BOOT_GZ"
+ENV_PARTS = "CORRAL_BOOT_PARTS"
+#: SaladCloud's most characters in one environment value
+MAX_VALUE = 1000
+#: "host:port" the agent binds instead of ``[::]:<agent_port>`` (a fake cloud running several
+#: containers on one host gives each its own port; a real container never sets it)
+ENV_BIND = "CORRAL_AGENT_BIND"
+NODE_HOOK = "corral.providers.salad.node:SaladNode"
+#: where a container keeps the runs' code
+RUNS = "/corral/runs"
+ENV_BOOTSTRAP = "CORRAL_BOOTSTRAP"
+ENV_SPLIT = "CORRAL_SPLIT"
+#: what the container runs once corral is there
+BOOT_ARGS = ("-m", "corral.providers.salad.boot", "agent")
+#: the container's command: join what travelled in pieces, then run the node bootstrap
+JOIN = (
+    'join() { local n="$1" i=0 s="" v; while v="${n}__$i"; [ -n "${!v+x}" ]; do '
+    's="$s${!v}"; unset "$v"; i=$((i+1)); done; printf "%s" "$s"; }; '
+    'for n in ${CORRAL_SPLIT:-}; do export "$n=$(join "$n")"; done; '
+    'B="${TMPDIR:-/tmp}/corral-node-bootstrap-$$.sh"; join CORRAL_BOOTSTRAP > "$B"; '
+    'exec bash "$B" "$@"'
+)
+PROBE_HEADER = {"name": "X-Corral-Probe", "value": "salad"}
+
+
+def group_name(key: str) -> str:
+    """The group's name carries the launch key (a DNS label, unique per key)."""
+    return label_name(NAME_PREFIX, key)
+
+
+def node_profile(
+    run_id: str, settings: SaladSettings, interruptions_per_hour: float | None = None
+) -> NodeProfile:
+    """The agent listens on every interface (IPv6 included: the gateway needs it) on the agent
+    port; the node hook records the machine; the code is shipped to
+    ``/corral/runs/<run>/work``; the image may lack corral (the bootstrap installs it);
+    checkpoints stay on the container's disk (wiped on a reallocation: a run on SaladCloud
+    resumes from ``checkpoints.storage``)."""
+    return NodeProfile(
+        host="::",
+        port=settings.agent_port,
+        controller_timeout_s=settings.controller_timeout_s,
+        node_hooks=[NODE_HOOK],
+        interruptions_per_hour=interruptions_per_hour,
+        workdir=f"{RUNS}/{run_id}/work",
+        install_corral=True,
+    )
+
+
+def joined(environ: dict[str, str]) -> str:
+    """The boot blob the node was created with (ValueError if a piece is missing)."""
+    return blob.joined(environ, ENV_BOOT, int(environ.get(ENV_PARTS) or "0"))
+
+
+def _pieces(env: dict[str, str], name: str, value: str, *, always: bool = False) -> bool:
+    """Put ``value`` in ``env`` as ``name``, or in pieces ``<name>__<i>`` when it is longer
+    than one value may be (or ``always``); True if it was split."""
+    size = MAX_VALUE
+    if len(value) <= size and not always:
+        env[name] = value
+        return False
+    for i in range(0, len(value), size):
+        env[f"{name}__{i // size}"] = value[i : i + size]
+    return True
+
+
+def container_env(
+    bootstrap: Bootstrap, offer: Offer, key: str, settings: SaladSettings
+) -> dict[str, str]:
+    env = blob.chunks(ENV_BOOT, blob.boot_blob(bootstrap), MAX_VALUE)
+    env[ENV_PARTS] = str(len(env))
+    split = [n for n, v in sorted(bootstrap.install.items()) if _pieces(env, n, v)]
+    if split:
+        env[ENV_SPLIT] = " ".join(split)
+    _pieces(env, ENV_BOOTSTRAP, start_script(settings), always=True)
+    env[ENV_KEY] = key
+    offer_json = offer.model_dump_json(exclude_defaults=True)
+    if len(offer_json) <= MAX_VALUE:
+        env[ENV_OFFER] = offer_json
+    return env
+
+
+def start_script(settings: SaladSettings) -> str:
+    """The node bootstrap (see :mod:`corral.providers.common.wheel`), preceded by
+    ``install_command`` when set (an advanced override, run only when the image's python
+    lacks corral)."""
+    legacy = ""
+    if settings.install_command:
+        legacy = (
+            'PY0="$(command -v python3 || command -v python || true)"\n'
+            '"$PY0" -c "import corral" 2>/dev/null || '
+            f'{{ echo "corral: installing corral (install_command)" >&2; '
+            f"{settings.install_command}; }}\n"
+        )
+    return legacy + bootstrap_script()
+
+
+def command() -> list[str]:
+    """The container's command: :data:`JOIN`, then the node bootstrap with :data:`BOOT_ARGS`."""
+    return ["bash", "-c", JOIN, "corral-boot", *BOOT_ARGS]
+
+
+def _probe(path: str, port: int, *, period: int, timeout: int, failures: int) -> dict[str, Any]:
+    return {
+        "http": {"path": path, "port": port, "scheme": "http", "headers": [dict(PROBE_HEADER)]},
+        "initial_delay_seconds": 0,
+        "period_seconds": period,
+        "timeout_seconds": timeout,
+        "success_threshold": 1,
+        "failure_threshold": failures,
+    }
+
+
+def create_body(
+    offer: Offer,
+    env: dict[str, str],
+    key: str,
+    settings: SaladSettings,
+    registry_password: str | None = None,
+    image: ImageRef | None = None,
+) -> dict[str, Any]:
+    """``POST …/containers`` for one attempt: one replica, started at once. ``image``: the
+    spec's (with its registry credentials), else the settings' image."""
+    d = offer.details
+    port = settings.agent_port
+    gpu_class = d.get("gpu_class_id")
+    resources: dict[str, Any] = {
+        "cpu": int(d.get("cpu") or settings.cpus),
+        "memory": int(d.get("memory_mb") or settings.memory_gb * 1024),
+        "gpu_classes": [gpu_class] if gpu_class else [],
+        "storage_amount": int(d.get("storage_bytes") or settings.disk_gb * 1024**3),
+        "shm_size": settings.shm_size_mb,
+    }
+    container: dict[str, Any] = {
+        "image": image.name if image is not None else settings.image,
+        "command": command(),
+        "environment_variables": env,
+        "resources": resources,
+    }
+    if gpu_class:  # a priority means something only with a GPU
+        container["priority"] = d.get("priority") or "batch"
+    if image is not None and image.username and image.password:
+        container["registry_authentication"] = {
+            "basic": {"username": image.username, "password": image.password}
+        }
+    elif image is None and settings.registry_username and registry_password:
+        container["registry_authentication"] = {
+            "basic": {"username": settings.registry_username, "password": registry_password}
+        }
+    body: dict[str, Any] = {
+        "name": group_name(key),
+        "autostart_policy": True,
+        "restart_policy": settings.restart_policy,
+        "replicas": 1,
+        "container": container,
+        "networking": {
+            "protocol": "http",
+            "port": port,
+            "auth": settings.gateway_auth,
+            "load_balancer": "round_robin",
+            "single_connection_limit": False,
+            "client_request_timeout": 100000,
+            "server_response_timeout": 100000,
+        },
+        # /health answers as soon as the agent serves: up to 10 minutes to pull and install
+        "startup_probe": _probe("/health", port, period=5, timeout=5, failures=120),
+        "liveness_probe": _probe("/health", port, period=30, timeout=10, failures=5),
+        "readiness_probe": _probe("/ready", port, period=10, timeout=5, failures=3),
+    }
+    countries = d.get("country_codes") or settings.country_codes
+    if countries:
+        body["country_codes"] = list(countries)
+    return body

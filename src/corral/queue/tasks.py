@@ -1,0 +1,178 @@
+"""The pool's one task: claim an attempt, run its agent until the attempt is over, report.
+
+The task runs in a process of its own (``worker_max_tasks_per_child=1``) that dies with its
+worker. Its loop, every ``heartbeat_s / 4`` (at most 0.5 s):
+
+* heartbeat: keep ``<pool>:alive:<key>`` fresh; a record that says ``lost`` (the controller
+  gave the attempt up: this worker was silent too long) or no longer names this worker makes
+  the task kill its agent at once, so a recovered attempt never runs beside it;
+* the agent's endpoint, once its API listens, goes to the record (``running``);
+* a stop request (the controller's terminate) stops the agent gracefully: SIGTERM, the SDK
+  checkpoints, SIGKILL after the grace period;
+* the agent's exit ends the attempt (``finished``).
+
+The Celery soft time limit (the job's ``limits.max_runtime`` plus the pool's start margin)
+stops the agent gracefully too; the hard one kills the process, and the agent with it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import time
+from pathlib import Path
+from typing import Any
+
+from corral.errors import CorralError
+from corral.queue import attempts as states
+from corral.queue.app import TASK_NAME
+from corral.queue.attempts import AttemptStore
+from corral.queue.client import connect
+from corral.queue.config import SlotConfig
+from corral.queue.keys import Keys
+from corral.queue.registry import Registry
+from corral.queue.runner import AgentProcess, Bootstrap
+from corral.queue.settings import PoolSettings
+
+log = logging.getLogger("corral.worker")
+
+
+def register(app: Any, settings: PoolSettings, slot: SlotConfig) -> Any:
+    """Define the attempt task on ``app`` for the worker ``slot``."""
+
+    @app.task(name=TASK_NAME, bind=True, acks_late=True)
+    def run_attempt(task: Any, key: str) -> dict[str, Any]:
+        return AttemptTask(settings, slot, delivery=str(task.request.id or "")).run(key)
+
+    return run_attempt
+
+
+class AttemptTask:
+    """One delivery of the attempt task on one worker."""
+
+    def __init__(self, settings: PoolSettings, slot: SlotConfig, delivery: str = ""):
+        self.settings = settings
+        self.slot = slot
+        self.delivery = delivery
+        client = connect(settings)
+        keys = Keys(settings.name)
+        self.attempts = AttemptStore(client, keys)
+        self.registry = Registry(client, keys)
+        self.parent = os.getppid()
+        self.poll_s = min(0.5, settings.heartbeat_s / 4)
+
+    def run(self, key: str) -> dict[str, Any]:
+        claim = self.attempts.claim(
+            key,
+            worker=self.slot.name,
+            host=self.slot.host or socket.gethostname(),
+            lost_after_s=self.settings.lost_after_s,
+            delivery=self.delivery,
+        )
+        if claim != "ok":  # a second delivery, a cancelled or unknown attempt: never run it
+            log.warning("attempt %s is %s: this delivery is dropped", key, claim)
+            self.attempts.note_duplicate(key, self.slot.name, claim, self.delivery)
+            return {"key": key, "dropped": claim}
+        record = self.attempts.get(key)
+        run_id = record.run_id if record else ""
+        ttl = 3 * self.settings.heartbeat_s
+        self.registry.set_current(self.slot.name, ttl, key, run_id)
+        try:
+            return self._run(key)
+        finally:
+            self.registry.set_current(self.slot.name, ttl)
+
+    def _fail(self, key: str, detail: str) -> dict[str, Any]:
+        log.error("attempt %s failed on %s: %s", key, self.slot.name, detail)
+        self.attempts.finish(key, self.slot.name, states.FAILED, detail)
+        return {"key": key, "state": states.FAILED, "detail": detail}
+
+    def _run(self, key: str) -> dict[str, Any]:
+        raw = self.attempts.bootstrap(key)
+        if raw is None:
+            return self._fail(key, "its bootstrap is gone from the broker")
+        try:
+            boot = Bootstrap.parse(raw)
+        except (ValueError, KeyError, TypeError) as exc:
+            return self._fail(key, f"its bootstrap cannot be read ({type(exc).__name__})")
+        agent = AgentProcess(
+            Path(self.slot.home) / "attempts" / key,
+            boot,
+            gpus=list(self.slot.gpus),
+            bind_host=self.slot.bind_host,
+            advertise_host=self.slot.advertise_host,
+            checkpoint_dir=self.slot.checkpoint_dir,
+            root=self.slot.root,
+        )
+        agent.dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        try:
+            pid = agent.start()
+        except CorralError as exc:
+            return self._fail(key, exc.message)
+        except OSError as exc:
+            return self._fail(key, f"cannot start the agent: {exc.strerror or exc}")
+        self.attempts.update(key, pid=pid, gpus=",".join(self.slot.gpus))
+        log.info("attempt %s: agent %d started on %s", key, pid, self.slot.name)
+        return self._watch(key, agent, boot.plan.longest_grace())
+
+    def _watch(self, key: str, agent: AgentProcess, grace_s: float) -> dict[str, Any]:
+        import redis
+        from celery.exceptions import SoftTimeLimitExceeded
+
+        endpoint: str | None = None
+        detail = "the agent exited"
+        heard = time.monotonic()
+        try:
+            while True:
+                if os.getppid() != self.parent:  # the worker died: so does its machine
+                    agent.kill()
+                    os._exit(1)
+                try:
+                    state, stop_grace = self.attempts.heartbeat(
+                        key, self.slot.name, self.settings.lost_after_s
+                    )
+                    heard = time.monotonic()
+                except redis.RedisError as exc:
+                    # the controller gives the attempt up after lost_after_s without a
+                    # heartbeat: stop before that, so it never runs beside its recovery
+                    if time.monotonic() - heard < self.settings.lost_after_s / 2:
+                        log.warning("attempt %s: heartbeat failed: %s", key, exc)
+                        time.sleep(self.poll_s)
+                        continue
+                    log.error("attempt %s: the broker is unreachable: killing its agent", key)
+                    agent.kill()
+                    return {"key": key, "state": "unreachable"}
+                if state not in states.HELD:  # lost, or no longer ours: stop at once
+                    log.error("attempt %s is %s: killing its agent", key, state)
+                    agent.kill()
+                    return {"key": key, "state": state}
+                if endpoint is None:
+                    endpoint = agent.endpoint()
+                    if endpoint:
+                        self.attempts.update(
+                            key, state=states.RUNNING, endpoint=endpoint, running_at=time.time()
+                        )
+                if stop_grace is not None:
+                    detail = "stopped by the controller"
+                    agent.stop(stop_grace)
+                    break
+                if agent.exit_code() is not None:
+                    break
+                time.sleep(self.poll_s)
+        except SoftTimeLimitExceeded:
+            detail = "the task's time limit (the job's max_runtime and the start margin)"
+            agent.stop(grace_s)
+        code = agent.exit_code()
+        state = states.FINISHED
+        record = self.attempts.get(key)
+        if record is not None and record.preempted:
+            state, detail = states.PREEMPTED, f"worker {self.slot.name} was taken away"
+        if detail == "the agent exited" and code:  # on its own, in error: say why
+            state = states.FAILED
+            detail = f"the agent exited with code {code} on worker {self.slot.name}: " + (
+                agent.last_words() or f"see {agent.dir / 'agent.out'}"
+            )
+        self.attempts.finish(key, self.slot.name, state, detail, code)
+        log.info("attempt %s: %s (exit %s)", key, detail, code)
+        return {"key": key, "state": state, "exit_code": code}

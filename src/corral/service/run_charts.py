@@ -1,0 +1,286 @@
+"""What a run's page draws: loss and validation curves from its progress events, its cost over
+time from its attempts, and the timeline of every attempt (stages, preemptions, recoveries).
+
+Curves: one point per ``progress`` event (x: the step), ``loss`` and every reported metric
+whose name says loss (``val_loss``, ``eval_loss``) in the loss chart, the other ``val*`` /
+``eval*`` metrics in the validation chart; a diverged loss (``nan``, ``inf``) is left out. A
+run with several stages reporting progress gets one series per stage. Each series keeps at
+most :data:`MAX_POINTS` points (evenly thinned, the last one always kept).
+
+Cost: the attempts are billed one after the other, so the run's cost is a line through
+(each attempt's start, what the earlier ones cost) and (its end, or now, plus its own cost).
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import UTC, datetime
+from typing import Any
+
+from corral.service._store import using
+from corral.service.views import View
+from corral.store import AttemptRecord, EventRecord, Store
+from corral.wire.outcome import AttemptOutcome
+
+#: the most points one series keeps
+MAX_POINTS = 1000
+#: progress events read per query
+PAGE = 5000
+#: metric name prefixes that make a metric a validation one
+VALIDATION_PREFIXES = ("val", "eval", "valid", "test")
+
+
+class Series(View):
+    name: str
+    #: [x, y] pairs: (step, value) for curves, (unix seconds, USD) for cost
+    points: list[tuple[float, float]]
+
+
+class RunCharts(View):
+    run_id: str
+    loss: list[Series]
+    validation: list[Series]
+    cost: Series
+    #: the last step reported and its total, where known
+    step: int | None
+    total: int | None
+
+
+class StageSpan(View):
+    name: str
+    state: str
+    started_at: float | None
+    finished_at: float | None
+
+
+class AttemptSpan(View):
+    number: int
+    provider: str
+    state: str
+    started_at: float | None
+    running_at: float | None
+    ended_at: float | None
+    #: succeeded, failed, preempted, stopped (None while it runs)
+    outcome: str | None
+    reason: str | None
+    cost_usd: float
+    stages: list[StageSpan]
+
+
+class Mark(View):
+    ts: float
+    attempt: int | None
+    kind: str
+    text: str
+
+
+class Timeline(View):
+    run_id: str
+    state: str
+    created_at: float
+    now: float
+    attempts: list[AttemptSpan]
+    #: preemption notices, recoveries, stop requests, the end of the run
+    marks: list[Mark]
+
+
+def _unix(value: datetime | None) -> float | None:
+    return value.timestamp() if value is not None else None
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value) if math.isfinite(value) else None
+
+
+def _thin(points: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    if len(points) <= MAX_POINTS:
+        return points
+    stride = len(points) / (MAX_POINTS - 1)
+    kept = [points[int(i * stride)] for i in range(MAX_POINTS - 1)]
+    return [*kept, points[-1]]
+
+
+def _events(store: Store, run_id: str, types: list[str]) -> list[EventRecord]:
+    out: list[EventRecord] = []
+    after = 0
+    while True:
+        page = store.events(run_id, after_id=after, limit=PAGE, types=types)
+        out += page
+        if len(page) < PAGE:
+            return out
+        after = page[-1].id
+
+
+def _is_validation(name: str) -> bool:
+    low = name.lower()
+    return any(low.startswith(p) for p in VALIDATION_PREFIXES)
+
+
+def _curves(
+    progress: list[EventRecord],
+) -> tuple[list[Series], list[Series], int | None, int | None]:
+    stages = {str(e.data.get("stage") or "") for e in progress}
+    many = len(stages) > 1
+    loss: dict[str, list[tuple[float, float]]] = {}
+    validation: dict[str, list[tuple[float, float]]] = {}
+    step = total = None
+    for e in progress:
+        x = _number(e.data.get("step"))
+        if x is None:
+            continue
+        step = int(x)
+        total = int(t) if (t := _number(e.data.get("total"))) is not None else total
+        prefix = f"{e.data.get('stage')} " if many else ""
+        values: dict[str, Any] = {"loss": e.data.get("loss")}
+        metrics = e.data.get("metrics")
+        if isinstance(metrics, dict):
+            values.update({str(k): v for k, v in metrics.items() if k != "loss"})
+        for name, raw in values.items():
+            y = _number(raw)
+            if y is None:
+                continue
+            if "loss" in name.lower():
+                loss.setdefault(prefix + name, []).append((x, y))
+            elif _is_validation(name):
+                validation.setdefault(prefix + name, []).append((x, y))
+    as_series = [Series(name=n, points=_thin(p)) for n, p in loss.items()]
+    val_series = [Series(name=n, points=_thin(p)) for n, p in validation.items()]
+    return as_series, val_series, step, total
+
+
+def _cost(attempts: list[AttemptRecord], now: datetime) -> Series:
+    points: list[tuple[float, float]] = []
+    spent = 0.0
+    for a in attempts:
+        start = a.started_at
+        if start is None:
+            continue
+        end = a.ended_at or now
+        points.append((start.timestamp(), round(spent, 6)))
+        spent += a.cost_usd
+        points.append((max(end, start).timestamp(), round(spent, 6)))
+    return Series(name="cost (USD)", points=points)
+
+
+def run_charts(ref: str, *, store: Store | None = None, now: datetime | None = None) -> RunCharts:
+    """The run's loss and validation curves and its cost over time."""
+    with using(store) as st:
+        run = st.get_run(ref)
+        progress = _events(st, run.id, ["progress"])
+        attempts = st.attempts(run.id)
+    loss, validation, step, total = _curves(progress)
+    return RunCharts(
+        run_id=run.id,
+        loss=loss,
+        validation=validation,
+        cost=_cost(attempts, now or datetime.now(UTC)),
+        step=step,
+        total=total,
+    )
+
+
+def _outcome(attempt: AttemptRecord) -> AttemptOutcome | None:
+    raw = (attempt.data or {}).get("outcome")
+    try:
+        return AttemptOutcome.model_validate(raw) if raw else None
+    except ValueError:
+        return None
+
+
+def _iso(value: Any) -> float | None:
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+def _cached_stages(attempt: AttemptRecord) -> list[StageSpan]:
+    """The stages as the agent last reported them (the status the controller cached on the
+    attempt): for an attempt whose stage events never reached the store (a machine taken
+    away between two polls)."""
+    status = (attempt.data or {}).get("status") or {}
+    return [
+        StageSpan(
+            name=str(s.get("name")),
+            state=str(s.get("state") or "running"),
+            started_at=_iso(s.get("started_at")),
+            finished_at=_iso(s.get("finished_at")),
+        )
+        for s in status.get("stages") or []
+        if isinstance(s, dict) and s.get("started_at")
+    ]
+
+
+#: events shown as marks on the timeline: type -> kind
+_MARKS = {
+    "instance.preempting": "preemption",
+    "run.recovering": "recovery",
+    "run.finished": "end",
+    "agent.unreachable": "unreachable",
+    "budget.warning": "budget",
+}
+
+
+def run_timeline(ref: str, *, store: Store | None = None, now: datetime | None = None) -> Timeline:
+    """Every attempt of the run with its stages' spans and how it ended, and the marks
+    between them (a preemption notice, a recovery, a stop request, the end)."""
+    with using(store) as st:
+        run = st.get_run(ref)
+        attempts = st.attempts(run.id)
+        events = _events(
+            st, run.id, ["stage.started", "stage.finished", "run.state", *sorted(_MARKS)]
+        )
+    spans: dict[tuple[int, str], dict[str, Any]] = {}
+    marks: list[Mark] = []
+    for e in events:
+        stage = str(e.data.get("stage") or "")
+        if e.type == "stage.started" and e.attempt is not None:
+            spans[(e.attempt, stage)] = {"name": stage, "state": "running", "started_at": e.ts}
+        elif e.type == "stage.finished" and e.attempt is not None:
+            span = spans.setdefault((e.attempt, stage), {"name": stage, "started_at": None})
+            span["state"] = str(e.data.get("state") or "finished")
+            span["finished_at"] = e.ts
+        elif e.type == "run.state" and e.data.get("to") == "STOPPING":
+            marks.append(Mark(ts=e.ts.timestamp(), attempt=e.attempt, kind="stop", text=e.reason))
+        elif e.type in _MARKS:
+            kind = _MARKS[e.type]
+            marks.append(Mark(ts=e.ts.timestamp(), attempt=e.attempt, kind=kind, text=e.reason))
+    out = []
+    for a in attempts:
+        outcome = _outcome(a)
+        stages = [
+            StageSpan(
+                name=s["name"],
+                state=s.get("state", "running"),
+                started_at=_unix(s.get("started_at")),
+                finished_at=_unix(s.get("finished_at")),
+            )
+            for (number, _), s in spans.items()
+            if number == a.number
+        ] or _cached_stages(a)
+        out.append(
+            AttemptSpan(
+                number=a.number,
+                provider=a.provider,
+                state=a.state,
+                started_at=_unix(a.started_at),
+                running_at=_unix(a.running_at),
+                ended_at=_unix(a.ended_at),
+                outcome=outcome.kind.value if outcome else None,
+                reason=(outcome.reason if outcome else None) or a.exit_reason,
+                cost_usd=a.cost_usd,
+                stages=stages,
+            )
+        )
+    return Timeline(
+        run_id=run.id,
+        state=run.state,
+        created_at=run.created_at.timestamp(),
+        now=(now or datetime.now(UTC)).timestamp(),
+        attempts=out,
+        marks=marks,
+    )

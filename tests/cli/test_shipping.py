@@ -1,0 +1,124 @@
+"""``corral launch`` of a job for machines that do not share this one's files: a workdir over
+``code.max_size`` is refused before anything is created or rented, naming its largest paths;
+an unchanged workdir is not packed again; without object storage the controller sends the
+bundle through the agent's port, once per machine; a run on this machine ships nothing."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from corral.cli.app import app
+from corral.providers.fake import ENV_FAKE_CLOUD
+from corral.store import Store
+
+runner = CliRunner()
+
+
+@pytest.fixture
+def fake_cloud(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    cloud = tmp_path / "cloud.json"
+    cloud.write_text(json.dumps({"launch_delay_s": 0.1}))
+    monkeypatch.setenv(ENV_FAKE_CLOUD, str(cloud))
+    monkeypatch.setenv("CORRAL_PROVIDERS", "fake")
+
+
+def _job(tmp_path: Path, spec: str) -> Path:
+    work = tmp_path / "job"
+    work.mkdir(parents=True)
+    (work / "corral.yaml").write_text(spec)
+    return work
+
+
+def test_a_workdir_over_the_limit_is_refused_before_anything_is_rented(
+    tmp_path: Path, fake_cloud: None
+) -> None:
+    work = _job(tmp_path, "name: big\nrun: ls\ncode: {max_size: 1MB}\n")
+    (work / "data").mkdir()
+    (work / "data" / "shard.bin").write_bytes(os.urandom(1_500_000))
+    (work / "weights.pt").write_bytes(b"0" * 300_000)
+    result = runner.invoke(app, ["launch", str(work / "corral.yaml"), "--detach"])
+    assert result.exit_code == 2, result.output
+    err = result.stderr
+    assert "over code.max_size" in err and "largest: data/ (1.5 MB), weights.pt (300.0 KB)" in err
+    assert "Traceback" not in err
+    assert Store.open().list_runs() == []
+    home = Path(os.environ["CORRAL_HOME"])
+    assert not (home / "fake" / "instances").exists() or not any(
+        (home / "fake" / "instances").iterdir()
+    )
+    # ignored, it fits
+    (work / ".corralignore").write_text("data/\n")
+    ok = runner.invoke(app, ["launch", str(work / "corral.yaml"), "--wait", "--json"])
+    assert ok.exit_code == 0, ok.output
+    assert json.loads(ok.stdout)["state"] == "SUCCEEDED"
+
+
+def test_code_goes_through_the_agent_without_storage_and_is_packed_once(
+    tmp_path: Path, fake_cloud: None
+) -> None:
+    work = _job(tmp_path, "name: shipped\nrun: cat hello.txt\n")
+    (work / "hello.txt").write_text("hello from the shipped workdir\n")
+    first = runner.invoke(app, ["launch", str(work / "corral.yaml"), "--wait", "--json"])
+    assert first.exit_code == 0, first.output
+    assert "code: workdir, 2 files" in first.stderr and "not packed again" not in first.stderr
+    run = json.loads(first.stdout)
+    assert run["state"] == "SUCCEEDED", run["reason"]
+    logs = runner.invoke(app, ["logs", run["id"]]).stdout
+    assert "hello from the shipped workdir" in logs
+    store = Store.open()
+    [packed] = store.events(run["id"], types=["code.packed"])
+    sent = store.events(run["id"], types=["code.sent"])
+    assert [e.data["bytes"] for e in sent] == [packed.data["size"]]
+    assert store.events(run["id"], types=["code.uploaded"]) == []
+    status = json.loads(runner.invoke(app, ["status", run["id"], "--json"]).stdout)
+    assert status["code"]["sha256"] == packed.data["sha256"]
+    assert "code        workdir, 2 files" in runner.invoke(app, ["status", run["id"]]).stdout
+    again = runner.invoke(app, ["launch", str(work / "corral.yaml"), "--wait", "--json"])
+    assert "unchanged: not packed again" in again.stderr
+    [repacked] = store.events(json.loads(again.stdout)["id"], types=["code.packed"])
+    assert repacked.data["sha256"] == packed.data["sha256"]
+
+
+def test_a_run_on_this_machine_ships_nothing(tmp_path: Path) -> None:
+    work = _job(tmp_path, "name: here\nrun: pwd\n")
+    result = runner.invoke(app, ["launch", str(work / "corral.yaml"), "--wait", "--json"])
+    assert result.exit_code == 0, result.output
+    run = json.loads(result.stdout)
+    assert "code:" not in result.stderr
+    assert Store.open().events(run["id"], types=["code.packed"]) == []
+    assert str(work) in runner.invoke(app, ["logs", run["id"]]).stdout
+    status = json.loads(runner.invoke(app, ["status", run["id"], "--json"]).stdout)
+    assert "code" not in status
+
+
+def test_files_are_put_where_the_spec_says_on_the_machine(
+    tmp_path: Path, fake_cloud: None, corral_home: Path
+) -> None:
+    secrets_dir = tmp_path / "dotfiles"
+    secrets_dir.mkdir()
+    (secrets_dir / "netrc").write_text("machine example.com login me\n")
+    os.chmod(secrets_dir / "netrc", 0o600)
+    (secrets_dir / "settings.toml").write_text("lr = 0.1\n")
+    work = _job(
+        tmp_path,
+        "name: with-files\nrun: cat conf/settings.toml\n"
+        f"files:\n  /root/.netrc: {secrets_dir / 'netrc'}\n"
+        f"  conf/settings.toml: {secrets_dir / 'settings.toml'}\n",
+    )
+    result = runner.invoke(app, ["launch", str(work / "corral.yaml"), "--wait", "--json"])
+    assert result.exit_code == 0, result.output
+    run = json.loads(result.stdout)
+    assert run["state"] == "SUCCEEDED", run["reason"]
+    assert "lr = 0.1" in runner.invoke(app, ["logs", run["id"]]).stdout
+    [machine] = (corral_home / "fake" / "instances").iterdir()
+    netrc = machine / "machine" / "fs" / "root" / ".netrc"
+    assert netrc.read_text() == "machine example.com login me\n"
+    assert netrc.stat().st_mode & 0o777 == 0o600
+    missing = _job(tmp_path / "m", "name: missing\nrun: ls\nfiles: {/etc/x: nowhere.txt}\n")
+    refused = runner.invoke(app, ["launch", str(missing / "corral.yaml"), "--detach"])
+    assert refused.exit_code == 2 and "nowhere.txt does not exist" in refused.stderr

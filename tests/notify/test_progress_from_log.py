@@ -1,0 +1,168 @@
+"""A job that never imports corral (an HF Trainer-style stand-in: a tqdm bar redrawn with
+``\\r`` on stderr, log dicts printed between) run under a real controller on the local
+provider with ``progress: hf``: its progress shows in ``corral status --json`` and reaches a
+progress webhook on loopback, as the SDK's ``report()`` would; and the same on the fake cloud,
+whose machines do not share the controller's files."""
+
+from __future__ import annotations
+
+import json
+import sys
+import textwrap
+
+import pytest
+from typer.testing import CliRunner
+
+from control.helpers import start_controller, submit, wait_for, write_spec
+from corral.cli.app import app
+from corral.store import Store
+from support.waiting import wait_until
+
+pytestmark = pytest.mark.slow
+
+STAND_IN = textwrap.dedent(
+    """
+    import os, sys, time
+
+    total = 1000
+    print("***** Running training *****", flush=True)
+    for step in range(1, total + 1):
+        if os.path.exists("release"):  # the test has seen what it wanted: end early
+            break
+        sys.stderr.write(f"\\r{100 * step // total:3d}%|#   | {step}/{total} [00:01<00:09,  9.99it/s]")
+        sys.stderr.flush()
+        if step % 10 == 0:
+            sys.stderr.write("\\r" + " " * 50 + "\\r")
+            sys.stderr.flush()
+            logs = {"loss": round(3.0 - step * 0.001, 4), "learning_rate": 5e-05, "epoch": step / total}
+            print(logs, flush=True)
+        time.sleep(0.05)
+    """
+)
+
+
+def _status(run_id: str) -> dict:
+    result = CliRunner().invoke(app, ["status", run_id, "--json"])
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+def _train_progress(status: dict, stage: str = "train") -> dict | None:
+    attempts = status.get("attempts") or []
+    for found in (status.get("stages") or []) + [
+        s for a in attempts for s in ((a.get("status") or {}).get("stages") or [])
+    ]:
+        if found.get("name") == stage and isinstance(found.get("progress"), dict):
+            return found["progress"]
+    return None
+
+
+def test_progress_read_from_the_log_shows_in_status_and_reaches_a_webhook(tmp_path, receivers):
+    (tmp_path / "train.py").write_text(STAND_IN)
+    rx = receivers()
+    spec = write_spec(
+        tmp_path,
+        f"""
+        name: foreign
+        stages:
+          - name: train
+            run: {sys.executable} train.py
+            progress: hf
+        notify:
+          webhooks:
+            - url: {rx.url}
+              progress_interval: 1s
+        """,
+    )
+    run_id = submit(spec)
+    store = Store.open()
+    proc = start_controller()
+    try:
+        seen: dict = {}
+
+        def shown() -> bool:
+            seen.update(_status(run_id))
+            progress = _train_progress(seen)
+            return bool(progress) and progress.get("loss") is not None
+
+        wait_until(shown, 60, 0.2, lambda: f"a loss in corral status; it shows {seen}")
+        progress = _train_progress(seen)
+        assert progress["total"] == 1000 and progress["step"] >= 10
+        assert progress["metrics"]["learning_rate"] == 5e-05 and 0 < progress["epoch"] < 1
+        assert 2.0 < progress["loss"] < 3.0
+        # the agent sends one progress event every 10 s: the second one carries a loss
+        wait_until(
+            lambda: any(
+                r.json["data"]["loss"] is not None for r in rx.accepted() if r.type == "progress"
+            ),
+            40,
+            0.2,
+            "a progress webhook with a loss",
+        )
+        later = _train_progress(_status(run_id))  # the ETA, from the rate of the steps read
+        assert later["step"] > progress["step"] and later["steps_per_s"] > 0
+        assert later["eta_s"] > 0
+        (tmp_path / "release").write_text("")
+        run = wait_for(store, run_id, {"SUCCEEDED", "FAILED"})
+        assert run.state == "SUCCEEDED", run.reason
+    finally:
+        proc.terminate()
+        proc.wait(10)
+    hooks = [r.json["data"] for r in rx.accepted() if r.type == "progress"]
+    assert hooks[0]["stage"] == "train" and hooks[0]["total"] == 1000
+    assert all(1 <= h["step"] <= 1000 for h in hooks)
+    assert 2.0 < hooks[-1]["loss"] < 3.0
+
+
+NANOCHAT = textwrap.dedent(
+    """
+    import time
+
+    for step in range(0, 21):
+        print(
+            f"step {step:05d}/00020 ({100 * step / 20:.2f}%) | loss: {4.0 - step * 0.1:.6f} | "
+            f"lrm: 1.00 | dt: 50.00ms | tok/sec: 12,345 | mfu: 1.00 | total time: 0.01m",
+            flush=True,
+        )
+        time.sleep(0.05)
+    """
+)
+
+
+def test_progress_from_the_log_on_a_machine_that_does_not_share_our_files(
+    tmp_path, receivers, monkeypatch
+):
+    """The fake cloud (a nanochat-style stand-in): the code and the plan, with its pattern,
+    travel to the machine; the status and the webhook come back from it."""
+    from corral.providers.fake import ENV_FAKE_CLOUD
+
+    cloud = tmp_path / "cloud.json"
+    cloud.write_text(json.dumps({"launch_delay_s": 0.1}))
+    monkeypatch.setenv(ENV_FAKE_CLOUD, str(cloud))
+    monkeypatch.setenv("CORRAL_PROVIDERS", "fake")
+    work = tmp_path / "job"
+    work.mkdir()
+    (work / "train.py").write_text(NANOCHAT)
+    rx = receivers()
+    spec = write_spec(
+        work,
+        f"""
+        name: foreign-remote
+        run: python train.py
+        progress: nanochat
+        notify:
+          webhooks:
+            - url: {rx.url}
+              progress_interval: 1s
+        """,
+    )
+    result = CliRunner().invoke(app, ["launch", str(spec), "--wait", "--json"])
+    assert result.exit_code == 0, result.output
+    run = json.loads(result.stdout)
+    assert run["state"] == "SUCCEEDED", run["reason"]
+    progress = _train_progress(_status(run["id"]), stage="main")
+    assert (progress["step"], progress["total"], progress["percent"]) == (20, 20, 100.0)
+    assert progress["loss"] == 2.0 and progress["metrics"]["tok/sec"] == 12345
+    wait_until(lambda: "progress" in rx.types(), 10, 0.1, "a progress webhook")
+    hook = next(r.json["data"] for r in rx.accepted() if r.type == "progress")
+    assert hook["stage"] == "main" and hook["total"] == 20 and hook["loss"] is not None

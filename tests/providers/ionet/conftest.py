@@ -1,0 +1,50 @@
+"""Fixtures: a fake IO.net on loopback and IO.net providers pointed at it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from corral.providers.http import RetryPolicy, TokenBucket
+from corral.providers.ionet import IonetProvider, IonetSettings
+
+from .fake_server import API_KEY, FakeIonet
+
+
+@pytest.fixture
+def fake(tmp_path: Path) -> Iterator[FakeIonet]:
+    server = FakeIonet(tmp_path / "ionet")
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def sleeps() -> list[float]:
+    return []
+
+
+@pytest.fixture
+def make_provider(
+    fake: FakeIonet, corral_home: Path, sleeps: list[float]
+) -> Iterator[Callable[..., IonetProvider]]:
+    clients: list[httpx.Client] = []
+
+    def make(*, api_key: str = API_KEY, **settings) -> IonetProvider:
+        fields = {**fake.settings(), "list_cache_s": 0.2, "containers_cache_s": 0.3, **settings}
+        clients.append(httpx.Client())
+        return IonetProvider(
+            api_key,
+            settings=IonetSettings(**fields),
+            client=clients[-1],
+            home=corral_home,
+            retry=RetryPolicy(max_attempts=3, base_delay=0.01, max_delay=0.05, timeout=5.0),
+            bucket=TokenBucket(1000.0, 1000.0),
+            sleep=sleeps.append,
+        )
+
+    yield make
+    for client in clients:
+        client.close()

@@ -1,0 +1,424 @@
+"""A fake SaladCloud on 127.0.0.1 that speaks ``shared/providers/salad.md``.
+
+* ``/api/public/organizations/{org}/...``: GPU classes (prices as strings), container groups
+  (create 201 with ``Location``, get, list, start/stop/delete 202 with an empty body),
+  instances and their ``reallocate`` action, system logs, log entries. Errors are
+  ProblemDetails; a bad body (name regex, missing fields, an environment value over 1,000
+  characters, a probe without exactly one kind or without headers) is 400.
+* ``Salad-Api-Key`` required (401 otherwise); **240 requests a minute per key** (a sliding
+  window; 429 ProblemDetails, with ``Retry-After`` only if ``retry_after`` is set, as
+  SaladCloud documents none). ``peak_per_min`` is the most requests seen in any minute.
+* Faults on request (:meth:`FakeSalad.fail`): any status, an HTML page instead of JSON
+  (``html=True``), ``after=True`` to apply the request first.
+* The container gateway at ``/gw/<group>/...`` (``networking.dns`` is
+  ``127.0.0.1:<port>/gw/<group>``: clients use ``gateway_scheme: http``) forwards to the
+  running replica; an HTML 502 before it runs. The readiness probe is called every
+  ``probe_every`` seconds and sets the instance's ``ready``.
+* The per-container metadata service at ``/imds/<group>/v1/...`` (``Metadata: true``
+  required): ``status``, ``deletion-cost``.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import re
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from support.containers import Forwarder
+
+from .fake_cloud import ORG, PROJECT, CloudError, FakeSaladCloud, now_iso
+
+API_KEY = "salad_FAKE_0123456789abcdef_secretkey"
+_NAME = re.compile(r"^[a-z][a-z0-9-]{0,61}[a-z0-9]$")
+HTML_PAGE = (
+    b"<!DOCTYPE html><html><head><title>502 Bad Gateway</title></head>"
+    b"<body><h1>502 Bad Gateway</h1><hr><center>cloudflare</center></body></html>"
+)
+
+
+@dataclass
+class Fault:
+    """Answer the next ``times`` requests matching ``target`` (fnmatch on ``METHOD /path``
+    below ``/api/public``) with ``status``; ``html``: an HTML page as the body."""
+
+    target: str
+    status: int = 500
+    html: bool = False
+    retry_after: float | None = None
+    after: bool = False
+    times: int = 1
+    detail: str = "injected fault"
+
+
+@dataclass
+class Seen:
+    ts: float
+    method: str
+    route: str
+    status: int
+
+
+class FakeSalad:
+    def __init__(
+        self,
+        root: Path,
+        *,
+        api_key: str = API_KEY,
+        limit_per_min: int = 240,
+        retry_after: float | None = None,
+        step: float = 0.1,
+        probe_every: float = 0.2,
+        clock: Any = time.monotonic,
+    ):
+        self.api_key = api_key
+        self.cloud = FakeSaladCloud(root, step=step)
+        self.limit_per_min = limit_per_min
+        self.retry_after = retry_after
+        self.clock = clock
+        self.faults: list[Fault] = []
+        self.seen: list[Seen] = []
+        self.creates: list[dict[str, Any]] = []
+        self.imds_calls: list[tuple[str, str, str]] = []
+        self._window: deque[float] = deque()
+        self.peak_per_min = 0
+        self._lock = threading.Lock()
+        self._forward = Forwarder()
+        handler = type("Handler", (_Handler,), {"fake": self})
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self.server.daemon_threads = True
+        threading.Thread(
+            target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        ).start()
+        self._stop = threading.Event()
+        self.probe_every = probe_every
+        threading.Thread(target=self._prober, daemon=True).start()
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_port}"
+
+    def settings(self) -> dict[str, Any]:
+        """The SaladSettings fields that point a client at this server."""
+        return {
+            "api_url": self.base_url + "/api/public",
+            "organization": ORG,
+            "project": PROJECT,
+            "gateway_scheme": "http",
+        }
+
+    def env(self) -> dict[str, str]:
+        """The same, as a controller's environment."""
+        return {f"CORRAL_SALAD_{k.upper()}": str(v) for k, v in self.settings().items()}
+
+    def close(self) -> None:
+        self._stop.set()
+        self.server.shutdown()
+        self.server.server_close()
+        self.cloud.close()
+        self._forward.close()
+
+    def fail(self, target: str, status: int = 500, **kw: Any) -> Fault:
+        fault = Fault(target, status, **kw)
+        with self._lock:
+            self.faults.append(fault)
+        return fault
+
+    def interrupt(self, name: str) -> None:
+        self.cloud.interrupt(name)
+
+    def routes(self, prefix: str = "") -> list[str]:
+        return [s.route for s in self.seen if s.route.startswith(prefix)]
+
+    # --- the readiness probe ----------------------------------------------------------------
+
+    def _prober(self) -> None:
+        while not self._stop.wait(self.probe_every):
+            with self.cloud.lock:
+                targets = [
+                    (g, g.replica, (g.body.get("readiness_probe") or {}).get("http"))
+                    for g in self.cloud.groups.values()
+                    if g.replica is not None and g.replica.state == "running"
+                ]
+            for group, replica, http in targets:
+                port = self.cloud.replica_port(group.name)
+                ok = False
+                if http and port:
+                    answer = self._forward.forward("GET", port, http["path"], b"", {})
+                    ok = answer is not None and answer[0] == 200
+                replica.ready = ok if http else port is not None
+
+    # --- dispatch -----------------------------------------------------------------------------
+
+    def _count(self, now: float) -> bool:
+        """Record a request; False if it is over the limit."""
+        with self._lock:
+            while self._window and self._window[0] <= now - 60.0:
+                self._window.popleft()
+            if len(self._window) >= self.limit_per_min:
+                return False
+            self._window.append(now)
+            self.peak_per_min = max(self.peak_per_min, len(self._window))
+            return True
+
+    def _take_fault(self, route: str) -> Fault | None:
+        with self._lock:
+            for fault in self.faults:
+                if fault.times > 0 and fnmatch.fnmatchcase(route, fault.target):
+                    fault.times -= 1
+                    return fault
+        return None
+
+    def handle(self, h: _Handler) -> None:
+        url = urlsplit(h.path)
+        length = int(h.headers.get("Content-Length") or 0)
+        raw = h.rfile.read(length) if length else b""
+        parts = url.path.strip("/").split("/")
+        if parts[0] == "gw" and len(parts) >= 2:
+            return self._gateway(h, parts[1], "/" + "/".join(parts[2:]), url.query, raw)
+        if parts[0] == "imds" and len(parts) >= 2:
+            return self._imds(h, parts[1], "/" + "/".join(parts[2:]), raw)
+        if url.path.startswith("/api/public/"):
+            route = f"{h.command} {url.path[len('/api/public') :]}"
+        else:
+            return self._problem(h, "?", 404, "Not Found")
+        if h.headers.get("Salad-Api-Key") != self.api_key:
+            return self._problem(h, route, 401, "Unauthorized", "a valid Salad-Api-Key is required")
+        if not self._count(self.clock()):
+            headers = {"Retry-After": f"{self.retry_after:g}"} if self.retry_after else {}
+            return self._problem(h, route, 429, "Too Many Requests", "rate limit", headers)
+        fault = self._take_fault(route)
+        if fault is not None and not fault.after:
+            return self._fault(h, route, fault)
+        try:
+            body = json.loads(raw) if raw else None
+            if parts[2:3] != ["organizations"]:
+                raise CloudError(404, "Not Found", "no such resource")
+            status, answer, headers = self._api(h.command, parts[3:], body, h)
+        except CloudError as exc:
+            return self._problem(h, route, exc.status, exc.title, exc.detail)
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            return self._problem(h, route, 400, "Bad Request", f"invalid request: {exc}")
+        if fault is not None:
+            return self._fault(h, route, fault)
+        self._send(h, route, status, answer, headers=headers)
+
+    def _api(
+        self, method: str, p: list[str], body: Any, h: _Handler
+    ) -> tuple[int, Any, dict[str, str]]:
+        cloud = self.cloud
+        if not p or p[0] != ORG:
+            raise CloudError(404, "Not Found", "no such organization")
+        rest = p[1:]
+        if rest == ["gpu-classes"] and method == "GET":
+            return 200, {"items": cloud.classes}, {}
+        if rest == ["log-entries"] and method == "POST":
+            return 200, self._log_entries(body), {}
+        if len(rest) < 3 or rest[0] != "projects" or rest[1] != PROJECT or rest[2] != "containers":
+            raise CloudError(404, "Not Found", "no such resource")
+        rest = rest[3:]
+        gateway = f"127.0.0.1:{self.server.server_port}/gw"
+        if not rest:
+            if method == "GET":
+                with cloud.lock:
+                    return 200, {"items": [g.api(gateway) for g in cloud.groups.values()]}, {}
+            if method == "POST":
+                _validate(body)
+                self.creates.append(body)
+                imds = f"{self.base_url}/imds/{body['name']}"
+                group = cloud.create(body, gateway, imds)
+                where = f"/organizations/{ORG}/projects/{PROJECT}/containers/{group.name}"
+                return 201, group.api(gateway), {"Location": where}
+        name = rest[0]
+        if len(rest) == 1:
+            if method == "GET":
+                return 200, cloud.get(name).api(gateway), {}
+            if method == "DELETE":
+                cloud.delete(name)
+                return 202, None, {}
+        if len(rest) == 2 and method == "POST" and rest[1] in ("start", "stop"):
+            (cloud.start if rest[1] == "start" else cloud.stop)(name)
+            return 202, None, {}
+        if len(rest) == 2 and method == "GET" and rest[1] == "instances":
+            group = cloud.get(name)
+            with cloud.lock:
+                replica = group.replica
+                items = [replica.api(group.version)] if replica else []
+            return 200, {"instances": items}, {}
+        if len(rest) == 2 and method == "GET" and rest[1] == "system-logs":
+            return 200, {"items": list(cloud.get(name).logs)}, {}
+        if len(rest) == 4 and rest[1] == "instances" and method == "POST":
+            group = cloud.get(name)
+            if group.replica is None or group.replica.id != rest[2]:
+                raise CloudError(404, "Not Found", "The instance could not be found.")
+            if rest[3] == "reallocate":
+                cloud.interrupt(name, "Instance Reallocated by User")
+                return 202, None, {}
+        raise CloudError(404, "Not Found", f"no route {method} {'/'.join(p)}")
+
+    def _log_entries(self, body: Any) -> dict[str, Any]:
+        for field in ("start_time", "end_time", "query"):
+            if not isinstance(body.get(field), str):
+                raise CloudError(400, "Bad Request", f"{field} is required")
+        m = re.search(r'container_group_name = "([^"]+)"', body["query"])
+        items = []
+        if m:
+            with self.cloud.lock:
+                group = self.cloud.groups.get(m.group(1))
+                text = "".join(c.log() for c in group.containers) if group else ""
+            for line in text.splitlines():
+                items.append(
+                    {
+                        "time": now_iso(),
+                        "receive_time": now_iso(),
+                        "severity": "info",
+                        "text_log": line,
+                        "resource": {
+                            "type": "container",
+                            "labels": {"container_group_name": m.group(1)},
+                        },
+                    }
+                )
+        items.reverse()  # newest first
+        return {"organization_name": ORG, "items": items[: int(body.get("page_size") or 100)]}
+
+    def _gateway(self, h: _Handler, name: str, path: str, query: str, raw: bytes) -> None:
+        route = f"gw {h.command} {path}"
+        port = self.cloud.replica_port(name)
+        if port is None:
+            return self._send(h, route, 502, HTML_PAGE, "text/html")
+        target = path + (f"?{query}" if query else "")
+        answer = self._forward.forward(h.command, port, target, raw, dict(h.headers.items()))
+        if answer is None:
+            return self._send(h, route, 502, HTML_PAGE, "text/html")
+        status, content, kind = answer
+        self._send(h, route, status, content, kind or "application/octet-stream")
+
+    def _imds(self, h: _Handler, name: str, path: str, raw: bytes) -> None:
+        route = f"imds {h.command} {path}"
+        self.imds_calls.append((name, h.command, path))
+        if h.headers.get("Metadata") != "true":
+            return self._problem(h, route, 400, "Bad Request", "Metadata: true is required")
+        with self.cloud.lock:
+            group = self.cloud.groups.get(name)
+        if group is None:
+            return self._problem(h, route, 404, "Not Found", "container-not-found")
+        if h.command == "GET" and path == "/v1/status":
+            replica = group.replica
+            return self._send(
+                h, route, 200, {"ready": bool(replica and replica.ready), "started": True}
+            )
+        if h.command == "PUT" and path == "/v1/deletion-cost":
+            group.deletion_costs.append(int(json.loads(raw)["deletion_cost"]))
+            return self._send(h, route, 204, None)
+        return self._problem(h, route, 404, "Not Found", "no such metadata path")
+
+    # --- answers ------------------------------------------------------------------------------
+
+    def _fault(self, h: _Handler, route: str, fault: Fault) -> None:
+        headers = {"Retry-After": f"{fault.retry_after:g}"} if fault.retry_after is not None else {}
+        if fault.html:
+            return self._send(h, route, fault.status, HTML_PAGE, "text/html", headers)
+        self._problem(h, route, fault.status, "Error", fault.detail, headers)
+
+    def _problem(
+        self,
+        h: _Handler,
+        route: str,
+        status: int,
+        title: str,
+        detail: str = "",
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        body = {"type": "about:blank", "title": title, "status": status, "detail": detail or title}
+        self._send(h, route, status, body, "application/problem+json", headers)
+
+    def _send(
+        self,
+        h: _Handler,
+        route: str,
+        status: int,
+        body: Any,
+        kind: str = "application/json",
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        self.seen.append(Seen(self.clock(), h.command, route, status))
+        data = (
+            body if isinstance(body, bytes) else b"" if body is None else json.dumps(body).encode()
+        )
+        try:
+            h.send_response(status)
+            for k, v in (headers or {}).items():
+                h.send_header(k, v)
+            if data:
+                h.send_header("Content-Type", kind)
+            h.send_header("Content-Length", str(len(data)))
+            h.end_headers()
+            if data:
+                h.wfile.write(data)
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+
+
+def _validate(body: Any) -> None:
+    """What SaladCloud's schema checks on a create (400 ProblemDetails)."""
+    bad = lambda why: CloudError(400, "Bad Request", why)  # noqa: E731
+    if not isinstance(body, dict):
+        raise bad("the body must be a JSON object")
+    if not isinstance(body.get("name"), str) or not _NAME.match(body["name"]):
+        raise bad("name must match ^[a-z][a-z0-9-]{0,61}[a-z0-9]$")
+    for field in ("autostart_policy", "restart_policy", "replicas", "container"):
+        if field not in body:
+            raise bad(f"{field} is required")
+    if body["restart_policy"] not in ("always", "on_failure", "never"):
+        raise bad("restart_policy must be always, on_failure or never")
+    container = body["container"]
+    if not isinstance(container.get("image"), str) or not container["image"]:
+        raise bad("container.image is required")
+    resources = container.get("resources") or {}
+    if not isinstance(resources.get("cpu"), int) or not 1 <= resources["cpu"] <= 1024:
+        raise bad("container.resources.cpu must be 1-1024")
+    if not isinstance(resources.get("memory"), int) or resources["memory"] < 1024:
+        raise bad("container.resources.memory must be at least 1024 (MB)")
+    if container.get("priority") not in (None, "high", "medium", "low", "batch"):
+        raise bad("container.priority must be high, medium, low or batch")
+    for arg in container.get("command") or []:
+        if not isinstance(arg, str) or not 1 <= len(arg) <= 1000:
+            raise bad("container.command: each argument is 1-1000 characters")
+    for key, value in (container.get("environment_variables") or {}).items():
+        if not isinstance(value, str) or not 1 <= len(value) <= 1000:
+            raise bad(f"environment variable {key}: values are 1-1000 characters")
+    for name in ("startup_probe", "liveness_probe", "readiness_probe"):
+        probe = body.get(name)
+        if probe is None:
+            continue
+        kinds = [k for k in ("http", "tcp", "grpc", "exec") if k in probe]
+        if len(kinds) != 1:
+            raise bad(f"{name} must have exactly one of http, tcp, grpc, exec")
+        if kinds == ["http"] and not probe["http"].get("headers"):
+            raise bad(f"{name}.http.headers needs at least one header")
+    networking = body.get("networking")
+    if networking is not None and (
+        networking.get("protocol") != "http" or not isinstance(networking.get("port"), int)
+    ):
+        raise bad("networking needs protocol http and a port")
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    fake: FakeSalad
+
+    def do_GET(self) -> None:
+        self.fake.handle(self)
+
+    do_POST = do_DELETE = do_PATCH = do_PUT = do_HEAD = do_GET
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass

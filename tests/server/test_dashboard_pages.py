@@ -1,0 +1,115 @@
+"""The dashboard's pages over plain HTTP (real uvicorn): the login form and its cookie, pages
+and fragments refused without it, a read-only token's page with Stop and Cancel disabled,
+cookie writes only with the dashboard's header, static files served from the package."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import httpx
+
+from server.conftest import Api
+from server.test_api import follow, submit
+
+
+def login(api: Api, token: str) -> httpx.Client:
+    c = httpx.Client(base_url=api.url, timeout=30)
+    res = c.post("/login", data={"token": token, "next": "/runs/x?y=1"})
+    assert res.status_code == 303 and res.headers["location"] == "/runs/x?y=1"
+    cookie = res.headers["set-cookie"].lower()
+    assert "httponly" in cookie and "samesite=strict" in cookie and "path=/" in cookie
+    return c
+
+
+def test_pages_need_a_login_and_a_read_only_token_cannot_stop(api: Api, tmp_path: Path) -> None:
+    anon = httpx.Client(base_url=api.url, timeout=30)
+    res = anon.get("/runs/abc?x=1")
+    assert res.status_code == 303 and res.headers["location"] == "/login?next=/runs/abc%3Fx%3D1"
+    assert anon.get("/ui/runs").status_code == 401
+    assert anon.get("/ui/runs/abc").status_code == 401
+    assert anon.get("/ui/gpus").status_code == 401
+    assert anon.get("/gpus").headers["location"] == "/login?next=/gpus"
+    form = anon.get("/login")
+    assert form.status_code == 200 and 'name="token"' in form.text
+    bad = anon.post("/login", data={"token": "corral_nope"})
+    assert bad.status_code == 401 and "not valid" in bad.text and "set-cookie" not in bad.headers
+    evil = anon.post("/login", data={"token": api.token, "next": "//evil.example/"})
+    assert evil.headers["location"] == "/"
+    assert anon.post("/login", data={"token": "x" * 20_000}).status_code == 413
+
+    with api.client(api.token) as c:
+        run = submit(c, 'name: page-run\nrun: "echo from the job"\n', tmp_path)
+        follow(c, run["id"])
+
+    reader = login(api, api.read_only_token)
+    table = reader.get("/")
+    assert table.status_code == 200 and run["id"] in table.text and "SUCCEEDED" in table.text
+    assert "(read-only)" in table.text
+    page = reader.get(f"/runs/{run['name']}")
+    assert page.status_code == 200 and "from the job" in page.text
+    assert 'data-action="stop" disabled' in page.text
+    parts = reader.get(f"/ui/runs/{run['id']}").json()
+    assert parts["terminal"] and parts["state"] == "SUCCEEDED"
+    assert set(parts["parts"]) == {"header", "timeline", "logs", "gpus", "results"}
+    assert "Attempt 1" in parts["parts"]["timeline"]
+    assert reader.get("/runs/nosuchrun").status_code == 404
+    assert reader.get("/static/chart.js").status_code == 200
+    assert reader.get("/static/style.css").headers["content-type"].startswith("text/css")
+    # the page loads nothing from another origin
+    assert "http://" not in page.text.replace(api.url, "") and "https://" not in page.text
+
+    assert reader.post("/logout").status_code == 303
+    assert reader.get("/").status_code == 303
+
+
+def test_a_write_with_the_cookie_needs_the_dashboard_header(api: Api, tmp_path: Path) -> None:
+    with api.client(api.token) as c:
+        run = submit(c, 'name: csrf\nrun: "sleep 30"\n', tmp_path)
+    browser = login(api, api.token)
+    page = browser.get(f"/runs/{run['id']}")
+    assert 'data-action="stop" disabled' not in page.text
+    forged = browser.post(f"/api/v1/runs/{run['id']}/cancel")  # what another site could send
+    assert forged.status_code == 401 and "X-Corral-Dashboard" in forged.json()["message"]
+    ok = browser.post(f"/api/v1/runs/{run['id']}/cancel", headers={"X-Corral-Dashboard": "1"})
+    assert ok.status_code == 200 and ok.json()["requested_action"] == "cancel"
+    assert browser.get(f"/api/v1/runs/{run['id']}").status_code == 200  # reads need no header
+    read_only = login(api, api.read_only_token)
+    refused = read_only.post(f"/api/v1/runs/{run['id']}/stop", headers={"X-Corral-Dashboard": "1"})
+    assert refused.status_code == 403
+
+
+def test_a_preempted_attempt_and_its_recovery_show_on_the_timeline(
+    api: Api, tmp_path: Path
+) -> None:
+    from corral.service.preempt import preempt_run
+    from support.waiting import wait_until
+
+    with api.client(api.token) as c:
+        run = submit(c, 'name: spot\nrun: "sleep 60"\n', tmp_path)
+
+        def shown() -> dict:
+            return c.get(f"/api/v1/runs/{run['id']}").json()
+
+        def started() -> bool:
+            timeline = c.get(f"/api/v1/runs/{run['id']}/timeline").json()
+            return any(a["stages"] for a in timeline["attempts"])
+
+        wait_until(started, 60, 0.2, "the stage to have started")
+        preempt_run(run["id"], grace=0.5)
+        wait_until(
+            lambda: shown()["attempt"] == 2 and shown()["state"] == "RUNNING",
+            90,
+            0.2,
+            lambda: f"attempt 2 RUNNING, not {shown()['state']} (attempt {shown()['attempt']})",
+        )
+        timeline = c.get(f"/api/v1/runs/{run['id']}/timeline").json()
+        first, second = timeline["attempts"]
+        assert first["outcome"] == "preempted" and second["outcome"] is None
+        assert [s["name"] for s in first["stages"]] == ["main"]
+        assert "recovery" in [m["kind"] for m in timeline["marks"]]
+
+        page = login(api, api.read_only_token).get(f"/ui/runs/{run['id']}").json()
+        html = page["parts"]["timeline"]
+        assert 'class="attempt preempted"' in html and "Attempt 2" in html
+        assert 'class="mark recovery"' in html
+        c.post(f"/api/v1/runs/{run['id']}/cancel")

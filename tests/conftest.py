@@ -11,6 +11,16 @@ import pytest
 from support.postgres import scratch_database
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """A ``slow`` test (several processes, real clocks, a loaded 2-core CI machine) that fails
+    is run once more before the run fails: one timing flake must not cost a whole CI run. The
+    rerun stays visible (the summary counts it, "1 rerun", and ``-rR`` names it), so a flake
+    is seen and fixed, not hidden. A test that fails twice fails the run."""
+    for item in items:
+        if item.get_closest_marker("slow") and not item.get_closest_marker("flaky"):
+            item.add_marker(pytest.mark.flaky(reruns=1, reruns_delay=1))
+
+
 @pytest.fixture(autouse=True)
 def corral_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch):
     home = tmp_path_factory.mktemp("corral-home")

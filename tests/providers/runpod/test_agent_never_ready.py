@@ -11,6 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
+import pytest
 from typer.testing import CliRunner
 
 from corral.cli.app import app
@@ -25,6 +26,7 @@ from .fake_server import API_KEY
 T = TypeVar("T")
 
 
+@pytest.mark.slow
 def test_the_pods_log_shows_why_the_agent_never_came_up(make_provider, fake, tmp_path, monkeypatch):
     from control.helpers import submit, write_spec
 

@@ -160,3 +160,59 @@ def test_concurrent_transitions_from_processes_have_exactly_one_winner(db_url: s
     assert sorted(out.strip() for out, _ in outputs) == ["lost", "lost", "won"]
     with Store.open(db_url) as store:
         assert len(store.events(run.id, types=["run.state"])) == 2
+
+
+def test_a_processs_sqlite_writers_queue_on_a_lock_and_readers_never_wait(tmp_path: Path):
+    """Threads of one process take SQLite's one write transaction in turn on a lock of their
+    own (a waiting writer starts the moment the one before commits, instead of sleeping in
+    SQLite's busy handler); a read goes on while a write is open."""
+    import threading
+
+    from corral.store.db import Database
+
+    db = Database(parse_url(f"sqlite:///{tmp_path}/w.db"))
+    with db.transaction(write=True) as tx:
+        tx.run("CREATE TABLE t (v INTEGER)")
+    order: list[str] = []
+    holding = threading.Event()
+    release = threading.Event()
+
+    def first() -> None:
+        with db.transaction(write=True) as tx:
+            tx.run("INSERT INTO t VALUES (1)")
+            holding.set()
+            release.wait(10)
+            order.append("first commits")
+
+    def second() -> None:
+        with db.transaction(write=True) as tx:
+            order.append("second begins")
+            tx.run("INSERT INTO t VALUES (2)")
+
+    a = threading.Thread(target=first)
+    a.start()
+    assert holding.wait(10)
+    b = threading.Thread(target=second)
+    b.start()
+    b.join(0.3)
+    assert b.is_alive() and order == []  # the second writer waits for the lock
+    assert db._writer is not None and not db._writer.acquire(blocking=False)
+    with db.transaction() as tx:  # a reader does not
+        assert tx.tuples("SELECT v FROM t") == []
+    release.set()
+    a.join(10)
+    b.join(10)
+    assert order == ["first commits", "second begins"]
+    with db.transaction() as tx:
+        assert tx.tuples("SELECT v FROM t ORDER BY v") == [(1,), (2,)]
+    db.close()
+
+
+def test_a_write_transaction_that_fails_to_open_leaves_the_writer_lock_free(tmp_path: Path):
+    from corral.store.db import Database
+
+    db = Database(parse_url(f"sqlite:///{tmp_path}/w.db"))
+    db.close()
+    with pytest.raises(StoreError, match="closed"), db.transaction(write=True):
+        pass
+    assert db._writer is not None and db._writer.acquire(blocking=False)

@@ -149,7 +149,7 @@ def run_foreground(
         if poll_s is not None:
             settings.poll_interval_s = poll_s
         # the workers share the store: keep enough connections open for them to reuse
-        store = Store.open(connections=8)
+        store = Store.open(connections=settings.poll_workers + settings.ops_workers)
         providers, skipped = load_providers()
         for name, why in skipped.items():
             logger.warning("provider %s left out: %s", name, why)

@@ -57,6 +57,9 @@ class Dialect(ABC):
     def begin(self, conn: Any, write: bool) -> None:
         """Start a transaction; ``write``: one that will write (take the lock up front)."""
 
+    #: the database takes one write transaction at a time (``Database`` queues its threads)
+    one_writer = False
+
     def commit(self, conn: Any) -> None:
         conn.commit()
 
@@ -105,6 +108,9 @@ def _dict_row(cursor: sqlite3.Cursor, row: tuple) -> dict[str, Any]:
 
 class SqliteDialect(Dialect):
     name = "sqlite"
+    #: one writer at a time: this process's threads queue on a lock of their own for it
+    #: (SQLite's busy handler would make them sleep 1, 2, 5, ... 100 ms between tries)
+    one_writer = True
     #: the run's spec ``priority`` (5 when it has none), for ordering in SQL
     run_priority = "COALESCE(json_extract(spec, '$.priority'), 5)"
     errors = (sqlite3.Error,)
@@ -277,6 +283,9 @@ class Database:
         self._idle: list[Any] = []
         self._max_idle = max_idle
         self._lock = threading.Lock()
+        #: held through each write transaction where the database takes one writer at a
+        #: time: a thread waiting for it wakes the moment the writer before it commits
+        self._writer = threading.RLock() if self.dialect.one_writer else None
         self._pid = os.getpid()
         self._closed = False
 
@@ -307,7 +316,15 @@ class Database:
         Driver errors come out as :class:`~corral.errors.StoreError` with a one-line message
         that never contains the database password.
         """
-        conn = self._acquire()
+        writer = self._writer if write else None
+        if writer is not None:
+            writer.acquire()
+        try:
+            conn = self._acquire()
+        except BaseException:
+            if writer is not None:
+                writer.release()
+            raise
         dialect = self.dialect
         reusable = True
         try:
@@ -325,6 +342,8 @@ class Database:
             raise
         finally:
             self._release(conn, reusable)
+            if writer is not None:
+                writer.release()
 
     def close(self) -> None:
         with self._lock:

@@ -127,3 +127,43 @@ def test_listing_a_thousand_runs_leaves_the_specs_out(store: Store, clock):
     runs = store.list_runs()
     assert len(runs) == 1000 and runs[0].spec is None and runs[0].completed_stages == ["s0"]
     assert store.list_runs(with_spec=True)[0].spec == spec
+
+
+def test_the_active_runs_index_is_spelled_as_the_queries_that_use_it():
+    """SQLite uses a partial index only for a query with its very term: the revision that
+    made ``ix_runs_active`` and the listing of the unfinished runs say the same."""
+    import importlib.util
+
+    from corral.store.migrate import alembic_config
+    from corral.store.states import ACTIVE_RUNS_SQL
+
+    folder = Path(alembic_config().get_main_option("script_location") or "") / "versions"
+    spec = importlib.util.spec_from_file_location("rev0004", folder / "0004_active_runs_index.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert module.ACTIVE == ACTIVE_RUNS_SQL
+
+
+def test_listing_the_newest_active_runs_reads_the_partial_index(tmp_path: Path):
+    url = f"sqlite:///{tmp_path}/a.db"
+    with Store.open(url) as store:
+        ids = [make_run(store).id for _ in range(5)]
+        store.transition(ids[1], "PROVISIONING", "launching")
+        for run_id in ids[2:4]:
+            store.transition(run_id, "CANCELLED", "by the user")
+        listed = [r.id for r in store.list_runs(active_only=True, limit=10)]
+        newest_first = sorted(
+            (store.get_run(i) for i in (ids[0], ids[1], ids[4])),
+            key=lambda r: (r.created_at, r.id),
+            reverse=True,
+        )
+        with store._db.transaction() as tx:
+            plan = tx.tuples(
+                "EXPLAIN QUERY PLAN SELECT id FROM runs"
+                + store._db.dialect.active_runs_hint
+                + " WHERE state IN ('PENDING', 'PROVISIONING', 'RECOVERING', 'RUNNING',"
+                " 'STOPPING') ORDER BY created_at DESC, id DESC LIMIT 3"
+            )
+    assert listed == [r.id for r in newest_first]
+    assert any("ix_runs_active" in str(row) for row in plan)

@@ -41,6 +41,8 @@ class Dialect(ABC):
     for_update = ""
     #: SQL for a run's spec ``priority`` (5 when it has none)
     run_priority = "5"
+    #: after ``FROM runs`` in a listing of the unfinished runs, newest first
+    active_runs_hint = ""
 
     def __init__(self, db_url: DbUrl):
         self.db_url = db_url
@@ -111,6 +113,8 @@ class SqliteDialect(Dialect):
     #: one writer at a time: this process's threads queue on a lock of their own for it
     #: (SQLite's busy handler would make them sleep 1, 2, 5, ... 100 ms between tries)
     one_writer = True
+    #: without statistics SQLite would read the state index and sort every unfinished run
+    active_runs_hint = " INDEXED BY ix_runs_active"
     #: the run's spec ``priority`` (5 when it has none), for ordering in SQL
     run_priority = "COALESCE(json_extract(spec, '$.priority'), 5)"
     errors = (sqlite3.Error,)

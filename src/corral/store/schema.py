@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 
+from corral.store.states import ACTIVE_RUNS_SQL
+
 metadata = sa.MetaData(
     naming_convention={
         "ix": "ix_%(table_name)s_%(column_0_N_name)s",
@@ -50,6 +52,15 @@ runs = sa.Table(
     sa.Index(None, "created_at", "id"),  # list_runs: newest first
     sa.Index(None, "name", "created_at"),
     sa.Index(None, "state"),
+    # the unfinished runs, newest first (`corral ls`, the controller's reads), however long
+    # the history and however many runs wait
+    sa.Index(
+        "ix_runs_active",
+        "created_at",
+        "id",
+        sqlite_where=sa.text(ACTIVE_RUNS_SQL),
+        postgresql_where=sa.text(ACTIVE_RUNS_SQL),
+    ),
 )
 
 attempts = sa.Table(

@@ -32,6 +32,10 @@ TERMINAL_STATES: frozenset[str] = frozenset(
     {RunState.SUCCEEDED, RunState.FAILED, RunState.CANCELLED, RunState.STOPPED}
 )
 ACTIVE_STATES: frozenset[str] = RUN_STATES - TERMINAL_STATES
+#: the condition of the partial index ``ix_runs_active`` (the unfinished runs, newest first),
+#: spelled exactly so in the queries that use it: SQLite uses a partial index only for a query
+#: with the very same term
+ACTIVE_RUNS_SQL = "state IN ({})".format(", ".join(f"'{s}'" for s in sorted(ACTIVE_STATES)))
 
 
 class Action(enum.StrEnum):

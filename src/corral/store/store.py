@@ -18,7 +18,14 @@ from corral.store.migrate import ensure_schema
 from corral.store.records import EVENT_COLUMNS, RUN_COLUMNS, EventRecord, RunRecord
 from corral.store.resources import ResourceOps
 from corral.store.schedules import ScheduleOps
-from corral.store.states import ACTIONS, RUN_STATES, TERMINAL_STATES, RunState
+from corral.store.states import (
+    ACTIONS,
+    ACTIVE_RUNS_SQL,
+    ACTIVE_STATES,
+    RUN_STATES,
+    TERMINAL_STATES,
+    RunState,
+)
 from corral.store.stats import StatsOps
 from corral.store.urls import parse_url
 from corral.store.webhooks import WebhookOps
@@ -29,6 +36,8 @@ _RUNS_NO_SPEC = (
     "SELECT " + select_list(RUN_COLUMNS).replace('"spec"', 'NULL AS "spec"', 1) + " FROM runs"
 )
 _NEWEST_FIRST = "ORDER BY created_at DESC, id DESC"
+#: the unfinished runs: the condition of the partial index ``ix_runs_active``, word for word
+_ACTIVE_WHERE = f"WHERE {ACTIVE_RUNS_SQL}"
 _EVENT_SELECT = select_list(EVENT_COLUMNS)
 _FIXED_RUN_FIELDS = {"id", "state", "created_at", "updated_at"}
 _AMBIGUOUS_SHOWN = 10
@@ -162,12 +171,15 @@ class Store(AttemptOps, ResourceOps, WebhookOps, StatsOps, ScheduleOps, LeaseOps
         if found is None:
             return []
         where, params = found
+        base = _RUNS if with_spec else _RUNS_NO_SPEC
+        if where == _ACTIVE_WHERE:  # read from the partial index of the unfinished runs
+            base += self._db.dialect.active_runs_hint
         if before is not None:
             older = "(created_at < :before_at OR (created_at = :before_at AND id < :before_id))"
             where = f"{where} AND {older}" if where else f"WHERE {older}"
             params["before_at"] = self._db.dialect.ts_in(before.created_at)
             params["before_id"] = before.id
-        sql = f"{_RUNS if with_spec else _RUNS_NO_SPEC} {where} {_NEWEST_FIRST}"
+        sql = f"{base} {where} {_NEWEST_FIRST}"
         if limit is not None:
             sql += " LIMIT :limit"
             params["limit"] = max(0, int(limit))
@@ -341,6 +353,8 @@ def _runs_filter(
     params: dict[str, Any] = {f"s{i}": s for i, s in enumerate(sorted(wanted))}
     if wanted == set(RUN_STATES):
         return "", {}
+    if wanted == ACTIVE_STATES:
+        return _ACTIVE_WHERE, {}
     return f"WHERE state IN ({', '.join(':' + k for k in params)})", params
 
 

@@ -475,3 +475,25 @@ def test_an_ipv6_bind_on_a_node_without_ipv6_serves_on_ipv4(tmp_path, start_agen
     monkeypatch.setattr(server.AgentServer, "server_bind", no_ipv6)
     client = start_agent(make_plan(tmp_path, [{"name": "train", "run": "true"}], host="::", port=0))
     assert exchange(_port(client), request_bytes("GET", "/health")).status == 200
+
+
+def test_stopping_the_server_does_not_wait_out_its_poll_interval(tmp_path):
+    """An exiting agent's server stops at once (its machine is free that much sooner), not
+    at the end of ``serve_forever``'s wait; the port is closed after."""
+    import socket
+    import threading
+
+    from corral.agent.main import Agent
+    from corral.agent.server import AgentServer
+
+    agent = Agent(make_plan(tmp_path, [{"name": "train", "run": "true"}]), TOKEN)
+    server = AgentServer(("127.0.0.1", 0), agent.api, TOKEN)
+    serving = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 30})
+    serving.start()
+    assert Client(f"http://127.0.0.1:{server.port}").get("/health")["ok"] is True
+    began = time.monotonic()
+    server.stop()
+    serving.join(5)
+    assert not serving.is_alive() and time.monotonic() - began < 5  # not the 30 s wait
+    with socket.socket() as probe:
+        assert probe.connect_ex(("127.0.0.1", server.port)) != 0

@@ -150,3 +150,23 @@ def test_a_nudged_run_is_due_at_once_at_the_fast_pace() -> None:
     assert s.take_due() == []
     due = s.done("r", Result("RUNNING"))
     assert due is not None and due - clock.now <= 1.0  # the fast pace again
+
+
+def test_a_nudged_run_is_looked_at_briskly_for_a_moment_then_at_its_own_pace() -> None:
+    """After a nudge (what ``corral debug preempt`` sends) the run is looked at every
+    NUDGED_EVERY_S for NUDGED_FOR_S: a job that exits on the signal is seen ended within a
+    tenth of a second, not at the next tick; then the quiet pace comes back."""
+    from corral.control.schedule import NUDGED_EVERY_S, NUDGED_FOR_S
+
+    s, clock = _schedule(poll_interval_s=60.0)
+    s.sync([Head("r", "RUNNING")])
+    s.hurry(["r"])
+    delays = []
+    nudged_at = clock.now
+    while clock.now - nudged_at < NUDGED_FOR_S + 5:
+        delays.append(_look(s, clock, "r", Result("RUNNING")))
+        clock.now += delays[-1]
+    brisk = [d for d in delays if d <= NUDGED_EVERY_S]
+    assert len(brisk) >= NUDGED_FOR_S / NUDGED_EVERY_S - 1
+    assert delays[: len(brisk)] == brisk  # the brisk looks come first, in a row
+    assert delays[-1] > 0.5  # then the quiet pace (doubling from the fast one)

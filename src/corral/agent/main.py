@@ -247,8 +247,7 @@ class Agent:
             except Exception:
                 pass
         if self.server is not None:
-            self.server.shutdown()
-            self.server.server_close()
+            self.server.stop()
         self.events.close()
 
 
@@ -410,8 +409,8 @@ def _serve(
             agent.runner.finished.wait(0.5)
         elif again.is_set():
             break
-        else:
-            agent.api.collected.wait(0.2)
+        else:  # short waits: a second signal (the machine's teardown) ends this one too
+            agent.api.collected.wait(0.02)
     lost_controller = not signalled.is_set()
     agent.close(timeout=5)
     if lost_controller:

@@ -19,6 +19,10 @@ How soon a run is looked at again (:meth:`Schedule.done`):
   phase, a stage starting or ending), then twice as long after each look that did not, up
   to ``Settings.poll_interval_s`` (log lines and progress alone do not hurry it: a steady
   run costs little however much it prints);
+* a run a CLI nudged (``control.nudges``: ``corral debug preempt``, say): at once, then
+  every :data:`NUDGED_EVERY_S` for :data:`NUDGED_FOR_S` (what the CLI did to its machine
+  shows within a moment: a job that saves and exits on the signal is seen ended, and
+  recovered, a tenth of a second later rather than at the next tick);
 * never later than what the look asked for (``Observation.soon``: a budget cap, a deadline
   or an idle limit coming, the provider's next check of the machine, more to copy).
 
@@ -44,6 +48,12 @@ from corral.store.states import RunState
 POLLED = frozenset({RunState.PROVISIONING.value, RunState.RUNNING.value})
 #: states that wait for capacity
 WAITING = frozenset({RunState.PENDING.value, RunState.RECOVERING.value})
+
+
+#: a nudged run is looked at this often ...
+NUDGED_EVERY_S = 0.1
+#: ... for this long after the nudge
+NUDGED_FOR_S = 2.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +90,8 @@ class Slot:
     ticket: int = 0
     #: the longest wait between two looks at this run so far (seconds)
     longest_gap: float = 0.0
+    #: monotonic time until which the run is looked at every NUDGED_EVERY_S (a CLI nudged it)
+    brisk_until: float = 0.0
 
     @property
     def polled(self) -> bool:
@@ -236,7 +248,10 @@ class Schedule:
         with self._lock:
             for rid in run_ids:
                 slot = self.slots.get(rid)
-                if slot is not None and not slot.busy:
+                if slot is None:
+                    continue
+                slot.brisk_until = now + NUDGED_FOR_S  # a look in flight files its next by it
+                if not slot.busy:
                     slot.interval = self._fast
                     self._push(slot, now)
 
@@ -276,14 +291,14 @@ class Schedule:
                     slot.state, slot.interval = result.state, self._fast
                 # waiting: the look left it where it was, for want of capacity
                 slot.waiting = result.state in WAITING and not moved
-                delay = self._delay(slot, result)
+                delay = self._delay(slot, result, now)
                 if moved and not slot.polled:
                     delay = 0.0  # a stop or a recovery the look decided: carried on at once
             due = now + max(0.0, delay)
             self._push(slot, due)
             return due
 
-    def _delay(self, slot: Slot, result: Result) -> float:
+    def _delay(self, slot: Slot, result: Result, now: float) -> float:
         s = self.settings
         if slot.action:
             delay = self._fast
@@ -298,6 +313,8 @@ class Schedule:
             delay = self._fast
         if result.wake_in is not None:
             delay = min(delay, result.wake_in)
+        if slot.brisk_until > now:
+            delay = min(delay, NUDGED_EVERY_S)
         return delay
 
     @property

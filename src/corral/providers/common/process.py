@@ -318,13 +318,16 @@ def wait_gone(
     interval: float = 0.05,
 ) -> list[Group]:
     """Wait up to ``timeout`` seconds for ``groups`` to have no live process; return the
-    groups that still have one."""
+    groups that still have one. Looked at after 5 ms, then twice as long each time up to
+    ``interval`` (a process that exits at once is seen gone at once)."""
     deadline = clock() + timeout
+    pause = min(0.005, interval)
     while True:
         left = live(groups, since)
         if not left or clock() >= deadline:
             return left
-        sleep(interval)
+        sleep(pause)
+        pause = min(pause * 2, interval)
 
 
 def stop_groups(

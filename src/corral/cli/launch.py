@@ -30,15 +30,18 @@ def launch(
 ) -> None:
     """Launch a run. Streams stage logs with a live status line until the run ends; Ctrl-C
     detaches (the run goes on). Exit code 0 if the run SUCCEEDED, 1 if it ended otherwise."""
-    from corral.cli.output import console, err_console, print_json
     from corral.errors import EXIT_INTERRUPTED, EXIT_RUN_NOT_SUCCEEDED
     from corral.remote import connect
 
     overrides = list(set_) + ([f"priority={priority}"] if priority is not None else [])
     remote = connect()
     bars = sys.stderr.isatty() and not json_  # progress bars: for a person watching
-    packing = _ProgressBar(err_console, "packing the workdir") if bars else None
-    uploading = _ProgressBar(err_console, "uploading the workdir") if bars else None
+    packing = uploading = None
+    if bars:
+        from corral.cli.output import err_console
+
+        packing = _ProgressBar(err_console, "packing the workdir")
+        uploading = _ProgressBar(err_console, "uploading the workdir")
     try:
         if remote is not None:  # CORRAL_SERVER: the code goes there, it submits and babysits
             submitted = remote.submit(
@@ -52,6 +55,10 @@ def launch(
         for bar in (packing, uploading):
             if bar is not None:
                 bar.close()
+    # the console (rich) is loaded once the first attempt is under way, not before: the
+    # agent starts that much sooner
+    from corral.cli.output import console, err_console, print_json
+
     for warning in submitted.warnings:
         err_console.print(_budget_warning_text(warning))
     for notice in submitted.notices:

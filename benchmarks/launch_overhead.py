@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import statistics
 import subprocess
@@ -170,7 +171,8 @@ def main(argv: list[str] | None = None) -> int:
         fill_store(ls_home, 1000, work / "spec-corral-0.yaml")
         ls_1000 = measure_ls(dict(env, CORRAL_HOME=str(ls_home)), args.repeat)
     finally:
-        subprocess.run(["pkill", "-f", f"corral.agent --plan {tmp}"], check=False)
+        # the agents of both trees (this one's takes --state-dir before --plan)
+        subprocess.run(["pkill", "-f", f"corral.agent .*{re.escape(str(tmp))}"], check=False)
         shutil.rmtree(tmp, ignore_errors=True)
 
     result = {

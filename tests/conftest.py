@@ -21,6 +21,26 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.flaky(reruns=1, reruns_delay=1))
 
 
+#: the first failure of each test that was run again (printed at the end: the flake to fix)
+_RERUN_FAILURES: list[tuple[str, str]] = []
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if report.outcome == "rerun":
+        captured = "".join(f"\n-- {title}\n{text[-3000:]}" for title, text in report.sections)
+        _RERUN_FAILURES.append((report.nodeid, report.longreprtext + captured))
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if not _RERUN_FAILURES:
+        return
+    terminalreporter.section("first failures of the tests run again")
+    for nodeid, text in _RERUN_FAILURES:
+        terminalreporter.write_line(f"--- {nodeid}")
+        for line in text.splitlines()[-120:]:
+            terminalreporter.write_line(line)
+
+
 @pytest.fixture(autouse=True)
 def corral_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch):
     home = tmp_path_factory.mktemp("corral-home")

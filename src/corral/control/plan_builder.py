@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import json
 import posixpath
-from pathlib import Path
 
 from corral import paths
 from corral.control.interval import checkpoint_interval
+from corral.control.node_paths import checkpoint_dir
 from corral.providers.base import NodeProfile, Offer
 from corral.spec import JobSpec
 from corral.wire.code import CodePlan
@@ -32,24 +32,6 @@ from corral.wire.plan import (
     ServicePlan,
     StagePlan,
 )
-
-
-def checkpoint_dir(spec: JobSpec, run_id: str, profile: NodeProfile | None = None) -> str:
-    """The checkpoint directory on the node: the node's own (``profile.checkpoint_dir``: a
-    persistent volume, say), else ``checkpoints.dir`` (relative to the workdir), else one per
-    run under CORRAL_HOME (stable across attempts)."""
-    if profile is not None and profile.checkpoint_dir:
-        return profile.checkpoint_dir
-    chosen = spec.checkpoints.dir if spec.checkpoints else None
-    node_workdir = profile.workdir if profile is not None else None
-    if node_workdir:  # a node of its own: its paths, never this machine's
-        if chosen:
-            return posixpath.join(node_workdir, chosen)
-        return posixpath.join(posixpath.dirname(node_workdir.rstrip("/")), "checkpoints")
-    if chosen:
-        p = Path(chosen)
-        return str(p if p.is_absolute() else Path(spec.workdir) / p)
-    return str(paths.run_dir(run_id) / "checkpoints")
 
 
 def _capped(grace: float | None, cap: float | None) -> float | None:

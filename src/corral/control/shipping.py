@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from corral import bundle
+from corral.control.node_paths import PACKED, SENT, UPLOADED
 from corral.errors import BadInput, CorralError
 from corral.secrets import resolve_many
 from corral.spec import JobSpec
@@ -44,9 +45,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("corral.controller")
 
-PACKED = "code.packed"
-UPLOADED = "code.uploaded"
-SENT = "code.sent"
 #: where bundles live inside a storage prefix (run ids never start with "_")
 STORAGE_DIR = "_corral/code"
 #: bytes of one ``PUT /code`` request

@@ -7,14 +7,12 @@ from typing import Any
 from pydantic import ValidationError
 
 from corral import paths
-from corral.control.plan_builder import checkpoint_dir
-from corral.control.shipping import PACKED
-from corral.errors import CorralError, NotFound
+from corral.control.node_paths import PACKED, checkpoint_dir_of
+from corral.errors import NotFound
 from corral.secrets import redactor_for
 from corral.service._store import using
 from corral.service.runs import current_attempt
 from corral.service.views import AttemptView, RunDetails, RunView
-from corral.spec import JobSpec
 from corral.store import AttemptRecord, RunRecord, Store
 from corral.wire.events import CHECKPOINT_WARNING
 from corral.wire.outcome import AttemptOutcome, OutcomeKind
@@ -76,13 +74,15 @@ def _agent_status(run: RunRecord, attempt: AttemptRecord | None) -> dict[str, An
 
 
 def _checkpoint_dir(run: RunRecord) -> str | None:
-    """Where the run keeps its checkpoints; None without a valid spec."""
-    if not run.spec:
+    """Where the run keeps its checkpoints, from its stored spec (validated when the run was
+    submitted: not parsed again here); None without one."""
+    spec = run.spec or {}
+    checkpoints = spec.get("checkpoints") or {}
+    chosen = checkpoints.get("dir") if isinstance(checkpoints, dict) else None
+    workdir = spec.get("workdir")
+    if not isinstance(workdir, str) or not (chosen is None or isinstance(chosen, str)):
         return None
-    try:
-        return checkpoint_dir(JobSpec.model_validate(run.spec), run.id)
-    except (ValidationError, CorralError, ValueError):
-        return None
+    return checkpoint_dir_of(chosen, workdir, run.id)
 
 
 def _services(agent: dict[str, Any], attempt: AttemptRecord | None, run: RunRecord) -> Any:

@@ -43,10 +43,10 @@ import os
 import socket
 from collections.abc import Mapping
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from corral import paths
-from corral.errors import BadInput
+from corral.providers.common.env_settings import validated_settings
 
 PREFIX = "CORRAL_AWS_"
 DLAMI_PARAMETER = (
@@ -151,10 +151,4 @@ def settings_from_env(environ: Mapping[str, str] | None = None, **overrides: obj
         if value is not None:
             values[key] = value
             origin[key] = f"argument {key!r}"
-    try:
-        return AwsSettings.model_validate(values)
-    except ValidationError as exc:
-        first = exc.errors(include_url=False, include_input=False)[0]
-        field = str(first["loc"][0]) if first["loc"] else ""
-        where = origin.get(field, field or "settings")
-        raise BadInput(f"aws provider: {where}: {first['msg']}") from None
+    return validated_settings(AwsSettings, values, what="aws provider", origin=origin)

@@ -22,7 +22,6 @@ The API key is ``IONET_API_KEY`` (secret store or environment), sent only as ``x
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Callable, Iterable
 from datetime import UTC, datetime, timedelta
@@ -55,6 +54,7 @@ from corral.providers.base import (
     SupportsPriceRefresh,
 )
 from corral.providers.common.files import check_key
+from corral.providers.common.listing_cache import ListingCache
 from corral.providers.common.machine_memory import MachineMemory
 from corral.providers.http import RetryPolicy, TokenBucket
 from corral.providers.ionet import bootstrap as boot
@@ -126,10 +126,14 @@ class IonetProvider(Provider, SupportsLogs, SupportsPriceRefresh):
         self.memory = MachineMemory(self.home / "ionet")
         self._sleep = sleep
         self._clock = clock
-        self._lock = threading.Lock()
         self._cache: dict[tuple, tuple[float, Any]] = {}
-        self._snapshot: tuple[float, dict[str, Deployment]] | None = None
-        self._changed: dict[str, float] = {}
+        #: one listing of the account's deployments by id serves every run for list_cache_s
+        self._deployments: ListingCache[str, Deployment] = ListingCache(
+            lambda: {d.id: d for d in self.api.deployments()},
+            lambda dep_id: self.api.deployment(dep_id),
+            self.settings.list_cache_s,
+            clock,
+        )
         self._workers: dict[str, tuple[float, Worker | None]] = {}
 
     def close(self) -> None:
@@ -223,7 +227,7 @@ class IonetProvider(Provider, SupportsLogs, SupportsPriceRefresh):
     def _lookup(self, key: str) -> Deployment | None:
         """The live deployment named for ``key`` (details read: they carry the key)."""
         name = boot.deployment_name(key)
-        _, listed = self._listing(fresh=True)
+        _, listed = self._deployments.listing(fresh=True)
         for dep in listed.values():
             if dep.name == name and dep.state not in _GONE:
                 details = self.api.deployment(dep.id)
@@ -241,27 +245,9 @@ class IonetProvider(Provider, SupportsLogs, SupportsPriceRefresh):
     # --- reading deployments ----------------------------------------------------------------
 
     def _touch(self, dep_id: str) -> None:
-        with self._lock:
-            self._changed[dep_id] = self._clock()
-            self._workers.pop(dep_id, None)
-
-    def _listing(self, *, fresh: bool = False) -> tuple[float, dict[str, Deployment]]:
-        with self._lock:
-            now = self._clock()
-            snap = self._snapshot
-            if not fresh and snap is not None and now - snap[0] < self.settings.list_cache_s:
-                return snap
-            deps = {d.id: d for d in self.api.deployments()}
-            self._snapshot = (now, deps)
-            self._changed = {n: t for n, t in self._changed.items() if t >= now}
-            return self._snapshot
-
-    def _deployment(self, dep_id: str) -> Deployment | None:
-        taken, listed = self._listing()
-        changed = self._changed.get(dep_id)
-        if dep_id in listed and (changed is None or changed < taken):
-            return listed[dep_id]
-        return self.api.deployment(dep_id)
+        """``dep_id`` changed: read it directly until a listing newer than the change."""
+        self._deployments.touch(dep_id)
+        self._workers.pop(dep_id, None)
 
     def _worker(self, dep_id: str) -> Worker | None:
         now = self._clock()
@@ -278,7 +264,7 @@ class IonetProvider(Provider, SupportsLogs, SupportsPriceRefresh):
 
     def status(self, instance: Instance) -> InstanceStatus:
         dep_id = instance.instance_id
-        dep = self._deployment(dep_id)
+        dep = self._deployments.get(dep_id)
         worker = self._worker(dep_id) if dep is not None and dep.state == "running" else None
         first = self.memory.first_machine(dep_id)
         state, detail = deployment_state(dep, worker, first=first)
@@ -326,7 +312,7 @@ class IonetProvider(Provider, SupportsLogs, SupportsPriceRefresh):
 
     def list_instances(self) -> list[Instance]:
         """Every live deployment corral made (named for a key), for the leak sweep."""
-        _, listed = self._listing(fresh=True)
+        _, listed = self._deployments.listing(fresh=True)
         out = []
         for dep in listed.values():
             if not (dep.name or "").startswith(boot.NAME_PREFIX) or dep.state in _GONE:

@@ -8,12 +8,11 @@ secret store), as is a private registry's secret (``IONET_REGISTRY_SECRET``).
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
-from corral.errors import BadInput
+from corral.providers.common.env_settings import read_settings
 
 ENV_API_KEY = "IONET_API_KEY"
 ENV_REGISTRY_SECRET = "IONET_REGISTRY_SECRET"
@@ -78,27 +77,13 @@ class IonetSettings(BaseModel):
     def from_env(
         cls, environ: Mapping[str, str] | None = None, **overrides: object
     ) -> IonetSettings:
-        env = os.environ if environ is None else environ
-        data: dict[str, object] = {}
-        for name, field in cls.model_fields.items():
-            raw = env.get(ENV_PREFIX + name.upper())
-            if raw is None or raw == "":
-                continue
-            if field.annotation is not None and "list" in str(field.annotation):
-                data[name] = [p.strip() for p in raw.split(",") if p.strip()]
-            elif raw.lower() in ("none", "off") and name in (
-                "install_command",
-                "registry_username",
-                "rate_per_s",
-            ):
-                data[name] = None
-            else:
-                data[name] = raw
-        data.update(overrides)
-        try:
-            return cls.model_validate(data)
-        except ValidationError as exc:
-            first = exc.errors()[0]
-            bad = str(first["loc"][0]) if first["loc"] else "settings"
-            where = ENV_PREFIX + bad.upper() if bad in data and bad not in overrides else bad
-            raise BadInput(f"ionet settings: {where}: {first['msg']}") from None
+        """Settings from ``CORRAL_IONET_*`` variables, then ``overrides``. A bad value is a
+        one-line :class:`BadInput` naming the variable."""
+        return read_settings(
+            cls,
+            environ,
+            ENV_PREFIX,
+            overrides,
+            what="ionet settings",
+            nullable=("install_command", "registry_username", "rate_per_s"),
+        )

@@ -8,13 +8,12 @@ points the URLs at a fake server on loopback. The API key is not a setting: it i
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from corral.errors import BadInput
+from corral.providers.common.env_settings import read_settings
 
 ENV_API_KEY = "RUNPOD_API_KEY"
 ENV_PREFIX = "CORRAL_RUNPOD_"
@@ -101,25 +100,12 @@ class RunPodSettings(BaseModel):
     ) -> RunPodSettings:
         """Settings from ``CORRAL_RUNPOD_*`` variables (lists comma separated), then
         ``overrides``. A bad value is a one-line :class:`BadInput` naming the variable."""
-        env = os.environ if environ is None else environ
-        data: dict[str, object] = {}
-        for name, field in cls.model_fields.items():
-            raw = env.get(ENV_PREFIX + name.upper())
-            if raw is None or raw == "":
-                continue
-            if field.annotation is not None and "list" in str(field.annotation):
-                data[name] = [p.strip().upper() for p in raw.split(",") if p.strip()]
-            elif raw.lower() in ("none", "off") and name in ("rate_per_s", "install_command"):
-                data[name] = None
-            else:
-                data[name] = raw
-        data.update(overrides)
-        try:
-            return cls.model_validate(data)
-        except ValidationError as exc:
-            first = exc.errors()[0]
-            field = str(first["loc"][0]) if first["loc"] else "settings"
-            where = (
-                ENV_PREFIX + field.upper() if field in data and field not in overrides else field
-            )
-            raise BadInput(f"runpod settings: {where}: {first['msg']}") from None
+        return read_settings(
+            cls,
+            environ,
+            ENV_PREFIX,
+            overrides,
+            what="runpod settings",
+            nullable=("rate_per_s", "install_command"),
+            item=str.upper,
+        )

@@ -29,7 +29,6 @@ only in the ``Salad-Api-Key`` header and never appears in a log line, an event o
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Callable, Iterable
 from datetime import UTC, datetime, timedelta
@@ -66,6 +65,7 @@ from corral.providers.base import (
     SupportsStop,
 )
 from corral.providers.common.files import check_key
+from corral.providers.common.listing_cache import ListingCache
 from corral.providers.common.machine_memory import MachineMemory
 from corral.providers.http import RetryPolicy, TokenBucket
 from corral.providers.salad import bootstrap as boot
@@ -139,12 +139,15 @@ class SaladProvider(
         self.memory = MachineMemory(self.home / "salad")
         self._sleep = sleep
         self._clock = clock
-        self._lock = threading.Lock()
         self._classes: tuple[float, str, list[dict[str, Any]]] | None = None
-        #: (taken at, groups by name): one listing serves every run for list_cache_s
-        self._snapshot: tuple[float, dict[str, ContainerGroup]] | None = None
-        #: names corral changed after the snapshot was taken (read directly until the next one)
-        self._changed: dict[str, float] = {}
+        #: one listing of the project's groups by name serves every run for list_cache_s
+        self._groups: ListingCache[str, ContainerGroup] = ListingCache(
+            lambda: {g.name: g for g in self.api.list_groups()},
+            lambda name: self.api.get_group(name),
+            self.settings.list_cache_s,
+            clock,
+            keep_direct=True,
+        )
         #: group name -> (fetched at, counts signature, the replica)
         self._replicas: dict[str, tuple[float, tuple, SaladInstance | None]] = {}
 
@@ -247,34 +250,8 @@ class SaladProvider(
 
     def _touch(self, name: str) -> None:
         """``name`` changed: read it directly until a listing newer than the change."""
-        with self._lock:
-            self._changed[name] = self._clock()
-            self._replicas.pop(name, None)
-
-    def _listing(self, *, fresh: bool = False) -> tuple[float, dict[str, ContainerGroup]]:
-        with self._lock:
-            now = self._clock()
-            snap = self._snapshot
-            if not fresh and snap is not None and now - snap[0] < self.settings.list_cache_s:
-                return snap
-            groups = {g.name: g for g in self.api.list_groups()}
-            self._snapshot = (now, groups)
-            self._changed = {n: t for n, t in self._changed.items() if t >= now}
-            return self._snapshot
-
-    def _group(self, name: str) -> ContainerGroup | None:
-        taken, groups = self._listing()
-        changed = self._changed.get(name)
-        if name in groups and (changed is None or changed < taken):
-            return groups[name]
-        group = self.api.get_group(name)  # not listed yet, or changed since: ask directly
-        with self._lock:
-            if self._snapshot is not None and self._snapshot[0] == taken:
-                if group is None:
-                    self._snapshot[1].pop(name, None)
-                else:
-                    self._snapshot[1][name] = group
-        return group
+        self._groups.touch(name)
+        self._replicas.pop(name, None)
 
     def _replica(self, group: ContainerGroup) -> SaladInstance | None:
         """The group's one replica: read from the counts while none runs (no call), from the
@@ -303,7 +280,7 @@ class SaladProvider(
 
     def status(self, instance: Instance) -> InstanceStatus:
         name = instance.instance_id
-        group = self._ours(self._group(name), instance.key)
+        group = self._ours(self._groups.get(name), instance.key)
         replica = None
         if group is not None and group.status in ("deploying", "running"):
             replica = self._replica(group)
@@ -358,7 +335,7 @@ class SaladProvider(
 
     def list_instances(self) -> list[Instance]:
         """Every container group corral launched (named for a key), for the leak sweep."""
-        _, groups = self._listing(fresh=True)
+        _, groups = self._groups.listing(fresh=True)
         out = []
         for group in groups.values():
             key = group.env(boot.ENV_KEY)

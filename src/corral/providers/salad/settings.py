@@ -10,21 +10,14 @@ store), as is a registry password (``SALAD_REGISTRY_PASSWORD``).
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Mapping
 from typing import Literal
 
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Field,
-    ValidationError,
-    field_validator,
-    model_validator,
-)
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from corral.errors import BadInput
+from corral.providers.common.env_settings import read_settings
 
 ENV_API_KEY = "SALAD_API_KEY"
 ENV_REGISTRY_PASSWORD = "SALAD_REGISTRY_PASSWORD"
@@ -158,26 +151,12 @@ class SaladSettings(BaseModel):
     ) -> SaladSettings:
         """Settings from ``CORRAL_SALAD_*`` variables, then ``overrides``. A bad value is a
         one-line :class:`BadInput` naming the variable."""
-        env = os.environ if environ is None else environ
-        data: dict[str, object] = {}
-        for name, field in cls.model_fields.items():
-            raw = env.get(ENV_PREFIX + name.upper())
-            if raw is None or raw == "":
-                continue
-            if field.annotation is not None and "list" in str(field.annotation):
-                data[name] = [p.strip().lower() for p in raw.split(",") if p.strip()]
-            elif raw.lower() in ("none", "off") and name in (
-                "install_command",
-                "registry_username",
-            ):
-                data[name] = None
-            else:
-                data[name] = raw
-        data.update(overrides)
-        try:
-            return cls.model_validate(data)
-        except ValidationError as exc:
-            first = exc.errors()[0]
-            bad = str(first["loc"][0]) if first["loc"] else "settings"
-            where = ENV_PREFIX + bad.upper() if bad in data and bad not in overrides else bad
-            raise BadInput(f"salad settings: {where}: {first['msg']}") from None
+        return read_settings(
+            cls,
+            environ,
+            ENV_PREFIX,
+            overrides,
+            what="salad settings",
+            nullable=("install_command", "registry_username"),
+            item=str.lower,
+        )

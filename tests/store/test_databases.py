@@ -216,3 +216,33 @@ def test_a_write_transaction_that_fails_to_open_leaves_the_writer_lock_free(tmp_
     with pytest.raises(StoreError, match="closed"), db.transaction(write=True):
         pass
     assert db._writer is not None and db._writer.acquire(blocking=False)
+
+
+def test_a_writer_that_waits_too_long_for_the_lock_gets_the_busy_error(tmp_path: Path, monkeypatch):
+    """Waiting behind another thread's write transaction ends like SQLite's own wait for a
+    writer: after the busy timeout, with its one-line error, never a hang."""
+    import threading
+
+    from corral.store import db as dbmod
+
+    monkeypatch.setattr(dbmod, "BUSY_TIMEOUT_S", 0.2)
+    db = dbmod.Database(parse_url(f"sqlite:///{tmp_path}/w.db"))
+    holding, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with db.transaction(write=True):
+            holding.set()
+            release.wait(10)
+
+    t = threading.Thread(target=hold)
+    t.start()
+    assert holding.wait(10)
+    try:
+        with pytest.raises(StoreError, match="database is busy"), db.transaction(write=True):
+            pass
+    finally:
+        release.set()
+        t.join(10)
+    with db.transaction(write=True) as tx:  # the lock is free again
+        tx.run("CREATE TABLE t (v INTEGER)")
+    db.close()

@@ -321,8 +321,12 @@ class Database:
         that never contains the database password.
         """
         writer = self._writer if write else None
-        if writer is not None:
-            writer.acquire()
+        # waiting for the lock counts like SQLite's own wait for a writer: as long, same error
+        if writer is not None and not writer.acquire(timeout=BUSY_TIMEOUT_S):
+            raise StoreError(
+                f"database is busy: another writer of this process kept {self.url.path} "
+                f"locked for more than {BUSY_TIMEOUT_S:g} s"
+            )
         try:
             conn = self._acquire()
         except BaseException:

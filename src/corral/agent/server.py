@@ -41,6 +41,7 @@ import json
 import re
 import shutil
 import socket
+import socketserver
 import threading
 import time
 from collections.abc import Callable
@@ -786,10 +787,15 @@ class AgentServer(ThreadingHTTPServer):
         super().__init__(address, _Handler)
 
     def server_bind(self) -> None:
+        """Bind (dual-stack for IPv6). Not ``HTTPServer.server_bind``: its reverse DNS
+        lookup of the host (``socket.getfqdn``, for a name nothing here uses) can take
+        seconds on a node whose resolver does not answer."""
         if self.address_family == socket.AF_INET6:
             with contextlib.suppress(OSError, AttributeError):
                 self.socket.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
-        super().server_bind()
+        socketserver.TCPServer.server_bind(self)
+        host, port = self.server_address[:2]
+        self.server_name, self.server_port = str(host), int(port)
 
     @property
     def port(self) -> int:

@@ -497,3 +497,23 @@ def test_stopping_the_server_does_not_wait_out_its_poll_interval(tmp_path):
     assert not serving.is_alive() and time.monotonic() - began < 5  # not the 30 s wait
     with socket.socket() as probe:
         assert probe.connect_ex(("127.0.0.1", server.port)) != 0
+
+
+def test_the_server_binds_without_a_reverse_dns_lookup(tmp_path, monkeypatch):
+    """HTTPServer looks its host up by reverse DNS when it binds; on a node whose resolver
+    does not answer that takes seconds. The agent's server never asks."""
+    import socket
+
+    from corral.agent.main import Agent
+    from corral.agent.server import AgentServer
+
+    def no_dns(*_args):
+        raise AssertionError("the agent's server asked for a reverse DNS lookup")
+
+    monkeypatch.setattr(socket, "getfqdn", no_dns)
+    agent = Agent(make_plan(tmp_path, [{"name": "train", "run": "true"}]), TOKEN)
+    server = AgentServer(("127.0.0.1", 0), agent.api, TOKEN)
+    try:
+        assert server.port > 0 and server.server_name == "127.0.0.1"
+    finally:
+        server.server_close()

@@ -170,3 +170,8 @@ def test_a_nudged_run_is_looked_at_briskly_for_a_moment_then_at_its_own_pace() -
     assert len(brisk) >= NUDGED_FOR_S / NUDGED_EVERY_S - 1
     assert delays[: len(brisk)] == brisk  # the brisk looks come first, in a row
     assert delays[-1] > 0.5  # then the quiet pace (doubling from the fast one)
+
+    # a run that waits for capacity is not tried again and again (each try asks a cloud)
+    s.sync([Head("r", "RUNNING"), Head("w", "RECOVERING")])
+    s.hurry(["w"])
+    assert _look(s, clock, "w", Result("RECOVERING")) >= 0.5

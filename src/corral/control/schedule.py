@@ -19,8 +19,9 @@ How soon a run is looked at again (:meth:`Schedule.done`):
   phase, a stage starting or ending), then twice as long after each look that did not, up
   to ``Settings.poll_interval_s`` (log lines and progress alone do not hurry it: a steady
   run costs little however much it prints);
-* a run a CLI nudged (``control.nudges``: ``corral debug preempt``, say): at once, then
-  every :data:`NUDGED_EVERY_S` for :data:`NUDGED_FOR_S` (what the CLI did to its machine
+* a run a CLI nudged (``control.nudges``: ``corral debug preempt``, say): at once, then,
+  while RUNNING (a look at the agent, not at a cloud's API), every :data:`NUDGED_EVERY_S`
+  for :data:`NUDGED_FOR_S` (what the CLI did to its machine
   shows within a moment: a job that saves and exits on the signal is seen ended, and
   recovered, a tenth of a second later rather than at the next tick);
 * never later than what the look asked for (``Observation.soon``: a budget cap, a deadline
@@ -313,8 +314,8 @@ class Schedule:
             delay = self._fast
         if result.wake_in is not None:
             delay = min(delay, result.wake_in)
-        if slot.brisk_until > now:
-            delay = min(delay, NUDGED_EVERY_S)
+        if slot.brisk_until > now and slot.state == RunState.RUNNING.value:
+            delay = min(delay, NUDGED_EVERY_S)  # (an agent look: no cloud API call)
         return delay
 
     @property

@@ -143,6 +143,10 @@ def main() -> None:
                 print("ready", flush=True)
             exit_if_preempted(cp, lambda s=step: state_for(s, world, rank), step=step)
             time.sleep(0.02)
+    # every rank leaves together: rank 0 holds the rendezvous store, and tearing the group
+    # down while another rank still talks to it can abort the process at exit (seen in CI:
+    # "terminate called without an active exception", exit -6, after a good restore)
+    dist.barrier()
     dist.destroy_process_group()
 
 

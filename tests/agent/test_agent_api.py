@@ -463,17 +463,20 @@ def test_an_ipv6_bind_on_a_node_without_ipv6_serves_on_ipv4(tmp_path, start_agen
     import errno
     import socket
 
-    from corral.agent import server
+    from corral.agent import listen
 
-    real = server.AgentServer.server_bind
+    real = listen._bound
+    families = []
 
-    def no_ipv6(self):
-        if self.address_family == socket.AF_INET6:
+    def no_ipv6(family, host, port):
+        families.append(family)
+        if family == socket.AF_INET6:
             raise OSError(errno.EADDRNOTAVAIL, "Cannot assign requested address")
-        real(self)
+        return real(family, host, port)
 
-    monkeypatch.setattr(server.AgentServer, "server_bind", no_ipv6)
+    monkeypatch.setattr(listen, "_bound", no_ipv6)
     client = start_agent(make_plan(tmp_path, [{"name": "train", "run": "true"}], host="::", port=0))
+    assert families == [socket.AF_INET6, socket.AF_INET]
     assert exchange(_port(client), request_bytes("GET", "/health")).status == 200
 
 

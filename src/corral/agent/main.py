@@ -24,16 +24,16 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
 from corral.agent import dag
 from corral.agent.events import EventLog
 from corral.agent.hooks import build_hooks
+from corral.agent.listen import listen
 from corral.agent.progress import ProgressTailer
 from corral.agent.runner import Runner
-from corral.agent.server import AgentApi, AgentServer
 from corral.errors import BadInput, CorralError
 from corral.files import write_json_atomic
 from corral.secrets.redact import Redactor, job_secret_values
@@ -42,6 +42,9 @@ from corral.wire.env import ENV_AGENT_TOKEN, NODE_INSTALL_VARS
 from corral.wire.node import NodeContext, NodeHook, iso
 from corral.wire.outcome import StopCause
 from corral.wire.plan import AgentPlan
+
+if TYPE_CHECKING:
+    from corral.agent.server import AgentApi, AgentServer
 
 
 @dataclass(frozen=True)
@@ -185,9 +188,9 @@ class Agent:
             checkpoint_dir=self.checkpoint_dir,
             code=code,
         )
-        self.api = AgentApi(
-            self.runner, self.events, self.tailer, devices, usage, os.getpid(), clock=clock
-        )
+        self._devices = devices
+        self._usage = usage
+        self._api: AgentApi | None = None
         self._token = token
         self._now = now
         self.clock = clock
@@ -197,30 +200,68 @@ class Agent:
         self.server: AgentServer | None = None
         self.url = ""
 
+    @property
+    def api(self) -> AgentApi:
+        """What the HTTP endpoints answer (built on first use: :meth:`start` builds it once
+        the job is under way)."""
+        if self._api is None:
+            # here, not at the top: the HTTP server and its endpoints (http.server, email,
+            # the exec sessions, the services) load while the job starts, not before it
+            from corral.agent.server import AgentApi
+
+            self._api = AgentApi(
+                self.runner,
+                self.events,
+                self.tailer,
+                self._devices,
+                self._usage,
+                os.getpid(),
+                clock=self.clock,
+            )
+        return self._api
+
     def start(self) -> str:
-        """Bind, write ``agent.json``, serve, start the attempt; returns the API's URL."""
+        """Bind, write ``agent.json``, start the attempt, serve; returns the API's URL.
+
+        The address is bound first, so a port that is taken fails the start with nothing
+        run; then the job starts, and the HTTP server is built around the bound socket while
+        it does (a caller that connects in between waits in the socket's backlog)."""
         host, port = self.bind
-        self.server = AgentServer((host, port), self.api, self._token)
+        listener = listen(host, port)
+        bound = int(listener.getsockname()[1])
         shown = f"[{host.strip('[]')}]" if ":" in host else host
-        self.url = f"http://{shown}:{self.server.port}"
-        write_json_atomic(
-            self.state_dir / "agent.json",
-            {
-                "pid": os.getpid(),
-                "port": self.server.port,
-                "url": self.url,
-                "started_at": iso(self._now()),
-            },
-            mode=0o644,
-        )
+        self.url = f"http://{shown}:{bound}"
+        try:
+            write_json_atomic(
+                self.state_dir / "agent.json",
+                {
+                    "pid": os.getpid(),
+                    "port": bound,
+                    "url": self.url,
+                    "started_at": iso(self._now()),
+                },
+                mode=0o644,
+            )
+            self.tailer.start(self.runner.live_stages)
+            self.runner.start()
+        except BaseException:
+            listener.close()
+            raise
+        try:
+            from corral.agent.server import AgentServer  # see Agent.api
+
+            self.server = AgentServer(listener, self.api, self._token)
+        except BaseException:  # the job runs and nothing can reach it: stop it
+            listener.close()
+            self.runner.request_stop("the agent's API failed to start", StopCause.AGENT)
+            self.runner.wait(self.plan.grace_seconds + 5)
+            raise
         threading.Thread(
             target=self.server.serve_forever,
             kwargs={"poll_interval": 0.1},
             name="http",
             daemon=True,
         ).start()
-        self.tailer.start(self.runner.live_stages)
-        self.runner.start()
         self.api.services.start()
         self.api.ready = True
         return self.url
@@ -239,8 +280,9 @@ class Agent:
             self.stop("agent shutting down")
             self.wait(timeout)
         self.tailer.close()
-        self.api.execs.close()
-        self.api.services.close()
+        if self._api is not None:
+            self._api.execs.close()
+            self._api.services.close()
         for hook in self.hooks:
             try:
                 hook.close()

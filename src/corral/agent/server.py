@@ -35,13 +35,11 @@ on a socket with ``TCP_NODELAY``: a poll never waits for the client's delayed AC
 from __future__ import annotations
 
 import contextlib
-import errno
 import hmac
 import json
 import re
 import shutil
 import socket
-import socketserver
 import threading
 import time
 from collections.abc import Callable
@@ -55,6 +53,7 @@ from corral import __version__
 from corral.agent import logs
 from corral.agent.events import EventLog
 from corral.agent.execs import ExecError, ExecSessions
+from corral.agent.listen import listen
 from corral.agent.progress import ProgressTailer
 from corral.agent.runner import SETUP, Runner
 from corral.agent.services import Services, Target
@@ -759,42 +758,28 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.flush()
 
 
-#: what binding "::" fails with on a node whose kernel has no IPv6
-_NO_IPV6 = frozenset({errno.EAFNOSUPPORT, errno.EADDRNOTAVAIL, errno.EPROTONOSUPPORT})
-
-
 class AgentServer(ThreadingHTTPServer):
-    """The agent's server. An IPv6 host (``::``) binds dual-stack where the system allows it,
-    so the API answers on IPv4 and IPv6 alike (some container gateways reach a container over
-    IPv6 only); on a node without IPv6, ``::`` falls back to every IPv4 interface."""
+    """The agent's server, on a socket :func:`corral.agent.listen.listen` bound (given, or
+    bound here from an address): dual-stack for an IPv6 host where the system allows it."""
 
     daemon_threads = True
-    allow_reuse_address = True
 
-    def __init__(self, address: tuple[str, int], api: AgentApi, token: str):
+    def __init__(
+        self, listener: socket.socket | tuple[str, int], api: AgentApi, token: str
+    ) -> None:
         self.api = api
         self.token = token.encode()
-        if ":" in address[0]:
-            self.address_family = socket.AF_INET6
-            try:
-                super().__init__((address[0].strip("[]"), address[1]), _Handler)
-                return
-            except OSError as exc:  # a node without IPv6: every IPv4 interface instead
-                if exc.errno not in _NO_IPV6 or address[0].strip("[]") != "::":
-                    raise
-            self.address_family = socket.AF_INET
-            address = ("0.0.0.0", address[1])
-        super().__init__(address, _Handler)
-
-    def server_bind(self) -> None:
-        """Bind (dual-stack for IPv6). Not ``HTTPServer.server_bind``: its reverse DNS
-        lookup of the host (``socket.getfqdn``, for a name nothing here uses) can take
-        seconds on a node whose resolver does not answer."""
-        if self.address_family == socket.AF_INET6:
-            with contextlib.suppress(OSError, AttributeError):
-                self.socket.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
-        socketserver.TCPServer.server_bind(self)
+        if isinstance(listener, tuple):
+            listener = listen(*listener)
+        self.address_family = socket.AddressFamily(listener.family)
+        super().__init__(listener.getsockname()[:2], _Handler, bind_and_activate=False)
+        self.socket.close()  # the one socketserver made; the bound one serves
+        self.socket = listener
+        self.server_address = listener.getsockname()
         host, port = self.server_address[:2]
+        # what HTTPServer.server_bind would set, without its reverse DNS lookup of the host
+        # (``socket.getfqdn``, for a name nothing here uses: seconds on a node whose
+        # resolver does not answer)
         self.server_name, self.server_port = str(host), int(port)
 
     @property

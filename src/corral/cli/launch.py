@@ -30,6 +30,9 @@ def launch(
 ) -> None:
     """Launch a run. Streams stage logs with a live status line until the run ends; Ctrl-C
     detaches (the run goes on). Exit code 0 if the run SUCCEEDED, 1 if it ended otherwise."""
+    from corral.startup import skip_pydantic_plugins
+
+    skip_pydantic_plugins()  # before the spec's models are built
     from corral.errors import EXIT_INTERRUPTED, EXIT_RUN_NOT_SUCCEEDED
     from corral.remote import connect
 

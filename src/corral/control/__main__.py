@@ -25,6 +25,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--log-file", type=Path, default=None)
     args = parser.parse_args(argv)
     # lazy on purpose (not a cycle): --help answers without loading the controller
+    from corral.startup import skip_pydantic_plugins
+
+    skip_pydantic_plugins()  # before the controller's models are built
     from corral.control.daemon import run_foreground
     from corral.errors import Conflict
 

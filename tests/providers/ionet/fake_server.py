@@ -18,7 +18,6 @@
 
 from __future__ import annotations
 
-import fnmatch
 import json
 import random
 import threading
@@ -27,12 +26,13 @@ import uuid
 from collections import deque
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+from support import fakehttp
 from support.containers import Container, Forwarder
+from support.fakehttp import QuietHandler
 
 API_KEY = "io-v2-FAKE0123456789abcdef-secret"
 BASE = "/enterprise/v1/io-cloud/caas"
@@ -72,13 +72,10 @@ def now_iso() -> str:
 
 
 @dataclass
-class Fault:
-    target: str
-    status: int = 500
+class Fault(fakehttp.Fault):
+    """``body``: a plain-text or HTML body instead of JSON ``{"detail"}``."""
+
     body: bytes | None = None
-    retry_after: float | None = None
-    after: bool = False
-    times: int = 1
 
 
 @dataclass
@@ -129,17 +126,12 @@ class FakeIonet:
         self.deps: dict[str, Dep] = {}
         self.deploys: list[dict[str, Any]] = []
         self.seen: list[tuple[float, str, int]] = []
-        self.faults: list[Fault] = []
+        self.faults: fakehttp.Faults[Fault] = fakehttp.Faults()
         self.lock = threading.RLock()
         self._window: deque[float] = deque()
         self._timers: list[threading.Timer] = []
         self._forward = Forwarder()
-        handler = type("Handler", (_Handler,), {"fake": self})
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-        self.server.daemon_threads = True
-        threading.Thread(
-            target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
-        ).start()
+        self.server = fakehttp.start_server(self)
 
     @property
     def base_url(self) -> str:
@@ -163,10 +155,7 @@ class FakeIonet:
         self._forward.close()
 
     def fail(self, target: str, status: int = 500, **kw: Any) -> Fault:
-        fault = Fault(target, status, **kw)
-        with self.lock:
-            self.faults.append(fault)
-        return fault
+        return self.faults.add(Fault(target, status, **kw))
 
     def routes(self, prefix: str = "") -> list[str]:
         return [r for _, r, _ in self.seen if r.startswith(prefix)]
@@ -434,7 +423,7 @@ class FakeIonet:
             text = dep.worker.container.log()
         return [line.encode() + b"\n" for line in text.splitlines()]
 
-    def handle(self, h: _Handler) -> None:
+    def handle(self, h: QuietHandler) -> None:
         url = urlsplit(h.path)
         length = int(h.headers.get("Content-Length") or 0)
         raw = h.rfile.read(length) if length else b""
@@ -458,13 +447,7 @@ class FakeIonet:
                         h, route, 429, {"detail": "Too many requests"}, headers={"Retry-After": "1"}
                     )
                 self._window.append(now)
-        fault = None
-        with self.lock:
-            for f in self.faults:
-                if f.times > 0 and fnmatch.fnmatchcase(route, f.target):
-                    f.times -= 1
-                    fault = f
-                    break
+        fault = self.faults.take(route)
         if fault is not None and not fault.after:
             return self._fault(h, route, fault)
         parts = path.strip("/").split("/")
@@ -487,7 +470,7 @@ class FakeIonet:
             return self._fault(h, route, fault)
         self._send(h, route, status, answer)
 
-    def _stream_log(self, h: _Handler, route: str, dep_id: str, cid: str) -> None:
+    def _stream_log(self, h: QuietHandler, route: str, dep_id: str, cid: str) -> None:
         try:
             lines = self.log_lines(dep_id, cid)
         except _Error as exc:
@@ -507,7 +490,7 @@ class FakeIonet:
             pass
         h.close_connection = True
 
-    def _proxy(self, h: _Handler, url: Any, raw: bytes) -> None:
+    def _proxy(self, h: QuietHandler, url: Any, raw: bytes) -> None:
         parts = url.path.split("/", 3)
         dep_id, rest = parts[2], "/" + (parts[3] if len(parts) > 3 else "")
         route = f"proxy {h.command} {rest}"
@@ -523,8 +506,8 @@ class FakeIonet:
             return self._send(h, route, 502, HTML_PAGE, "text/html")
         self._send(h, route, answer[0], answer[1], answer[2] or "application/octet-stream")
 
-    def _fault(self, h: _Handler, route: str, fault: Fault) -> None:
-        headers = {"Retry-After": f"{fault.retry_after:g}"} if fault.retry_after is not None else {}
+    def _fault(self, h: QuietHandler, route: str, fault: Fault) -> None:
+        headers = fault.headers()
         if fault.body is not None:
             kind = "text/html" if fault.body.lstrip().startswith(b"<") else "text/plain"
             return self._send(h, route, fault.status, fault.body, kind, headers)
@@ -532,7 +515,7 @@ class FakeIonet:
 
     def _send(
         self,
-        h: _Handler,
+        h: QuietHandler,
         route: str,
         status: int,
         body: Any,
@@ -540,17 +523,7 @@ class FakeIonet:
         headers: dict[str, str] | None = None,
     ) -> None:
         self.seen.append((time.monotonic(), route, status))
-        data = body if isinstance(body, bytes) else json.dumps(body).encode()
-        try:
-            h.send_response(status)
-            for k, v in (headers or {}).items():
-                h.send_header(k, v)
-            h.send_header("Content-Type", kind)
-            h.send_header("Content-Length", str(len(data)))
-            h.end_headers()
-            h.wfile.write(data)
-        except (BrokenPipeError, ConnectionResetError):
-            pass
+        fakehttp.send(h, status, body, kind, headers, content_type="always")
 
 
 class _Error(Exception):
@@ -569,16 +542,3 @@ def _invalid(loc: list[str], msg: str) -> dict[str, Any]:
             }
         ]
     }
-
-
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    fake: FakeIonet
-
-    def do_GET(self) -> None:
-        self.fake.handle(self)
-
-    do_POST = do_DELETE = do_PATCH = do_PUT = do_GET
-
-    def log_message(self, format: str, *args: Any) -> None:
-        pass

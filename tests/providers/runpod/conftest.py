@@ -10,18 +10,9 @@ import pytest
 
 from corral.providers.http import RetryPolicy
 from corral.providers.runpod import RunPodProvider, RunPodSettings
+from support.fakehttp import Sleeps
 
 from .fake_server import API_KEY, FakeRunPod
-
-
-class Sleeps:
-    """The provider's sleep: records and returns at once (tests never wait on backoff)."""
-
-    def __init__(self) -> None:
-        self.calls: list[float] = []
-
-    def __call__(self, seconds: float) -> None:
-        self.calls.append(seconds)
 
 
 @pytest.fixture

@@ -30,18 +30,18 @@ starts inside each "pod" and is reached through the proxy like on RunPod.
 
 from __future__ import annotations
 
-import fnmatch
 import json
 import re
-import threading
 import time
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import httpx
+
+from support import fakehttp
+from support.fakehttp import QuietHandler
 
 from . import fake_graphql, fake_logs, fake_rest_v2
 from .fake_cloud import FakeCloud, GpuKind
@@ -53,20 +53,15 @@ _LOGS = re.compile(r"^/v2/pods/([^/]+)/logs/?$")
 
 
 @dataclass
-class Fault:
+class Fault(fakehttp.Fault):
     """Answer the next ``times`` requests matching ``target`` with ``status``.
 
     ``target``: ``"POST /v2/pods"``, ``"GET /v2/pods/*"`` (fnmatch on ``METHOD /path``) or
     ``"graphql:<field>"``. ``after``: apply the request first. ``delay``: wait
     this long before answering (longer than the client's timeout: a timeout)."""
 
-    target: str
-    status: int = 500
     body: Any = None
-    retry_after: float | None = None
     delay: float = 0.0
-    after: bool = False
-    times: int = 1
 
 
 @dataclass
@@ -91,22 +86,15 @@ class FakeRunPod:
         self.cloud = FakeCloud(
             root, api_key, gpus=gpus, boot_delay=boot_delay, stop_grace_s=stop_grace_s
         )
-        self.faults: list[Fault] = []
+        self.faults: fakehttp.Faults[Fault] = fakehttp.Faults()
         self.seen: list[Seen] = []
         #: bodies of REST creates and inputs of GraphQL creates, in order
         self.creates: list[dict[str, Any]] = []
         self.rest = fake_rest_v2.RestV2(self.cloud, self.creates)
         #: how pod log streams behave (hold, keep-alives, noise, cuts)
         self.logs = fake_logs.LogStream()
-        self._lock = threading.Lock()
         self._proxy = httpx.Client(timeout=30.0)
-        handler = type("Handler", (_Handler,), {"fake": self})
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-        self.server.daemon_threads = True
-        self._thread = threading.Thread(
-            target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
-        )
-        self._thread.start()
+        self.server = fakehttp.start_server(self)
 
     @property
     def base_url(self) -> str:
@@ -130,10 +118,7 @@ class FakeRunPod:
     # --- what tests call ----------------------------------------------------------------------
 
     def fail(self, target: str, status: int = 500, **kw: Any) -> Fault:
-        fault = Fault(target, status, **kw)
-        with self._lock:
-            self.faults.append(fault)
-        return fault
+        return self.faults.add(Fault(target, status, **kw))
 
     def interrupt(self, pod_id: str, notice: float = 5.0) -> None:
         self.cloud.interrupt(pod_id, notice)
@@ -143,15 +128,7 @@ class FakeRunPod:
 
     # --- dispatch -----------------------------------------------------------------------------
 
-    def _take_fault(self, route: str) -> Fault | None:
-        with self._lock:
-            for fault in self.faults:
-                if fault.times > 0 and fnmatch.fnmatchcase(route, fault.target):
-                    fault.times -= 1
-                    return fault
-        return None
-
-    def handle(self, h: _Handler) -> None:
+    def handle(self, h: QuietHandler) -> None:
         url = urlsplit(h.path)
         length = int(h.headers.get("Content-Length") or 0)
         raw = h.rfile.read(length) if length else b""
@@ -175,7 +152,7 @@ class FakeRunPod:
             return self._send(h, route, ua, 410, {"message": fake_rest_v2.V1_RETIRED})
         if not url.path.startswith("/v2/"):
             return self._send(h, route, ua, 404, {"message": "not found"})
-        fault = self._take_fault(route)
+        fault = self.faults.take(route)
         if fault is not None and not fault.after:
             return self._fault(h, route, ua, fault)
         log = _LOGS.match(url.path) if h.command == "GET" else None
@@ -187,7 +164,7 @@ class FakeRunPod:
         kind = fake_rest_v2.PROBLEM if status >= 400 else "application/json"
         self._send(h, route, ua, status, answer, kind, headers)
 
-    def _log(self, h: _Handler, route: str, ua: str, pod_id: str) -> None:
+    def _log(self, h: QuietHandler, route: str, ua: str, pod_id: str) -> None:
         status, problem, headers, path = self.rest.open_log(pod_id)
         if status != 200:
             return self._send(h, route, ua, status, problem, fake_rest_v2.PROBLEM, headers)
@@ -199,7 +176,7 @@ class FakeRunPod:
 
         self.logs.serve(h, path, headers, alive)
 
-    def _graphql(self, h: _Handler, raw: bytes, ua: str) -> None:
+    def _graphql(self, h: QuietHandler, raw: bytes, ua: str) -> None:
         try:
             doc = json.loads(raw)
             query, variables = str(doc["query"]), doc.get("variables") or {}
@@ -207,7 +184,7 @@ class FakeRunPod:
         except (ValueError, KeyError, TypeError, fake_graphql.GraphQLError) as exc:
             return self._send(h, "graphql:?", ua, 400, {"errors": [{"message": str(exc)}]})
         route = "graphql:" + field
-        fault = self._take_fault(route)
+        fault = self.faults.take(route)
         if fault is not None and not fault.after:
             return self._fault(h, route, ua, fault)
         if field in ("podRentInterruptable", "podFindAndDeployOnDemand"):
@@ -217,7 +194,7 @@ class FakeRunPod:
             return self._fault(h, route, ua, fault)
         self._send(h, route, ua, 200, answer)
 
-    def _forward(self, h: _Handler, m: re.Match, query: str, raw: bytes, ua: str) -> None:
+    def _forward(self, h: QuietHandler, m: re.Match, query: str, raw: bytes, ua: str) -> None:
         route = f"proxy {h.command} {m.group(3) or '/'}"
         with self.cloud.lock:
             pod = self.cloud.pods.get(m.group(1))
@@ -239,7 +216,7 @@ class FakeRunPod:
 
     # --- answers ------------------------------------------------------------------------------
 
-    def _fault(self, h: _Handler, route: str, ua: str, fault: Fault) -> None:
+    def _fault(self, h: QuietHandler, route: str, ua: str, fault: Fault) -> None:
         if fault.delay:
             time.sleep(fault.delay)
         body = fault.body
@@ -251,12 +228,11 @@ class FakeRunPod:
                 fault.status, "internal error"
             )
             body, kind = fake_rest_v2.problem(fault.status, detail), fake_rest_v2.PROBLEM
-        headers = {"Retry-After": f"{fault.retry_after:g}"} if fault.retry_after is not None else {}
-        self._send(h, route, ua, fault.status, body, kind, headers=headers)
+        self._send(h, route, ua, fault.status, body, kind, headers=fault.headers())
 
     def _send(
         self,
-        h: _Handler,
+        h: QuietHandler,
         route: str,
         ua: str,
         status: int,
@@ -265,31 +241,4 @@ class FakeRunPod:
         headers: dict[str, str] | None = None,
     ) -> None:
         self.seen.append(Seen(h.command, route, ua, status))
-        data = (
-            body if isinstance(body, bytes) else b"" if body is None else json.dumps(body).encode()
-        )
-        try:
-            h.send_response(status)
-            for k, v in (headers or {}).items():
-                h.send_header(k, v)
-            if status != 204:
-                h.send_header("Content-Type", kind)
-            h.send_header("Content-Length", str(len(data) if status != 204 else 0))
-            h.end_headers()
-            if status != 204:
-                h.wfile.write(data)
-        except (BrokenPipeError, ConnectionResetError):
-            pass  # the client gave up (a timeout the test asked for)
-
-
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    fake: FakeRunPod
-
-    def do_GET(self) -> None:
-        self.fake.handle(self)
-
-    do_POST = do_DELETE = do_PATCH = do_PUT = do_GET
-
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
+        fakehttp.send(h, status, body, kind, headers, content_type="unless-204")

@@ -10,18 +10,9 @@ import pytest
 
 from corral.providers.http import RetryPolicy, TokenBucket
 from corral.providers.salad import SaladProvider, SaladSettings
+from support.fakehttp import Sleeps
 
 from .fake_server import API_KEY, FakeSalad
-
-
-class Sleeps:
-    """The provider's sleep: records and returns at once (tests never wait on backoff)."""
-
-    def __init__(self) -> None:
-        self.calls: list[float] = []
-
-    def __call__(self, seconds: float) -> None:
-        self.calls.append(seconds)
 
 
 @pytest.fixture

@@ -20,18 +20,17 @@
 
 from __future__ import annotations
 
-import fnmatch
 import json
 import re
 import threading
 import time
 from collections import deque
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from support import fakehttp
 from support.containers import Forwarder
 
 from .fake_cloud import ORG, PROJECT, CloudError, FakeSaladCloud, now_iso
@@ -45,16 +44,11 @@ HTML_PAGE = (
 
 
 @dataclass
-class Fault:
+class Fault(fakehttp.Fault):
     """Answer the next ``times`` requests matching ``target`` (fnmatch on ``METHOD /path``
     below ``/api/public``) with ``status``; ``html``: an HTML page as the body."""
 
-    target: str
-    status: int = 500
     html: bool = False
-    retry_after: float | None = None
-    after: bool = False
-    times: int = 1
     detail: str = "injected fault"
 
 
@@ -83,7 +77,7 @@ class FakeSalad:
         self.limit_per_min = limit_per_min
         self.retry_after = retry_after
         self.clock = clock
-        self.faults: list[Fault] = []
+        self.faults: fakehttp.Faults[Fault] = fakehttp.Faults()
         self.seen: list[Seen] = []
         self.creates: list[dict[str, Any]] = []
         self.imds_calls: list[tuple[str, str, str]] = []
@@ -91,12 +85,7 @@ class FakeSalad:
         self.peak_per_min = 0
         self._lock = threading.Lock()
         self._forward = Forwarder()
-        handler = type("Handler", (_Handler,), {"fake": self})
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-        self.server.daemon_threads = True
-        threading.Thread(
-            target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
-        ).start()
+        self.server = fakehttp.start_server(self, _Handler)
         self._stop = threading.Event()
         self.probe_every = probe_every
         threading.Thread(target=self._prober, daemon=True).start()
@@ -126,10 +115,7 @@ class FakeSalad:
         self._forward.close()
 
     def fail(self, target: str, status: int = 500, **kw: Any) -> Fault:
-        fault = Fault(target, status, **kw)
-        with self._lock:
-            self.faults.append(fault)
-        return fault
+        return self.faults.add(Fault(target, status, **kw))
 
     def interrupt(self, name: str) -> None:
         self.cloud.interrupt(name)
@@ -168,14 +154,6 @@ class FakeSalad:
             self.peak_per_min = max(self.peak_per_min, len(self._window))
             return True
 
-    def _take_fault(self, route: str) -> Fault | None:
-        with self._lock:
-            for fault in self.faults:
-                if fault.times > 0 and fnmatch.fnmatchcase(route, fault.target):
-                    fault.times -= 1
-                    return fault
-        return None
-
     def handle(self, h: _Handler) -> None:
         url = urlsplit(h.path)
         length = int(h.headers.get("Content-Length") or 0)
@@ -194,7 +172,7 @@ class FakeSalad:
         if not self._count(self.clock()):
             headers = {"Retry-After": f"{self.retry_after:g}"} if self.retry_after else {}
             return self._problem(h, route, 429, "Too Many Requests", "rate limit", headers)
-        fault = self._take_fault(route)
+        fault = self.faults.take(route)
         if fault is not None and not fault.after:
             return self._fault(h, route, fault)
         try:
@@ -323,7 +301,7 @@ class FakeSalad:
     # --- answers ------------------------------------------------------------------------------
 
     def _fault(self, h: _Handler, route: str, fault: Fault) -> None:
-        headers = {"Retry-After": f"{fault.retry_after:g}"} if fault.retry_after is not None else {}
+        headers = fault.headers()
         if fault.html:
             return self._send(h, route, fault.status, HTML_PAGE, "text/html", headers)
         self._problem(h, route, fault.status, "Error", fault.detail, headers)
@@ -350,21 +328,7 @@ class FakeSalad:
         headers: dict[str, str] | None = None,
     ) -> None:
         self.seen.append(Seen(self.clock(), h.command, route, status))
-        data = (
-            body if isinstance(body, bytes) else b"" if body is None else json.dumps(body).encode()
-        )
-        try:
-            h.send_response(status)
-            for k, v in (headers or {}).items():
-                h.send_header(k, v)
-            if data:
-                h.send_header("Content-Type", kind)
-            h.send_header("Content-Length", str(len(data)))
-            h.end_headers()
-            if data:
-                h.wfile.write(data)
-        except (BrokenPipeError, ConnectionResetError):
-            pass
+        fakehttp.send(h, status, body, kind, headers, content_type="with-body")
 
 
 def _validate(body: Any) -> None:
@@ -411,14 +375,9 @@ def _validate(body: Any) -> None:
         raise bad("networking needs protocol http and a port")
 
 
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
+class _Handler(fakehttp.QuietHandler):
+    """HEAD too goes to the fake."""
+
     fake: FakeSalad
 
-    def do_GET(self) -> None:
-        self.fake.handle(self)
-
-    do_POST = do_DELETE = do_PATCH = do_PUT = do_HEAD = do_GET
-
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
+    do_HEAD = fakehttp.QuietHandler.do_GET

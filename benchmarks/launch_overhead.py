@@ -7,7 +7,8 @@ Targets: overhead under 1 s above plain python; listing 1,000 runs under 200 ms.
 Each figure is the median of --repeat runs, in a fresh CORRAL_HOME. With ``--baseline-tree``
 (a checkout of another corral, e.g. ``git worktree add /tmp/before <commit>``), the same launch
 is measured with that tree's ``src`` first on PYTHONPATH, alternating with this one, in the
-same run: the named baseline the figures are compared against.
+same run: the named baseline the figures are compared against. Each launch starts once the
+run before it has ended and its agent is gone (see ``settle``).
 """
 
 from __future__ import annotations
@@ -87,6 +88,20 @@ def measure_corral(work: Path, env: dict[str, str], i: int, tag: str = "corral")
     return _wait_file(out) - t0
 
 
+def settle(home: str, timeout: float = 30.0) -> None:
+    """Wait until the run just measured has ended and its agent is gone (the controller
+    tears it down), then a little more: the next launch is measured on a machine that is not
+    still finishing the last one (on two cores, the controller's end-of-run work and the
+    exiting agent would otherwise overlap the next launch, for one tree or the other)."""
+    deadline = time.monotonic() + timeout
+    pattern = f"corral.agent .*{re.escape(home)}"
+    while time.monotonic() < deadline:
+        if subprocess.run(["pgrep", "-f", pattern], stdout=subprocess.DEVNULL).returncode:
+            break
+        time.sleep(0.05)
+    time.sleep(0.3)
+
+
 def measure_ls(env: dict[str, str], repeat: int) -> float:
     times = []
     for _ in range(repeat):
@@ -155,8 +170,10 @@ def main(argv: list[str] | None = None) -> int:
         before_times: list[float] = []
         for i in range(args.repeat):  # alternating: both see the same machine load
             times.append(measure_corral(work, env, i))
+            settle(env["CORRAL_HOME"])
             if before_env is not None:
                 before_times.append(measure_corral(work, before_env, i, "before"))
+                settle(before_env["CORRAL_HOME"])
         corral = statistics.median(times)
         before = statistics.median(before_times) if before_times else None
         for e in (env, before_env):

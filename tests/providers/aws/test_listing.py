@@ -287,3 +287,43 @@ def test_a_data_volume_the_listing_shows_attached_is_not_asked_about_again(
     clock.now += 3.0
     assert p.status(inst).detail == ""
     assert calls.take() == {"DescribeInstances(listing)": 1}  # no DescribeVolumes
+
+
+def test_a_caller_waits_a_bounded_time_for_another_callers_slow_refresh():
+    """EC2 throttling a refresh (botocore retrying) holds only that caller: the others get a
+    retryable error after the wait instead of every poll worker hanging on the region."""
+    release = threading.Event()
+    ec2 = FakeEc2([spot_item(1), spot_item(2)], {})
+    real = ec2.instances
+
+    def slow(region: str, **kw: Any) -> list[dict[str, Any]]:
+        assert release.wait(10)
+        return real(region, **kw)
+
+    ec2.instances = slow  # type: ignore[method-assign]
+    listing = InstanceListing(
+        ec2,  # type: ignore[arg-type]
+        "me",
+        3.0,
+        lambda: 100.0,
+        "corral:owner",
+        refresh_wait_s=0.2,
+    )
+    first: list[Any] = []
+    refreshing = threading.Thread(
+        target=lambda: first.append(listing.get(REGION, "i-00000000000000001"))
+    )
+    refreshing.start()
+    time.sleep(0.05)  # the first caller is inside its refresh
+    began = time.monotonic()
+    with pytest.raises(ProviderUnavailable, match="try later") as err:
+        listing.get(REGION, "i-00000000000000002")
+    assert 0.15 <= time.monotonic() - began < 2
+    assert err.value.retryable and err.value.fields == {"region": REGION}
+    release.set()
+    refreshing.join(10)
+    assert first and first[0] is not None
+    # the listing the slow caller took answers the other one now, without another call
+    calls = len(ec2.calls)
+    assert listing.get(REGION, "i-00000000000000002") is not None
+    assert len(ec2.calls) == calls

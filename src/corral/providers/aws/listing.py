@@ -10,7 +10,10 @@ every 5 s, ~400 calls a second, far above what EC2 lets one account make before 
 for ``list_cache_s`` seconds.
 
 * One refresh at a time per region (the poll workers call concurrently; the others wait for
-  it and read its result).
+  it and read its result). A caller waits at most :data:`REFRESH_WAIT_S` for another's
+  refresh (EC2 throttling, botocore retrying): then it gets a retryable
+  :class:`~corral.errors.ProviderUnavailable` ("try later"), so a slow region never holds
+  every poll worker, and the runs of other regions and providers are still looked at.
 * An instance the provider acted on (:meth:`InstanceListing.touch`: terminate) is not read
   from a listing taken before that: its caller asks EC2 for it alone.
 * An instance missing from the listing (launched since, not visible yet, terminated, or
@@ -35,7 +38,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from corral.errors import ProviderError
+from corral.errors import ProviderError, ProviderUnavailable
 from corral.providers.aws.mapping import is_spot
 
 if TYPE_CHECKING:
@@ -47,6 +50,8 @@ log = logging.getLogger("corral.providers.aws")
 LIVE = ["pending", "running", "shutting-down", "stopping", "stopped"]
 #: spot request ids per DescribeSpotInstanceRequests filter (EC2 caps a filter's values)
 SPOT_IDS_PER_CALL = 100
+#: how long a caller waits for another caller's refresh of the same region, in seconds
+REFRESH_WAIT_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -73,9 +78,17 @@ class InstanceListing:
     """The owner's instances by region, each listing kept ``cache_s`` seconds."""
 
     def __init__(
-        self, ec2: Ec2, owner: str, cache_s: float, clock: Callable[[], float], tag: str
+        self,
+        ec2: Ec2,
+        owner: str,
+        cache_s: float,
+        clock: Callable[[], float],
+        tag: str,
+        *,
+        refresh_wait_s: float = REFRESH_WAIT_S,
     ) -> None:
         self.ec2, self.owner, self.cache_s, self.clock, self.tag = ec2, owner, cache_s, clock, tag
+        self.refresh_wait_s = refresh_wait_s
         self._lock = threading.Lock()
         self._region_locks: dict[str, threading.Lock] = {}
         self._snapshots: dict[str, _Snapshot] = {}
@@ -125,25 +138,39 @@ class InstanceListing:
     def _snapshot(self, region: str, instance_id: str) -> _Snapshot:
         with self._lock:
             region_lock = self._region_locks.setdefault(region, threading.Lock())
-        with region_lock:  # one refresh at a time; the others wait and read it
-            with self._lock:
-                snap = self._snapshots.get(region)
-                fresh = snap is not None and 0 <= self.clock() - snap.taken < self.cache_s
-                if snap is not None and fresh and instance_id not in snap.seen:
-                    return snap
-            taken = self.clock()  # before the call: a change during it is "after"
-            try:
-                items = self._list(region)
-                snap = _Snapshot(taken, items, self._spot_codes(region, items))
-            except ProviderError as exc:
-                log.warning("aws: cannot list instances in %s: %s", region, exc.message)
-                snap = _Snapshot(taken, {}, {}, error=exc)
-            with self._lock:
-                self._snapshots[region] = snap
-                # a touch older than the region's listing no longer matters
-                touched = self._touched.get(region, {})
-                self._touched[region] = {i: t for i, t in touched.items() if t >= taken}
-            return snap
+        # one refresh at a time; the others wait (not for ever) and read it
+        if not region_lock.acquire(timeout=self.refresh_wait_s):
+            raise ProviderUnavailable(
+                f"aws: the listing of instances in {region} has taken over "
+                f"{self.refresh_wait_s:g}s (EC2 slow or throttling): try later",
+                fields={"region": region},
+            )
+        try:
+            return self._refresh(region, instance_id)
+        finally:
+            region_lock.release()
+
+    def _refresh(self, region: str, instance_id: str) -> _Snapshot:
+        """The region's listing if fresh and not yet seen for ``instance_id``, else a new one
+        (the caller holds the region's lock)."""
+        with self._lock:
+            snap = self._snapshots.get(region)
+            fresh = snap is not None and 0 <= self.clock() - snap.taken < self.cache_s
+            if snap is not None and fresh and instance_id not in snap.seen:
+                return snap
+        taken = self.clock()  # before the call: a change during it is "after"
+        try:
+            items = self._list(region)
+            snap = _Snapshot(taken, items, self._spot_codes(region, items))
+        except ProviderError as exc:
+            log.warning("aws: cannot list instances in %s: %s", region, exc.message)
+            snap = _Snapshot(taken, {}, {}, error=exc)
+        with self._lock:
+            self._snapshots[region] = snap
+            # a touch older than the region's listing no longer matters
+            touched = self._touched.get(region, {})
+            self._touched[region] = {i: t for i, t in touched.items() if t >= taken}
+        return snap
 
     def _list(self, region: str) -> dict[str, dict[str, Any]]:
         items = self.ec2.instances(

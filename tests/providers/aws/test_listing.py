@@ -292,11 +292,12 @@ def test_a_data_volume_the_listing_shows_attached_is_not_asked_about_again(
 def test_a_caller_waits_a_bounded_time_for_another_callers_slow_refresh():
     """EC2 throttling a refresh (botocore retrying) holds only that caller: the others get a
     retryable error after the wait instead of every poll worker hanging on the region."""
-    release = threading.Event()
+    release, entered = threading.Event(), threading.Event()
     ec2 = FakeEc2([spot_item(1), spot_item(2)], {})
     real = ec2.instances
 
     def slow(region: str, **kw: Any) -> list[dict[str, Any]]:
+        entered.set()
         assert release.wait(10)
         return real(region, **kw)
 
@@ -314,7 +315,7 @@ def test_a_caller_waits_a_bounded_time_for_another_callers_slow_refresh():
         target=lambda: first.append(listing.get(REGION, "i-00000000000000001"))
     )
     refreshing.start()
-    time.sleep(0.05)  # the first caller is inside its refresh
+    assert entered.wait(10)  # the first caller is inside its refresh
     began = time.monotonic()
     with pytest.raises(ProviderUnavailable, match="try later") as err:
         listing.get(REGION, "i-00000000000000002")

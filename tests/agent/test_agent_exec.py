@@ -63,7 +63,17 @@ def test_a_timeout_is_124_and_a_signal_is_128_plus_it(agent):
 
 def test_a_command_can_be_killed_and_long_output_comes_in_whole_lines(agent):
     cid = agent.exec_start(["sh", "-c", "seq 1 20000; sleep 30"])
-    wait_until(lambda: agent.exec_read(cid)["next_offset"] > 0, 10, 0.05, "output")
+    # killed in its sleep, once all of seq's output is in (killed while seq still wrote, as
+    # on a loaded machine, the output would rightly stop short)
+    size = sum(len(str(n)) + 1 for n in range(1, 20001))
+
+    def received() -> int:  # bytes of output so far, page by page
+        offset = 0
+        while (page := agent.exec_read(cid, offset))["next_offset"] > offset:
+            offset = page["next_offset"]
+        return offset
+
+    wait_until(lambda: received() >= size, 30, 0.05, "the output")
     agent.exec_kill(cid)
     out, offset = [], 0
     while True:

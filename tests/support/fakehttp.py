@@ -7,16 +7,24 @@
 * :class:`QuietHandler` and :func:`start_server`: a threaded server on 127.0.0.1 whose
   handler passes every request to ``fake.handle(handler)`` and logs nothing.
 * :class:`Sleeps`: a provider's sleep that only records, for the fixtures of its tests.
+* The published contract: a fake with a ``contract`` attribute (a
+  :class:`support.openapi_contract.ContractCheck`) has every request under the contract's
+  prefix checked before it sees it (a non-conforming one gets the fake's refusal) and every
+  answer :func:`send` gives to such a request checked too.
 """
 
 from __future__ import annotations
 
 import fnmatch
+import io
 import json
 import threading
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Generic, Literal, TypeVar
+from urllib.parse import urlsplit
+
+from support.openapi_contract import ContractCheck, Exchange
 
 #: When an answer says its ``Content-Type``:
 #:
@@ -93,6 +101,7 @@ def send(
     """Answer ``status`` with ``body`` (see :func:`encode`) of type ``kind`` and ``headers``
     (written first, in order). A client that hung up is no error: the answer is dropped."""
     data = b"" if status == 204 else encode(body)
+    _check_answer(h, status, data, kind, headers or {})
     typed = {
         "always": True,
         "unless-204": status != 204,
@@ -112,15 +121,56 @@ def send(
         pass  # the client gave up (a timeout the test asked for)
 
 
+def _check_answer(
+    h: BaseHTTPRequestHandler, status: int, data: bytes, kind: str, headers: dict[str, str]
+) -> None:
+    """Check an answer against the contract the request it answers was checked against."""
+    exchange: Exchange | None = getattr(h, "exchange", None)
+    if exchange is None or not exchange.checked:
+        return
+    h.exchange = None  # type: ignore[attr-defined]  # one answer per request
+    check = exchange.check
+    check.record(
+        check.contract.check_response(
+            exchange.method, exchange.path, status, data, kind, headers, exchange.query
+        )
+    )
+
+
 class QuietHandler(BaseHTTPRequestHandler):
     """HTTP/1.1 (keep-alive); GET, POST, PUT, PATCH and DELETE go to ``fake.handle(self)``,
-    other methods get http.server's 501. Logs nothing."""
+    other methods get http.server's 501. Logs nothing. A request under the fake's contract
+    (``fake.contract``) is checked first; one the real API would refuse is answered with the
+    fake's refusal and never reaches the fake."""
 
     protocol_version = "HTTP/1.1"
     fake: Any
+    exchange: Exchange | None = None
 
     def do_GET(self) -> None:
-        self.fake.handle(self)
+        self.exchange = None
+        check: ContractCheck | None = getattr(self.fake, "contract", None)
+        url = urlsplit(self.path)
+        if check is None or not check.covers(url.path):
+            return self.fake.handle(self)
+        length = int(self.headers.get("Content-Length") or 0)
+        raw = self.rfile.read(length) if length else b""
+        path = check.api_path(url.path)
+        headers = dict(self.headers.items())
+        violations = check.record(
+            check.contract.check_request(self.command, path, url.query, headers, raw)
+        )
+        if violations:
+            status, body = check.refuse(violations)  # the provider's own error shape
+            return send(self, status, body, content_type="always")
+        self.exchange = Exchange(check, self.command, path, url.query)
+        wire = self.rfile
+        self.rfile = io.BytesIO(raw)  # type: ignore[assignment]  # the fake reads the body
+        try:
+            self.fake.handle(self)
+        finally:
+            self.rfile = wire  # the connection's next request
+            self.exchange = None
 
     do_POST = do_DELETE = do_PATCH = do_PUT = do_GET
 

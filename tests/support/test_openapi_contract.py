@@ -85,7 +85,9 @@ class _Fake:
             return fakehttp.send(h, 201, _group("corral-new"), content_type="with-body")
         if self.fault:
             unchecked(h)
-            return fakehttp.send(h, 503, b"<html>down</html>", "text/html", content_type="with-body")
+            return fakehttp.send(
+                h, 503, b"<html>down</html>", "text/html", content_type="with-body"
+            )
         fakehttp.send(h, 200, self.answer, content_type="with-body")
 
 

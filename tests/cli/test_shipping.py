@@ -122,3 +122,40 @@ def test_files_are_put_where_the_spec_says_on_the_machine(
     missing = _job(tmp_path / "m", "name: missing\nrun: ls\nfiles: {/etc/x: nowhere.txt}\n")
     refused = runner.invoke(app, ["launch", str(missing / "corral.yaml"), "--detach"])
     assert refused.exit_code == 2 and "nowhere.txt does not exist" in refused.stderr
+
+
+def test_corrals_home_and_secret_files_never_travel_in_the_bundle(
+    tmp_path: Path, fake_cloud: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A spec in $HOME with ``workdir: .`` and the default ``~/.corral``: the home (secret
+    key, secret store, database) lies inside the workdir. None of it is packed, nor a stray
+    copy of the secret files elsewhere in the workdir, and the launch says what it left out."""
+    import tarfile
+
+    work = _job(tmp_path, "name: homey\nrun: find . -type f | sort\n")
+    home = work / ".corral"
+    monkeypatch.setenv("CORRAL_HOME", str(home))
+    monkeypatch.delenv("CORRAL_SECRET_KEY", raising=False)
+    put = runner.invoke(app, ["secret", "set", "HF_TOKEN"], input="hf_sekrit_value_123\n")
+    assert put.exit_code == 0, put.output
+    assert (home / "secrets.json").exists() and (home / "secret.key").exists()
+    (work / "backup").mkdir()
+    (work / "backup" / "secrets.json").write_text((home / "secrets.json").read_text())
+    (work / "backup" / "secret.key.old").write_bytes((home / "secret.key").read_bytes())
+    (work / "train.py").write_text("print('hi')\n")
+    result = runner.invoke(app, ["launch", str(work / "corral.yaml"), "--wait", "--json"])
+    assert result.exit_code == 0, result.output
+    said = " ".join(result.stderr.split())  # the console wraps long lines
+    assert "left out of the code bundle: .corral/, backup/secret.key.old, backup/secrets.json" in (
+        said
+    )
+    run = json.loads(result.stdout)
+    assert run["state"] == "SUCCEEDED", run["reason"]
+    logs = runner.invoke(app, ["logs", run["id"]]).stdout
+    assert "./train.py" in logs
+    assert "secret" not in logs and ".corral" not in logs
+    [packed] = Store.open().events(run["id"], types=["code.packed"])
+    bundle = home / "code" / f"{packed.data['sha256']}.tar.gz"
+    with tarfile.open(bundle) as tar:
+        names = tar.getnames()
+    assert names and not [n for n in names if ".corral" in n or "secret" in n]

@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import re
 import stat
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 IGNORE_FILES = (".gitignore", ".corralignore")
@@ -134,14 +134,21 @@ def _ignored(levels: list[tuple[str, list[Rule]]], rel: str, is_dir: bool) -> bo
     return verdict
 
 
-def walk(root: str) -> Iterator[Entry]:
+#: ``never(rel, path, is_dir)``: True for an entry that is never shipped, whatever the ignore
+#: files say (corral's own home, a secret store); it is not descended into
+Never = Callable[[str, str, bool], bool]
+
+
+def walk(root: str, never: Never | None = None) -> Iterator[Entry]:
     """Every file and symbolic link under ``root`` that is not ignored, sorted by path
     (directories are not listed: they come from their files; empty ones are not shipped).
-    Sockets, fifos and devices are skipped."""
-    yield from _walk(os.path.abspath(root), "", [])
+    Sockets, fifos and devices are skipped, and so is every entry ``never`` refuses."""
+    yield from _walk(os.path.abspath(root), "", [], never)
 
 
-def _walk(top: str, rel: str, levels: list[tuple[str, list[Rule]]]) -> Iterator[Entry]:
+def _walk(
+    top: str, rel: str, levels: list[tuple[str, list[Rule]]], never: Never | None = None
+) -> Iterator[Entry]:
     here: list[Rule] = []
     for name in IGNORE_FILES:
         here += read_rules(os.path.join(top, name))
@@ -163,7 +170,9 @@ def _walk(top: str, rel: str, levels: list[tuple[str, list[Rule]]]) -> Iterator[
         is_dir = stat.S_ISDIR(st.st_mode)
         if levels and _ignored(levels, child, is_dir):
             continue
+        if never is not None and never(child, entry.path, is_dir):
+            continue
         if is_dir:
-            yield from _walk(entry.path, child, levels)
+            yield from _walk(entry.path, child, levels, never)
         elif stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode):
             yield Entry(child, entry.path, st)

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from corral.bundle import COMPRESS_LEVEL, FILES_PREFIX, WORK_PREFIX
-from corral.bundle.ignore import walk
+from corral.bundle.ignore import Never, walk
 from corral.errors import BadInput
 from corral.files import write_json_atomic
 
@@ -73,12 +73,14 @@ def collect(
     workdir: str | None,
     files: Iterable[tuple[str, str]] = (),
     extra: dict[str, bytes] | None = None,
+    never: Never | None = None,
 ) -> list[Item]:
-    """The members of a bundle: ``workdir``'s files under ``work/``, each ``(index, local
-    path)`` of ``files`` as ``files/<index>``, each ``extra`` name with its bytes."""
+    """The members of a bundle: ``workdir``'s files under ``work/`` (less what ``never``
+    refuses), each ``(index, local path)`` of ``files`` as ``files/<index>``, each ``extra``
+    name with its bytes."""
     items: list[Item] = []
     if workdir is not None:
-        for e in walk(workdir):
+        for e in walk(workdir, never):
             link = _portable_link(workdir, e.rel, e.path) if e.is_link else None
             items.append(
                 Item(

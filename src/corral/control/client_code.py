@@ -62,7 +62,7 @@ def pack_on_client(
     workdir = str(spec.workdir)
     local = gitsrc.local_state(workdir) if Path(workdir).is_dir() else None
     files = shipping.check_files(spec, source)
-    items = packing.collect(None if code.git else workdir, files)
+    items = packing.collect(None if code.git else workdir, files, never=shipping.SecretGuard(home))
     packing.check_size(items, int(code.max_size * 1024**3))
     modes = {i: Path(local_path).stat().st_mode & 0o7777 for i, local_path in files}
     out = ClientCode(

@@ -32,6 +32,8 @@ from corral import bundle
 from corral.control.node_paths import PACKED, SENT, UPLOADED
 from corral.errors import BadInput, CorralError
 from corral.secrets import resolve_many
+from corral.secrets.keys import KEY_FILE
+from corral.secrets.store import STORE_FILE
 from corral.spec import JobSpec
 from corral.spec.code import MAX_FILE_BYTES
 from corral.store.records import RunRecord
@@ -132,6 +134,45 @@ def check_files(spec: JobSpec, source: str) -> list[tuple[str, str]]:
     return files
 
 
+#: names of corral's secret files wherever they lie (a home copied by hand, a backup, the
+#: temporary files their atomic writes leave behind): never shipped
+SECRET_NAMES = (KEY_FILE, STORE_FILE)
+
+
+class SecretGuard:
+    """What a code bundle never holds, wherever the workdir is: corral's home
+    (``CORRAL_HOME``: the secret key, the secret store, the database) when it lies inside the
+    workdir, and any file named like the secret key or store (or their temporary copies).
+    Called for each entry of the workdir's walk; remembers what it left out."""
+
+    def __init__(self, home: Path):
+        self._homes = {os.path.realpath(home), os.path.abspath(home)}
+        self.left_out: list[str] = []
+
+    def __call__(self, rel: str, path: str, is_dir: bool) -> bool:
+        name = os.path.basename(rel)
+        secret = any(
+            name == n or ((name.startswith(n + ".") or name.startswith(f".{n}.")) and not is_dir)
+            for n in SECRET_NAMES
+        )
+        home = is_dir and (
+            os.path.abspath(path) in self._homes or os.path.realpath(path) in self._homes
+        )
+        if secret or home:
+            self.left_out.append(rel + ("/" if is_dir else ""))
+        return secret or home
+
+    def warning(self) -> str | None:
+        """The line a launch prints when something was left out (None: nothing was)."""
+        if not self.left_out:
+            return None
+        shown = ", ".join(self.left_out[:5]) + (" ..." if len(self.left_out) > 5 else "")
+        return (
+            f"left out of the code bundle: {shown} (corral's home and secret files never "
+            "leave this machine; keep CORRAL_HOME outside the workdir)"
+        )
+
+
 def dirty_warning(toplevel: str, commit: str) -> str:
     return (
         f"{toplevel} has uncommitted changes that the machine will not "
@@ -167,7 +208,11 @@ def pack(
             elif code.local_changes == "warn":
                 warnings.append(dirty_warning(local.toplevel, git_commit))
     files = check_files(spec, source)
-    items = packing.collect(None if code.git else workdir, files, extra)
+    guard = SecretGuard(home)
+    items = packing.collect(None if code.git else workdir, files, extra, never=guard)
+    left = guard.warning()
+    if left:
+        warnings.append(left)
     limit = int(code.max_size * 1024**3)
     packing.check_size(items, limit)
     drops = {str(i): [node, 0] for i, node in enumerate(spec.files)}

@@ -227,7 +227,12 @@ def download_artifacts(
     ``on_file(path, size)`` is told of each file checked; ``on_progress(done, total)`` of the
     bytes fetched so far (the archive from the agent, then the files checked)."""
     dest = Path(dest).expanduser().resolve()
-    dest.mkdir(parents=True, exist_ok=True)
+    if dest.exists() and not dest.is_dir():
+        raise BadInput(f"--output {dest}: not a directory (downloads go into a directory)")
+    try:
+        dest.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise BadInput(f"--output {dest}: {exc.strerror or exc}") from None
     who = actor or default_actor()
     with using(store) as st:
         run = st.get_run(ref)

@@ -196,8 +196,9 @@ def read_log(
     if path.is_file():
         with open(path, "rb") as f:
             size = f.seek(0, 2)
-            f.seek(offset)
-            data = f.read(max_bytes)
+            if offset < size:  # past the end nothing is read (and no seek can overflow)
+                f.seek(offset)
+                data = f.read(max_bytes)
     if offset + len(data) < size and b"\n" in data:  # more follows: end at a line end
         data = data[: data.rfind(b"\n") + 1]
     next_offset = offset + len(data)

@@ -25,6 +25,10 @@ from corral.service.run_view import FIELDS as RUN_FIELDS
 from corral.service.run_view import RunView
 from corral.store.records import AttemptRecord, EventRecord
 
+#: the largest offset, cursor or count a front door accepts (what the store's integers hold);
+#: a larger one is refused as bad input, never a server error
+MAX_OFFSET = 2**63 - 1
+
 #: A UTC datetime, written in JSON as ``datetime.isoformat()`` (``...+00:00``), the way the
 #: store's records have always been shown.
 IsoDatetime = Annotated[datetime, PlainSerializer(datetime.isoformat, when_used="json")]

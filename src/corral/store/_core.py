@@ -17,6 +17,16 @@ Clock = Callable[[], datetime]
 R = TypeVar("R")
 
 
+#: the largest integer SQLite and PostgreSQL (bigint) hold
+SQL_INT_MAX = 2**63 - 1
+
+
+def sql_count(value: int) -> int:
+    """A LIMIT (or an id bound) as the database can take it: at least 0, at most
+    :data:`SQL_INT_MAX` (a larger one means "all": no table holds more rows)."""
+    return min(max(0, int(value)), SQL_INT_MAX)
+
+
 def utc_now() -> datetime:
     return datetime.now(UTC)
 

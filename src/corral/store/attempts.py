@@ -13,7 +13,7 @@ from datetime import datetime
 from typing import Any
 
 from corral.errors import Conflict, NotFound
-from corral.store._core import StoreBase, aware_utc, select_list
+from corral.store._core import StoreBase, aware_utc, select_list, sql_count
 from corral.store.db import Tx
 from corral.store.records import ATTEMPT_COLUMNS, AttemptRecord, EventRecord
 
@@ -101,7 +101,7 @@ class AttemptOps(StoreBase):
                 f"SELECT {_SELECT} FROM attempts WHERE provider = :provider "
                 "AND running_at IS NOT NULL AND ended_at IS NOT NULL "
                 "ORDER BY id DESC LIMIT :limit",
-                {"provider": provider, "limit": int(limit)},
+                {"provider": provider, "limit": sql_count(limit)},
             )
 
     def append_agent_events(

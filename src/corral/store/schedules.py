@@ -12,7 +12,7 @@ from datetime import datetime
 from typing import Any
 
 from corral.errors import Conflict, NotFound, StoreError
-from corral.store._core import StoreBase, aware_utc, select_list
+from corral.store._core import StoreBase, aware_utc, select_list, sql_count
 from corral.store.records import (
     SCHEDULE_COLUMNS,
     SCHEDULE_TICK_COLUMNS,
@@ -111,7 +111,7 @@ class ScheduleOps(StoreBase):
         params: dict[str, Any] = {"name": name}
         if limit is not None:
             sql += " LIMIT :limit"
-            params["limit"] = max(0, int(limit))
+            params["limit"] = sql_count(limit)
         with self._db.transaction() as tx:
             found = self._records(tx, "schedule_ticks", ScheduleTickRecord, sql, params)
         return list(reversed(found))

@@ -10,7 +10,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from corral.errors import BadInput, Conflict, NotFound, StoreError
-from corral.store._core import Clock, select_list
+from corral.store._core import Clock, select_list, sql_count
 from corral.store.attempts import AttemptOps
 from corral.store.db import Database
 from corral.store.leases import LeaseOps
@@ -182,7 +182,7 @@ class Store(AttemptOps, ResourceOps, WebhookOps, StatsOps, ScheduleOps, LeaseOps
         sql = f"{base} {where} {_NEWEST_FIRST}"
         if limit is not None:
             sql += " LIMIT :limit"
-            params["limit"] = max(0, int(limit))
+            params["limit"] = sql_count(limit)
         with self._db.transaction() as tx:
             return self._records(tx, "runs", RunRecord, sql, params)
 
@@ -321,7 +321,8 @@ class Store(AttemptOps, ResourceOps, WebhookOps, StatsOps, ScheduleOps, LeaseOps
         run and of some types. Ids commit in order, so polling with the last id seen as
         ``after_id`` never misses an event."""
         where = ["id > :after"]
-        params: dict[str, Any] = {"after": int(after_id)}
+        # ids are positive: a cursor past the largest id the database holds finds nothing
+        params: dict[str, Any] = {"after": sql_count(after_id)}
         if run_id is not None:
             where.append("run_id = :run_id")
             params["run_id"] = run_id
@@ -334,7 +335,7 @@ class Store(AttemptOps, ResourceOps, WebhookOps, StatsOps, ScheduleOps, LeaseOps
         sql = f"SELECT {_EVENT_SELECT} FROM events WHERE {' AND '.join(where)} ORDER BY id"
         if limit is not None:
             sql += " LIMIT :limit"
-            params["limit"] = max(0, int(limit))
+            params["limit"] = sql_count(limit)
         with self._db.transaction() as tx:
             return self._records(tx, "events", EventRecord, sql, params)
 

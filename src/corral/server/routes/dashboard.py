@@ -25,6 +25,7 @@ from corral.service.monitoring import gpu_report, run_gpus
 from corral.service.run_view import RunView
 from corral.service.session import Store
 from corral.service.tokens import TokenRejected, TokenView, authenticate
+from corral.service.views import MAX_OFFSET
 
 router = APIRouter(include_in_schema=False)
 templates = ui.templates()
@@ -118,7 +119,7 @@ def _table(request: Request, store: Store, state: list[str] | None, offset: int)
 def runs_page(
     request: Request,
     state: list[str] | None = Query(None),
-    offset: int = Query(0, ge=0),
+    offset: int = Query(0, ge=0, le=MAX_OFFSET),
     store: Store = Depends(deps.store),
 ) -> Response:
     who = viewer(request)
@@ -132,7 +133,7 @@ def runs_page(
 def runs_fragment(
     request: Request,
     state: list[str] | None = Query(None),
-    offset: int = Query(0, ge=0),
+    offset: int = Query(0, ge=0, le=MAX_OFFSET),
     store: Store = Depends(deps.store),
 ) -> Response:
     if viewer(request) is None:

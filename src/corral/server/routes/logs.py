@@ -17,7 +17,7 @@ from corral.server.auth import reader
 from corral.service.log_hub import LogHub, Subscription
 from corral.service.logs import MAX_CHUNK, log_files, read_log
 from corral.service.session import Store
-from corral.service.views import LogLine
+from corral.service.views import MAX_OFFSET, LogLine
 
 router = APIRouter(prefix="/api/v1/runs/{ref}/logs", tags=["logs"])
 
@@ -27,7 +27,7 @@ def logs(
     ref: str,
     stage: str | None = Query(None, description="read this stage's log (default: list them)"),
     attempt: int | None = Query(None, ge=1, description="default: the current attempt"),
-    offset: int = Query(0, ge=0),
+    offset: int = Query(0, ge=0, le=MAX_OFFSET),
     max_bytes: int = Query(64 * 1024, ge=1, le=MAX_CHUNK),
     store: Store = Depends(deps.store),
 ) -> Any:

@@ -12,6 +12,7 @@ from corral.server.auth import reader, writer
 from corral.service import actions, bundles, details, events, run_charts, runs, submit
 from corral.service.events import MAX_EVENTS
 from corral.service.session import Store
+from corral.service.views import MAX_OFFSET
 
 router = APIRouter(prefix="/api/v1/runs", tags=["runs"])
 
@@ -76,7 +77,7 @@ def list_runs(
     state: list[str] | None = Query(None, description="only runs in these states"),
     active: bool = Query(False, description="only unfinished runs"),
     limit: int = Query(50, ge=1, le=MAX_PAGE),
-    offset: int = Query(0, ge=0),
+    offset: int = Query(0, ge=0, le=MAX_OFFSET),
     store: Store = Depends(deps.store),
 ) -> Any:
     """Runs newest first, ``limit`` of them from ``offset``; ``total``: how many match."""
@@ -98,7 +99,7 @@ def get_run(ref: str, store: Store = Depends(deps.store)) -> Any:
 @router.get("/{ref}/events", dependencies=[Depends(reader)])
 def run_events(
     ref: str,
-    after: int = Query(0, ge=0, description="the cursor of the previous page"),
+    after: int = Query(0, ge=0, le=MAX_OFFSET, description="the cursor of the previous page"),
     type: list[str] | None = Query(None, description="only events of these types"),
     limit: int = Query(100, ge=1, le=MAX_EVENTS),
     store: Store = Depends(deps.store),

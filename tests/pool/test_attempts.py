@@ -83,6 +83,39 @@ def test_a_silent_worker_is_lost_and_fenced(store: AttemptStore) -> None:
     assert store.heartbeat("r2-a1", "w2", 5)[0] == "other"
 
 
+def test_a_lost_attempts_bootstrap_and_its_secrets_go_at_once(store: AttemptStore) -> None:
+    """A worker killed (or a finish lost in a Redis outage) never deletes the bootstrap
+    itself: declaring the attempt lost does."""
+    _create(store)
+    store.claim("r1-a1", worker="w1", host="h", lost_after_s=0.2, delivery="d")
+    time.sleep(0.3)
+    assert store.bootstrap("r1-a1") is not None
+    assert store.mark_lost("r1-a1", "silent") == states.LOST
+    assert store.bootstrap("r1-a1") is None
+    assert store.get("r1-a1").state == states.LOST  # type: ignore[union-attr]
+
+
+def test_a_bootstrap_lives_no_longer_than_its_attempt_can(store: AttemptStore) -> None:
+    store.create("r1-a1", fields={"run_id": "r1"}, bootstrap="secret", ttl_s=600)
+    assert 0 < store.r.ttl(store.keys.boot("r1-a1")) <= 600
+    assert store.r.ttl(store.keys.attempt("r1-a1")) > 600  # the record outlives it (a week)
+
+
+def test_the_sweep_deletes_the_bootstraps_of_ended_and_unknown_attempts(
+    store: AttemptStore,
+) -> None:
+    for key in ("q-a1", "held-a1", "ended-a1", "gone-a1"):
+        _create(store, key)
+    store.claim("held-a1", worker="w1", host="h", lost_after_s=5, delivery="d")
+    store.claim("ended-a1", worker="w1", host="h", lost_after_s=5, delivery="d")
+    # the worker ended it but its clean-up of the bootstrap never ran (killed in between)
+    store.r.hset(store.keys.attempt("ended-a1"), "state", states.FINISHED)
+    store.r.delete(store.keys.attempt("gone-a1"))  # the record expired or was deleted
+    assert sorted(store.sweep_boots()) == ["ended-a1", "gone-a1"]
+    assert store.bootstrap("q-a1") is not None and store.bootstrap("held-a1") is not None
+    assert store.bootstrap("ended-a1") is None and store.bootstrap("gone-a1") is None
+
+
 def test_duplicates_are_recorded(store: AttemptStore) -> None:
     store.note_duplicate("r1-a1", "w2", "claimed", "d2")
     assert [(d["key"], d["worker"], d["state"]) for d in store.duplicates()] == [

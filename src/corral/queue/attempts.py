@@ -36,15 +36,17 @@ HELD = (CLAIMED, RUNNING)
 #: nothing runs for the attempt any more
 ENDED = (FINISHED, FAILED, LOST, CANCELLED, PREEMPTED)
 
-#: records and bootstraps expire this long after the attempt ended (a week)
+#: records expire this long after the attempt ended (a week); a bootstrap (it holds the
+#: job's secrets) is deleted when its attempt ends in any way, lost included, and expires on
+#: its own once no attempt could still need it (the ``ttl_s`` of :meth:`AttemptStore.create`)
 ENDED_TTL_S = 7 * 86400
 
 # launch: the record and the bootstrap, both or neither, unless the record exists
 _CREATE = """
 if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
-redis.call('HSET', KEYS[1], unpack(ARGV, 3))
+redis.call('HSET', KEYS[1], unpack(ARGV, 4))
 redis.call('EXPIRE', KEYS[1], ARGV[1])
-redis.call('SET', KEYS[2], ARGV[2], 'EX', ARGV[1])
+redis.call('SET', KEYS[2], ARGV[2], 'EX', ARGV[3])
 return 1
 """
 
@@ -106,13 +108,22 @@ end
 return state
 """
 
-# a held attempt whose alive key expired: lost (its machine is gone)
+# a held attempt whose alive key expired: lost (its machine is gone), and its bootstrap (the
+# job's secrets) with it: nothing will read it again
 _MARK_LOST = """
 local state = redis.call('HGET', KEYS[1], 'state')
 if state ~= 'claimed' and state ~= 'running' then return state or 'missing' end
 if redis.call('EXISTS', KEYS[2]) == 1 then return state end
 redis.call('HSET', KEYS[1], 'state', 'lost', 'ended_at', ARGV[1], 'detail', ARGV[2])
+redis.call('DEL', KEYS[3])
 return 'lost'
+"""
+
+# the leak sweep: a bootstrap whose attempt is ended or gone is deleted
+_DROP_BOOT = """
+local state = redis.call('HGET', KEYS[1], 'state')
+if state == 'queued' or state == 'claimed' or state == 'running' then return 0 end
+return redis.call('DEL', KEYS[2])
 """
 
 # the task's end: only the holder ends its own attempt, and never a lost one
@@ -214,6 +225,7 @@ class AttemptStore:
         self._preempt = client.register_script(_PREEMPT)
         self._received = client.register_script(_RECEIVED)
         self._finish = client.register_script(_FINISH)
+        self._drop_boot = client.register_script(_DROP_BOOT)
 
     # --- the controller's side -------------------------------------------------------------
 
@@ -221,13 +233,15 @@ class AttemptStore:
         self, key: str, *, fields: Mapping[str, Any], bootstrap: str, ttl_s: float
     ) -> tuple[PoolAttempt, bool]:
         """Write the record (state ``queued``) and the bootstrap unless the record exists.
-        Returns the record and whether it was created now."""
+        The bootstrap expires after ``ttl_s`` (no attempt lives longer: the broker's
+        visibility timeout), the record a week after that. Returns the record and whether it
+        was created now."""
         record = {k: str(v) for k, v in fields.items()}
         record.update(state=QUEUED, created_at=repr(self.clock()), key=key)
         flat = [x for kv in record.items() for x in kv]
         created = self._create(
             keys=[self.keys.attempt(key), self.keys.boot(key)],
-            args=[int(ttl_s) + ENDED_TTL_S, bootstrap, *flat],
+            args=[int(ttl_s) + ENDED_TTL_S, bootstrap, max(1, int(ttl_s)), *flat],
         )
         got = self.get(key)
         assert got is not None
@@ -268,13 +282,25 @@ class AttemptStore:
         """Declare a held attempt lost if its alive key expired; returns the state now."""
         return str(
             self._mark_lost(
-                keys=[self.keys.attempt(key), self.keys.alive(key)],
+                keys=[self.keys.attempt(key), self.keys.alive(key), self.keys.boot(key)],
                 args=[repr(self.clock()), detail],
             )
         )
 
     def forget_boot(self, key: str) -> None:
         self.r.delete(self.keys.boot(key))
+
+    def sweep_boots(self) -> list[str]:
+        """Delete every bootstrap whose attempt has ended (in any way) or whose record is
+        gone: the leftovers of a worker or controller that died between the two. Returns the
+        keys of the attempts whose bootstrap went."""
+        prefix = self.keys.boot("")
+        dropped = []
+        for name in self.r.scan_iter(match=prefix + "*", count=500):
+            key = name[len(prefix) :]
+            if self._drop_boot(keys=[self.keys.attempt(key), name]):
+                dropped.append(key)
+        return dropped
 
     # --- the worker's side -------------------------------------------------------------------
 

@@ -417,9 +417,12 @@ class PoolProvider(Provider, SupportsSimulatedPreemption, ReportsQueue):
     def sweep(
         self, active_keys: Iterable[str], active_runs: Iterable[str] | None = None
     ) -> list[str]:
-        """Cancel or stop attempts no open resource row knows (older than 10 minutes)."""
+        """Cancel or stop attempts no open resource row knows (older than 10 minutes), and
+        delete the bootstraps (the jobs' secrets) of attempts that ended or are gone."""
         known = set(active_keys)
         now = self.clock()
+        with broker_errors(self.settings):
+            self.attempts.sweep_boots()
         swept = []
         for rec in self._all():
             if rec.state in states.ENDED or rec.key in known:

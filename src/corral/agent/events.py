@@ -15,6 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from corral.agent.diskfull import DiskGuard
 from corral.wire.node import iso
 
 EVENT_TYPES = frozenset(
@@ -80,17 +81,25 @@ def _dense_prefix(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 class EventLog:
     """``mask``: applied to every event's data before it is kept or written (the agent masks
-    its job's secret values, so neither the API nor the file on the node holds one)."""
+    its job's secret values, so neither the API nor the file on the node holds one).
+
+    ``disk``: what the agent's writers share about a full disk. An event the file cannot take
+    (``ENOSPC``) is kept in memory (the API serves it) and written, in order, once there is
+    room: the file stays one dense sequence and :meth:`emit` never raises on a full disk."""
 
     def __init__(
         self,
         path: str | Path,
         now: Callable[[], float] = time.time,
         mask: Callable[[Any], Any] | None = None,
+        disk: DiskGuard | None = None,
     ):
         self._path = Path(path)
         self._now = now
         self._mask = mask
+        self.disk = disk or DiskGuard()
+        #: lines not yet in the file (it was full), oldest first
+        self._unwritten: list[str] = []
         self._lock = threading.Lock()
         self._events = _dense_prefix(read_events_file(self._path))
         self._file = open(self._path, "a", encoding="utf-8")  # noqa: SIM115 - lives with the log
@@ -105,10 +114,40 @@ class EventLog:
             event = {"seq": seq, "ts": iso(self._now()), "type": type, "stage": stage}
             event["data"] = dict(self._mask(data or {}) if self._mask else data or {})
             self._events.append(event)
-            if not self._file.closed:
-                self._file.write(json.dumps(event, separators=(",", ":")) + "\n")
-                self._file.flush()
+            self._unwritten.append(json.dumps(event, separators=(",", ":")) + "\n")
+            self._write_pending()
             return event
+
+    def _write_pending(self) -> None:
+        """Write the lines the file does not hold yet (under the lock). A full disk keeps them
+        for the next event; a line is never written twice or torn into the next one."""
+        if self._file.closed:
+            return
+        while self._unwritten:
+            line = self._unwritten[0]
+            try:
+                self._file.write(line)
+                self._file.flush()
+            except OSError as exc:
+                self.disk.note(exc, "the agent's event file")
+                self._reopen()
+                return
+            self._unwritten.pop(0)
+
+    def _reopen(self) -> None:
+        """After a failed write the file object may hold a part of the line in its buffer:
+        drop it, cut the file back to its last whole line, and append from there."""
+        try:
+            self._file.close()
+        except OSError:
+            pass
+        try:
+            with open(self._path, "rb+") as f:
+                data = f.read()
+                f.truncate(data.rfind(b"\n") + 1)
+        except OSError:
+            pass
+        self._file = open(self._path, "a", encoding="utf-8")  # noqa: SIM115 - lives with the log
 
     def after(self, after: int = 0, limit: int = 1000) -> tuple[list[dict], int]:
         """Events with ``seq > after`` (at most ``limit``) and the ``after`` for the next call."""

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Protocol
 
+from corral.agent.diskfull import DiskGuard
 from corral.wire.node import iso
 
 MAX_LINE = 64 * 1024
@@ -41,8 +42,14 @@ class LogPump:
         max_line: int = MAX_LINE,
         mask: list[bytes] | None = None,
         tap: LogTap | None = None,
+        disk: DiskGuard | None = None,
     ):
         self._tap = tap
+        #: a full disk: the pump keeps reading (the stage never blocks on its pipe), drops
+        #: what it cannot write, and says how much once it can write again
+        self._disk = disk
+        self._lost = 0
+        self._torn = False
         self._mask = sorted(mask or [], key=len, reverse=True)  # longest first
         self._fd = pipe.fileno()
         self._pipe = pipe
@@ -83,7 +90,9 @@ class LogPump:
 
     def _run(self) -> None:
         partial = b""
-        with open(self._path, "ab") as out:
+        # unbuffered: every write is flushed anyway, and a failed one leaves nothing behind in
+        # a buffer to be written twice
+        with open(self._path, "ab", buffering=0) as out:
             while True:
                 try:
                     chunk = os.read(self._fd, 65536)
@@ -98,16 +107,33 @@ class LogPump:
                     *more, partial = self._cut(partial)
                     lines.extend(more)
                 if lines:
-                    out.write(self._stamp(lines))
-                    out.flush()
+                    self._write(out, self._stamp(lines))
             if partial:
-                out.write(self._stamp([partial]))
-                out.flush()
+                self._write(out, self._stamp([partial]))
         self._tapped(None)
         try:
             self._pipe.close()
         except OSError:
             pass
+
+    def _write(self, out: IO[bytes], data: bytes) -> None:
+        """Write ``data`` whole, or as much as fits and count the rest as lost (a full disk);
+        the first write that fits again starts with a line saying how much was lost."""
+        if self._lost:
+            note = f"corral: {self._lost} bytes of output lost: the disk was full"
+            data = (b"\n" if self._torn else b"") + self._stamp([note.encode()]) + data
+        view = memoryview(data)
+        try:
+            while view:
+                n = out.write(view) or 0
+                view = view[n:]
+        except OSError as exc:
+            if self._disk is not None:
+                self._disk.note(exc, f"the log {self._path.name}")
+            self._torn = len(view) < len(data)
+            self._lost += len(view)
+            return
+        self._lost, self._torn = 0, False
 
     def _tapped(self, chunk: bytes | None) -> None:
         if self._tap is None:

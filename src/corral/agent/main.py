@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import ValidationError
 
 from corral.agent import dag
+from corral.agent.diskfull import RESERVE_FILE, DiskGuard
 from corral.agent.events import EventLog
 from corral.agent.hooks import build_hooks
 from corral.agent.listen import listen
@@ -134,6 +135,8 @@ class Agent:
             self.state_dir / "events.jsonl",
             now=now,
             mask=secrets.redact_data if secrets.values else None,
+            # room for the agent's last records when a job fills the disk (diskfull.py)
+            disk=DiskGuard(self.state_dir / RESERVE_FILE),
         )
         self.tailer = ProgressTailer(
             self.state_dir / "progress", self.events, plan.progress_event_interval, clock=clock
@@ -291,6 +294,7 @@ class Agent:
         if self.server is not None:
             self.server.stop()
         self.events.close()
+        self.events.disk.close()  # the reserve is no longer needed
 
 
 #: how long a signalled agent whose attempt ended waits for a controller to read its last

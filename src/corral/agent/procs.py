@@ -33,6 +33,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from corral.agent import ranks
+from corral.agent.diskfull import DiskGuard
 from corral.agent.logs import LogPump, LogTap
 from corral.wire.node import iso
 
@@ -127,6 +128,7 @@ class Child:
         save_signal: int | None = None,
         save_command: str | None = None,
         launcher: bool = False,
+        disk: DiskGuard | None = None,
     ):
         self.name = name
         self.grace = grace
@@ -158,7 +160,9 @@ class Child:
         )
         self.pid = self.pgid = self.proc.pid
         assert self.proc.stdout is not None
-        self._pump = LogPump(self.proc.stdout, log_path, now=now, mask=mask, tap=tap).start()
+        self._pump = LogPump(
+            self.proc.stdout, log_path, now=now, mask=mask, tap=tap, disk=disk
+        ).start()
         self.create_time = _create_time(self.pid)
         self._watcher = threading.Thread(target=self._watch, name=f"watch:{name}", daemon=True)
         self._watcher.start()

@@ -359,12 +359,17 @@ class Runner:
                 sleep=self._sleep,
                 mask=self.secret_values(),
                 tap=self._log_progress(name, env),
+                disk=self._events.disk,
                 **(_stop_settings(stage) if stage else {}),
             )
         except OSError as exc:
             error = exc.strerror or type(exc).__name__
-            with open(self.logs_dir / f"{name}.log", "a", encoding="utf-8") as log:
-                log.write(f"{iso(self._now())} corral: could not start: {error}\n")
+            self._events.disk.note(exc, f"starting {name}")
+            try:
+                with open(self.logs_dir / f"{name}.log", "a", encoding="utf-8") as log:
+                    log.write(f"{iso(self._now())} corral: could not start: {error}\n")
+            except OSError:
+                pass  # a full disk: the reason still reaches the attempt
             return error
         self._children[name] = child
         self._write_children()
@@ -462,16 +467,25 @@ class Runner:
                 return
 
     def _finish(self) -> None:
+        """End the attempt: every step here is best effort (a full disk, a failing hook or
+        tracker), so ``attempt.finished`` is always emitted and the phase always terminal:
+        an attempt that never says it ended keeps its machine, and its bill, forever."""
         for name, stage in self._stages.items():
             if stage.state in (StageState.PENDING, StageState.WAITING):
-                self._finish_stage(name, StageState.CANCELLED, None)
+                self._best_effort(
+                    "cancelling stages", self._finish_stage, name, StageState.CANCELLED, None
+                )
         phase, failed_stage, code, reason = self._outcome or (Phase.SUCCEEDED, None, None, "")
         if self.hooks:
             self._set_phase(Phase.FINISHING)  # not terminal: the controller keeps the machine
-            problem = self._call_hooks("after_stages", phase.value)
+            problem = self._best_effort("hooks", self._call_hooks, "after_stages", phase.value)
             if problem and phase == Phase.SUCCEEDED:
                 phase, reason = Phase.FAILED, problem
-        self._finish_log_trackers()
+        self._best_effort("trackers", self._finish_log_trackers)
+        if phase == Phase.FAILED:
+            full = self._events.disk.check_after_failure(self.plan.workdir)
+            if full and full not in reason:
+                reason = f"{reason}: {full}" if reason else full
         with self._lock:
             self._outcome = (phase, failed_stage, code, reason)
         self._write_children()
@@ -485,10 +499,19 @@ class Runner:
             data["stop_cause"] = self._stop_cause.value
         # the event first, then the terminal phase: whoever sees the attempt ended in
         # GET /status finds its attempt.finished event in GET /events too
-        self._events.emit("attempt.finished", data=data)
+        self._best_effort("the last event", self._events.emit, "attempt.finished", data=data)
         with self._lock:
             self.phase, self.finished_at = phase, self._now()
         self.finished.set()
+
+    def _best_effort(self, what: str, fn: Callable[..., Any], *args: Any, **kw: Any) -> Any:
+        """``fn(*args, **kw)``, its failure written to the agent's stderr instead of raised."""
+        try:
+            return fn(*args, **kw)
+        except Exception as exc:
+            self._events.disk.note(exc, what)
+            print(f"corral agent: {what}: {type(exc).__name__}: {exc}", file=sys.stderr)
+            return None
 
     def command_env(self) -> dict[str, str]:
         """The environment of a command run on the node besides the stages (``corral
@@ -522,8 +545,13 @@ class Runner:
             self.phase = phase
 
     def _write_children(self) -> None:
+        """The stage groups on disk (the provider's stop finds them even if the agent died);
+        a full disk leaves the last copy in place (the reserve makes room at the end)."""
         records = [c.record() for c in self._children.values()]
-        write_json_atomic(self.state_dir / "children.json", records, mode=0o644)
+        try:
+            write_json_atomic(self.state_dir / "children.json", records, mode=0o644)
+        except OSError as exc:
+            self._events.disk.note(exc, "children.json")
 
     # --- environment -----------------------------------------------------------------------
 

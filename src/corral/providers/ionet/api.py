@@ -15,6 +15,7 @@ import json
 import random
 import re
 import time
+import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -34,11 +35,21 @@ from corral.providers.ionet.deployments import Deployment, Worker
 from corral.providers.ionet.settings import IonetSettings
 
 PROVIDER = "ionet"
+#: a container id (the document gives it no format)
 _ID = re.compile(r"^[A-Za-z0-9-]{1,64}$")
 PAGE_SIZE = 100
 
 
 def check_id(value: str, what: str = "deployment") -> str:
+    """``value`` if it can be a ``what`` id, else :class:`NotFound` (never sent: the API
+    answers 422 for a deployment id that is not a UUID, the document's format)."""
+    if what == "deployment":
+        try:
+            if isinstance(value, str) and str(uuid.UUID(value)) == value.lower():
+                return value
+        except ValueError:
+            pass
+        raise NotFound(f"ionet: {value!r} is not a deployment id")
     if not isinstance(value, str) or not _ID.match(value):
         raise NotFound(f"ionet: {value!r} is not a {what} id")
     return value

@@ -187,9 +187,12 @@ def test_errors_are_one_line_typed_and_keyless(make_provider, fake):
     )
     with pytest.raises(ProviderUnavailable, match=r"an HTML error page \(Down\)"):
         provider.api.hardware()
-    with pytest.raises(ProviderError, match="Field required") as info:
+    # a body the published document refuses: FastAPI's 422, read as one line
+    with pytest.raises(ProviderError, match="HTTP 422.*'hardware_id' is a required") as info:
         provider.api.deploy({"resource_private_name": "x"})
     assert API_KEY not in str(info.value) and "\n" not in str(info.value)
+    assert len(fake.contract.violations) == 1  # recorded (the teardown would fail the test)
+    fake.contract.violations.clear()  # sent on purpose
     bad = make_provider(api_key="io-wrong-key-0000")
     with pytest.raises(ProviderError, match="HTTP 401"):
         bad.api.hardware()
@@ -240,3 +243,14 @@ def test_the_specs_image_and_its_registry_credentials_are_the_deployments(
     assert secret not in str(body["container_config"])
     assert secret not in str(provider.api.deployment(inst.instance_id))
     provider.terminate(inst)
+
+
+def test_an_id_that_is_no_uuid_is_no_deployment_and_is_never_sent(make_provider, fake):
+    provider = make_provider()
+    before = len(fake.routes())
+    assert provider.api.deployment("never-launched-274b0cb5") is None  # the API would 422
+    assert provider.api.containers("never-launched-274b0cb5") is None
+    assert provider.api.delete("3FA85F64-5717-4562-B3FC-2C963F66AFA6-x") is False
+    assert len(fake.routes()) == before
+    assert provider.api.deployment(str(uuid.uuid4())) is None  # a UUID IO.net does not know
+    assert len(fake.routes()) == before + 1

@@ -160,6 +160,10 @@ class FakeIonet:
         self.log_hold_s = log_hold_s
         self.rng = random.Random(seed)
         self.deps: dict[str, Dep] = {}
+        #: the words the fake says instead of ``running``, for a deployment and for a running
+        #: container (IO.net documents no container words; a deployment's may be new ones)
+        self.running_word = "running"
+        self.container_word = "running"
         self.deploys: list[dict[str, Any]] = []
         self.seen: list[tuple[float, str, int]] = []
         self.faults: fakehttp.Faults[Fault] = fakehttp.Faults()
@@ -266,6 +270,8 @@ class FakeIonet:
     # --- HTTP ---------------------------------------------------------------------------------
 
     def _case(self, status: str) -> str:
+        if status == "running":
+            status = self.running_word
         return self.rng.choice([status, status.upper(), status.title()])
 
     def _dep(self, dep_id: str) -> Dep:
@@ -406,6 +412,7 @@ class FakeIonet:
                     workers = []
                     w = dep.worker
                     if w is not None and dep.status == "running":
+                        word = self.container_word if w.container.running() else "exited"
                         workers.append(
                             {
                                 "device_id": w.device_id,
@@ -415,9 +422,7 @@ class FakeIonet:
                                 "created_at": w.created_at,
                                 "uptime_percent": 100.0,
                                 "gpus_per_container": dep.body["gpus_per_container"],
-                                "status": self._case(
-                                    "running" if w.container.running() else "exited"
-                                ),
+                                "status": self.rng.choice([word, word.upper(), word.title()]),
                                 "public_url": f"{self.base_url}/proxy/{dep.id}",
                                 "container_events": None,
                             }

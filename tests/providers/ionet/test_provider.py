@@ -4,6 +4,7 @@ containers as preemptions; prepaid hours extended; the log stream for `corral lo
 
 from __future__ import annotations
 
+import logging
 import uuid
 
 import httpx
@@ -164,7 +165,60 @@ def test_statuses_any_case_and_unknown_ones():
     assert deployment_state(dep("failed"), None, first=None)[0] == S.FAILED
     assert deployment_state(dep("TERMINATION REQUESTED"), None, first=None)[0] == S.TERMINATED
     assert deployment_state(dep("destroyed"), None, first=None)[0] == S.TERMINATED
-    assert deployment_state(dep("hibernating"), None, first=None)[0] == S.UNKNOWN
+    # a word the document does not name: the containers decide (none yet: still starting)
+    assert deployment_state(dep("hibernating"), None, first=None)[0] == S.PROVISIONING
+
+
+def test_an_unknown_container_word_runs_once_the_agent_answers_its_public_url(
+    make_provider, fake, tmp_path, caplog
+):
+    fake.container_word = "Up 3 minutes (healthy)"  # a word IO.net's document never names
+    provider = make_provider()
+    inst, _, _ = _launch(provider, tmp_path)
+    with caplog.at_level(logging.WARNING, logger="corral.providers.ionet"):
+        st = wait_state(provider, inst, InstanceState.RUNNING)  # not PROVISIONING until timeout
+        for _ in range(5):
+            assert provider.status(inst).state == InstanceState.RUNNING
+    assert st.endpoint == f"{fake.base_url}/proxy/{inst.instance_id}"
+    assert "agent answers" in st.detail
+    said = [r for r in caplog.records if "up 3 minutes (healthy)" in r.getMessage()]
+    assert len(said) == 1  # once, not per poll
+    # the probe went to the container's public URL, without IO.net's key
+    assert any(r == "proxy GET /health" for r in fake.routes("proxy"))
+    fake.interrupt(inst.instance_id)  # still a preemption: another container replaced it
+    assert "node failed" in wait_state(provider, inst, InstanceState.PREEMPTED).detail
+    provider.terminate(inst)
+
+
+def test_an_unknown_deployment_word_lets_the_container_decide(
+    make_provider, fake, tmp_path, caplog
+):
+    fake.running_word = "active"  # not in the document's CaaSResourceStatus
+    provider = make_provider()
+    inst, _, _ = _launch(provider, tmp_path)
+    with caplog.at_level(logging.WARNING, logger="corral.providers.ionet"):
+        st = wait_state(provider, inst, InstanceState.RUNNING)
+        provider.status(inst)
+    assert st.endpoint == f"{fake.base_url}/proxy/{inst.instance_id}"
+    assert len([r for r in caplog.records if "'active'" in r.getMessage()]) == 1
+    provider.terminate(inst)
+    assert provider.status(inst).state == InstanceState.TERMINATED
+
+
+def test_a_container_whose_agent_is_silent_is_not_running_on_an_unknown_word():
+    def dep(status):
+        return Deployment(id="d", status=status)
+
+    up = Worker(container_id="c1", device_id="m1", status="starting", public_url="https://x")
+    S = InstanceState
+    assert deployment_state(dep("running"), up, first=None)[0] == S.PROVISIONING
+    assert deployment_state(dep("running"), up, first=None, alive=True)[0] == S.RUNNING
+    assert deployment_state(dep("active"), up, first=None, alive=True)[0] == S.RUNNING
+    assert deployment_state(dep("active"), up, first=None)[0] == S.PROVISIONING
+    assert deployment_state(dep("active"), None, first="m1/c1")[0] == S.UNKNOWN
+    assert deployment_state(dep("running"), up, first="m1/c1")[0] == S.UNKNOWN
+    no_url = up.model_copy(update={"public_url": None})
+    assert deployment_state(dep("running"), no_url, first=None, alive=True)[0] == S.PROVISIONING
 
 
 def test_an_ambiguous_deploy_is_adopted_not_repeated(make_provider, fake, tmp_path):
@@ -188,7 +242,7 @@ def test_errors_are_one_line_typed_and_keyless(make_provider, fake):
     with pytest.raises(ProviderUnavailable, match=r"an HTML error page \(Down\)"):
         provider.api.hardware()
     # a body the published document refuses: FastAPI's 422, read as one line
-    with pytest.raises(ProviderError, match="HTTP 422.*'hardware_id' is a required") as info:
+    with pytest.raises(ProviderError, match=r"HTTP 422.*'hardware_id' is a required") as info:
         provider.api.deploy({"resource_private_name": "x"})
     assert API_KEY not in str(info.value) and "\n" not in str(info.value)
     assert len(fake.contract.violations) == 1  # recorded (the teardown would fail the test)

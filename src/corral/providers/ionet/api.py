@@ -38,6 +38,8 @@ PROVIDER = "ionet"
 #: a container id (the document gives it no format)
 _ID = re.compile(r"^[A-Za-z0-9-]{1,64}$")
 PAGE_SIZE = 100
+#: how long the agent's liveness probe through a public URL may take
+AGENT_PROBE_TIMEOUT_S = 5.0
 
 
 def check_id(value: str, what: str = "deployment") -> str:
@@ -188,6 +190,23 @@ class IonetAPI:
         data = _data(body, "containers")
         items = data.get("workers") if isinstance(data, dict) else None
         return [Worker.model_validate(w) for w in items or [] if isinstance(w, dict)]
+
+    def agent_answers(self, public_url: str, *, timeout: float = AGENT_PROBE_TIMEOUT_S) -> bool:
+        """Whether corral's agent answers its liveness probe (``GET /health``: ``{"ok": true}``,
+        no token) through a container's public URL: the proof the container runs. The API key
+        is never sent there (the URL is the container's, not IO.net's API)."""
+        if not public_url.startswith(("http://", "https://")):
+            return False
+        try:
+            resp = self._client.get(
+                public_url.rstrip("/") + "/health",
+                headers={"User-Agent": f"corral/{_version()}"},
+                timeout=timeout,
+            )
+            body = resp.json() if resp.status_code == 200 else None
+        except (httpx.HTTPError, ValueError):
+            return False
+        return isinstance(body, dict) and body.get("ok") is True
 
     def log_lines(self, deployment_id: str, container_id: str, *, seconds: float) -> list[str]:
         """The lines a container's log stream sends within ``seconds`` (it is a stream that

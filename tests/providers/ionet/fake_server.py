@@ -459,6 +459,10 @@ class FakeIonet:
         locs = body.get("location_ids") or []
         if len(locs) != 1:
             raise _Error(422, _invalid(["body", "location_ids"], "exactly one location"))
+        name = body["resource_private_name"]
+        if any(d.name == name and d.status != "destroyed" for d in self.deps.values()):
+            # IO.net's reference page: the name must be unique (the status is an assumption)
+            raise _Error(409, {"detail": f"Deployment with name {name} already exists"})
         key = (int(body["hardware_id"]), int(locs[0]))
         if self.capacity.get(key, 0) <= 0:
             raise _Error(400, {"detail": "No capacity available for the requested hardware"})

@@ -10,8 +10,9 @@ import uuid
 import httpx
 import pytest
 
-from corral.errors import InfeasibleRequest, ProviderError, ProviderUnavailable
+from corral.errors import InfeasibleRequest, NoCapacity, ProviderError, ProviderUnavailable
 from corral.providers.base import Bootstrap, InstanceState, Requirements
+from corral.providers.ionet.api import NameTaken
 from corral.providers.ionet.bootstrap import ENV_BOOT, ENV_KEY, deployment_name
 from corral.providers.ionet.deployments import Deployment, Worker, deployment_state
 from support.waiting import wait_until
@@ -308,3 +309,27 @@ def test_an_id_that_is_no_uuid_is_no_deployment_and_is_never_sent(make_provider,
     assert len(fake.routes()) == before
     assert provider.api.deployment(str(uuid.uuid4())) is None  # a UUID IO.net does not know
     assert len(fake.routes()) == before + 1
+
+
+def test_a_409_is_read_per_endpoint_never_as_no_capacity(make_provider, fake, tmp_path):
+    provider = make_provider()
+    # deploy: the name is taken (the 409 came after IO.net made it): adopted, not "no capacity"
+    fake.fail("POST /deploy", 409, after=True)
+    inst, _, _ = _launch(provider, tmp_path)
+    assert len(fake.deploys) == 1 and [d.id for d in fake.live()] == [inst.instance_id]
+    with pytest.raises(NameTaken, match=r"409.*exists"):  # the fake's own answer to a twin
+        provider.api.deploy(fake.deploys[0])
+    # a read: a plain provider error
+    fake.fail("GET /hardware/*", 409)
+    with pytest.raises(ProviderError, match="HTTP 409") as info:
+        provider.api.hardware()
+    assert not isinstance(info.value, NoCapacity)
+    # extend: it cannot be extended now
+    fake.fail("POST /deployment/*/extend", 409)
+    with pytest.raises(ProviderError, match="cannot be extended now") as info:
+        provider.api.extend(inst.instance_id, 1)
+    assert not isinstance(info.value, NoCapacity)
+    # delete: already ending, accepted; terminate reads the state again
+    fake.fail("DELETE /deployment/*", 409, after=True)
+    provider.terminate(inst)
+    assert fake.deps[inst.instance_id].status in ("termination requested", "destroyed")

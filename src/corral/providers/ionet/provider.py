@@ -38,7 +38,6 @@ from corral import paths
 from corral.errors import (
     AuthFailed,
     BadInput,
-    Conflict,
     CorralError,
     NotYetTerminated,
     ProviderError,
@@ -61,7 +60,7 @@ from corral.providers.common.listing_cache import ListingCache
 from corral.providers.common.machine_memory import MachineMemory
 from corral.providers.http import RetryPolicy, TokenBucket
 from corral.providers.ionet import bootstrap as boot
-from corral.providers.ionet.api import IonetAPI
+from corral.providers.ionet.api import IonetAPI, NameTaken
 from corral.providers.ionet.deployments import (
     KNOWN_WORDS,
     Deployment,
@@ -215,7 +214,7 @@ class IonetProvider(Provider, SupportsLogs, SupportsPriceRefresh):
         for attempt in range(1, self.settings.create_attempts + 1):
             try:
                 dep_id = self.api.deploy(body)
-            except (ProviderUnavailable, Conflict) as exc:
+            except (ProviderUnavailable, NameTaken) as exc:
                 last = exc
                 log.warning("ionet: deploy of %s was ambiguous (%s)", name, exc)
             else:
@@ -227,6 +226,12 @@ class IonetProvider(Provider, SupportsLogs, SupportsPriceRefresh):
             if found is not None:
                 log.info("ionet: deployment %s for %s existed after all: adopted", found.id, key)
                 return self._instance(found, key)
+            if isinstance(last, NameTaken):  # the same name again would be refused again
+                raise ProviderError(
+                    f"ionet: {name} is taken by a deployment that is not this launch's or is "
+                    f"ending: {last.message}",
+                    fields={"key": key},
+                )
             if attempt < self.settings.create_attempts:
                 self._sleep(min(2.0**attempt, 10.0))
         assert last is not None

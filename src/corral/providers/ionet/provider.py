@@ -18,7 +18,8 @@
 * **Logs** (SupportsLogs): the container's log stream, for ``corral logs`` when the agent never
   came up.
 
-The API key is ``IONET_API_KEY`` (secret store or environment), sent only as ``x-api-key``.
+The API key is ``IONET_API_KEY``, else ``IOCLOUD_API_KEY`` (IO.net's guide's name; secret store or
+environment, ``IONET_API_KEY`` first), sent only as ``x-api-key``.
 """
 
 from __future__ import annotations
@@ -55,6 +56,7 @@ from corral.providers.base import (
     SupportsLogs,
     SupportsPriceRefresh,
 )
+from corral.providers.common.credentials import first_credential, names_hint
 from corral.providers.common.files import check_key
 from corral.providers.common.listing_cache import ListingCache
 from corral.providers.common.machine_memory import MachineMemory
@@ -69,7 +71,7 @@ from corral.providers.ionet.deployments import (
     reads_containers,
 )
 from corral.providers.ionet.offers import build_offers
-from corral.providers.ionet.settings import ENV_API_KEY, ENV_REGISTRY_SECRET, IonetSettings
+from corral.providers.ionet.settings import API_KEY_NAMES, ENV_REGISTRY_SECRET, IonetSettings
 
 log = logging.getLogger("corral.providers.ionet")
 
@@ -121,11 +123,10 @@ class IonetProvider(Provider, SupportsLogs, SupportsPriceRefresh):
         sleep: Callable[[float], None] = time.sleep,
         clock: Callable[[], float] = time.monotonic,
     ):
-        key = api_key or _secret(ENV_API_KEY)
+        found = None if api_key else first_credential(API_KEY_NAMES)
+        key = api_key or (found[1] if found else None)
         if not key:
-            raise AuthFailed(
-                f"ionet: no API key: `corral secret set {ENV_API_KEY}` or export {ENV_API_KEY}"
-            )
+            raise AuthFailed(f"ionet: no API key: {names_hint(API_KEY_NAMES)}")
         self.settings = settings if settings is not None else IonetSettings.from_env()
         self.api = IonetAPI(
             key, self.settings, client=client, retry=retry, bucket=bucket, sleep=sleep, clock=clock

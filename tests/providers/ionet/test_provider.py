@@ -329,6 +329,12 @@ def test_a_409_is_read_per_endpoint_never_as_no_capacity(make_provider, fake, tm
     with pytest.raises(ProviderError, match="cannot be extended now") as info:
         provider.api.extend(inst.instance_id, 1)
     assert not isinstance(info.value, NoCapacity)
+    # the log stream: a plain provider error too
+    worker = wait_until(lambda: provider.api.containers(inst.instance_id), message="container")
+    fake.fail("GET /deployment/*/log/*", 409)
+    with pytest.raises(ProviderError, match="HTTP 409") as info:
+        provider.api.log_lines(inst.instance_id, worker[0].container_id, seconds=1)
+    assert not isinstance(info.value, NoCapacity)
     # delete: already ending, accepted; terminate reads the state again
     fake.fail("DELETE /deployment/*", 409, after=True)
     provider.terminate(inst)

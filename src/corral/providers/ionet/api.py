@@ -268,6 +268,8 @@ class IonetAPI:
                 if not resp.is_success:
                     resp.read()
                     msg, code = payload_message(resp.content)
+                    if resp.status_code == 409:  # says nothing of capacity
+                        raise ProviderError(f"ionet: GET /log HTTP 409: {self.http.scrub(msg)}")
                     raise error_for(
                         PROVIDER,
                         resp.status_code,

@@ -41,3 +41,11 @@ def live(kind: str, fake: Any) -> list[str]:
     if kind == "salad":
         return list(fake.cloud.groups)
     return [d.id for d in fake.live() if d.status not in ("termination requested", "destroyed")]
+
+
+def assert_contract_clean(fake: Any) -> None:
+    """Fail when any exchange with a fake bound to its provider's published contract broke it
+    (a fake without one passes)."""
+    check = getattr(fake, "contract", None)
+    if check is not None:
+        check.assert_clean()

@@ -15,7 +15,7 @@ import pytest
 from corral.store import Store
 from support.waiting import wait_until
 
-from .clouds import GPUS, live, start_fake
+from .clouds import GPUS, assert_contract_clean, live, start_fake
 
 pytestmark = [pytest.mark.slow]
 
@@ -93,6 +93,7 @@ def test_a_run_interrupted_twice_finishes_like_an_uninterrupted_one_and_leaves_n
         wait_until(lambda: not live(kind, fake), timeout=30, message="nothing left running")
     finally:
         fake.close()
+    assert_contract_clean(fake)
     assert run.state == "SUCCEEDED", run.reason
     reasons = [a.exit_reason for a in store.attempts(run_id)]
     assert reasons == ["preempted", "preempted", "succeeded"], reasons

@@ -19,7 +19,7 @@ from corral.store import Store
 from examples.helpers import QUICKSTART, TINY, run_script, script_env
 from support.waiting import wait_until
 
-from .clouds import GPUS, live, start_fake
+from .clouds import GPUS, assert_contract_clean, live, start_fake
 
 pytestmark = [pytest.mark.slow, pytest.mark.torch]
 
@@ -120,6 +120,7 @@ def test_the_quickstart_interrupted_twice_evaluates_like_an_uninterrupted_run(
         wait_until(lambda: not live(kind, fake), timeout=30, message="nothing left running")
     finally:
         fake.close()
+    assert_contract_clean(fake)
     assert run.state == "SUCCEEDED", run.reason
     reasons = [a.exit_reason for a in store.attempts(run_id)]
     assert reasons[:2] == ["preempted", "preempted"] and reasons[-1] == "succeeded"

@@ -4,13 +4,16 @@ Settings (never from a job spec file):
 
 ==============================  ===============================================================
 ``CORRAL_S3_ENDPOINT_URL``      endpoint of an S3-compatible store (R2, MinIO); wins over
-``AWS_ENDPOINT_URL_S3``,        the AWS variables, which botocore also knows
-``AWS_ENDPOINT_URL``
+``AWS_ENDPOINT_URL_S3``,        the AWS variables, which botocore also knows, which win over
+``AWS_ENDPOINT_URL``,           ``R2_ENDPOINT_URL`` (the name of IO.net's guide)
+``R2_ENDPOINT_URL``
 ``AWS_REGION``,                 region; default ``auto`` for an R2 endpoint, else ``us-east-1``
 ``AWS_DEFAULT_REGION``
 ``AWS_ACCESS_KEY_ID``,          credentials; without them botocore's own chain is used
 ``AWS_SECRET_ACCESS_KEY``,      (``~/.aws``, instance profile, ...)
 ``AWS_SESSION_TOKEN``
+``R2_ACCESS_KEY_ID``,           credentials by the names of IO.net's guide, used when the AWS
+``R2_SECRET_ACCESS_KEY``        pair is not set (a pair is never mixed with the other)
 ==============================  ===============================================================
 
 The client sends checksums only when an operation requires them
@@ -42,9 +45,14 @@ from corral.storage.errors import (
 )
 
 ENV_ENDPOINT = "CORRAL_S3_ENDPOINT_URL"
-ENDPOINT_VARS = (ENV_ENDPOINT, "AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL")
+#: the endpoint's variables, the first set one wins (IO.net's guide's name last)
+ENDPOINT_VARS = (ENV_ENDPOINT, "AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL", "R2_ENDPOINT_URL")
 REGION_VARS = ("AWS_REGION", "AWS_DEFAULT_REGION")
-CREDENTIAL_VARS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN")
+AWS_CREDENTIAL_VARS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN")
+#: the key pair by the names of IO.net's guide (Cloudflare R2), used when the AWS pair is unset
+R2_CREDENTIAL_VARS = ("R2_ACCESS_KEY_ID", "R2_SECRET_ACCESS_KEY")
+#: every variable that holds a storage credential (masked wherever a message could show it)
+CREDENTIAL_VARS = (*AWS_CREDENTIAL_VARS, *R2_CREDENTIAL_VARS)
 
 _ACCESS = {
     "AccessDenied",
@@ -136,15 +144,7 @@ def make_client(settings: S3Settings, environ: Mapping[str, str] | None = None) 
         from botocore.config import Config
     except ImportError:
         raise BadInput("s3:// storage needs boto3: pip install 'corral[aws]'") from None
-    env = os.environ if environ is None else environ
-    key, secret, token = (env.get(v) or None for v in CREDENTIAL_VARS)
-    credentials = {}
-    if key and secret:
-        credentials = {
-            "aws_access_key_id": key,
-            "aws_secret_access_key": secret,
-            "aws_session_token": token,
-        }
+    credentials = credentials_from_env(os.environ if environ is None else environ)
     config = Config(
         request_checksum_calculation="when_required",
         response_checksum_validation="when_required",
@@ -163,6 +163,24 @@ def make_client(settings: S3Settings, environ: Mapping[str, str] | None = None) 
             config=config,
             **credentials,
         )
+
+
+def credentials_from_env(environ: Mapping[str, str]) -> dict[str, str | None]:
+    """boto3's credential arguments: the AWS pair (``AWS_ACCESS_KEY_ID`` and
+    ``AWS_SECRET_ACCESS_KEY``, with ``AWS_SESSION_TOKEN``) when both are set, else the R2 pair
+    of IO.net's guide (``R2_ACCESS_KEY_ID`` and ``R2_SECRET_ACCESS_KEY``), else none
+    (botocore's own chain)."""
+    key, secret, token = (environ.get(v) or None for v in AWS_CREDENTIAL_VARS)
+    if key and secret:
+        return {
+            "aws_access_key_id": key,
+            "aws_secret_access_key": secret,
+            "aws_session_token": token,
+        }
+    key, secret = (environ.get(v) or None for v in R2_CREDENTIAL_VARS)
+    if key and secret:
+        return {"aws_access_key_id": key, "aws_secret_access_key": secret}
+    return {}
 
 
 def secret_values(environ: Mapping[str, str] | None = None) -> list[str]:

@@ -1,4 +1,5 @@
-"""Fixtures: a fake IO.net on loopback and IO.net providers pointed at it."""
+"""Fixtures: a fake IO.net on loopback, bound to IO.net's published contract, and IO.net
+providers pointed at it."""
 
 from __future__ import annotations
 
@@ -16,9 +17,14 @@ from .fake_server import API_KEY, FakeIonet
 
 @pytest.fixture
 def fake(tmp_path: Path) -> Iterator[FakeIonet]:
+    """The fake IO.net; the test fails at teardown if any exchange broke the published
+    contract (``contracts/ionet-enterprise-caas.json``)."""
     server = FakeIonet(tmp_path / "ionet")
-    yield server
-    server.close()
+    try:
+        yield server
+    finally:
+        server.close()
+    server.contract.assert_clean()
 
 
 @pytest.fixture

@@ -5,9 +5,18 @@
   random case: clients must compare case-insensitively), details (secret env values never
   returned, only their keys), extend, delete, containers, and a container's log as a chunked
   text stream that stays open ``log_hold_s`` after its last line.
-* ``x-api-key`` required (401 ``{"detail"}`` otherwise); an ``Authorization`` header is a 400
-  (the docs say never send one). FastAPI-style 422 ``{"detail": [{"loc", "msg", "type"}]}``
-  for a missing field. A ``limit_per_min`` (429 with ``Retry-After``) when set.
+* The published contract (``contracts/ionet-enterprise-caas.json``, :attr:`FakeIonet.contract`):
+  every request under ``/enterprise/v1/io-cloud/caas`` is checked against the document before
+  the fake sees it (one it would refuse gets FastAPI's 422 ``{"detail": [{"loc", "msg",
+  "type"}]}`` and is recorded) and every answer the fake gives is checked too;
+  ``fake.contract.assert_clean()`` (the fixture's teardown) fails the test on any violation.
+  Answers the document does not describe are sent unchecked, each an assumption named in
+  ``docs/providers.md`` ("Assumptions no published contract settles", IO.net): the 401 of a
+  missing key, the 400 of no capacity, the 409 of a taken name, the 429 of ``limit_per_min``,
+  the log stream (text, not JSON), and the faults a test asks for.
+* ``x-api-key`` required (401 ``{"detail"}`` otherwise: IO.net's guide; the document declares
+  the header optional and applies no security scheme); an ``Authorization`` header is a 400
+  (the docs say never send one). A ``limit_per_min`` (429 with ``Retry-After``) when set.
 * Faults (:meth:`FakeIonet.fail`): any status, a plain-text or HTML body, ``after=True``.
 * A deployment goes ``deployment requested`` -> ``running`` after ``step`` s; its container
   runs its entrypoint + args on this machine, in a root of its own, and is reached at its
@@ -33,6 +42,7 @@ from urllib.parse import parse_qs, urlsplit
 from support import fakehttp
 from support.containers import Container, Forwarder
 from support.fakehttp import QuietHandler
+from support.openapi_contract import ContractCheck, load, unchecked
 
 API_KEY = "io-v2-FAKE0123456789abcdef-secret"
 BASE = "/enterprise/v1/io-cloud/caas"
@@ -67,8 +77,34 @@ LOCATIONS = [
 ]
 
 
+#: the statuses the document declares for every operation (200, 404 without a body, 422 with
+#: FastAPI's validation errors); any other answer is one the document does not describe
+DOCUMENTED = (200, 404, 422)
+
+
 def now_iso() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+class _CaasContract(ContractCheck):
+    """The CaaS document's paths carry the whole prefix (its server is the bare host)."""
+
+    def api_path(self, path: str) -> str:
+        return path
+
+
+def _refuse(violations: list[str]) -> tuple[int, Any]:
+    """What FastAPI answers a request its models refuse: 422 with one error per violation."""
+    return 422, {
+        "detail": [
+            {"loc": ["request"], "msg": v.split(": request: ", 1)[-1], "type": "value_error"}
+            for v in violations
+        ]
+    }
+
+
+def contract_check() -> ContractCheck:
+    return _CaasContract(load("ionet-enterprise-caas.json"), BASE, _refuse)
 
 
 @dataclass
@@ -124,6 +160,10 @@ class FakeIonet:
         self.log_hold_s = log_hold_s
         self.rng = random.Random(seed)
         self.deps: dict[str, Dep] = {}
+        #: the words the fake says instead of ``running``, for a deployment and for a running
+        #: container (IO.net documents no container words; a deployment's may be new ones)
+        self.running_word = "running"
+        self.container_word = "running"
         self.deploys: list[dict[str, Any]] = []
         self.seen: list[tuple[float, str, int]] = []
         self.faults: fakehttp.Faults[Fault] = fakehttp.Faults()
@@ -131,6 +171,8 @@ class FakeIonet:
         self._window: deque[float] = deque()
         self._timers: list[threading.Timer] = []
         self._forward = Forwarder()
+        #: the published document every exchange under BASE is checked against
+        self.contract = contract_check()
         self.server = fakehttp.start_server(self)
 
     @property
@@ -212,6 +254,12 @@ class FakeIonet:
             used = (time.monotonic() - dep.started) * self.minutes_per_s
         return dep.paid_minutes - used
 
+    def served(self, dep: Dep) -> int:
+        return int(max(0.0, dep.paid_minutes - max(0.0, self.remaining(dep))))
+
+    def completed(self, dep: Dep) -> float:
+        return round(100.0 * self.served(dep) / dep.paid_minutes, 2) if dep.paid_minutes else 0.0
+
     def _tick(self, dep: Dep) -> None:
         if dep.status == "running" and self.minutes_per_s and self.remaining(dep) <= 0:
             dep.status = "completed"
@@ -222,6 +270,8 @@ class FakeIonet:
     # --- HTTP ---------------------------------------------------------------------------------
 
     def _case(self, status: str) -> str:
+        if status == "running":
+            status = self.running_word
         return self.rng.choice([status, status.upper(), status.title()])
 
     def _dep(self, dep_id: str) -> Dep:
@@ -242,7 +292,7 @@ class FakeIonet:
             "started_at": None,
             "finished_at": None,
             "amount_paid": round(dep.paid_minutes / 60 * hw["hourly"], 4),
-            "completed_percent": 0.0,
+            "completed_percent": self.completed(dep),
             "total_gpus": dep.body["gpus_per_container"],
             "gpus_per_container": dep.body["gpus_per_container"],
             "total_containers": 1,
@@ -250,8 +300,8 @@ class FakeIonet:
             "hardware_id": hw["hardware_id"],
             "locations": [loc],
             "brand_name": "NVIDIA",
-            "compute_minutes_served": 0,
-            "compute_minutes_remaining": round(self.remaining(dep), 2),
+            "compute_minutes_served": self.served(dep),
+            "compute_minutes_remaining": int(self.remaining(dep)),
             "container_config": {
                 "entrypoint": config.get("entrypoint"),
                 "env_variables": dict(config.get("env_variables") or {}),
@@ -300,9 +350,15 @@ class FakeIonet:
                     "data": {
                         "replica_count": 1,
                         "gpus_per_container": gpus,
-                        "total_cost_usdc": round(total, 4),
-                        "ionet_fee": 2.0,
+                        "available_replica_count": [
+                            self.capacity.get((hid, loc), 0) for loc in locs
+                        ],
+                        "discount": 0,
+                        "ionet_fee": round(total * 0.02, 4),
                         "ionet_fee_percent": 2,
+                        "currency_conversion_fee": round(total * 0.01, 4),
+                        "currency_conversion_fee_percent": 1,
+                        "total_cost_usdc": round(total, 4),
                     }
                 }
             if method == "POST" and path == "/deploy":
@@ -313,14 +369,18 @@ class FakeIonet:
                 rows = []
                 for dep in self.deps.values():
                     self._tick(dep)
-                    rows.append(
+                    hw = next(h for h in HARDWARE if h["hardware_id"] == dep.body["hardware_id"])
+                    rows.append(  # the document's fields only (no created_at: details have it)
                         {
                             "id": dep.id,
                             "status": self._case(dep.status),
                             "name": dep.name,
-                            "created_at": dep.created_at,
+                            "completed_percent": self.completed(dep),
                             "hardware_quantity": dep.body["gpus_per_container"],
-                            "compute_minutes_remaining": round(self.remaining(dep), 2),
+                            "brand_name": hw["brand_name"],
+                            "hardware_name": hw["hardware_name"],
+                            "compute_minutes_served": self.served(dep),
+                            "compute_minutes_remaining": int(self.remaining(dep)),
                         }
                     )
                 return {
@@ -352,6 +412,7 @@ class FakeIonet:
                     workers = []
                     w = dep.worker
                     if w is not None and dep.status == "running":
+                        word = self.container_word if w.container.running() else "exited"
                         workers.append(
                             {
                                 "device_id": w.device_id,
@@ -361,9 +422,7 @@ class FakeIonet:
                                 "created_at": w.created_at,
                                 "uptime_percent": 100.0,
                                 "gpus_per_container": dep.body["gpus_per_container"],
-                                "status": self._case(
-                                    "running" if w.container.running() else "exited"
-                                ),
+                                "status": self.rng.choice([word, word.upper(), word.title()]),
                                 "public_url": f"{self.base_url}/proxy/{dep.id}",
                                 "container_events": None,
                             }
@@ -400,6 +459,10 @@ class FakeIonet:
         locs = body.get("location_ids") or []
         if len(locs) != 1:
             raise _Error(422, _invalid(["body", "location_ids"], "exactly one location"))
+        name = body["resource_private_name"]
+        if any(d.name == name and d.status != "destroyed" for d in self.deps.values()):
+            # IO.net's reference page: the name must be unique (the status is an assumption)
+            raise _Error(409, {"detail": f"Deployment with name {name} already exists"})
         key = (int(body["hardware_id"]), int(locs[0]))
         if self.capacity.get(key, 0) <= 0:
             raise _Error(400, {"detail": "No capacity available for the requested hardware"})
@@ -476,6 +539,9 @@ class FakeIonet:
         except _Error as exc:
             return self._send(h, route, exc.status, exc.body)
         self.seen.append((time.monotonic(), route, 200))
+        # the document says application/json with an empty schema; the reference page says a
+        # chunked stream of lines, which is what IO.net sends (an assumption, docs/providers.md)
+        unchecked(h)
         try:
             h.send_response(200)
             h.send_header("Content-Type", "text/plain; charset=utf-8")
@@ -507,6 +573,7 @@ class FakeIonet:
         self._send(h, route, answer[0], answer[1], answer[2] or "application/octet-stream")
 
     def _fault(self, h: QuietHandler, route: str, fault: Fault) -> None:
+        unchecked(h)  # a fault the test asked for: its shape is the test's
         headers = fault.headers()
         if fault.body is not None:
             kind = "text/html" if fault.body.lstrip().startswith(b"<") else "text/plain"
@@ -523,6 +590,11 @@ class FakeIonet:
         headers: dict[str, str] | None = None,
     ) -> None:
         self.seen.append((time.monotonic(), route, status))
+        if status not in DOCUMENTED:
+            # 400 no capacity, 401 no key, 409 a taken name, 429 the fake's limit: the document
+            # declares none of them (FastAPI lists only what its models raise); named in
+            # docs/providers.md, sent in FastAPI's HTTPException shape {"detail": "..."}
+            unchecked(h)
         fakehttp.send(h, status, body, kind, headers, content_type="always")
 
 

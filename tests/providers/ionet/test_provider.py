@@ -4,13 +4,15 @@ containers as preemptions; prepaid hours extended; the log stream for `corral lo
 
 from __future__ import annotations
 
+import logging
 import uuid
 
 import httpx
 import pytest
 
-from corral.errors import InfeasibleRequest, ProviderError, ProviderUnavailable
+from corral.errors import InfeasibleRequest, NoCapacity, ProviderError, ProviderUnavailable
 from corral.providers.base import Bootstrap, InstanceState, Requirements
+from corral.providers.ionet.api import NameTaken
 from corral.providers.ionet.bootstrap import ENV_BOOT, ENV_KEY, deployment_name
 from corral.providers.ionet.deployments import Deployment, Worker, deployment_state
 from support.waiting import wait_until
@@ -164,7 +166,60 @@ def test_statuses_any_case_and_unknown_ones():
     assert deployment_state(dep("failed"), None, first=None)[0] == S.FAILED
     assert deployment_state(dep("TERMINATION REQUESTED"), None, first=None)[0] == S.TERMINATED
     assert deployment_state(dep("destroyed"), None, first=None)[0] == S.TERMINATED
-    assert deployment_state(dep("hibernating"), None, first=None)[0] == S.UNKNOWN
+    # a word the document does not name: the containers decide (none yet: still starting)
+    assert deployment_state(dep("hibernating"), None, first=None)[0] == S.PROVISIONING
+
+
+def test_an_unknown_container_word_runs_once_the_agent_answers_its_public_url(
+    make_provider, fake, tmp_path, caplog
+):
+    fake.container_word = "Up 3 minutes (healthy)"  # a word IO.net's document never names
+    provider = make_provider()
+    inst, _, _ = _launch(provider, tmp_path)
+    with caplog.at_level(logging.WARNING, logger="corral.providers.ionet"):
+        st = wait_state(provider, inst, InstanceState.RUNNING)  # not PROVISIONING until timeout
+        for _ in range(5):
+            assert provider.status(inst).state == InstanceState.RUNNING
+    assert st.endpoint == f"{fake.base_url}/proxy/{inst.instance_id}"
+    assert "agent answers" in st.detail
+    said = [r for r in caplog.records if "up 3 minutes (healthy)" in r.getMessage()]
+    assert len(said) == 1  # once, not per poll
+    # the probe went to the container's public URL, without IO.net's key
+    assert any(r == "proxy GET /health" for r in fake.routes("proxy"))
+    fake.interrupt(inst.instance_id)  # still a preemption: another container replaced it
+    assert "node failed" in wait_state(provider, inst, InstanceState.PREEMPTED).detail
+    provider.terminate(inst)
+
+
+def test_an_unknown_deployment_word_lets_the_container_decide(
+    make_provider, fake, tmp_path, caplog
+):
+    fake.running_word = "active"  # not in the document's CaaSResourceStatus
+    provider = make_provider()
+    inst, _, _ = _launch(provider, tmp_path)
+    with caplog.at_level(logging.WARNING, logger="corral.providers.ionet"):
+        st = wait_state(provider, inst, InstanceState.RUNNING)
+        provider.status(inst)
+    assert st.endpoint == f"{fake.base_url}/proxy/{inst.instance_id}"
+    assert len([r for r in caplog.records if "'active'" in r.getMessage()]) == 1
+    provider.terminate(inst)
+    assert provider.status(inst).state == InstanceState.TERMINATED
+
+
+def test_a_container_whose_agent_is_silent_is_not_running_on_an_unknown_word():
+    def dep(status):
+        return Deployment(id="d", status=status)
+
+    up = Worker(container_id="c1", device_id="m1", status="starting", public_url="https://x")
+    S = InstanceState
+    assert deployment_state(dep("running"), up, first=None)[0] == S.PROVISIONING
+    assert deployment_state(dep("running"), up, first=None, alive=True)[0] == S.RUNNING
+    assert deployment_state(dep("active"), up, first=None, alive=True)[0] == S.RUNNING
+    assert deployment_state(dep("active"), up, first=None)[0] == S.PROVISIONING
+    assert deployment_state(dep("active"), None, first="m1/c1")[0] == S.UNKNOWN
+    assert deployment_state(dep("running"), up, first="m1/c1")[0] == S.UNKNOWN
+    no_url = up.model_copy(update={"public_url": None})
+    assert deployment_state(dep("running"), no_url, first=None, alive=True)[0] == S.PROVISIONING
 
 
 def test_an_ambiguous_deploy_is_adopted_not_repeated(make_provider, fake, tmp_path):
@@ -187,9 +242,12 @@ def test_errors_are_one_line_typed_and_keyless(make_provider, fake):
     )
     with pytest.raises(ProviderUnavailable, match=r"an HTML error page \(Down\)"):
         provider.api.hardware()
-    with pytest.raises(ProviderError, match="Field required") as info:
+    # a body the published document refuses: FastAPI's 422, read as one line
+    with pytest.raises(ProviderError, match=r"HTTP 422.*'hardware_id' is a required") as info:
         provider.api.deploy({"resource_private_name": "x"})
     assert API_KEY not in str(info.value) and "\n" not in str(info.value)
+    assert len(fake.contract.violations) == 1  # recorded (the teardown would fail the test)
+    fake.contract.violations.clear()  # sent on purpose
     bad = make_provider(api_key="io-wrong-key-0000")
     with pytest.raises(ProviderError, match="HTTP 401"):
         bad.api.hardware()
@@ -240,3 +298,44 @@ def test_the_specs_image_and_its_registry_credentials_are_the_deployments(
     assert secret not in str(body["container_config"])
     assert secret not in str(provider.api.deployment(inst.instance_id))
     provider.terminate(inst)
+
+
+def test_an_id_that_is_no_uuid_is_no_deployment_and_is_never_sent(make_provider, fake):
+    provider = make_provider()
+    before = len(fake.routes())
+    assert provider.api.deployment("never-launched-274b0cb5") is None  # the API would 422
+    assert provider.api.containers("never-launched-274b0cb5") is None
+    assert provider.api.delete("3FA85F64-5717-4562-B3FC-2C963F66AFA6-x") is False
+    assert len(fake.routes()) == before
+    assert provider.api.deployment(str(uuid.uuid4())) is None  # a UUID IO.net does not know
+    assert len(fake.routes()) == before + 1
+
+
+def test_a_409_is_read_per_endpoint_never_as_no_capacity(make_provider, fake, tmp_path):
+    provider = make_provider()
+    # deploy: the name is taken (the 409 came after IO.net made it): adopted, not "no capacity"
+    fake.fail("POST /deploy", 409, after=True)
+    inst, _, _ = _launch(provider, tmp_path)
+    assert len(fake.deploys) == 1 and [d.id for d in fake.live()] == [inst.instance_id]
+    with pytest.raises(NameTaken, match=r"409.*exists"):  # the fake's own answer to a twin
+        provider.api.deploy(fake.deploys[0])
+    # a read: a plain provider error
+    fake.fail("GET /hardware/*", 409)
+    with pytest.raises(ProviderError, match="HTTP 409") as info:
+        provider.api.hardware()
+    assert not isinstance(info.value, NoCapacity)
+    # extend: it cannot be extended now
+    fake.fail("POST /deployment/*/extend", 409)
+    with pytest.raises(ProviderError, match="cannot be extended now") as info:
+        provider.api.extend(inst.instance_id, 1)
+    assert not isinstance(info.value, NoCapacity)
+    # the log stream: a plain provider error too
+    worker = wait_until(lambda: provider.api.containers(inst.instance_id), message="container")
+    fake.fail("GET /deployment/*/log/*", 409)
+    with pytest.raises(ProviderError, match="HTTP 409") as info:
+        provider.api.log_lines(inst.instance_id, worker[0].container_id, seconds=1)
+    assert not isinstance(info.value, NoCapacity)
+    # delete: already ending, accepted; terminate reads the state again
+    fake.fail("DELETE /deployment/*", 409, after=True)
+    provider.terminate(inst)
+    assert fake.deps[inst.instance_id].status in ("termination requested", "destroyed")

@@ -7,6 +7,12 @@ validation errors) and plain-text or HTML errors read, and one token bucket per 
 every run of the process. Most reads are wrapped in ``{"data": ...}``; mutations answer flat
 ``{"status", "deployment_id"}``. Deploys are never retried on a timeout or a 5xx: the
 provider looks the deployment up by name.
+
+A 409 is read per endpoint (the document declares none; IO.net's reference page says a
+deployment's name must be unique), never as "no capacity": on ``POST /deploy`` the name is
+taken (:class:`NameTaken`: the provider adopts the deployment of that name), on ``DELETE`` the
+deployment is already ending (accepted), on ``/extend`` it cannot be extended now, on a read
+it is a plain :class:`ProviderError`.
 """
 
 from __future__ import annotations
@@ -15,12 +21,13 @@ import json
 import random
 import re
 import time
+import uuid
 from collections.abc import Callable
 from typing import Any
 
 import httpx
 
-from corral.errors import NotFound, ProviderError
+from corral.errors import Conflict, NotFound, ProviderError
 from corral.providers.common.limits import shared_bucket
 from corral.providers.http import (
     ProviderHTTP,
@@ -34,14 +41,32 @@ from corral.providers.ionet.deployments import Deployment, Worker
 from corral.providers.ionet.settings import IonetSettings
 
 PROVIDER = "ionet"
+#: a container id (the document gives it no format)
 _ID = re.compile(r"^[A-Za-z0-9-]{1,64}$")
 PAGE_SIZE = 100
+#: how long the agent's liveness probe through a public URL may take
+AGENT_PROBE_TIMEOUT_S = 5.0
 
 
 def check_id(value: str, what: str = "deployment") -> str:
+    """``value`` if it can be a ``what`` id, else :class:`NotFound` (never sent: the API
+    answers 422 for a deployment id that is not a UUID, the document's format)."""
+    if what == "deployment":
+        try:
+            if isinstance(value, str) and str(uuid.UUID(value)) == value.lower():
+                return value
+        except ValueError:
+            pass
+        raise NotFound(f"ionet: {value!r} is not a deployment id")
     if not isinstance(value, str) or not _ID.match(value):
         raise NotFound(f"ionet: {value!r} is not a {what} id")
     return value
+
+
+class NameTaken(Conflict):
+    """``POST /deploy`` answered 409: a deployment of that name exists (names are unique)."""
+
+    code = "ionet_name_taken"
 
 
 def _data(body: Any, what: str) -> Any:
@@ -91,16 +116,34 @@ class IonetAPI:
         if self._owns_client:
             self._client.close()
 
+    def _json(self, method: str, path: str, **kw: Any) -> tuple[Any, str | None]:
+        """``(body, None)`` of a call's answer, or ``(None, message)`` when it answered 409
+        (scrubbed; the caller says what a 409 means there). Other failures raise their typed
+        error (:func:`~corral.providers.http.error_for`)."""
+        resp = self.http.request(method, path, allow=(409,), **kw)
+        if resp.status_code == 409:
+            msg, _ = payload_message(resp.content)
+            return None, self.http.scrub(msg)[:200] or "Conflict"
+        return self.http._json(resp, method, path), None
+
+    def get_json(self, path: str, **kw: Any) -> Any:
+        """A read; a 409 there is a plain :class:`ProviderError` (it says nothing of
+        capacity)."""
+        body, conflict = self._json("GET", path, **kw)
+        if conflict is not None:
+            raise ProviderError(f"ionet: GET {path.split('?')[0]} HTTP 409: {conflict}")
+        return body
+
     # --- hardware and prices ----------------------------------------------------------------
 
     def hardware(self) -> list[dict[str, Any]]:
-        data = _data(self.http.get_json("/hardware/max-gpus-per-container"), "hardware")
+        data = _data(self.get_json("/hardware/max-gpus-per-container"), "hardware")
         items = data.get("hardware") if isinstance(data, dict) else None
         return [h for h in items or [] if isinstance(h, dict) and h.get("hardware_id") is not None]
 
     def available_replicas(self, hardware_id: int, gpus: int) -> list[dict[str, Any]]:
         params = {"hardware_id": hardware_id, "hardware_qty": gpus}
-        data = _data(self.http.get_json("/available-replicas", params=params), "replicas")
+        data = _data(self.get_json("/available-replicas", params=params), "replicas")
         return [loc for loc in data or [] if isinstance(loc, dict) and loc.get("id") is not None]
 
     def price(self, hardware_id: int, location_id: int, gpus: int, hours: int) -> float | None:
@@ -112,7 +155,7 @@ class IonetAPI:
             "gpus_per_container": gpus,
             "replica_count": 1,
         }
-        data = _data(self.http.get_json("/price", params=params), "price")
+        data = _data(self.get_json("/price", params=params), "price")
         total = data.get("total_cost_usdc") if isinstance(data, dict) else None
         if isinstance(total, bool) or not isinstance(total, int | float) or total < 0:
             return None
@@ -126,7 +169,7 @@ class IonetAPI:
         page = 0
         while True:
             params = {"page": page, "page_size": PAGE_SIZE}
-            data = _data(self.http.get_json("/deployments", params=params), "deployments")
+            data = _data(self.get_json("/deployments", params=params), "deployments")
             items = data.get("deployments") if isinstance(data, dict) else None
             if not isinstance(items, list):
                 raise ProviderError("ionet: GET /deployments answered without a list")
@@ -140,35 +183,47 @@ class IonetAPI:
 
     def deployment(self, deployment_id: str) -> Deployment | None:
         try:
-            body = self.http.get_json(f"/deployment/{check_id(deployment_id)}")
+            body = self.get_json(f"/deployment/{check_id(deployment_id)}")
         except (ResourceNotFound, NotFound):
             return None
         data = _data(body, "deployment details")
         return Deployment.model_validate(data) if isinstance(data, dict) else None
 
     def deploy(self, body: dict[str, Any]) -> str:
-        answer = self.http.post_json("/deploy", json=body)
+        """The new deployment's id; :class:`NameTaken` when one of that name exists."""
+        answer, conflict = self._json("POST", "/deploy", json=body)
+        if conflict is not None:
+            raise NameTaken(
+                f"ionet: POST /deploy HTTP 409: a deployment named "
+                f"{body.get('resource_private_name')!r} exists: {conflict}"
+            )
         dep_id = answer.get("deployment_id") if isinstance(answer, dict) else None
         if not isinstance(dep_id, str) or not dep_id:
             raise ProviderError("ionet: POST /deploy answered without a deployment_id")
         return dep_id
 
     def extend(self, deployment_id: str, hours: int) -> None:
-        self.http.post_json(
-            f"/deployment/{check_id(deployment_id)}/extend", json={"duration_hours": hours}
-        )
+        """Buy ``hours`` more; a 409 (the deployment cannot be extended now) is a
+        :class:`ProviderError` saying so."""
+        path = f"/deployment/{check_id(deployment_id)}/extend"
+        _, conflict = self._json("POST", path, json={"duration_hours": hours})
+        if conflict is not None:
+            raise ProviderError(
+                f"ionet: deployment {deployment_id} cannot be extended now (HTTP 409: {conflict})"
+            )
 
     def delete(self, deployment_id: str) -> bool:
-        """Terminate the deployment; False if IO.net did not know it."""
+        """Terminate the deployment; False if IO.net did not know it. A 409 (it is already
+        being terminated) is accepted: the caller reads its state again."""
         try:
-            self.http.request("DELETE", f"/deployment/{check_id(deployment_id)}")
+            self._json("DELETE", f"/deployment/{check_id(deployment_id)}")
         except (ResourceNotFound, NotFound):
             return False
         return True
 
     def containers(self, deployment_id: str) -> list[Worker] | None:
         try:
-            body = self.http.get_json(
+            body = self.get_json(
                 f"/deployment/{check_id(deployment_id)}/containers",
                 params={"page": 0, "page_size": 20},
             )
@@ -177,6 +232,23 @@ class IonetAPI:
         data = _data(body, "containers")
         items = data.get("workers") if isinstance(data, dict) else None
         return [Worker.model_validate(w) for w in items or [] if isinstance(w, dict)]
+
+    def agent_answers(self, public_url: str, *, timeout: float = AGENT_PROBE_TIMEOUT_S) -> bool:
+        """Whether corral's agent answers its liveness probe (``GET /health``: ``{"ok": true}``,
+        no token) through a container's public URL: the proof the container runs. The API key
+        is never sent there (the URL is the container's, not IO.net's API)."""
+        if not public_url.startswith(("http://", "https://")):
+            return False
+        try:
+            resp = self._client.get(
+                public_url.rstrip("/") + "/health",
+                headers={"User-Agent": f"corral/{_version()}"},
+                timeout=timeout,
+            )
+            body = resp.json() if resp.status_code == 200 else None
+        except (httpx.HTTPError, ValueError):
+            return False
+        return isinstance(body, dict) and body.get("ok") is True
 
     def log_lines(self, deployment_id: str, container_id: str, *, seconds: float) -> list[str]:
         """The lines a container's log stream sends within ``seconds`` (it is a stream that
@@ -196,6 +268,8 @@ class IonetAPI:
                 if not resp.is_success:
                     resp.read()
                     msg, code = payload_message(resp.content)
+                    if resp.status_code == 409:  # says nothing of capacity
+                        raise ProviderError(f"ionet: GET /log HTTP 409: {self.http.scrub(msg)}")
                     raise error_for(
                         PROVIDER,
                         resp.status_code,

@@ -1,22 +1,31 @@
 """IO.net deployments and their containers as the CaaS API returns them, and how they map onto
 :class:`InstanceState`.
 
-Status strings are compared case-insensitively (third-party fixtures show ``RUNNING`` where
-the spec's enum says ``running``), and unknown ones map to UNKNOWN::
+Status strings are free text in the document's answers (its enum ``CaaSResourceStatus`` only
+types the list's ``status`` filter, and third-party fixtures show ``RUNNING``): they are
+compared case-insensitively, and a word corral does not know never decides alone::
 
     deployment status          containers                               -> InstanceState
     (no such deployment)       -                                           TERMINATED
     deployment requested       -                                           PROVISIONING
-    running                    one running with its public URL, the
-                               container first seen (or none seen yet)     RUNNING
+    running, or a word not     one with its public URL that says
+    known here (logged once)   ``running``, or whose agent answers its
+                               public URL; the first seen (or none yet)    RUNNING
     running                    another container than the first seen       PREEMPTED
     running                    none (after one ran)                        PREEMPTED
-    running                    the first seen, not running (any more)      UNKNOWN
-    running                    none yet / not running yet                  PROVISIONING
+    (unknown word)             none (after one ran)                        UNKNOWN
+    running / (unknown)        the first seen, not running, agent silent   UNKNOWN
+    running / (unknown)        none yet / not running yet                  PROVISIONING
     completed                  -                                           PREEMPTED
     failed                     -                                           FAILED
     termination requested,
     destroyed                  -                                           TERMINATED
+
+The proof that a container runs is the agent answering through the container's public URL
+(``GET /health``, the probe it answers without a token): a container status word other than
+``running`` (IO.net documents none) keeps a launch PROVISIONING only while the agent is silent,
+never until the boot timeout. The endpoint is shown whenever a container has a public URL, so
+the controller probes the agent too.
 
 IO.net documents no preemption (UNCONFIRMED): a container replaced by another (a new
 ``container_id`` or ``device_id``), or gone from a running deployment, is read as the node
@@ -80,32 +89,51 @@ class Worker(_Lenient):
         return f"{self.device_id}/{self.container_id}"
 
 
+#: the deployment words of the document's enum (``CaaSResourceStatus``)
+PROVISIONING_WORDS = frozenset({"deployment requested"})
+GONE_WORDS = frozenset({"termination requested", "destroyed"})
+KNOWN_WORDS = PROVISIONING_WORDS | GONE_WORDS | {"running", "completed", "failed"}
+
+
+def reads_containers(dep: Deployment | None) -> bool:
+    """Whether the deployment's containers say more than its word: ``running``, or a word
+    corral does not know (the containers and the agent decide then)."""
+    return dep is not None and (dep.state == "running" or dep.state not in KNOWN_WORDS)
+
+
 def deployment_state(
-    dep: Deployment | None, worker: Worker | None, *, first: str | None
+    dep: Deployment | None, worker: Worker | None, *, first: str | None, alive: bool = False
 ) -> tuple[InstanceState, str]:
-    """The deployment's :class:`InstanceState` and a one-line detail (module table)."""
+    """The deployment's :class:`InstanceState` and a one-line detail (module table).
+    ``alive``: the agent answered through ``worker``'s public URL."""
     if dep is None:
         return InstanceState.TERMINATED, "no such deployment"
     state = dep.state
-    if state == "deployment requested":
+    if state in PROVISIONING_WORDS:
         return InstanceState.PROVISIONING, "deployment requested"
-    if state in ("termination requested", "destroyed"):
+    if state in GONE_WORDS:
         return InstanceState.TERMINATED, state
     if state == "failed":
         return InstanceState.FAILED, "the deployment failed"
     if state == "completed":
         return InstanceState.PREEMPTED, "the deployment completed: its prepaid hours ran out"
-    if state != "running":
-        return InstanceState.UNKNOWN, f"unknown deployment status {dep.status!r}"
+    known = state == "running"
     if worker is not None and first and worker.identity != first:
         return (
             InstanceState.PREEMPTED,
             f"the container was replaced ({first} -> {worker.identity}): its node failed",
         )
-    if worker is not None and worker.state == "running" and worker.public_url:
-        return InstanceState.RUNNING, f"running on device {worker.device_id or '?'}"
+    if worker is not None and worker.public_url and (worker.state == "running" or alive):
+        how = "" if worker.state == "running" else f" (container {worker.state!r}, agent answers)"
+        return InstanceState.RUNNING, f"running on device {worker.device_id or '?'}{how}"
     if worker is None and first:
+        if not known:
+            return InstanceState.UNKNOWN, f"deployment {dep.status!r}, no container"
         return InstanceState.PREEMPTED, f"the container {first} is gone: its node failed"
     if worker is not None and first:  # the same container, not running: ask again
         return InstanceState.UNKNOWN, f"container {worker.state or 'in no state'}"
-    return InstanceState.PROVISIONING, f"container {worker.state if worker else 'not started'}"
+    where = "" if known else f"deployment {dep.status!r}, "
+    return (
+        InstanceState.PROVISIONING,
+        f"{where}container {worker.state if worker else 'not started'}",
+    )

@@ -6,9 +6,11 @@
   agent's HTTP server as the single traffic port, the boot blob in secret env variables. It is
   idempotent on the key, which the deployment's name carries: before deploying, and after an
   ambiguous deploy, the deployment is looked up by name and adopted.
-* **Status** (:mod:`.deployments`): strings compared case-insensitively; a container replaced
-  or gone under a running deployment is PREEMPTED (IO.net documents no preemption), and the
-  run recovers on a new deployment. One listing of the account's deployments serves every
+* **Status** (:mod:`.deployments`): strings compared case-insensitively; a status word corral
+  does not know is logged once (per word and provider) and never decides alone: a container
+  with a public URL runs when it says ``running`` or when the agent answers through that URL.
+  A container replaced or gone under a running deployment is PREEMPTED (IO.net documents no
+  preemption), and the run recovers on a new deployment. One listing of the account's deployments serves every
   run (``list_cache_s``); a running deployment's containers are read at most every
   ``containers_cache_s``. A running deployment with fewer than ``extend_below_minutes`` of its
   prepaid time left is extended by ``extend_hours``.
@@ -16,12 +18,14 @@
 * **Logs** (SupportsLogs): the container's log stream, for ``corral logs`` when the agent never
   came up.
 
-The API key is ``IONET_API_KEY`` (secret store or environment), sent only as ``x-api-key``.
+The API key is ``IONET_API_KEY``, else ``IOCLOUD_API_KEY`` (IO.net's guide's name; secret store or
+environment, ``IONET_API_KEY`` first), sent only as ``x-api-key``.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable, Iterable
 from datetime import UTC, datetime, timedelta
@@ -35,7 +39,6 @@ from corral import paths
 from corral.errors import (
     AuthFailed,
     BadInput,
-    Conflict,
     CorralError,
     NotYetTerminated,
     ProviderError,
@@ -53,15 +56,22 @@ from corral.providers.base import (
     SupportsLogs,
     SupportsPriceRefresh,
 )
+from corral.providers.common.credentials import first_credential, names_hint
 from corral.providers.common.files import check_key
 from corral.providers.common.listing_cache import ListingCache
 from corral.providers.common.machine_memory import MachineMemory
 from corral.providers.http import RetryPolicy, TokenBucket
 from corral.providers.ionet import bootstrap as boot
-from corral.providers.ionet.api import IonetAPI
-from corral.providers.ionet.deployments import Deployment, Worker, deployment_state
+from corral.providers.ionet.api import IonetAPI, NameTaken
+from corral.providers.ionet.deployments import (
+    KNOWN_WORDS,
+    Deployment,
+    Worker,
+    deployment_state,
+    reads_containers,
+)
 from corral.providers.ionet.offers import build_offers
-from corral.providers.ionet.settings import ENV_API_KEY, ENV_REGISTRY_SECRET, IonetSettings
+from corral.providers.ionet.settings import API_KEY_NAMES, ENV_REGISTRY_SECRET, IonetSettings
 
 log = logging.getLogger("corral.providers.ionet")
 
@@ -113,11 +123,10 @@ class IonetProvider(Provider, SupportsLogs, SupportsPriceRefresh):
         sleep: Callable[[float], None] = time.sleep,
         clock: Callable[[], float] = time.monotonic,
     ):
-        key = api_key or _secret(ENV_API_KEY)
+        found = None if api_key else first_credential(API_KEY_NAMES)
+        key = api_key or (found[1] if found else None)
         if not key:
-            raise AuthFailed(
-                f"ionet: no API key: `corral secret set {ENV_API_KEY}` or export {ENV_API_KEY}"
-            )
+            raise AuthFailed(f"ionet: no API key: {names_hint(API_KEY_NAMES)}")
         self.settings = settings if settings is not None else IonetSettings.from_env()
         self.api = IonetAPI(
             key, self.settings, client=client, retry=retry, bucket=bucket, sleep=sleep, clock=clock
@@ -134,7 +143,10 @@ class IonetProvider(Provider, SupportsLogs, SupportsPriceRefresh):
             self.settings.list_cache_s,
             clock,
         )
-        self._workers: dict[str, tuple[float, Worker | None]] = {}
+        self._workers: dict[str, tuple[float, Worker | None, bool]] = {}
+        #: status words corral does not know, each logged once
+        self._words: set[tuple[str, str]] = set()
+        self._words_lock = threading.Lock()
 
     def close(self) -> None:
         self.api.close()
@@ -203,7 +215,7 @@ class IonetProvider(Provider, SupportsLogs, SupportsPriceRefresh):
         for attempt in range(1, self.settings.create_attempts + 1):
             try:
                 dep_id = self.api.deploy(body)
-            except (ProviderUnavailable, Conflict) as exc:
+            except (ProviderUnavailable, NameTaken) as exc:
                 last = exc
                 log.warning("ionet: deploy of %s was ambiguous (%s)", name, exc)
             else:
@@ -215,6 +227,12 @@ class IonetProvider(Provider, SupportsLogs, SupportsPriceRefresh):
             if found is not None:
                 log.info("ionet: deployment %s for %s existed after all: adopted", found.id, key)
                 return self._instance(found, key)
+            if isinstance(last, NameTaken):  # the same name again would be refused again
+                raise ProviderError(
+                    f"ionet: {name} is taken by a deployment that is not this launch's or is "
+                    f"ending: {last.message}",
+                    fields={"key": key},
+                )
             if attempt < self.settings.create_attempts:
                 self._sleep(min(2.0**attempt, 10.0))
         assert last is not None
@@ -249,25 +267,50 @@ class IonetProvider(Provider, SupportsLogs, SupportsPriceRefresh):
         self._deployments.touch(dep_id)
         self._workers.pop(dep_id, None)
 
-    def _worker(self, dep_id: str) -> Worker | None:
+    def _note_word(self, what: str, word: str) -> None:
+        """Log a status word IO.net does not document once, not at every poll."""
+        with self._words_lock:
+            if (what, word) in self._words:
+                return
+            self._words.add((what, word))
+        log.warning(
+            "ionet: %s status %r is not one corral knows: the agent answering through the "
+            "container's public URL decides whether it runs (logged once)",
+            what,
+            word,
+        )
+
+    def _worker(self, dep_id: str) -> tuple[Worker | None, bool]:
+        """The deployment's container (one saying ``running`` first, then one with a public
+        URL) and whether its agent answered through that URL (asked only when its word is
+        not ``running``)."""
         now = self._clock()
         cached = self._workers.get(dep_id)
         if cached is not None and now - cached[0] < self.settings.containers_cache_s:
-            return cached[1]
+            return cached[1], cached[2]
         workers = self.api.containers(dep_id) or []
         running = [w for w in workers if w.state == "running"]
-        worker = (running or workers)[0] if (running or workers) else None
-        self._workers[dep_id] = (now, worker)
-        return worker
+        reachable = [w for w in workers if w.public_url]
+        pick = running or reachable or workers
+        worker = pick[0] if pick else None
+        alive = False
+        if worker is not None and worker.state != "running":
+            self._note_word("container", worker.state)
+            if worker.public_url:
+                alive = self.api.agent_answers(worker.public_url)
+        self._workers[dep_id] = (now, worker, alive)
+        return worker, alive
 
     # --- status / terminate -----------------------------------------------------------------
 
     def status(self, instance: Instance) -> InstanceStatus:
         dep_id = instance.instance_id
         dep = self._deployments.get(dep_id)
-        worker = self._worker(dep_id) if dep is not None and dep.state == "running" else None
+        if dep is not None and dep.state not in KNOWN_WORDS:
+            self._note_word("deployment", dep.state)
+        worker, alive = self._worker(dep_id) if reads_containers(dep) else (None, False)
         first = self.memory.first_machine(dep_id)
-        state, detail = deployment_state(dep, worker, first=first)
+        state, detail = deployment_state(dep, worker, first=first, alive=alive)
         if state == InstanceState.RUNNING and worker is not None:
             if not first:
                 self.memory.saw_running(dep_id, worker.identity)

@@ -2,8 +2,9 @@
 caches.
 
 Every field can come from the environment (``CORRAL_IONET_<FIELD>``, upper case; lists comma
-separated). The API key is a secret (``IONET_API_KEY``, from the environment or corral's
-secret store), as is a private registry's secret (``IONET_REGISTRY_SECRET``).
+separated). The API key is a secret: ``IONET_API_KEY``, else ``IOCLOUD_API_KEY`` (the name
+IO.net's own guide uses), each from corral's secret store or the environment; when both are
+set ``IONET_API_KEY`` wins. A private registry's secret is ``IONET_REGISTRY_SECRET``.
 """
 
 from __future__ import annotations
@@ -15,6 +16,10 @@ from pydantic import BaseModel, ConfigDict, Field
 from corral.providers.common.env_settings import read_settings
 
 ENV_API_KEY = "IONET_API_KEY"
+#: the key's name in IO.net's own guide, read when ``IONET_API_KEY`` is not set
+ENV_API_KEY_GUIDE = "IOCLOUD_API_KEY"
+#: where the API key is looked for, in order
+API_KEY_NAMES = (ENV_API_KEY, ENV_API_KEY_GUIDE)
 ENV_REGISTRY_SECRET = "IONET_REGISTRY_SECRET"
 ENV_PREFIX = "CORRAL_IONET_"
 

@@ -70,17 +70,27 @@ def test_the_fake_enforces_240_a_minute_and_the_shared_bucket_stays_under_it(mak
     assert clock.t > 60  # 300 requests took more than a minute of (fake) time
 
 
+#: the least body SaladCloud's document takes for a create
+BODY = {
+    "name": "corral-x1",
+    "autostart_policy": False,
+    "restart_policy": "never",
+    "replicas": 1,
+    "container": {"image": "python:3.11", "resources": {"cpu": 1, "memory": 1024}},
+}
+
+
 def test_quota_and_name_conflicts_are_typed(make_provider, fake):
     provider = make_provider()
     fake.fail("POST /organizations/*/containers", 403, detail="Container replica quota exceeded")
     with pytest.raises(QuotaExceeded):
-        provider.api.create_group({"name": "x"})
+        provider.api.create_group(BODY)
     fake.fail("POST /organizations/*/containers", 403, detail="Forbidden")
     with pytest.raises(AuthFailed):
-        provider.api.create_group({"name": "x"})
+        provider.api.create_group(BODY)
     fake.fail("POST /organizations/*/containers", 409, detail="The name is taken")
     with pytest.raises(Conflict):
-        provider.api.create_group({"name": "x"})
+        provider.api.create_group(BODY)
 
 
 def test_settings_name_the_missing_organization_and_bad_values(monkeypatch):

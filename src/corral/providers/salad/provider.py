@@ -302,7 +302,7 @@ class SaladProvider(
 
     def _endpoint(self, group: ContainerGroup) -> str | None:
         dns = group.dns
-        return f"{self.settings.gateway_scheme}://{dns}" if dns else None
+        return self.settings.gateway(dns) if dns else None
 
     def _ours(self, group: ContainerGroup | None, key: str) -> ContainerGroup | None:
         if group is None:

@@ -10,6 +10,7 @@ import pytest
 
 from corral.errors import Conflict, NotFound
 from corral.providers.base import Instance, InstanceState
+from corral.providers.salad.bootstrap import ENV_OFFER
 from corral.providers.salad.groups import ContainerGroup, SaladInstance, group_state
 from support.waiting import wait_until
 
@@ -141,3 +142,18 @@ def test_the_leak_sweep_deletes_only_old_groups_no_run_knows(make_provider, fake
     assert provider.sweep({kept.key}) == [leaked.instance_id]
     assert list(fake.cloud.groups) == [kept.instance_id]
     provider.terminate(kept)
+
+
+def test_a_restarted_controller_reads_the_priority_at_the_top_level(make_provider, fake, tmp_path):
+    provider = make_provider()
+    key = new_key()
+    chosen = offer(provider, priority="high")
+    inst = provider.launch(chosen, bootstrap(provider, chosen, tmp_path, key), key)
+    # a group whose offer did not fit in its environment: rebuilt from the group itself
+    del fake.cloud.groups[inst.instance_id].body["container"]["environment_variables"][ENV_OFFER]
+    found = make_provider().find(key)  # a restarted controller
+    assert found is not None
+    assert found.offer.details["priority"] == "high" and found.offer.spot is False
+    assert found.offer.details["gpu_class_id"] == chosen.details["gpu_class_id"]
+    provider.terminate(inst)
+

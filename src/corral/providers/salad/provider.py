@@ -72,7 +72,12 @@ from corral.providers.salad import bootstrap as boot
 from corral.providers.salad.api import SaladAPI
 from corral.providers.salad.groups import ContainerGroup, SaladInstance, group_state
 from corral.providers.salad.offers import build_offers
-from corral.providers.salad.settings import ENV_API_KEY, ENV_REGISTRY_PASSWORD, SaladSettings
+from corral.providers.salad.settings import (
+    ENV_API_KEY,
+    ENV_REGISTRY_PASSWORD,
+    PRIORITIES,
+    SaladSettings,
+)
 
 log = logging.getLogger("corral.providers.salad")
 
@@ -448,14 +453,12 @@ class SaladProvider(
                 pass
         resources = group.container.get("resources") or {}
         classes = resources.get("gpu_classes") or []
+        priority = group.priority if group.priority in PRIORITIES else "batch"
         return Offer(
             provider=self.name,
             offer_id=f"group:{group.name}",
             region="any",
             gpu_count=1 if classes else 0,
-            spot=(group.container.get("priority") or "batch") != "high",
-            details={
-                "gpu_class_id": classes[0] if classes else None,
-                "priority": group.container.get("priority") or "batch",
-            },
+            spot=priority != "high",
+            details={"gpu_class_id": classes[0] if classes else None, "priority": priority},
         )

@@ -10,7 +10,7 @@ import pytest
 
 from corral.errors import Conflict, NotFound
 from corral.providers.base import Instance, InstanceState
-from corral.providers.salad.bootstrap import ENV_OFFER
+from corral.providers.salad.bootstrap import ENV_KEY, ENV_OFFER, group_name
 from corral.providers.salad.groups import ContainerGroup, SaladInstance, group_state
 from support.waiting import wait_until
 
@@ -157,3 +157,27 @@ def test_a_restarted_controller_reads_the_priority_at_the_top_level(make_provide
     assert found.offer.details["gpu_class_id"] == chosen.details["gpu_class_id"]
     provider.terminate(inst)
 
+
+def test_the_leak_sweep_sees_every_group_past_the_first_page(make_provider, fake):
+    keys = [f"r{i:03d}leak-a1" for i in range(130)]
+    for key in keys:  # stopped groups (no container runs): corral's, no run knows them
+        fake.cloud.create(
+            {
+                "name": group_name(key),
+                "autostart_policy": False,
+                "restart_policy": "never",
+                "replicas": 1,
+                "container": {
+                    "image": "python:3.11",
+                    "resources": {"cpu": 1, "memory": 1024},
+                    "environment_variables": {ENV_KEY: key},
+                },
+            },
+            imds="",
+        )
+    provider = make_provider(sweep_min_age_s=0)
+    assert sorted(i.key for i in provider.list_instances()) == keys
+    pages = [r for r in fake.routes("GET ") if r.endswith("/containers")]
+    assert len(pages) == 2  # 100 + 30
+    assert len(provider.sweep(keys[:5])) == 125
+    assert sorted(fake.cloud.groups) == sorted(group_name(k) for k in keys[:5])

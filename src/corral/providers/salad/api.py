@@ -11,6 +11,7 @@ Creates are never retried on a timeout or a 5xx: the provider looks the group up
 
 from __future__ import annotations
 
+import logging
 import random
 import re
 import time
@@ -33,8 +34,13 @@ from corral.providers.salad.groups import ContainerGroup, SaladInstance
 from corral.providers.salad.settings import SaladSettings
 
 PROVIDER = "salad"
+#: container groups asked for per page of the list (the most one answer holds)
+PAGE_SIZE = 100
+#: pages read at most for one listing (50,000 groups)
+MAX_PAGES = 500
 _NAME = re.compile(r"^[a-z][a-z0-9-]{0,61}[a-z0-9]$")
 _QUOTA = re.compile(r"(?i)quota|limit reached|exceed")
+log = logging.getLogger("corral.providers.salad")
 
 
 def check_name(value: str) -> str:
@@ -113,13 +119,28 @@ class SaladAPI:
     # --- container groups -------------------------------------------------------------------
 
     def list_groups(self) -> list[ContainerGroup]:
-        body = self.http.get_json(self._groups())
-        items = body.get("items") if isinstance(body, dict) else None
-        if not isinstance(items, list):
-            raise ProviderError("salad: GET containers did not answer with a list of items")
-        return [
-            ContainerGroup.model_validate(g) for g in items if isinstance(g, dict) and g.get("name")
-        ]
+        """Every group of the project, page by page (``page``, ``page_size`` :data:`PAGE_SIZE`:
+        one answer holds at most 100). It stops at a short page, or at a page that brings no
+        group not seen yet (an API that ignores ``page`` answers the first page again), or
+        after :data:`MAX_PAGES`."""
+        groups: dict[str, ContainerGroup] = {}
+        for page in range(1, MAX_PAGES + 1):
+            body = self.http.get_json(self._groups(), params={"page": page, "page_size": PAGE_SIZE})
+            items = body.get("items") if isinstance(body, dict) else None
+            if not isinstance(items, list):
+                raise ProviderError("salad: GET containers did not answer with a list of items")
+            listed = [
+                ContainerGroup.model_validate(g)
+                for g in items
+                if isinstance(g, dict) and g.get("name")
+            ]
+            new = [g for g in listed if g.name not in groups]
+            groups.update((g.name, g) for g in new)
+            if len(items) < PAGE_SIZE or not new:
+                break
+        else:
+            log.warning("salad: the project lists more than %d pages of groups", MAX_PAGES)
+        return list(groups.values())
 
     def get_group(self, name: str) -> ContainerGroup | None:
         """The group, or None if SaladCloud does not know it."""

@@ -3,17 +3,22 @@
 
 from __future__ import annotations
 
+import uuid
+
 import pytest
 
 from corral.errors import (
     AuthFailed,
     BadInput,
     Conflict,
+    NoCapacity,
+    NotYetTerminated,
     ProviderError,
     ProviderUnavailable,
     QuotaExceeded,
     RateLimited,
 )
+from corral.providers.base import Instance, Offer
 from corral.providers.http import TokenBucket
 from corral.providers.salad import SaladSettings
 
@@ -128,3 +133,47 @@ def test_a_controller_without_an_organization_leaves_salad_out_with_the_reason(m
     monkeypatch.delenv("SALAD_API_KEY")
     _, skipped = load_providers(["salad"])
     assert "corral secret set SALAD_API_KEY" in skipped["salad"]
+
+
+def test_a_409_says_what_it_means_on_each_call_never_no_capacity(make_provider, fake):
+    provider = make_provider()
+    group = provider.api.create_group(BODY)
+    name = group.name
+    inst = Instance(
+        provider="salad", instance_id=name, key="k1-a1", offer=Offer(provider="salad", offer_id="o")
+    )
+    calls = {
+        "POST /organizations/*/containers": (
+            lambda: provider.api.create_group(BODY),
+            Conflict,
+            "of that name exists",
+        ),
+        f"POST /organizations/*/containers/{name}/start": (
+            lambda: provider.start(inst),
+            Conflict,
+            "cannot be started",
+        ),
+        f"POST /organizations/*/containers/{name}/stop": (
+            lambda: provider.stop(inst),
+            Conflict,
+            "cannot be stopped",
+        ),
+        f"DELETE /organizations/*/containers/{name}": (
+            lambda: provider.terminate(inst),
+            NotYetTerminated,  # the controller calls again later
+            "cannot be deleted yet",
+        ),
+        "POST /organizations/*/instances/*/reallocate": (
+            lambda: provider.api.reallocate(name, str(uuid.uuid4())),
+            Conflict,
+            "cannot be reallocated",
+        ),
+    }
+    for target, (call, kind, meaning) in calls.items():
+        fake.fail(target, 409, detail="Conflict")
+        with pytest.raises(kind, match=meaning) as info:
+            call()
+        assert not isinstance(info.value, NoCapacity), target
+    assert name in fake.cloud.groups  # the refused delete deleted nothing
+    provider.terminate(inst)
+    assert name not in fake.cloud.groups

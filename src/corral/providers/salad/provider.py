@@ -319,7 +319,10 @@ class SaladProvider(
         name = instance.instance_id
         group = self._ours(self.api.get_group(name), instance.key)
         if group is not None:
-            self.api.delete_group(name)
+            try:
+                self.api.delete_group(name)
+            except Conflict as exc:  # a change under way: the controller calls again
+                raise NotYetTerminated(exc.message, fields=exc.fields) from None
             log.info("salad: deleted container group %s (%s)", name, instance.key)
             self._touch(name)
             if self._ours(self.api.get_group(name), instance.key) is not None:
@@ -362,7 +365,11 @@ class SaladProvider(
             created = inst.created_at
             if created is None or now - created < timedelta(seconds=self.settings.sweep_min_age_s):
                 continue
-            self.api.delete_group(inst.instance_id)
+            try:
+                self.api.delete_group(inst.instance_id)
+            except Conflict as exc:  # a change under way: the next sweep tries again
+                log.warning("salad: leaked group %s not deleted yet: %s", inst.instance_id, exc)
+                continue
             self._touch(inst.instance_id)
             self.memory.forget(inst.instance_id)
             swept.append(inst.instance_id)

@@ -291,8 +291,13 @@ class FakeSalad:
         (at most, and by default, :data:`PAGE_MAX`). UNCONFIRMED upstream: the document
         declares no paging on this list, only at most 100 items and "a paginated collection";
         the parameters are those of its other lists."""
-        page = int(query.get("page") or 1)
-        size = min(int(query.get("page_size") or PAGE_MAX), PAGE_MAX)
+        try:
+            page = int(query.get("page") or 1)
+            size = int(query.get("page_size") or PAGE_MAX)
+        except ValueError:
+            raise CloudError(400, "Bad Request", "page and page_size are integers") from None
+        if page < 1 or not 1 <= size <= PAGE_MAX:
+            raise CloudError(400, "Bad Request", f"page >= 1, page_size 1-{PAGE_MAX}")
         with self.cloud.lock:
             groups = list(self.cloud.groups.values())
             return [g.api() for g in groups[(page - 1) * size : page * size]]

@@ -146,6 +146,12 @@ def test_a_request_saladcloud_would_refuse_is_refused_so_and_fails_the_test(make
     with pytest.raises(AssertionError, match=r"broke salad-cloud-imds\.yaml"):
         fake.assert_clean()
     fake.imds_contract.violations.clear()  # seen: the fixture's own check passes
+    # the metadata service's own errors keep to its document (application/problem+json)
+    gone = httpx.get(
+        f"{fake.base_url}/imds/{group_name('k1-a1')}/v1/status", headers={"Metadata": "true"}
+    )
+    assert gone.status_code == 404 and gone.json()["code"] == "container-not-found"
+    assert fake.violations() == []
 
 
 class TestSaladGpuContract(ProviderContract):

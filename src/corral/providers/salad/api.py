@@ -24,7 +24,6 @@ import httpx
 from corral.errors import (
     AuthFailed,
     Conflict,
-    NoCapacity,
     NotFound,
     ProviderError,
     QuotaExceeded,
@@ -60,11 +59,11 @@ CONFLICTS = {
 
 @contextmanager
 def _conflict(meaning: str) -> Iterator[None]:
-    """Read a 409 of the call inside as :class:`Conflict` saying ``meaning`` (the HTTP
-    helper reads every 409 as :class:`NoCapacity`)."""
+    """Read a 409 of the call inside as :class:`Conflict` saying ``meaning``, whatever the
+    HTTP helper made of it (it reads every 409 as :class:`NoCapacity`)."""
     try:
         yield
-    except NoCapacity as exc:
+    except ProviderError as exc:
         if exc.fields.get("status") != 409:
             raise
         raise Conflict(f"{exc.message} ({meaning})", fields=exc.fields) from None

@@ -175,5 +175,6 @@ def test_a_409_says_what_it_means_on_each_call_never_no_capacity(make_provider, 
             call()
         assert not isinstance(info.value, NoCapacity), target
     assert name in fake.cloud.groups  # the refused delete deleted nothing
+    assert not provider.memory.get(name).get("stopped")  # the refused stop is not remembered
     provider.terminate(inst)
     assert name not in fake.cloud.groups

@@ -379,15 +379,24 @@ class SaladProvider(
 
     def stop(self, instance: Instance) -> None:
         """Stop the group: no instance runs or is billed; ``status`` says STOPPED."""
-        self.memory.set_stopped(instance.instance_id, True)
-        self.api.stop_group(instance.instance_id)
-        self._touch(instance.instance_id)
+        self._stopped(instance.instance_id, True, self.api.stop_group)
 
     def start(self, instance: Instance) -> None:
         """Start a stopped group again (on whatever node SaladCloud allocates)."""
-        self.memory.set_stopped(instance.instance_id, False)
-        self.api.start_group(instance.instance_id)
-        self._touch(instance.instance_id)
+        self._stopped(instance.instance_id, False, self.api.start_group)
+
+    def _stopped(self, name: str, stopped: bool, call: Callable[[str], None]) -> None:
+        """Remember whether corral stopped ``name`` (before the call: a status read while it
+        is under way must know), then ``call`` it; a call SaladCloud refused (409) leaves what
+        was remembered before."""
+        before = bool(self.memory.get(name).get("stopped"))
+        self.memory.set_stopped(name, stopped)
+        try:
+            call(name)
+        except Conflict:
+            self.memory.set_stopped(name, before)
+            raise
+        self._touch(name)
 
     # --- simulated preemption ---------------------------------------------------------------
 

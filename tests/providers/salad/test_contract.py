@@ -1,10 +1,11 @@
 """The Salad provider against SaladCloud's published documents.
 
 * The conformance test drives every method of the provider (offers, a price refresh, launch at
-  a spot and at the on-demand priority and without a GPU, an adopted relaunch, status, find,
-  list, stop/start, logs, system logs, simulated preemption, a restarted controller's reading,
-  terminate, the leak sweep) and the node's side (the agent's node hook and the boot's
-  shutdown command, against the metadata service) on the fake SaladCloud, which checks every
+  a spot priority, at the on-demand one from a private image with its registry credentials,
+  and without a GPU, an adopted relaunch, status, find, list, stop/start, logs, system logs,
+  simulated preemption, a restarted controller's reading, terminate, the leak sweep) and the
+  node's side (the agent's node hook and the boot's shutdown command, against the metadata
+  service; SaladCloud has no volumes) on the fake SaladCloud, which checks every
   exchange against ``contracts/salad-cloud.yaml`` and ``contracts/salad-cloud-imds.yaml``:
   zero violations, and every operation corral uses was exercised.
 * A request the real API would refuse is refused the way SaladCloud does and fails the test.
@@ -21,7 +22,7 @@ import httpx
 import pytest
 
 from corral.errors import ProviderError
-from corral.providers.base import InstanceState, Requirements
+from corral.providers.base import ImageRef, InstanceState, Requirements
 from corral.providers.salad import boot
 from corral.providers.salad.bootstrap import group_name
 from support.waiting import wait_until
@@ -70,10 +71,18 @@ def test_every_method_speaks_saladclouds_published_api(make_provider, fake, tmp_
     }
     chosen["cpu"] = cpu_offer
     keys = {kind: new_key() for kind in chosen}
-    insts = {
-        kind: provider.launch(o, bootstrap(provider, o, tmp_path / kind, keys[kind]), keys[kind])
-        for kind, o in chosen.items()
+    boots = {
+        kind: bootstrap(provider, o, tmp_path / kind, keys[kind]) for kind, o in chosen.items()
     }
+    # the on-demand one from a private image: its registry credentials go with the create
+    private = ImageRef(name="ghcr.io/acme/train:2", username="acme", password="ghp_secret-123456")
+    boots["ondemand"] = boots["ondemand"].model_copy(update={"image": private})
+    insts = {kind: provider.launch(o, boots[kind], keys[kind]) for kind, o in chosen.items()}
+    assert [c["container"].get("registry_authentication") for c in fake.creates] == [
+        None,
+        {"basic": {"username": "acme", "password": "ghp_secret-123456"}},
+        None,
+    ]
     again = provider.launch(
         chosen["spot"],
         bootstrap(provider, chosen["spot"], tmp_path / "spot", keys["spot"]),

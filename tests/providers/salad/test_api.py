@@ -107,6 +107,11 @@ def test_settings_name_the_missing_organization_and_bad_values(monkeypatch):
         SaladSettings.from_env({"CORRAL_SALAD_ORGANIZATION": "Bad_Name"})
     with pytest.raises(BadInput, match="REQUESTS_PER_MINUTE"):
         SaladSettings.from_env({"CORRAL_SALAD_REQUESTS_PER_MINUTE": "500"})
+    with pytest.raises(BadInput, match=r"CORRAL_SALAD_GATEWAY_URL: .*with \{dns\}"):
+        SaladSettings.from_env({"CORRAL_SALAD_GATEWAY_URL": "http://proxy.test/gw"})
+    assert SaladSettings().gateway("a-b.salad.cloud") == "https://a-b.salad.cloud"
+    proxied = SaladSettings(gateway_url="http://127.0.0.1:9/gw/{dns}")
+    assert proxied.gateway("a-b.salad.cloud") == "http://127.0.0.1:9/gw/a-b.salad.cloud"
     s = SaladSettings.from_env(
         {"CORRAL_SALAD_ORGANIZATION": "acme", "CORRAL_SALAD_COUNTRY_CODES": "US, de"}
     )

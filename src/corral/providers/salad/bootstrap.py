@@ -16,9 +16,9 @@ built it, the agent token and the job's env, secrets included; gzip + base64) in
 ``CORRAL_BOOTSTRAP__<i>``, a long install value (a presigned wheel URL) in ``<NAME>__<i>``
 named in ``CORRAL_SPLIT``, and an install value with a line break base64-encoded and named in
 ``CORRAL_B64``; the command (:data:`JOIN`, under 1,000 characters) joins and decodes them back
-with bash and coreutils' ``base64`` (an image without ``base64`` stops with a line saying so). SaladCloud shows a group's
-environment to holders of the organization's API key, like a cloud shows user-data, and to
-no one else; corral never logs or returns it.
+with bash and coreutils' ``base64`` (an image without ``base64`` stops with a line saying so).
+SaladCloud shows a group's environment to holders of the organization's API key, like a cloud
+shows user-data, and to no one else; corral never logs or returns it.
 
 The probes call the agent's ``/health`` (startup, liveness) and ``/ready`` (readiness), which
 answer without a token and reveal only liveness. A failing startup or liveness probe makes

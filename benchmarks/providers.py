@@ -87,7 +87,9 @@ def _salad(runs: int, cached: bool, hours: float, home: Path) -> Api:
         path = req.url.path
         if path.endswith("/instances"):
             return {"instances": [{"id": "i1", "machine_id": "m1", "state": "running"}]}
-        if path.endswith("/containers"):
+        if path.endswith("/containers"):  # pages of at most 100, as SaladCloud answers
+            size = min(int(req.url.params.get("page_size") or 100), 100)
+            first = (int(req.url.params.get("page") or 1) - 1) * size
             return {
                 "items": [
                     {
@@ -95,7 +97,7 @@ def _salad(runs: int, cached: bool, hours: float, home: Path) -> Api:
                         "name": group_name(k),
                         "container": {"environment_variables": {SALAD_KEY: k}},
                     }
-                    for k in keys
+                    for k in keys[first : first + size]
                 ]
             }
         name = path.rsplit("/", 1)[1]

@@ -69,7 +69,13 @@ class Contract:
         self.base_path = base.rstrip("/")
         doc = dict(doc)
         doc["servers"] = [{"url": _HOST + self.base_path}]
-        self.api = OpenAPI.from_dict(doc, config=Config(spec_validator_cls=None))
+        config = Config(
+            spec_validator_cls=None,
+            # RFC 9457 problem details (RunPod's errors) are JSON; openapi-core knows only the
+            # plain JSON media type and would see the body as a string
+            extra_media_type_deserializers={"application/problem+json": _json_body},
+        )
+        self.api = OpenAPI.from_dict(doc, config=config)
         self._lock = threading.Lock()
 
     def _request(
@@ -124,6 +130,10 @@ class Contract:
         with self._lock:
             errors = list(self.api.iter_response_errors(request, response))
         return [f"{method} {path}: answer {status}: {_describe(e)}" for e in errors]
+
+
+def _json_body(raw: bytes | str) -> Any:
+    return json.loads(raw)
 
 
 def _media_type(value: str) -> str:

@@ -1,4 +1,5 @@
-"""Fixtures: a fake SaladCloud on loopback and Salad providers pointed at it."""
+"""Fixtures: a fake SaladCloud on loopback and Salad providers pointed at it. The fake is bound
+to SaladCloud's published documents: a test whose exchanges broke either fails at teardown."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from .fake_server import API_KEY, FakeSalad
 def fake(tmp_path: Path) -> Iterator[FakeSalad]:
     server = FakeSalad(tmp_path / "salad")
     yield server
-    server.close()
+    server.close()  # and fails the test on any exchange that broke the contract
 
 
 @pytest.fixture

@@ -118,25 +118,39 @@ class Group:
             "stopping_count": int(state == "stopping"),
         }
 
-    def api(self, gateway: str) -> dict[str, Any]:
+    @property
+    def dns(self) -> str:
+        """The gateway's host name (a name under the reserved ``.test``, as the document's
+        pattern requires a host name; the fake's gateway serves it at ``/gw/<dns>``)."""
+        return f"{self.name}.salad.test"
+
+    def api(self) -> dict[str, Any]:
+        """The group as SaladCloud answers it: every field its document requires, ``priority``
+        at the top level (the answer's ``container`` has none), no registry credentials."""
+        body = self.body
         container = {
-            k: v for k, v in self.body["container"].items() if k != "registry_authentication"
+            k: v
+            for k, v in body["container"].items()
+            if k not in ("registry_authentication", "priority")
         }
-        container.setdefault("priority", None)
+        container.setdefault("command", None)
         resources = dict(container.get("resources") or {})
         resources.setdefault("gpu_classes", [])
         container["resources"] = resources
         out = {
             "id": self.id,
             "name": self.name,
-            "display_name": self.body.get("display_name") or self.name,
+            "display_name": body.get("display_name") or self.name,
             "organization_name": ORG,
             "project_name": PROJECT,
             "container": container,
-            "autostart_policy": self.body["autostart_policy"],
-            "restart_policy": self.body["restart_policy"],
-            "replicas": self.body["replicas"],
-            "country_codes": self.body.get("country_codes") or [],
+            "autostart_policy": body["autostart_policy"],
+            "restart_policy": body["restart_policy"],
+            "replicas": body["replicas"],
+            # UNCONFIRMED upstream: a group created without a priority (a CPU one) is answered
+            # at the lowest; the document's enum has no null for an answer to carry
+            "priority": body["container"].get("priority") or "batch",
+            "country_codes": body.get("country_codes") or [],
             "current_state": {
                 "status": self.status,
                 "description": None,
@@ -148,12 +162,36 @@ class Group:
             "version": self.version,
             "create_time": self.create_time,
             "update_time": now_iso(),
+            "scheduled-scaling-enabled": bool(body.get("scheduled-scaling-enabled")),
+            "scaling-actions": list(body.get("scaling-actions") or []),
         }
         for probe in ("startup_probe", "liveness_probe", "readiness_probe"):
-            out[probe] = self.body.get(probe)
-        if self.body.get("networking"):
-            out["networking"] = {**self.body["networking"], "dns": f"{gateway}/{self.name}"}
+            out[probe] = body.get(probe)
+        if body.get("networking"):
+            out["networking"] = {
+                "load_balancer": "round_robin",
+                **body["networking"],
+                "dns": self.dns,
+            }
         return out
+
+    def system_logs(self) -> list[dict[str, Any]]:
+        """The last events in SaladCloud's SystemLog shape (the resources the group asked for;
+        a value outside the document's range is null)."""
+        resources = self.body["container"].get("resources") or {}
+
+        def within(value: Any, low: int, high: int) -> int | None:
+            return value if isinstance(value, int) and low <= value <= high else None
+
+        common = {
+            "resource_cpu": within(resources.get("cpu"), 1, 16),
+            "resource_gpu_class": ",".join(resources.get("gpu_classes") or []),
+            "resource_memory": within(resources.get("memory"), 1024, 61440),
+            "resource_storage_amount": within(
+                resources.get("storage_amount"), 1073741824, 268435456000
+            ),
+        }
+        return [{**log, **common} for log in self.logs]
 
 
 class CloudError(Exception):
@@ -186,7 +224,7 @@ class FakeSaladCloud:
 
     # --- groups -----------------------------------------------------------------------------
 
-    def create(self, body: dict[str, Any], gateway: str, imds: str) -> Group:
+    def create(self, body: dict[str, Any], imds: str) -> Group:
         with self.lock:
             name = body["name"]
             if name in self.groups:
@@ -297,15 +335,14 @@ class FakeSaladCloud:
 
     def _log(self, group: Group, event: str) -> None:
         replica = group.replica
-        group.logs.append(
-            {
-                "event_name": event,
-                "event_time": now_iso(),
-                "instance_id": replica.id if replica else None,
-                "machine_id": replica.machine_id if replica else None,
-                "version": group.version,
-            }
-        )
+        log: dict[str, Any] = {
+            "event_name": event,
+            "event_time": now_iso(),
+            "version": str(group.version),  # a string in SaladCloud's SystemLog
+        }
+        if replica is not None:
+            log.update(instance_id=replica.id, machine_id=replica.machine_id)
+        group.logs.append(log)
         del group.logs[:-50]
 
     def interrupt(self, name: str, why: str = "Instance Interrupted (Node Offline)") -> None:
@@ -346,6 +383,11 @@ class FakeSaladCloud:
                 replica.container.kill()
             del self.groups[name]
             self.deleted.append(name)
+
+    def by_dns(self, dns: str) -> str:
+        """The name of the group whose gateway is ``dns`` ("" if none)."""
+        with self.lock:
+            return next((g.name for g in self.groups.values() if g.dns == dns), "")
 
     def replica_port(self, name: str) -> int | None:
         with self.lock:

@@ -3,17 +3,22 @@
 
 from __future__ import annotations
 
+import uuid
+
 import pytest
 
 from corral.errors import (
     AuthFailed,
     BadInput,
     Conflict,
+    NoCapacity,
+    NotYetTerminated,
     ProviderError,
     ProviderUnavailable,
     QuotaExceeded,
     RateLimited,
 )
+from corral.providers.base import Instance, Offer
 from corral.providers.http import TokenBucket
 from corral.providers.salad import SaladSettings
 
@@ -70,17 +75,27 @@ def test_the_fake_enforces_240_a_minute_and_the_shared_bucket_stays_under_it(mak
     assert clock.t > 60  # 300 requests took more than a minute of (fake) time
 
 
+#: the least body SaladCloud's document takes for a create
+BODY = {
+    "name": "corral-x1",
+    "autostart_policy": False,
+    "restart_policy": "never",
+    "replicas": 1,
+    "container": {"image": "python:3.11", "resources": {"cpu": 1, "memory": 1024}},
+}
+
+
 def test_quota_and_name_conflicts_are_typed(make_provider, fake):
     provider = make_provider()
     fake.fail("POST /organizations/*/containers", 403, detail="Container replica quota exceeded")
     with pytest.raises(QuotaExceeded):
-        provider.api.create_group({"name": "x"})
+        provider.api.create_group(BODY)
     fake.fail("POST /organizations/*/containers", 403, detail="Forbidden")
     with pytest.raises(AuthFailed):
-        provider.api.create_group({"name": "x"})
+        provider.api.create_group(BODY)
     fake.fail("POST /organizations/*/containers", 409, detail="The name is taken")
     with pytest.raises(Conflict):
-        provider.api.create_group({"name": "x"})
+        provider.api.create_group(BODY)
 
 
 def test_settings_name_the_missing_organization_and_bad_values(monkeypatch):
@@ -92,6 +107,11 @@ def test_settings_name_the_missing_organization_and_bad_values(monkeypatch):
         SaladSettings.from_env({"CORRAL_SALAD_ORGANIZATION": "Bad_Name"})
     with pytest.raises(BadInput, match="REQUESTS_PER_MINUTE"):
         SaladSettings.from_env({"CORRAL_SALAD_REQUESTS_PER_MINUTE": "500"})
+    with pytest.raises(BadInput, match=r"CORRAL_SALAD_GATEWAY_URL: .*with \{dns\}"):
+        SaladSettings.from_env({"CORRAL_SALAD_GATEWAY_URL": "http://proxy.test/gw"})
+    assert SaladSettings().gateway("a-b.salad.cloud") == "https://a-b.salad.cloud"
+    proxied = SaladSettings(gateway_url="http://127.0.0.1:9/gw/{dns}")
+    assert proxied.gateway("a-b.salad.cloud") == "http://127.0.0.1:9/gw/a-b.salad.cloud"
     s = SaladSettings.from_env(
         {"CORRAL_SALAD_ORGANIZATION": "acme", "CORRAL_SALAD_COUNTRY_CODES": "US, de"}
     )
@@ -118,3 +138,48 @@ def test_a_controller_without_an_organization_leaves_salad_out_with_the_reason(m
     monkeypatch.delenv("SALAD_API_KEY")
     _, skipped = load_providers(["salad"])
     assert "corral secret set SALAD_API_KEY" in skipped["salad"]
+
+
+def test_a_409_says_what_it_means_on_each_call_never_no_capacity(make_provider, fake):
+    provider = make_provider()
+    group = provider.api.create_group(BODY)
+    name = group.name
+    inst = Instance(
+        provider="salad", instance_id=name, key="k1-a1", offer=Offer(provider="salad", offer_id="o")
+    )
+    calls = {
+        "POST /organizations/*/containers": (
+            lambda: provider.api.create_group(BODY),
+            Conflict,
+            "of that name exists",
+        ),
+        f"POST /organizations/*/containers/{name}/start": (
+            lambda: provider.start(inst),
+            Conflict,
+            "cannot be started",
+        ),
+        f"POST /organizations/*/containers/{name}/stop": (
+            lambda: provider.stop(inst),
+            Conflict,
+            "cannot be stopped",
+        ),
+        f"DELETE /organizations/*/containers/{name}": (
+            lambda: provider.terminate(inst),
+            NotYetTerminated,  # the controller calls again later
+            "cannot be deleted yet",
+        ),
+        "POST /organizations/*/instances/*/reallocate": (
+            lambda: provider.api.reallocate(name, str(uuid.uuid4())),
+            Conflict,
+            "cannot be reallocated",
+        ),
+    }
+    for target, (call, kind, meaning) in calls.items():
+        fake.fail(target, 409, detail="Conflict")
+        with pytest.raises(kind, match=meaning) as info:
+            call()
+        assert not isinstance(info.value, NoCapacity), target
+    assert name in fake.cloud.groups  # the refused delete deleted nothing
+    assert not provider.memory.get(name).get("stopped")  # the refused stop is not remembered
+    provider.terminate(inst)
+    assert name not in fake.cloud.groups

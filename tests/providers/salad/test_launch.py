@@ -8,7 +8,7 @@ import pytest
 
 from corral.errors import BadInput, InfeasibleRequest
 from corral.providers.base import InstanceState, Requirements
-from corral.providers.salad.bootstrap import ENV_KEY, MAX_VALUE, group_name
+from corral.providers.salad.bootstrap import ENV_KEY, MAX_VALUE, group_name, one_line
 from support.waiting import wait_until
 
 from ..contract import new_key, wait_state
@@ -60,13 +60,18 @@ def test_a_group_is_created_with_one_replica_probes_gateway_and_short_env_values
     assert container["command"][:2] == ["bash", "-c"]
     env = container["environment_variables"]
     assert env[ENV_KEY] == key and all(len(v) <= MAX_VALUE for v in env.values())
+    assert all(one_line(v) for v in env.values())  # SaladCloud's values are one line
     assert secret not in str(env) and boot.token not in str(env)  # packed, never in plain
     assert body["networking"]["port"] == 8750 and body["networking"]["auth"] is False
-    assert body["startup_probe"]["http"]["path"] == "/health"
+    startup = body["startup_probe"]
+    assert startup["http"]["path"] == "/health"
+    # within SaladCloud's 1-20 failures, and still 10 minutes to pull, install and start
+    assert 1 <= startup["failure_threshold"] <= 20
+    assert startup["failure_threshold"] * startup["period_seconds"] == 600
     assert body["liveness_probe"]["http"]["path"] == "/health"
     assert body["readiness_probe"]["http"]["path"] == "/ready"
     st = wait_state(provider, inst, InstanceState.RUNNING)
-    assert st.endpoint and st.endpoint.endswith("/gw/" + inst.instance_id)
+    assert st.endpoint and st.endpoint.endswith(f"/gw/{inst.instance_id}.salad.test")
     # the agent answers through the gateway: its token for the API, none for the probes
     status = wait_until(
         lambda: (

@@ -5,6 +5,7 @@ metadata service (machine id event, deletion cost, no raise when there is none).
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import uuid
 
@@ -22,6 +23,7 @@ from corral.providers.salad.bootstrap import (
     NODE_HOOK,
     command,
     container_env,
+    one_line,
     start_script,
 )
 from corral.wire.node import NodeContext
@@ -39,15 +41,27 @@ def test_the_boot_blob_travels_in_short_values_and_starts_the_agent_on_the_nodes
     noise = os.urandom(1500).hex()  # does not compress: the blob needs several values
     big = {"BIG": noise, "HF_TOKEN": "hf-secret-123"}
     b = _bootstrap(tmp_path, big)
+    install = "pip install 'corral==9.9'\necho installed\n"  # two lines
     b = b.model_copy(
-        update={"install": {"CORRAL_VERSION": "9.9", "CORRAL_WHEEL_URL": "https://x/" + "q" * 1500}}
+        update={
+            "install": {
+                "CORRAL_VERSION": "9.9",
+                "CORRAL_WHEEL_URL": "https://x/" + "q" * 1500,
+                "CORRAL_INSTALL": install,
+                "CORRAL_NODE_INDEX_URL": "",
+            }
+        }
     )
     env = container_env(b, Offer(provider="salad", offer_id="o"), "r1-a1", SaladSettings())
-    assert int(env[ENV_PARTS]) >= 2 and all(len(v) <= 1000 for v in env.values())
+    assert int(env[ENV_PARTS]) >= 2 and all(1 <= len(v) <= 1000 for v in env.values())
+    # SaladCloud's values and arguments are one line each (the script has many: encoded)
+    assert all(one_line(v) for v in env.values()) and all(one_line(a) for a in command())
+    assert "CORRAL_NODE_INDEX_URL" not in env  # an empty value is left out, not sent
     # the container's command joins what travelled in pieces, as bash on the node would
     assert all(len(a) <= 1000 for a in command()) and command()[2] == JOIN
     assert env["CORRAL_SPLIT"] == "CORRAL_WHEEL_URL" and "CORRAL_WHEEL_URL" not in env
-    probe = 'printf "%s|%s" "$CORRAL_WHEEL_URL" "$CORRAL_VERSION"; cat "$B"'
+    assert env["CORRAL_B64"] == "CORRAL_INSTALL"
+    probe = 'printf "%s|%s|%s" "$CORRAL_WHEEL_URL" "$CORRAL_VERSION" "$CORRAL_INSTALL"; cat "$B"'
     joined = subprocess.run(
         ["bash", "-c", JOIN.replace('exec bash "$B" "$@"', probe)],
         env={**env, "TMPDIR": str(tmp_path)},
@@ -55,7 +69,8 @@ def test_the_boot_blob_travels_in_short_values_and_starts_the_agent_on_the_nodes
         text=True,
         check=True,
     ).stdout
-    assert joined == "https://x/" + "q" * 1500 + "|9.9" + start_script(SaladSettings())
+    script = start_script(SaladSettings())
+    assert joined == "https://x/" + "q" * 1500 + "|9.9|" + install + script
     node_env = {**env, "HOME": str(tmp_path / "node")}
     argv = boot.start_agent(node_env, exec_agent=False)
     assert node_env["HF_TOKEN"] == "hf-secret-123" and node_env["BIG"] == noise
@@ -73,6 +88,21 @@ def test_the_boot_blob_travels_in_short_values_and_starts_the_agent_on_the_nodes
         boot.start_agent(missing, exec_agent=False)
     with pytest.raises(ValueError):
         boot_blob.read_blob("not base64 at all")
+
+
+def test_an_image_without_base64_stops_with_a_line_saying_so(tmp_path):
+    b = _bootstrap(tmp_path)
+    env = container_env(b, Offer(provider="salad", offer_id="o"), "r1-a1", SaladSettings())
+    bin_dir = tmp_path / "bin"  # bash and nothing else on the PATH
+    bin_dir.mkdir()
+    (bin_dir / "bash").symlink_to(shutil.which("bash") or "/bin/bash")
+    done = subprocess.run(
+        [str(bin_dir / "bash"), "-c", JOIN, "corral-boot", "-m", "x"],
+        env={**env, "TMPDIR": str(tmp_path), "PATH": str(bin_dir)},
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 127 and "does the image have base64?" in done.stderr
 
 
 def test_the_node_hook_reports_the_machine_and_guards_the_instance(tmp_path, fake, make_provider):

@@ -10,6 +10,7 @@ import pytest
 
 from corral.errors import Conflict, NotFound
 from corral.providers.base import Instance, InstanceState
+from corral.providers.salad.bootstrap import ENV_KEY, ENV_OFFER, group_name
 from corral.providers.salad.groups import ContainerGroup, SaladInstance, group_state
 from support.waiting import wait_until
 
@@ -141,3 +142,42 @@ def test_the_leak_sweep_deletes_only_old_groups_no_run_knows(make_provider, fake
     assert provider.sweep({kept.key}) == [leaked.instance_id]
     assert list(fake.cloud.groups) == [kept.instance_id]
     provider.terminate(kept)
+
+
+def test_a_restarted_controller_reads_the_priority_at_the_top_level(make_provider, fake, tmp_path):
+    provider = make_provider()
+    key = new_key()
+    chosen = offer(provider, priority="high")
+    inst = provider.launch(chosen, bootstrap(provider, chosen, tmp_path, key), key)
+    # a group whose offer did not fit in its environment: rebuilt from the group itself
+    del fake.cloud.groups[inst.instance_id].body["container"]["environment_variables"][ENV_OFFER]
+    found = make_provider().find(key)  # a restarted controller
+    assert found is not None
+    assert found.offer.details["priority"] == "high" and found.offer.spot is False
+    assert found.offer.details["gpu_class_id"] == chosen.details["gpu_class_id"]
+    provider.terminate(inst)
+
+
+def test_the_leak_sweep_sees_every_group_past_the_first_page(make_provider, fake):
+    keys = [f"r{i:03d}leak-a1" for i in range(130)]
+    for key in keys:  # stopped groups (no container runs): corral's, no run knows them
+        fake.cloud.create(
+            {
+                "name": group_name(key),
+                "autostart_policy": False,
+                "restart_policy": "never",
+                "replicas": 1,
+                "container": {
+                    "image": "python:3.11",
+                    "resources": {"cpu": 1, "memory": 1024},
+                    "environment_variables": {ENV_KEY: key},
+                },
+            },
+            imds="",
+        )
+    provider = make_provider(sweep_min_age_s=0)
+    assert sorted(i.key for i in provider.list_instances()) == keys
+    pages = [r for r in fake.routes("GET ") if r.endswith("/containers")]
+    assert len(pages) == 2  # 100 + 30
+    assert len(provider.sweep(keys[:5])) == 125
+    assert sorted(fake.cloud.groups) == sorted(group_name(k) for k in keys[:5])

@@ -11,10 +11,12 @@ Creates are never retried on a timeout or a 5xx: the provider looks the group up
 
 from __future__ import annotations
 
+import logging
 import random
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import httpx
@@ -22,7 +24,6 @@ import httpx
 from corral.errors import (
     AuthFailed,
     Conflict,
-    NoCapacity,
     NotFound,
     ProviderError,
     QuotaExceeded,
@@ -33,8 +34,39 @@ from corral.providers.salad.groups import ContainerGroup, SaladInstance
 from corral.providers.salad.settings import SaladSettings
 
 PROVIDER = "salad"
+#: container groups asked for per page of the list (the most one answer holds)
+PAGE_SIZE = 100
+#: pages read at most for one listing (50,000 groups)
+MAX_PAGES = 500
 _NAME = re.compile(r"^[a-z][a-z0-9-]{0,61}[a-z0-9]$")
 _QUOTA = re.compile(r"(?i)quota|limit reached|exceed")
+log = logging.getLogger("corral.providers.salad")
+
+
+#: what a 409 means on each call that changes something. SaladCloud's document lists no 409
+#: on any endpoint (it falls under ``default``) and SaladCloud never refuses a create for want
+#: of nodes (it keeps allocating), so a 409 is never "no capacity": it is a conflict with the
+#: resource's state, named per call (docs/providers.md, "Assumptions no published contract
+#: settles").
+CONFLICTS = {
+    "create": "a container group of that name exists",
+    "start": "the container group cannot be started in its present state",
+    "stop": "the container group cannot be stopped in its present state",
+    "delete": "the container group cannot be deleted yet (a change is under way)",
+    "reallocate": "the instance cannot be reallocated in its present state",
+}
+
+
+@contextmanager
+def _conflict(meaning: str) -> Iterator[None]:
+    """Read a 409 of the call inside as :class:`Conflict` saying ``meaning``, whatever the
+    HTTP helper made of it (it reads every 409 as :class:`NoCapacity`)."""
+    try:
+        yield
+    except ProviderError as exc:
+        if exc.fields.get("status") != 409:
+            raise
+        raise Conflict(f"{exc.message} ({meaning})", fields=exc.fields) from None
 
 
 def check_name(value: str) -> str:
@@ -113,13 +145,28 @@ class SaladAPI:
     # --- container groups -------------------------------------------------------------------
 
     def list_groups(self) -> list[ContainerGroup]:
-        body = self.http.get_json(self._groups())
-        items = body.get("items") if isinstance(body, dict) else None
-        if not isinstance(items, list):
-            raise ProviderError("salad: GET containers did not answer with a list of items")
-        return [
-            ContainerGroup.model_validate(g) for g in items if isinstance(g, dict) and g.get("name")
-        ]
+        """Every group of the project, page by page (``page``, ``page_size`` :data:`PAGE_SIZE`:
+        one answer holds at most 100). It stops at a short page, or at a page that brings no
+        group not seen yet (an API that ignores ``page`` answers the first page again), or
+        after :data:`MAX_PAGES`."""
+        groups: dict[str, ContainerGroup] = {}
+        for page in range(1, MAX_PAGES + 1):
+            body = self.http.get_json(self._groups(), params={"page": page, "page_size": PAGE_SIZE})
+            items = body.get("items") if isinstance(body, dict) else None
+            if not isinstance(items, list):
+                raise ProviderError("salad: GET containers did not answer with a list of items")
+            listed = [
+                ContainerGroup.model_validate(g)
+                for g in items
+                if isinstance(g, dict) and g.get("name")
+            ]
+            new = [g for g in listed if g.name not in groups]
+            groups.update((g.name, g) for g in new)
+            if len(items) < PAGE_SIZE or not new:
+                break
+        else:
+            log.warning("salad: the project lists more than %d pages of groups", MAX_PAGES)
+        return list(groups.values())
 
     def get_group(self, name: str) -> ContainerGroup | None:
         """The group, or None if SaladCloud does not know it."""
@@ -133,29 +180,30 @@ class SaladAPI:
 
     def create_group(self, body: dict[str, Any]) -> ContainerGroup:
         try:
-            answer = self.http.post_json(self._groups(), json=body)
+            with _conflict(CONFLICTS["create"]):
+                answer = self.http.post_json(self._groups(), json=body)
         except AuthFailed as exc:  # SaladCloud answers 403 to a create beyond a quota
             if _QUOTA.search(exc.message):
                 raise QuotaExceeded(exc.message, fields=exc.fields) from None
-            raise
-        except NoCapacity as exc:  # a 409: the name is taken (SaladCloud queues, never refuses)
-            if exc.fields.get("status") == 409:
-                raise Conflict(exc.message, fields=exc.fields) from None
             raise
         if not isinstance(answer, dict) or not answer.get("name"):
             raise ProviderError("salad: creating a container group answered without a group")
         return ContainerGroup.model_validate(answer)
 
     def start_group(self, name: str) -> None:
-        self.http.request("POST", f"{self._group(name)}/start", idempotent=True)
+        with _conflict(CONFLICTS["start"]):
+            self.http.request("POST", f"{self._group(name)}/start", idempotent=True)
 
     def stop_group(self, name: str) -> None:
-        self.http.request("POST", f"{self._group(name)}/stop", idempotent=True)
+        with _conflict(CONFLICTS["stop"]):
+            self.http.request("POST", f"{self._group(name)}/stop", idempotent=True)
 
     def delete_group(self, name: str) -> bool:
-        """Delete the group; False if SaladCloud did not know it."""
+        """Delete the group; False if SaladCloud did not know it; :class:`Conflict` if it
+        cannot be deleted yet."""
         try:
-            self.http.request("DELETE", self._group(name))
+            with _conflict(CONFLICTS["delete"]):
+                self.http.request("DELETE", self._group(name))
         except (ResourceNotFound, NotFound):
             return False
         return True
@@ -184,9 +232,10 @@ class SaladAPI:
         """Move the instance to another node (SaladCloud kills it and allocates anew)."""
         if not re.match(r"^[A-Za-z0-9-]{1,64}$", instance_id or ""):
             raise NotFound(f"salad: {instance_id!r} is not an instance id")
-        self.http.request(
-            "POST", f"{self._group(name)}/instances/{instance_id}/reallocate", idempotent=True
-        )
+        with _conflict(CONFLICTS["reallocate"]):
+            self.http.request(
+                "POST", f"{self._group(name)}/instances/{instance_id}/reallocate", idempotent=True
+            )
 
     def log_entries(self, query: str, start: str, end: str, page_size: int = 100) -> list[dict]:
         """Container log lines matching ``query`` between ``start`` and ``end`` (RFC 3339),

@@ -8,14 +8,17 @@ that unpacks the boot blob from the environment and starts corral's agent on the
 the port of the container gateway. The job's code is shipped to ``/corral/runs/<run>/work``
 (through the run's storage, or the agent's port behind the gateway).
 
-SaladCloud bounds every environment value and every command argument to 1,000 characters, so
-what is longer travels in pieces: the boot blob (the plan as the controller built it, the agent
-token and the job's env, secrets included; gzip + base64) in ``CORRAL_BOOT_GZ_<i>`` with
-``CORRAL_BOOT_PARTS``, the node bootstrap script in ``CORRAL_BOOTSTRAP__<i>``, and a long
-install value (a presigned wheel URL) in ``<NAME>__<i>`` named in ``CORRAL_SPLIT``; the
-command (:data:`JOIN`, a few hundred characters) joins them back. SaladCloud shows a group's
-environment to holders of the organization's API key, like a cloud shows user-data, and to
-no one else; corral never logs or returns it.
+SaladCloud bounds every environment value and every command argument to 1,000 characters on
+one line (the document's ``maxLength: 1000``, ``pattern: ^.*$``), so what is longer travels in
+pieces and what has a line break travels in base64: the boot blob (the plan as the controller
+built it, the agent token and the job's env, secrets included; gzip + base64) in
+``CORRAL_BOOT_GZ_<i>`` with ``CORRAL_BOOT_PARTS``, the node bootstrap script base64-encoded in
+``CORRAL_BOOTSTRAP__<i>``, a long install value (a presigned wheel URL) in ``<NAME>__<i>``
+named in ``CORRAL_SPLIT``, and an install value with a line break base64-encoded and named in
+``CORRAL_B64``; the command (:data:`JOIN`, under 1,000 characters) joins and decodes them back
+with bash and coreutils' ``base64`` (an image without ``base64`` stops with a line saying so).
+SaladCloud shows a group's environment to holders of the organization's API key, like a cloud
+shows user-data, and to no one else; corral never logs or returns it.
 
 The probes call the agent's ``/health`` (startup, liveness) and ``/ready`` (readiness), which
 answer without a token and reveal only liveness. A failing startup or liveness probe makes
@@ -24,6 +27,7 @@ SaladCloud interrupt the instance, which corral reads as a preemption.
 
 from __future__ import annotations
 
+import base64
 from typing import Any
 
 from corral.providers.base import Bootstrap, ImageRef, NodeProfile, Offer
@@ -47,17 +51,29 @@ NODE_HOOK = "corral.providers.salad.node:SaladNode"
 RUNS = "/corral/runs"
 ENV_BOOTSTRAP = "CORRAL_BOOTSTRAP"
 ENV_SPLIT = "CORRAL_SPLIT"
+ENV_B64 = "CORRAL_B64"
 #: what the container runs once corral is there
 BOOT_ARGS = ("-m", "corral.providers.salad.boot", "agent")
-#: the container's command: join what travelled in pieces, then run the node bootstrap
+#: the container's command: join what travelled in pieces, decode what travelled in base64
+#: (a decoded value keeps a trailing line break: the ``.`` after it is cut off), then run the
+#: node bootstrap
 JOIN = (
     'join() { local n="$1" i=0 s="" v; while v="${n}__$i"; [ -n "${!v+x}" ]; do '
     's="$s${!v}"; unset "$v"; i=$((i+1)); done; printf "%s" "$s"; }; '
     'for n in ${CORRAL_SPLIT:-}; do export "$n=$(join "$n")"; done; '
-    'B="${TMPDIR:-/tmp}/corral-node-bootstrap-$$.sh"; join CORRAL_BOOTSTRAP > "$B"; '
+    'for n in ${CORRAL_B64:-}; do v="$(printf "%s" "${!n}" | base64 -d; echo .)"; '
+    'export "$n=${v%.}"; done; '
+    'B="${TMPDIR:-/tmp}/corral-node-bootstrap-$$.sh"; '
+    'join CORRAL_BOOTSTRAP | base64 -d > "$B" || '
+    '{ echo "corral: cannot decode the node bootstrap (does the image have base64?)" >&2; '
+    "exit 127; }; "
     'exec bash "$B" "$@"'
 )
 PROBE_HEADER = {"name": "X-Corral-Probe", "value": "salad"}
+#: the startup probe: the most failures SaladCloud allows (1-20), each period long enough that
+#: a container has 10 minutes to pull, install corral and start the agent
+STARTUP_FAILURES = 20
+STARTUP_PERIOD_S = 30
 
 
 def group_name(key: str) -> str:
@@ -89,6 +105,16 @@ def joined(environ: dict[str, str]) -> str:
     return blob.joined(environ, ENV_BOOT, int(environ.get(ENV_PARTS) or "0"))
 
 
+def one_line(value: str) -> bool:
+    """Whether SaladCloud takes ``value`` as an environment value or a command argument as it
+    is (the document's ``^.*$``: no line break, in the ECMA-262 reading of ``.``)."""
+    return not any(c in value for c in "\n\r\u2028\u2029")
+
+
+def _b64(value: str) -> str:
+    return base64.b64encode(value.encode()).decode("ascii")
+
+
 def _pieces(env: dict[str, str], name: str, value: str, *, always: bool = False) -> bool:
     """Put ``value`` in ``env`` as ``name``, or in pieces ``<name>__<i>`` when it is longer
     than one value may be (or ``always``); True if it was split."""
@@ -106,10 +132,15 @@ def container_env(
 ) -> dict[str, str]:
     env = blob.chunks(ENV_BOOT, blob.boot_blob(bootstrap), MAX_VALUE)
     env[ENV_PARTS] = str(len(env))
-    split = [n for n, v in sorted(bootstrap.install.items()) if _pieces(env, n, v)]
+    # an empty value is left out (SaladCloud takes 1-1,000 characters): unset to the bootstrap
+    install = [(n, v) for n, v in sorted(bootstrap.install.items()) if v]
+    encoded = [n for n, v in install if not one_line(v)]
+    split = [n for n, v in install if _pieces(env, n, v if one_line(v) else _b64(v))]
     if split:
         env[ENV_SPLIT] = " ".join(split)
-    _pieces(env, ENV_BOOTSTRAP, start_script(settings), always=True)
+    if encoded:
+        env[ENV_B64] = " ".join(encoded)
+    _pieces(env, ENV_BOOTSTRAP, _b64(start_script(settings)), always=True)
     env[ENV_KEY] = key
     offer_json = offer.model_dump_json(exclude_defaults=True)
     if len(offer_json) <= MAX_VALUE:
@@ -199,8 +230,11 @@ def create_body(
             "client_request_timeout": 100000,
             "server_response_timeout": 100000,
         },
-        # /health answers as soon as the agent serves: up to 10 minutes to pull and install
-        "startup_probe": _probe("/health", port, period=5, timeout=5, failures=120),
+        # /health answers as soon as the agent serves: up to 10 minutes (20 x 30 s: SaladCloud
+        # allows at most 20 failures) to pull and install
+        "startup_probe": _probe(
+            "/health", port, period=STARTUP_PERIOD_S, timeout=5, failures=STARTUP_FAILURES
+        ),
         "liveness_probe": _probe("/health", port, period=30, timeout=10, failures=5),
         "readiness_probe": _probe("/ready", port, period=10, timeout=5, failures=3),
     }

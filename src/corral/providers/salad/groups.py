@@ -58,6 +58,9 @@ class ContainerGroup(_Lenient):
     name: str
     display_name: str | None = None
     container: dict[str, Any] = Field(default_factory=dict)
+    #: the group's priority: at the top level of SaladCloud's answer (its ``container`` has
+    #: none, though a create sends it there)
+    priority: str | None = None
     networking: dict[str, Any] | None = None
     current_state: CurrentState = Field(default_factory=CurrentState)
     replicas: int = 0

@@ -72,7 +72,12 @@ from corral.providers.salad import bootstrap as boot
 from corral.providers.salad.api import SaladAPI
 from corral.providers.salad.groups import ContainerGroup, SaladInstance, group_state
 from corral.providers.salad.offers import build_offers
-from corral.providers.salad.settings import ENV_API_KEY, ENV_REGISTRY_PASSWORD, SaladSettings
+from corral.providers.salad.settings import (
+    ENV_API_KEY,
+    ENV_REGISTRY_PASSWORD,
+    PRIORITIES,
+    SaladSettings,
+)
 
 log = logging.getLogger("corral.providers.salad")
 
@@ -302,7 +307,7 @@ class SaladProvider(
 
     def _endpoint(self, group: ContainerGroup) -> str | None:
         dns = group.dns
-        return f"{self.settings.gateway_scheme}://{dns}" if dns else None
+        return self.settings.gateway(dns) if dns else None
 
     def _ours(self, group: ContainerGroup | None, key: str) -> ContainerGroup | None:
         if group is None:
@@ -314,7 +319,10 @@ class SaladProvider(
         name = instance.instance_id
         group = self._ours(self.api.get_group(name), instance.key)
         if group is not None:
-            self.api.delete_group(name)
+            try:
+                self.api.delete_group(name)
+            except Conflict as exc:  # a change under way: the controller calls again
+                raise NotYetTerminated(exc.message, fields=exc.fields) from None
             log.info("salad: deleted container group %s (%s)", name, instance.key)
             self._touch(name)
             if self._ours(self.api.get_group(name), instance.key) is not None:
@@ -357,7 +365,11 @@ class SaladProvider(
             created = inst.created_at
             if created is None or now - created < timedelta(seconds=self.settings.sweep_min_age_s):
                 continue
-            self.api.delete_group(inst.instance_id)
+            try:
+                self.api.delete_group(inst.instance_id)
+            except Conflict as exc:  # a change under way: the next sweep tries again
+                log.warning("salad: leaked group %s not deleted yet: %s", inst.instance_id, exc)
+                continue
             self._touch(inst.instance_id)
             self.memory.forget(inst.instance_id)
             swept.append(inst.instance_id)
@@ -367,15 +379,24 @@ class SaladProvider(
 
     def stop(self, instance: Instance) -> None:
         """Stop the group: no instance runs or is billed; ``status`` says STOPPED."""
-        self.memory.set_stopped(instance.instance_id, True)
-        self.api.stop_group(instance.instance_id)
-        self._touch(instance.instance_id)
+        self._stopped(instance.instance_id, True, self.api.stop_group)
 
     def start(self, instance: Instance) -> None:
         """Start a stopped group again (on whatever node SaladCloud allocates)."""
-        self.memory.set_stopped(instance.instance_id, False)
-        self.api.start_group(instance.instance_id)
-        self._touch(instance.instance_id)
+        self._stopped(instance.instance_id, False, self.api.start_group)
+
+    def _stopped(self, name: str, stopped: bool, call: Callable[[str], None]) -> None:
+        """Remember whether corral stopped ``name`` (before the call: a status read while it
+        is under way must know), then ``call`` it; a call SaladCloud refused (409) leaves what
+        was remembered before."""
+        before = bool(self.memory.get(name).get("stopped"))
+        self.memory.set_stopped(name, stopped)
+        try:
+            call(name)
+        except Conflict:
+            self.memory.set_stopped(name, before)
+            raise
+        self._touch(name)
 
     # --- simulated preemption ---------------------------------------------------------------
 
@@ -448,14 +469,12 @@ class SaladProvider(
                 pass
         resources = group.container.get("resources") or {}
         classes = resources.get("gpu_classes") or []
+        priority = group.priority if group.priority in PRIORITIES else "batch"
         return Offer(
             provider=self.name,
             offer_id=f"group:{group.name}",
             region="any",
             gpu_count=1 if classes else 0,
-            spot=(group.container.get("priority") or "batch") != "high",
-            details={
-                "gpu_class_id": classes[0] if classes else None,
-                "priority": group.container.get("priority") or "batch",
-            },
+            spot=priority != "high",
+            details={"gpu_class_id": classes[0] if classes else None, "priority": priority},
         )

@@ -66,6 +66,12 @@ class SaladSettings(BaseModel):
     gateway_scheme: Literal["https", "http"] = Field(
         "https", description="Scheme of the container gateway's address."
     )
+    gateway_url: str | None = Field(
+        None,
+        description="The agent's address made from the gateway's host name: a URL with "
+        "{dns} in it (a proxy in front of the gateway, a test's fake gateway); None: "
+        "<gateway_scheme>://{dns}.",
+    )
     gateway_auth: bool = Field(
         False,
         description="Require the Salad-Api-Key on the gateway; off by default: the agent "
@@ -118,6 +124,21 @@ class SaladSettings(BaseModel):
             )
         return self
 
+    @field_validator("gateway_url")
+    @classmethod
+    def _gateway_url(cls, value: str | None) -> str | None:
+        if value is not None and (
+            "{dns}" not in value or not value.startswith(("http://", "https://"))
+        ):
+            raise ValueError(f"{value!r} is not an http(s) URL with {{dns}} in it")
+        return value
+
+    def gateway(self, dns: str) -> str:
+        """The agent's address behind the gateway whose host name is ``dns``."""
+        if self.gateway_url:
+            return self.gateway_url.replace("{dns}", dns)
+        return f"{self.gateway_scheme}://{dns}"
+
     @field_validator("organization", "project")
     @classmethod
     def _name(cls, value: str | None) -> str | None:
@@ -157,6 +178,6 @@ class SaladSettings(BaseModel):
             ENV_PREFIX,
             overrides,
             what="salad settings",
-            nullable=("install_command", "registry_username"),
+            nullable=("install_command", "registry_username", "gateway_url"),
             item=str.lower,
         )

@@ -69,7 +69,13 @@ class Contract:
         self.base_path = base.rstrip("/")
         doc = dict(doc)
         doc["servers"] = [{"url": _HOST + self.base_path}]
-        self.api = OpenAPI.from_dict(doc, config=Config(spec_validator_cls=None))
+        config = Config(
+            spec_validator_cls=None,
+            # RFC 9457 problem details (RunPod's errors) are JSON; openapi-core knows only the
+            # plain JSON media type and would see the body as a string
+            extra_media_type_deserializers={"application/problem+json": _json_body},
+        )
+        self.api = OpenAPI.from_dict(doc, config=config)
         self._lock = threading.Lock()
 
     def _request(
@@ -126,6 +132,10 @@ class Contract:
         return [f"{method} {path}: answer {status}: {_describe(e)}" for e in errors]
 
 
+def _json_body(raw: bytes | str) -> Any:
+    return json.loads(raw)
+
+
 def _media_type(value: str) -> str:
     return value.split(";", 1)[0].strip()
 
@@ -171,6 +181,8 @@ class ContractCheck:
     #: paths under the prefix that the document does not cover and the fake serves anyway,
     #: each with the reason (an assumption named in docs/providers.md)
     exempt: tuple[str, ...] = ()
+    #: the media type of the refusal (RunPod: ``application/problem+json``)
+    refuse_kind: str = "application/json"
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def covers(self, path: str) -> bool:

@@ -20,6 +20,7 @@ def fake(tmp_path: Path) -> Iterator[FakeRunPod]:
     server = FakeRunPod(tmp_path / "pods")
     yield server
     server.close()
+    server.contract.assert_clean()  # every exchange kept RunPod's published REST v2 contract
 
 
 @pytest.fixture

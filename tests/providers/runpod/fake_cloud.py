@@ -161,7 +161,7 @@ class Pod:
             "cloud": self.cloud,
             "dataCenterId": self.data_center_id,
             "cudaVersion": "12.8",
-            "ssh": None,
+            "ssh": {"proxy": self.v2_ssh_proxy(), "direct": None},  # no 22/tcp in ports
             "template": None,
             "cost": self.cost_per_hr if status == "RUNNING" else 0.0,
             "locked": False,
@@ -169,6 +169,17 @@ class Pod:
             "createdAt": self.created_at,
             "startedAt": _iso(self.started_at) if self.started_at else None,
             "globalNetworking": {"enabled": False},
+        }
+
+    def v2_ssh_proxy(self) -> dict[str, Any]:
+        """SSH through RunPod's proxy (``PodSshEndpoint``): the pod has a machine from its
+        create on."""
+        user = f"{self.id}-{self.machine_id[:8]}"
+        return {
+            "host": "ssh.runpod.io",
+            "port": 22,
+            "username": user,
+            "command": f"ssh {user}@ssh.runpod.io",
         }
 
     def v2_runtime(self) -> dict[str, Any]:

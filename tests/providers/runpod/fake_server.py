@@ -42,6 +42,7 @@ import httpx
 
 from support import fakehttp
 from support.fakehttp import QuietHandler
+from support.openapi_contract import ContractCheck, load, unchecked
 
 from . import fake_graphql, fake_logs, fake_rest_v2
 from .fake_cloud import FakeCloud, GpuKind
@@ -62,6 +63,14 @@ class Fault(fakehttp.Fault):
 
     body: Any = None
     delay: float = 0.0
+
+
+def _refuse(violations: list[str]) -> tuple[int, Any]:
+    """What REST v2 answers a request that breaks its document: 404 for a path it does not
+    have, else 422 with one line per violation (``ErrorResponse``)."""
+    if any("PathNotFound" in v for v in violations):
+        return 404, fake_rest_v2.problem(404, "no such route")
+    return 422, fake_rest_v2.problem(422, "request validation failed", violations)
 
 
 @dataclass
@@ -94,6 +103,16 @@ class FakeRunPod:
         #: how pod log streams behave (hold, keep-alives, noise, cuts)
         self.logs = fake_logs.LogStream()
         self._proxy = httpx.Client(timeout=30.0)
+        #: RunPod's published REST v2 document (its paths start with /v2, its server has no
+        #: base path): every exchange under /v2 is checked against it. What else the fake
+        #: serves is not REST v2 (GraphQL, RunPod's HTTP proxy, the retired v1).
+        self.contract = ContractCheck(
+            load("runpod-v2.json"),
+            "",
+            refuse=_refuse,
+            exempt=("/graphql", "/proxy/", "/v1/"),
+            refuse_kind=fake_rest_v2.PROBLEM,
+        )
         self.server = fakehttp.start_server(self)
 
     @property
@@ -134,6 +153,7 @@ class FakeRunPod:
         raw = h.rfile.read(length) if length else b""
         ua = h.headers.get("User-Agent", "")
         if not ua.strip() or ua.lower().startswith(_DEFAULT_AGENTS):
+            unchecked(h)  # the CDN's answer, not the API's
             return self._send(h, "CDN", ua, 403, b"error code: 1010", "text/plain")
         m = _PROXY.match(url.path)
         if m:
@@ -217,6 +237,7 @@ class FakeRunPod:
     # --- answers ------------------------------------------------------------------------------
 
     def _fault(self, h: QuietHandler, route: str, ua: str, fault: Fault) -> None:
+        unchecked(h)  # a fault the test asked for: its shape is the test's
         if fault.delay:
             time.sleep(fault.delay)
         body = fault.body

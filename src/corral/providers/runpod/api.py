@@ -163,23 +163,21 @@ class RunPodAPI:
             "while the pod exists"
         )
 
-    # --- private registry credentials (REST) ------------------------------------------------
+    # --- private registry credentials (REST v2) ---------------------------------------------
 
     def registry_auths(self) -> list[dict[str, Any]]:
-        """The account's registry credentials (``id`` and ``name``; RunPod never returns the
-        password)."""
-        body = self.rest.get_json("/containerregistryauth")
-        if isinstance(body, dict):
-            body = body.get("containerRegistryAuths") or body.get("items")
-        return [a for a in body or [] if isinstance(a, dict) and a.get("id")]
+        """The account's registry credentials (``GET /v2/registries``: ``id`` and ``name``;
+        RunPod never returns the username or password)."""
+        body = self.rest.get_json("/registries")
+        return _listed(body, "registries", "GET /registries")
 
     def create_registry_auth(self, name: str, username: str, password: str) -> str:
-        """Store registry credentials with RunPod; returns their id (pods name it in
-        ``containerRegistryAuthId``)."""
+        """Store registry credentials with RunPod (``POST /v2/registries``); returns their id
+        (a pod names it in ``registry``)."""
         body = {"name": name, "username": username, "password": password}
-        answer = self.rest.post_json("/containerregistryauth", json=body)
+        answer = self.rest.post_json("/registries", json=body)
         if not isinstance(answer, dict) or not answer.get("id"):
-            raise ProviderError("runpod: POST /containerregistryauth answered without an id")
+            raise ProviderError("runpod: POST /registries answered without an id")
         return str(answer["id"])
 
     # --- network volumes (REST v2) ----------------------------------------------------------

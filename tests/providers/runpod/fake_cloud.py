@@ -1,8 +1,9 @@
 """The state behind the fake RunPod server: GPU types with prices and capacity, pods whose
 "container" runs on this machine, network volumes, and spot interruptions.
 
-A pod's container is its start command (``dockerStartCmd``, or GraphQL's ``dockerArgs``)
-run as a local process with the pod's env plus what RunPod puts in every pod
+A pod's container is its start command (REST v2's ``args``, or GraphQL's ``dockerArgs``, read
+as RunPod documents it: :func:`container_argv`) with the image's ENTRYPOINT, run as a local
+process with the pod's env plus what RunPod puts in every pod
 (``RUNPOD_POD_ID``, ``RUNPOD_API_KEY``). The container starts ``boot_delay`` seconds after the
 create; until then the pod is RUNNING with no runtime. One host runs many "containers", so
 each pod's first HTTP port is given a free local port, passed as ``CORRAL_AGENT_BIND`` (a real
@@ -20,6 +21,7 @@ after the notice (RunPod: at most 5 s).
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -44,6 +46,46 @@ DATA_CENTERS = ("EU-RO-1", "US-TX-3")
 NODE_ROOT = "CORRAL_NODE_ROOT"
 #: an image the fake runs with a shell and no python (say, a user's image built wrong)
 IMAGE_WITHOUT_PYTHON = "docker.io/library/busybox:1.36"
+#: an image with an ENTRYPOINT of its own (a model server, say): what it is given as CMD
+#: becomes its arguments; run, it says so and exits 3
+IMAGE_WITH_ENTRYPOINT = "docker.io/vllm/vllm-openai:v0.6.0"
+ENTRYPOINT_RAN = "the image's own ENTRYPOINT ran"
+
+
+@dataclass
+class Image:
+    """What the fake knows of an image: its ENTRYPOINT and CMD (Docker's exec form)."""
+
+    entrypoint: list[str] = field(default_factory=list)
+    cmd: list[str] = field(default_factory=list)
+
+
+def container_argv(image: Image, start: str) -> list[str]:
+    """The container's process for a pod's start command ``start`` (REST v2 ``args``,
+    GraphQL ``dockerArgs``), as RunPod documents it ("Container start command", docs
+    ``pods/templates/manage-templates``: it overrides the image's CMD; "JSON format with
+    entrypoint and cmd"):
+
+    * empty: the image's ENTRYPOINT + CMD;
+    * the JSON form ``{"entrypoint": [...], "cmd": [...]}``: a non-empty ``entrypoint``
+      replaces the image's (and, as in Docker, its CMD: ``cmd`` or nothing), else the image's
+      ENTRYPOINT gets ``cmd``;
+    * any other string: the image's ENTRYPOINT gets it as its CMD, split at whitespace and
+      nothing else. How RunPod splits a plain string is not documented; the fake takes the
+      reading that honours no quoting, so a command that needs its quotes kept fails here.
+    """
+    if not start.strip():
+        return image.entrypoint + image.cmd
+    try:
+        form = json.loads(start)
+    except ValueError:
+        form = None
+    if isinstance(form, dict) and set(form) <= {"entrypoint", "cmd"}:
+        entrypoint, cmd = form.get("entrypoint") or [], form.get("cmd") or []
+        strings = all(isinstance(a, str) for a in [*entrypoint, *cmd])
+        if isinstance(entrypoint, list) and isinstance(cmd, list) and strings:
+            return (entrypoint or image.entrypoint) + cmd
+    return image.entrypoint + start.split()
 
 
 class CloudError(Exception):
@@ -270,6 +312,12 @@ class FakeCloud:
         self.spot_sold = True
         #: images whose containers have a shell but no python (nothing else on their PATH)
         self.images_without_python: set[str] = {IMAGE_WITHOUT_PYTHON}
+        #: images with an ENTRYPOINT or CMD (any other: neither)
+        self.images: dict[str, Image] = {
+            IMAGE_WITH_ENTRYPOINT: Image(
+                entrypoint=[python, "-c", f"print({ENTRYPOINT_RAN!r}); raise SystemExit(3)"]
+            )
+        }
         self.lock = threading.RLock()
         self._timers: list[threading.Timer] = []
         #: processes of stopped or interrupted containers, until their SIGKILL
@@ -358,6 +406,10 @@ class FakeCloud:
             self.pods[pod.id] = pod
             self._schedule(self.boot_delay, self._boot, pod.id)
             return pod
+
+    def argv(self, image: str, start: str) -> list[str]:
+        """The process a pod of ``image`` runs for the start command ``start``."""
+        return container_argv(self.images.get(image, Image()), start)
 
     def get(self, pod_id: str) -> Pod:
         with self.lock:

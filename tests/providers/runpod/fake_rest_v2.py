@@ -18,7 +18,6 @@ the reset of the minute window); past ``quota_per_minute`` requests in a minute 
 from __future__ import annotations
 
 import json
-import shlex
 import threading
 import time
 from collections.abc import Callable
@@ -251,7 +250,7 @@ class RestV2:
             interruptible=False,
             env=dict(body.get("env") or {}),
             ports=list(body.get("ports") or []),
-            argv=shlex.split(body.get("args") or ""),
+            argv=self.cloud.argv(str(body.get("image") or ""), str(body.get("args") or "")),
             container_disk_gb=int(body.get("disk") or 50),
             volume_in_gb=int(persistent.get("size") or 0),
             volume_mount_path=str((volume or persistent).get("path") or "/workspace"),

@@ -4,12 +4,13 @@ checkpoints, and a pod that terminates itself when its job ended and no controll
 
 from __future__ import annotations
 
-import shlex
+import json
 import shutil
 import stat
 import subprocess
 from pathlib import Path
 
+import httpx
 import pytest
 
 from corral.errors import BadInput, ProviderError
@@ -52,9 +53,10 @@ def test_on_demand_create_body_starts_the_agent_with_plan_and_token_in_env(
     assert body["disk"] == 200 and body["cloud"] in ("SECURE", "COMMUNITY")
     assert body["ports"] == ["8750/http"] and "dataCenterIds" not in body
     # the node bootstrap (corral of this version, else installed), then the pod's boot
-    argv = shlex.split(body["args"])
-    assert argv[:2] == ["bash", "-c"] and argv[2] == bootstrap_script()
-    assert argv[3:] == ["corral-boot", "-m", "corral.providers.runpod.boot", "agent"]
+    # in RunPod's documented JSON form: an explicit entrypoint, every argument one string
+    start = json.loads(body["args"])
+    assert start["entrypoint"] == ["bash", "-c"] and start["cmd"][0] == bootstrap_script()
+    assert start["cmd"][1:] == ["corral-boot", "-m", "corral.providers.runpod.boot", "agent"]
     env = body["env"]
     assert env[ENV_AGENT_TOKEN] == bs.token and env["HF_TOKEN"] == "hf_secret_value"
     assert env[ENV_REST_URL] == fake.settings()["rest_url"]  # the shutdown command's API
@@ -84,7 +86,8 @@ def test_spot_create_is_a_graphql_bid_at_the_offer_price(make_provider, fake, tm
     assert inp["bidPerGpu"] == o.details["bid_per_gpu"] == o.price_per_hour / 2
     assert (inp["gpuCount"], inp["minVcpuCount"], inp["minMemoryInGb"]) == (2, 16, 64)
     assert inp["cloudType"] == o.details["cloud_type"] and inp["ports"] == "8750/http"
-    assert inp["dockerArgs"].startswith("bash -c ")
+    assert json.loads(inp["dockerArgs"]) == json.loads(fake.creates[-1]["dockerArgs"])
+    assert json.loads(inp["dockerArgs"])["entrypoint"] == ["bash", "-c"]
     assert {e["key"] for e in inp["env"]} >= {ENV_PLAN, ENV_AGENT_TOKEN}
 
 
@@ -223,3 +226,28 @@ def test_start_script_without_python_says_so(tmp_path):
         text=True,
     )
     assert done.returncode == 127 and "no python on this machine" in done.stderr
+
+
+@pytest.mark.parametrize("spot", [False, True])
+def test_the_agent_starts_in_an_image_with_an_entrypoint_of_its_own(
+    make_provider, fake, tmp_path, spot
+):
+    """The start command replaces the image's ENTRYPOINT (RunPod's JSON form): the image's own
+    (a model server that takes what it is given as its arguments) never runs."""
+    from corral.providers.base import ImageRef
+
+    from .fake_cloud import ENTRYPOINT_RAN, IMAGE_WITH_ENTRYPOINT
+
+    p = make_provider()
+    key = new_key()
+    bs = bootstrap(tmp_path, key).model_copy(update={"image": ImageRef(name=IMAGE_WITH_ENTRYPOINT)})
+    inst = p.launch(offer(p, spot=spot), bs, key)
+    [pod] = fake.cloud.list()
+    assert pod.image == IMAGE_WITH_ENTRYPOINT and pod.argv[:2] == ["bash", "-c"]
+    path = fake.cloud.log_path(pod.id)
+    # the agent answers through RunPod's proxy: it runs in the pod
+    ua = {"User-Agent": "corral-test/1"}
+    health = inst.endpoint + "/health"
+    wait_until(lambda: httpx.get(health, headers=ua, timeout=2).status_code == 200, timeout=60)
+    assert ENTRYPOINT_RAN not in path.read_text()
+    p.terminate(inst)

@@ -1,6 +1,8 @@
 """What a pod is created with: its name, environment and start command, and the create body.
 
-The pod's start command (``bash -c`` with :func:`start_script`) is the node bootstrap: it finds
+The pod's start command (``bash -c`` with :func:`start_script`, sent in RunPod's documented
+JSON form ``{"entrypoint": ["bash", "-c"], "cmd": [SCRIPT, ...]}``: :func:`start_args`) is
+the node bootstrap: it finds
 python, installs this corral's version if the image lacks it (the controller's wheel, fetched
 from the run's storage, or the same version from an index), and runs
 ``python -m corral.providers.runpod.boot agent``, which writes the plan from the environment
@@ -21,7 +23,6 @@ from __future__ import annotations
 import base64
 import gzip
 import json
-import shlex
 from typing import Any
 
 from corral.providers.base import Bootstrap, NodeProfile, Offer
@@ -116,7 +117,19 @@ def start_script(settings: RunPodSettings) -> str:
 
 
 def start_command(settings: RunPodSettings) -> list[str]:
+    """The pod's process: ``bash -c SCRIPT corral-boot ARGS...``."""
     return ["bash", "-c", start_script(settings), "corral-boot", *BOOT_ARGS]
+
+
+def start_args(settings: RunPodSettings) -> str:
+    """The start command as RunPod documents it for a pod's "container start command" (REST
+    v2's ``args``, GraphQL's ``dockerArgs``): ``{"entrypoint": [...], "cmd": [...]}``, JSON
+    (docs ``pods/templates/manage-templates``; dstack sends the same form). The entrypoint
+    replaces the image's ENTRYPOINT, whatever the image has there, and every argument travels
+    as one JSON string: nothing of the script is split by RunPod's undocumented rules for a
+    plain command string."""
+    argv = start_command(settings)
+    return json.dumps({"entrypoint": argv[:2], "cmd": argv[2:]})
 
 
 def _network_mount(
@@ -150,7 +163,7 @@ def rest_body(
     body: dict[str, Any] = {
         "name": pod_name(key),
         "image": image or settings.image,
-        "args": shlex.join(start_command(settings)),
+        "args": start_args(settings),
         "disk": int(d.get("disk_gb") or settings.container_disk_gb),
         "ports": [f"{settings.agent_port}/http"],
         "env": env,
@@ -191,7 +204,7 @@ def spot_input(
         "volumeInGb": 0,
         "ports": f"{settings.agent_port}/http",
         "env": [{"key": k, "value": v} for k, v in env.items()],
-        "dockerArgs": shlex.join(start_command(settings)),
+        "dockerArgs": start_args(settings),
     }
     if registry_auth_id:
         data["containerRegistryAuthId"] = registry_auth_id

@@ -142,6 +142,17 @@ class FakeRunPod:
     def interrupt(self, pod_id: str, notice: float = 5.0) -> None:
         self.cloud.interrupt(pod_id, notice)
 
+    def pod_key(self, pod_id: str) -> str:
+        """The pod-scoped key of ``pod_id`` (RunPod: "every Pod comes preinstalled with
+        runpodctl and a Pod-scoped API key", docs runpodctl/overview). What it may do is not
+        documented; the fake lets it read and delete its own pod and nothing else (403)."""
+        return f"rpa_POD{pod_id}{self.api_key[-12:]}"
+
+    def _pod_scoped(self, auth: str) -> str | None:
+        """The pod whose pod-scoped key ``auth`` carries, if it does."""
+        m = re.fullmatch(r"Bearer rpa_POD([0-9a-f]+)" + re.escape(self.api_key[-12:]), auth)
+        return m.group(1) if m else None
+
     def routes(self, prefix: str = "") -> list[str]:
         return [s.route for s in self.seen if s.route.startswith(prefix)]
 
@@ -160,7 +171,15 @@ class FakeRunPod:
             return self._forward(h, m, url.query, raw, ua)
         query = parse_qs(url.query)
         auth = h.headers.get("Authorization", "")
-        if auth != f"Bearer {self.api_key}" and query.get("api_key") != [self.api_key]:
+        scoped = self._pod_scoped(auth)  # a pod's own key: on the pod itself only
+        if scoped is not None and url.path.rstrip("/") != f"/v2/pods/{scoped}":
+            problem = fake_rest_v2.problem(403, "access denied")
+            return self._send(h, "auth", ua, 403, problem, fake_rest_v2.PROBLEM)
+        if (
+            scoped is None
+            and auth != f"Bearer {self.api_key}"
+            and (query.get("api_key") != [self.api_key])
+        ):
             if url.path.startswith("/v2/"):
                 problem = fake_rest_v2.problem(401, "invalid or missing API key")
                 return self._send(h, "auth", ua, 401, problem, fake_rest_v2.PROBLEM)

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import json
 import shutil
+import socket
 import stat
 import subprocess
+import sys
 from pathlib import Path
 
 import httpx
@@ -170,17 +172,68 @@ def test_shutdown_terminates_its_pod_through_the_api(make_provider, fake, tmp_pa
     p = make_provider()
     key = new_key()
     inst = p.launch(offer(p, spot=False), bootstrap(tmp_path, key), key)
+    other = p.launch(offer(p, spot=False), bootstrap(tmp_path, new_key()), new_key())
+    pod_key = fake.pod_key(inst.instance_id)  # what RunPod puts in the pod: its own key
     env = {
         "RUNPOD_POD_ID": inst.instance_id,
-        "RUNPOD_API_KEY": API_KEY,
+        "RUNPOD_API_KEY": pod_key,
         ENV_REST_URL: fake.settings()["rest_url"],
         "PATH": "/nonexistent",
     }
+    # the pod's key reaches no other pod (the fake's reading of "pod-scoped")
+    assert boot.terminate_pod({**env, "RUNPOD_POD_ID": other.instance_id}) == 1
     assert boot.terminate_pod(env) == 0
-    assert fake.cloud.list() == [] and p.status(inst).state == InstanceState.TERMINATED
+    assert [q.id for q in fake.cloud.list()] == [other.instance_id]
+    assert p.status(inst).state == InstanceState.TERMINATED
     assert boot.terminate_pod({**env, "RUNPOD_API_KEY": ""}) == 1  # no key, no runpodctl
     assert boot.terminate_pod({}) == 1
-    assert API_KEY not in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert API_KEY not in err and pod_key not in err
+
+
+#: runpodctl v2 as far as a pod uses it: `runpodctl pod delete <id>` with the pod's key
+#: (docs runpodctl/reference/runpodctl-pod); v1's `remove pod` is an unknown command
+FAKE_RUNPODCTL = """#!{python}
+import os, sys, urllib.request
+if sys.argv[1:3] != ["pod", "delete"] or len(sys.argv) != 4:
+    print(f'Error: unknown command "{{sys.argv[1]}}" for "runpodctl"', file=sys.stderr)
+    sys.exit(1)
+req = urllib.request.Request(
+    os.environ["FAKE_RUNPOD_API"] + "/pods/" + sys.argv[3],
+    method="DELETE",
+    headers={{"Authorization": "Bearer " + os.environ["RUNPOD_API_KEY"],
+             "User-Agent": "runpodctl/2.0.0"}},
+)
+urllib.request.urlopen(req, timeout=10)
+print("pod " + sys.argv[3] + " deleted")
+"""
+
+
+def test_a_pod_that_cannot_reach_the_api_deletes_itself_with_runpodctl_v2(
+    make_provider, fake, tmp_path, capsys
+):
+    p = make_provider()
+    key = new_key()
+    inst = p.launch(offer(p, spot=False), bootstrap(tmp_path, key), key)
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    ctl = bindir / "runpodctl"
+    ctl.write_text(FAKE_RUNPODCTL.format(python=sys.executable))
+    ctl.chmod(0o755)
+    with socket.socket() as s:  # a port nothing listens on: the API cannot be reached
+        s.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{s.getsockname()[1]}/v2"
+    env = {
+        "RUNPOD_POD_ID": inst.instance_id,
+        "RUNPOD_API_KEY": fake.pod_key(inst.instance_id),
+        ENV_REST_URL: dead,
+        "PATH": str(bindir),
+        "FAKE_RUNPOD_API": fake.settings()["rest_url"],
+    }
+    assert boot.terminate_pod(env) == 0
+    assert fake.cloud.list() == [] and p.status(inst).state == InstanceState.TERMINATED
+    assert f"DELETE /v2/pods/{inst.instance_id}" in fake.routes()
+    assert "terminated (runpodctl)" in capsys.readouterr().err
 
 
 def test_a_pod_whose_job_ended_terminates_itself_without_a_controller(

@@ -25,7 +25,7 @@ from typing import Any
 
 import httpx
 
-from corral.errors import NotFound, ProviderError
+from corral.errors import NoBalance, NotFound, ProviderError, QuotaExceeded
 from corral.providers.http import ProviderHTTP, ResourceNotFound, RetryPolicy, TokenBucket
 from corral.providers.runpod import graphql as gql
 from corral.providers.runpod.podlog import read_pod_log
@@ -34,6 +34,8 @@ from corral.providers.runpod.settings import RunPodSettings
 
 PROVIDER = "runpod"
 _ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+#: how RunPod's GraphQL says the account cannot pay (REST v2 says 402)
+_BALANCE = re.compile(r"(?i)\b(balance|funds|credits?)\b")
 #: pod statuses in which a stop has nothing left to do, and those in which a start has not
 _STOPPED = frozenset({"EXITED", "TERMINATED"})
 _STARTED = frozenset({"PROVISIONING", "STARTING", "RUNNING"})
@@ -44,6 +46,33 @@ def check_id(value: str, what: str = "pod") -> str:
     if not isinstance(value, str) or not _ID.match(value):
         raise NotFound(f"runpod: {value!r} is not a {what} id")
     return value
+
+
+def _no_balance(exc: ProviderError) -> NoBalance:
+    return NoBalance(
+        f"{exc.message} (the RunPod account has no balance left for a pod: add funds in the "
+        "RunPod console; no other RunPod offer is tried for this launch)",
+        fields=exc.fields,
+    )
+
+
+def _create_error(exc: ProviderError) -> ProviderError:
+    """A failed ``POST /v2/pods`` as the published document reads it (its operation's table):
+    402 no balance (stop: no candidate will succeed); 403 the account cannot use that GPU
+    pool (skip this candidate); 400 a broken cross-field rule or no capacity there (next
+    candidate; :class:`NoCapacity` when the detail says capacity); 409 is not defined for
+    this path, so it is no capacity claim either. Others as :func:`error_for` typed them."""
+    status = exc.fields.get("status")
+    if status == 402 or (isinstance(exc, QuotaExceeded) and _BALANCE.search(exc.message)):
+        return _no_balance(exc)
+    if status == 403:
+        return ProviderError(
+            f"{exc.message} (the RunPod account cannot use this GPU pool: the next offer is tried)",
+            fields=exc.fields,
+        )
+    if status == 409:
+        return ProviderError(exc.message, fields=exc.fields)
+    return exc
 
 
 def _listed(body: Any, key: str, what: str) -> list[dict[str, Any]]:
@@ -109,7 +138,12 @@ class RunPodAPI:
         return Pod.model_validate(body) if isinstance(body, dict) and body.get("id") else None
 
     def create_pod(self, body: dict[str, Any]) -> Pod:
-        answer = self.rest.post_json("/pods", json=body)
+        """``POST /v2/pods``. Its failures read as the published document's table for it
+        says (:func:`_create_error`)."""
+        try:
+            answer = self.rest.post_json("/pods", json=body)
+        except ProviderError as exc:
+            raise _create_error(exc) from None
         if not isinstance(answer, dict) or not answer.get("id"):
             raise ProviderError("runpod: POST /pods answered without a pod id")
         return Pod.model_validate(answer)
@@ -138,11 +172,19 @@ class RunPodAPI:
         self._action(pod_id, "start", _STARTED)
 
     def delete_pod(self, pod_id: str) -> bool:
-        """Terminate the pod; False if RunPod did not know it."""
+        """Terminate the pod; False if RunPod did not know it. A 409 here means the pod is a
+        member of an Instant Cluster, which the pod endpoints never terminate (the document's
+        409 for this path), not a lack of capacity."""
         try:
-            self.rest.request("DELETE", f"/pods/{check_id(pod_id)}")
+            resp = self.rest.request("DELETE", f"/pods/{check_id(pod_id)}", allow=(409,))
         except (ResourceNotFound, NotFound):
             return False
+        if resp.status_code == 409:
+            raise ProviderError(
+                f"runpod: pod {pod_id} belongs to an Instant Cluster: RunPod terminates it only "
+                "with its cluster (DELETE /v2/clusters/{id}), never through the pod endpoints",
+                fields={"provider": PROVIDER, "status": 409},
+            )
         return True
 
     def pod_log(self, pod_id: str, *, tail: int, seconds: float) -> list[str]:
@@ -235,7 +277,10 @@ class RunPodAPI:
         return [t for t in types if isinstance(t, dict) and isinstance(t.get("id"), str)]
 
     def rent_interruptable(self, pod_input: dict[str, Any]) -> Pod:
-        data = self.gql.graphql(gql.rent_interruptable(pod_input))
+        try:
+            data = self.gql.graphql(gql.rent_interruptable(pod_input))
+        except QuotaExceeded as exc:  # GraphQL says it in words: "Insufficient balance..."
+            raise (_no_balance(exc) if _BALANCE.search(exc.message) else exc) from None
         pod = data.get("podRentInterruptable")
         if not isinstance(pod, dict) or not pod.get("id"):
             raise ProviderError("runpod: podRentInterruptable answered without a pod id")

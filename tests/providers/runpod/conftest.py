@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+import time
 from pathlib import Path
 
 import httpx
@@ -44,6 +45,10 @@ def make_provider(
             home=corral_home,
             retry=RetryPolicy(max_attempts=3, base_delay=0.01, max_delay=0.05, timeout=timeout),
             sleep=sleeps,
+            # what the recorded sleeps would have taken, on top of the real time: a wait the
+            # request budget asks for is over once slept (a fake sleep with the real clock
+            # would leave the bucket waiting in a loop)
+            clock=lambda: time.monotonic() + sum(sleeps.calls),
         )
 
     yield make

@@ -10,8 +10,9 @@ TERMINATED) and ``cost``, and errors are RFC 9457 problem details. A pod's log i
 Server-Sent Events (``GET /pods/{id}/logs``, read by :mod:`.podlog`).
 
 Both go through :class:`~corral.providers.http.ProviderHTTP` (User-Agent, retries honouring
-``Retry-After``, a shared request rate, typed errors, no key in any message) on one injected
-:class:`httpx.Client`. Creates are never retried here on a timeout or a 5xx: RunPod has been
+``Retry-After``, typed errors, no key in any message) on one injected :class:`httpx.Client`,
+with one request budget per API key that RunPod's ``RateLimit`` headers hold off
+(:mod:`.limits`). Creates are never retried here on a timeout or a 5xx: RunPod has been
 seen to answer 500 after creating the pod, so the provider looks the pod up by name first.
 """
 
@@ -21,13 +22,14 @@ import random
 import re
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import httpx
 
 from corral.errors import NoBalance, NotFound, ProviderError, QuotaExceeded
-from corral.providers.http import ProviderHTTP, ResourceNotFound, RetryPolicy, TokenBucket
+from corral.providers.http import ProviderHTTP, ResourceNotFound, RetryPolicy
 from corral.providers.runpod import graphql as gql
+from corral.providers.runpod.limits import RateLimitWatch, api_bucket
 from corral.providers.runpod.podlog import read_pod_log
 from corral.providers.runpod.pods import NetworkVolume, Pod
 from corral.providers.runpod.settings import RunPodSettings
@@ -99,12 +101,12 @@ class RunPodAPI:
         self._owns_client = client is None
         self._key = api_key
         self._clock = clock
-        bucket = None
-        if settings.rate_per_s is not None:
-            burst = max(1.0, settings.rate_per_s * 2)
-            bucket = TokenBucket(settings.rate_per_s, burst, clock=clock, sleep=sleep)
+        # one bucket per key (RunPod counts the key's requests, whoever sends them), held off
+        # by RunPod's RateLimit headers (.limits)
+        bucket = api_bucket(PROVIDER, api_key, settings.rate_per_s, clock=clock, sleep=sleep)
+        watched = cast(httpx.Client, RateLimitWatch(self._client, bucket))
         common: dict[str, Any] = dict(
-            client=self._client,
+            client=watched,
             token=api_key,
             retry=retry,
             bucket=bucket,

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import httpx

@@ -105,6 +105,10 @@ class GpuKind:
     prices: dict[str, float | None]  # securePrice, communityPrice, secureSpotPrice, ...
     capacity: dict[str, int]  # free GPUs per cloud: SECURE, COMMUNITY
     max_count: int = 8
+    #: what the hosts of this type have per GPU (GraphQL's minVcpuCount and minMemoryInGb
+    #: are checked against them; REST v2 cannot ask)
+    vcpu_per_gpu: int = 16
+    ram_per_gpu_gb: int = 62
     #: data centers that have this GPU type (capacity is counted over all of them)
     data_centers: list[str] = field(default_factory=lambda: list(DATA_CENTERS))
 
@@ -359,10 +363,20 @@ class FakeCloud:
         data_centers: list[str] | None = None,
         **extra: Any,
     ) -> Pod:
+        min_vcpu = int(extra.pop("min_vcpu", None) or 0)
+        min_memory = int(extra.pop("min_memory_gb", None) or 0)
         with self.lock:
             kinds = [self.gpus[g] for g in gpu_ids if g in self.gpus]
             if not kinds:
                 raise CloudError(400, f"unknown GPU type(s): {gpu_ids}")
+            # a host with fewer vCPUs or less memory than asked is no host for the pod
+            kinds = [
+                k
+                for k in kinds
+                if k.vcpu_per_gpu * count >= min_vcpu and k.ram_per_gpu_gb * count >= min_memory
+            ]
+            if not kinds:
+                raise CloudError(400, CAPACITY_MESSAGE)
             if cloud not in ("SECURE", "COMMUNITY"):
                 raise CloudError(400, f"invalid cloudType {cloud!r}")
             gpu = next((k for k in kinds if self.free(k, cloud) >= count), None)

@@ -167,6 +167,8 @@ def _create(cloud: FakeCloud, inp: dict[str, Any], interruptible: bool) -> Pod:
         network_volume_id=inp.get("networkVolumeId"),
         data_centers=[inp["dataCenterId"]] if inp.get("dataCenterId") else None,
         registry_auth_id=inp.get("containerRegistryAuthId"),
+        min_vcpu=inp.get("minVcpuCount"),
+        min_memory_gb=inp.get("minMemoryInGb"),
     )
 
 

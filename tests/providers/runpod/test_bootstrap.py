@@ -15,7 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from corral.errors import BadInput, ProviderError
+from corral.errors import BadInput, NoCapacity, ProviderError
 from corral.providers.base import Bootstrap, InstanceState, Requirements
 from corral.providers.common.wheel import bootstrap_script
 from corral.providers.runpod import boot
@@ -49,8 +49,10 @@ def test_on_demand_create_body_starts_the_agent_with_plan_and_token_in_env(
     p = make_provider()
     key = new_key()
     bs = bootstrap(tmp_path, key, env={"HF_TOKEN": "hf_secret_value"})
-    p.launch(offer(p, spot=False, req=REQ), bs, key)
-    body = fake.creates[-1]  # REST v2's CreatePodRequest (the fake refuses unknown fields)
+    p.launch(
+        offer(p, spot=False, req=REQ.model_copy(update={"cpus": None, "memory_gb": None})), bs, key
+    )
+    body = fake.creates[-1]  # REST v2's CreatePodRequest (checked against the document)
     assert body["name"] == f"corral-{key}" and body["gpu"] == {"id": "NVIDIA L40S", "count": 2}
     assert body["disk"] == 200 and body["cloud"] in ("SECURE", "COMMUNITY")
     assert body["ports"] == ["8750/http"] and "dataCenterIds" not in body
@@ -91,6 +93,29 @@ def test_spot_create_is_a_graphql_bid_at_the_offer_price(make_provider, fake, tm
     assert json.loads(inp["dockerArgs"]) == json.loads(fake.creates[-1]["dockerArgs"])
     assert json.loads(inp["dockerArgs"])["entrypoint"] == ["bash", "-c"]
     assert {e["key"] for e in inp["env"]} >= {ENV_PLAN, ENV_AGENT_TOKEN}
+
+
+def test_on_demand_create_keeps_the_jobs_cpu_and_memory_minimums(make_provider, fake, tmp_path):
+    """REST v2 has no field for a GPU pod's host minimums: such a pod is created through
+    GraphQL's podFindAndDeployOnDemand, with minVcpuCount and minMemoryInGb for all its GPUs."""
+    p = make_provider()
+    key = new_key()
+    o = offer(p, spot=False, req=REQ)
+    p.launch(o, bootstrap(tmp_path, key), key)
+    inp = fake.creates[-1]
+    assert fake.routes("graphql:") == ["graphql:podFindAndDeployOnDemand"]
+    assert fake.routes("POST /v2/pods") == []
+    assert (inp["gpuCount"], inp["minVcpuCount"], inp["minMemoryInGb"]) == (2, 16, 64)
+    assert "bidPerGpu" not in inp and inp["gpuTypeId"] == "NVIDIA L40S"
+    assert json.loads(inp["dockerArgs"])["entrypoint"] == ["bash", "-c"]
+    [pod] = fake.cloud.list()
+    assert not pod.interruptible and pod.gpu_count == 2
+    # no host has that many vCPUs per GPU: no pod, the next offer
+    big = REQ.model_copy(update={"cpus": 1000})
+    other = new_key()
+    with pytest.raises(NoCapacity):
+        p.launch(offer(p, spot=False, req=big), bootstrap(tmp_path, other), other)
+    assert len(fake.cloud.list()) == 1
 
 
 def test_graphql_literals_carry_any_string_unchanged():

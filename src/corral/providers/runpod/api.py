@@ -288,5 +288,16 @@ class RunPodAPI:
             raise ProviderError("runpod: podRentInterruptable answered without a pod id")
         return Pod.model_validate(pod)
 
+    def deploy_on_demand(self, pod_input: dict[str, Any]) -> Pod:
+        """An on-demand pod through GraphQL (for the host minimums REST v2 cannot ask for)."""
+        try:
+            data = self.gql.graphql(gql.deploy_on_demand(pod_input))
+        except QuotaExceeded as exc:
+            raise (_no_balance(exc) if _BALANCE.search(exc.message) else exc) from None
+        pod = data.get("podFindAndDeployOnDemand")
+        if not isinstance(pod, dict) or not pod.get("id"):
+            raise ProviderError("runpod: podFindAndDeployOnDemand answered without a pod id")
+        return Pod.model_validate(pod)
+
     def bid_resume(self, pod_id: str, bid_per_gpu: float, gpu_count: int) -> None:
         self.gql.graphql(gql.bid_resume(check_id(pod_id), bid_per_gpu, gpu_count))

@@ -180,6 +180,15 @@ def rest_body(
     return body
 
 
+def keeps_host_minimums(offer: Offer) -> bool:
+    """Whether the offer asks for a host with at least so many vCPUs or so much memory: REST
+    v2's ``CreatePodRequest`` has no field for either on a GPU pod, GraphQL's pod inputs have
+    (``minVcpuCount``, ``minMemoryInGb``), so such an on-demand pod is created through
+    GraphQL (``podFindAndDeployOnDemand``)."""
+    d = offer.details
+    return bool(d.get("min_vcpu_per_gpu") or d.get("min_ram_per_gpu"))
+
+
 def spot_input(
     offer: Offer,
     env: dict[str, str],
@@ -190,11 +199,12 @@ def spot_input(
     image: str | None = None,
     registry_auth_id: str | None = None,
 ) -> dict[str, Any]:
-    """``podRentInterruptable`` input for a spot pod, bidding the offer's price per GPU."""
+    """``podRentInterruptable`` input for a spot pod, bidding the offer's price per GPU (for
+    an on-demand offer: ``podFindAndDeployOnDemand``'s, the same without a bid)."""
     d = offer.details
     count = max(1, offer.gpu_count)
     data: dict[str, Any] = {
-        "bidPerGpu": float(d["bid_per_gpu"]),
+        **({"bidPerGpu": float(d["bid_per_gpu"])} if offer.spot else {}),
         "cloudType": EnumValue(d["cloud_type"]),
         "gpuTypeId": d["gpu_type_id"],
         "gpuCount": count,

@@ -7,7 +7,9 @@
   500 to a create whose pod then existed and billed), the pod is looked up by name and
   adopted; only when none exists is the create tried again (``create_attempts`` in all).
   On-demand pods are created through REST v2 (``POST /v2/pods``), spot pods through GraphQL
-  (``podRentInterruptable``, bidding the offer's price per GPU; REST v2 has no spot option).
+  (``podRentInterruptable``, bidding the offer's price per GPU; REST v2 has no spot option),
+  and so are on-demand pods of a job with CPU or memory minimums (``podFindAndDeployOnDemand``
+  with ``minVcpuCount``/``minMemoryInGb``: REST v2 has no field for either on a GPU pod).
   A spot create RunPod refuses for a reason other than a transient one is
   :class:`NoCapacity`: the controller goes on to the next offer (on-demand, when the job
   allows it). Should two pods ever carry one key, the provider keeps one and terminates the
@@ -275,6 +277,9 @@ class RunPodProvider(
     ) -> Pod:
         s = self.settings
         extra: dict[str, Any] = {"mount": mount, "image": image, "registry_auth_id": auth}
+        if not offer.spot and boot.keeps_host_minimums(offer):
+            # the job's vCPU and memory minimums: REST v2 has no field for them, GraphQL has
+            return self.api.deploy_on_demand(boot.spot_input(offer, env, key, s, **extra))
         if not offer.spot:
             return self.api.create_pod(boot.rest_body(offer, env, key, s, **extra))
         try:

@@ -27,8 +27,9 @@
   ``log_read_s`` (it follows and may never end), for ``corral logs`` when the agent never came
   up. RunPod keeps a pod's log only while the pod exists.
 
-The API key is ``RUNPOD_API_KEY`` from corral's secret store or the environment; it is sent
-only in the Authorization header and never appears in a log line, an event or an error.
+The API key is ``CORRAL_RUNPOD_API_KEY`` or RunPod's own ``RUNPOD_API_KEY`` (the first set one,
+each from corral's secret store, then the environment); it is sent only in the Authorization
+header and never appears in a log line, an event or an error.
 """
 
 from __future__ import annotations
@@ -72,6 +73,7 @@ from corral.providers.base import (
     SupportsVolumes,
     VolumeInfo,
 )
+from corral.providers.common.credentials import first_secret
 from corral.providers.common.files import check_key
 from corral.providers.http import RetryPolicy
 from corral.providers.runpod import bootstrap as boot
@@ -80,7 +82,7 @@ from corral.providers.runpod.gpus import canonical_name
 from corral.providers.runpod.marks import StoppedMarks
 from corral.providers.runpod.offers import Prices, build_offers, gpu_count
 from corral.providers.runpod.pods import Pod, pod_state
-from corral.providers.runpod.settings import ENV_API_KEY, RunPodSettings
+from corral.providers.runpod.settings import API_KEY_NAMES, ENV_API_KEY, RunPodSettings
 from corral.providers.runpod.volumes import NamedVolumes
 
 log = logging.getLogger("corral.providers.runpod")
@@ -97,9 +99,8 @@ def _sells_spot(gpu: dict[str, Any]) -> bool:
 
 
 def _api_key() -> str | None:
-    from corral.secrets import resolve
-
-    return resolve(ENV_API_KEY)
+    found = first_secret(API_KEY_NAMES)
+    return found[1] if found else None
 
 
 class RunPodProvider(
@@ -127,7 +128,8 @@ class RunPodProvider(
         key = api_key or _api_key()
         if not key:
             raise AuthFailed(
-                f"runpod: no API key: `corral secret set {ENV_API_KEY}` or export {ENV_API_KEY}"
+                f"runpod: no API key: `corral secret set {ENV_API_KEY}` or export {ENV_API_KEY} "
+                f"(or {API_KEY_NAMES[0]}, which wins when both are set)"
             )
         self.settings = settings if settings is not None else RunPodSettings.from_env()
         self.api = RunPodAPI(

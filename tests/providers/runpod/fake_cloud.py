@@ -4,7 +4,7 @@
 A pod's container is its start command (REST v2's ``args``, or GraphQL's ``dockerArgs``, read
 as RunPod documents it: :func:`container_argv`) with the image's ENTRYPOINT, run as a local
 process with the pod's env plus what RunPod puts in every pod
-(``RUNPOD_POD_ID``, ``RUNPOD_API_KEY``). The container starts ``boot_delay`` seconds after the
+(``RUNPOD_POD_ID``, ``RUNPOD_API_KEY``: the pod's own key, :meth:`FakeCloud.pod_key`). The container starts ``boot_delay`` seconds after the
 create; until then the pod is RUNNING with no runtime. One host runs many "containers", so
 each pod's first HTTP port is given a free local port, passed as ``CORRAL_AGENT_BIND`` (a real
 pod has its own network namespace), and the server's proxy maps ``<pod>-<port>`` to it. Each
@@ -421,6 +421,13 @@ class FakeCloud:
             self._schedule(self.boot_delay, self._boot, pod.id)
             return pod
 
+    def pod_key(self, pod_id: str) -> str:
+        """The pod-scoped key of ``pod_id``, what RunPod puts in the pod's ``RUNPOD_API_KEY``
+        ("every Pod comes preinstalled with runpodctl and a Pod-scoped API key", docs
+        runpodctl/overview). What it may do is not documented; the fake server lets it read
+        and delete its own pod and nothing else (403)."""
+        return f"rpa_POD{pod_id}{self.api_key[-12:]}"
+
     def argv(self, image: str, start: str) -> list[str]:
         """The process a pod of ``image`` runs for the start command ``start``."""
         return container_argv(self.images.get(image, Image()), start)
@@ -458,7 +465,7 @@ class FakeCloud:
                 ),
                 **pod.env,
                 "RUNPOD_POD_ID": pod.id,
-                "RUNPOD_API_KEY": self.api_key,
+                "RUNPOD_API_KEY": self.pod_key(pod.id),  # the pod's own, not the account's
                 "RUNPOD_GPU_COUNT": str(pod.gpu_count),
                 NODE_ROOT: str(fs),
             }

@@ -143,10 +143,8 @@ class FakeRunPod:
         self.cloud.interrupt(pod_id, notice)
 
     def pod_key(self, pod_id: str) -> str:
-        """The pod-scoped key of ``pod_id`` (RunPod: "every Pod comes preinstalled with
-        runpodctl and a Pod-scoped API key", docs runpodctl/overview). What it may do is not
-        documented; the fake lets it read and delete its own pod and nothing else (403)."""
-        return f"rpa_POD{pod_id}{self.api_key[-12:]}"
+        """The pod-scoped key of ``pod_id`` (:meth:`FakeCloud.pod_key`)."""
+        return self.cloud.pod_key(pod_id)
 
     def _pod_scoped(self, auth: str) -> str | None:
         """The pod whose pod-scoped key ``auth`` carries, if it does."""

@@ -146,6 +146,14 @@ class QuotaExceeded(ProviderError):
     code = "quota_exceeded"
 
 
+class NoBalance(QuotaExceeded):
+    """The provider account cannot pay for a machine (HTTP 402: no balance, no credit). Raised
+    by ``launch``; no other offer of that provider can succeed either, so the caller skips
+    the provider's remaining offers for this launch and says why in one line."""
+
+    code = "no_balance"
+
+
 class AuthFailed(ProviderError):
     code = "auth_failed"
 

@@ -54,3 +54,4 @@ def test_the_quickstart_ships_to_a_pod_is_interrupted_and_resumes_without_resend
         assert fake.cloud.list() == []  # both pods gone
     finally:
         fake.close()
+    fake.contract.assert_clean()  # every REST v2 exchange kept RunPod's published document

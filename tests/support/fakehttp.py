@@ -162,7 +162,7 @@ class QuietHandler(BaseHTTPRequestHandler):
         )
         if violations:
             status, body = check.refuse(violations)  # the provider's own error shape
-            return send(self, status, body, content_type="always")
+            return send(self, status, body, check.refuse_kind, content_type="always")
         self.exchange = Exchange(check, self.command, path, url.query)
         wire = self.rfile
         self.rfile = io.BytesIO(raw)  # type: ignore[assignment]  # the fake reads the body

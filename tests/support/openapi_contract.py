@@ -181,6 +181,8 @@ class ContractCheck:
     #: paths under the prefix that the document does not cover and the fake serves anyway,
     #: each with the reason (an assumption named in docs/providers.md)
     exempt: tuple[str, ...] = ()
+    #: the media type of the refusal (RunPod: ``application/problem+json``)
+    refuse_kind: str = "application/json"
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def covers(self, path: str) -> bool:

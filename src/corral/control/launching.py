@@ -23,7 +23,14 @@ from corral.control.plan_builder import build_plan
 from corral.control.strategies import get_strategy
 from corral.control.tokens import agent_token
 from corral.control.transitions import Note, Transition
-from corral.errors import Conflict, CorralError, NoCapacity, NotFound, ProviderError
+from corral.errors import (
+    Conflict,
+    CorralError,
+    NoBalance,
+    NoCapacity,
+    NotFound,
+    ProviderError,
+)
 from corral.providers.base import Bootstrap, ImageRef, Offer
 from corral.providers.common import wheel
 from corral.secrets import register_names, resolve_many
@@ -40,6 +47,9 @@ class Launch(enum.StrEnum):
     LAUNCHED = "launched"
     #: this offer cannot be had: try the next one, or wait
     NEXT = "next"
+    #: no offer of this provider can be had now (its account cannot pay): try the next
+    #: provider's offers, or wait
+    NEXT_PROVIDER = "next_provider"
     #: the call may have taken effect: the intent stays and the same key is launched again
     PENDING = "pending"
     #: the launch can never succeed (bad input such as a missing workdir)
@@ -225,7 +235,11 @@ def launch_offers(ctx: Context, run: RunRecord, offers: list[Offer]) -> Transiti
     # an attempt number reused after no capacity must not reuse a key whose machine is gone
     gone = {r.key for r in ctx.store.resources(run_id=run.id) if r.state == ResourceState.GONE}
     tries = (k for k in (attempt_key(run.id, number, i) for i in count()) if k not in gone)
-    for offer, key in zip(offers, tries, strict=False):  # tries never runs out
+    skipped: set[str] = set()  # providers whose account cannot pay: none of their offers
+    for i, offer in enumerate(offers):
+        if offer.provider in skipped:
+            continue
+        key = next(tries)  # never runs out
         _ensure_attempt(ctx, run, number, offer)
         ctx.store.record_intent(
             run_id=run.id,
@@ -240,6 +254,11 @@ def launch_offers(ctx: Context, run: RunRecord, offers: list[Offer]) -> Transiti
             return None
         if result == Launch.FATAL:
             return failure
+        if result == Launch.NEXT_PROVIDER:
+            skipped.add(offer.provider)
+            left = sum(1 for o in offers[i + 1 :] if o.provider == offer.provider)
+            reasons.append(f"{offer.provider}: no balance ({left} more of its offers not tried)")
+            continue
         reasons.append(f"{offer.provider}: no capacity")
     return back_to_waiting(ctx, run, reasons)
 
@@ -302,7 +321,7 @@ def launch_key(
             attempt=number,
             data={"provider": offer.provider, "code": e.code},
         )
-        return Launch.NEXT, None
+        return (Launch.NEXT_PROVIDER if isinstance(e, NoBalance) else Launch.NEXT), None
     except CorralError as e:  # the plan itself is wrong: no retry can fix it
         ctx.store.update_resource(key, state=ResourceState.GONE)
         failure = transitions.finish(

@@ -39,7 +39,7 @@ def _relaunch(ctx: Context, run: RunRecord) -> Transition | None:
             return None  # another process (the CLI) may be inside that launch right now
         offer = Offer.model_validate(r.data["offer"])
         result, failure = launching.launch_key(ctx, run, run.attempt, r.key, offer)
-        if result == launching.Launch.NEXT:
+        if result in (launching.Launch.NEXT, launching.Launch.NEXT_PROVIDER):
             return launching.back_to_waiting(ctx, run, [])
         return failure
     if (ctx.clock() - run.updated_at).total_seconds() < ctx.settings.intent_grace_s:

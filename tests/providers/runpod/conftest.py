@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -20,6 +21,7 @@ def fake(tmp_path: Path) -> Iterator[FakeRunPod]:
     server = FakeRunPod(tmp_path / "pods")
     yield server
     server.close()
+    server.contract.assert_clean()  # every exchange kept RunPod's published REST v2 contract
 
 
 @pytest.fixture
@@ -43,6 +45,10 @@ def make_provider(
             home=corral_home,
             retry=RetryPolicy(max_attempts=3, base_delay=0.01, max_delay=0.05, timeout=timeout),
             sleep=sleeps,
+            # what the recorded sleeps would have taken, on top of the real time: a wait the
+            # request budget asks for is over once slept (a fake sleep with the real clock
+            # would leave the bucket waiting in a loop)
+            clock=lambda: time.monotonic() + sum(sleeps.calls),
         )
 
     yield make

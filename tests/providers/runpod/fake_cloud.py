@@ -1,9 +1,10 @@
 """The state behind the fake RunPod server: GPU types with prices and capacity, pods whose
 "container" runs on this machine, network volumes, and spot interruptions.
 
-A pod's container is its start command (``dockerStartCmd``, or GraphQL's ``dockerArgs``)
-run as a local process with the pod's env plus what RunPod puts in every pod
-(``RUNPOD_POD_ID``, ``RUNPOD_API_KEY``). The container starts ``boot_delay`` seconds after the
+A pod's container is its start command (REST v2's ``args``, or GraphQL's ``dockerArgs``, read
+as RunPod documents it: :func:`container_argv`) with the image's ENTRYPOINT, run as a local
+process with the pod's env plus what RunPod puts in every pod
+(``RUNPOD_POD_ID``, ``RUNPOD_API_KEY``: the pod's own key, :meth:`FakeCloud.pod_key`). The container starts ``boot_delay`` seconds after the
 create; until then the pod is RUNNING with no runtime. One host runs many "containers", so
 each pod's first HTTP port is given a free local port, passed as ``CORRAL_AGENT_BIND`` (a real
 pod has its own network namespace), and the server's proxy maps ``<pod>-<port>`` to it. Each
@@ -20,6 +21,7 @@ after the notice (RunPod: at most 5 s).
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -44,6 +46,46 @@ DATA_CENTERS = ("EU-RO-1", "US-TX-3")
 NODE_ROOT = "CORRAL_NODE_ROOT"
 #: an image the fake runs with a shell and no python (say, a user's image built wrong)
 IMAGE_WITHOUT_PYTHON = "docker.io/library/busybox:1.36"
+#: an image with an ENTRYPOINT of its own (a model server, say): what it is given as CMD
+#: becomes its arguments; run, it says so and exits 3
+IMAGE_WITH_ENTRYPOINT = "docker.io/vllm/vllm-openai:v0.6.0"
+ENTRYPOINT_RAN = "the image's own ENTRYPOINT ran"
+
+
+@dataclass
+class Image:
+    """What the fake knows of an image: its ENTRYPOINT and CMD (Docker's exec form)."""
+
+    entrypoint: list[str] = field(default_factory=list)
+    cmd: list[str] = field(default_factory=list)
+
+
+def container_argv(image: Image, start: str) -> list[str]:
+    """The container's process for a pod's start command ``start`` (REST v2 ``args``,
+    GraphQL ``dockerArgs``), as RunPod documents it ("Container start command", docs
+    ``pods/templates/manage-templates``: it overrides the image's CMD; "JSON format with
+    entrypoint and cmd"):
+
+    * empty: the image's ENTRYPOINT + CMD;
+    * the JSON form ``{"entrypoint": [...], "cmd": [...]}``: a non-empty ``entrypoint``
+      replaces the image's (and, as in Docker, its CMD: ``cmd`` or nothing), else the image's
+      ENTRYPOINT gets ``cmd``;
+    * any other string: the image's ENTRYPOINT gets it as its CMD, split at whitespace and
+      nothing else. How RunPod splits a plain string is not documented; the fake takes the
+      reading that honours no quoting, so a command that needs its quotes kept fails here.
+    """
+    if not start.strip():
+        return image.entrypoint + image.cmd
+    try:
+        form = json.loads(start)
+    except ValueError:
+        form = None
+    if isinstance(form, dict) and set(form) <= {"entrypoint", "cmd"}:
+        entrypoint, cmd = form.get("entrypoint") or [], form.get("cmd") or []
+        strings = all(isinstance(a, str) for a in [*entrypoint, *cmd])
+        if isinstance(entrypoint, list) and isinstance(cmd, list) and strings:
+            return (entrypoint or image.entrypoint) + cmd
+    return image.entrypoint + start.split()
 
 
 class CloudError(Exception):
@@ -63,6 +105,10 @@ class GpuKind:
     prices: dict[str, float | None]  # securePrice, communityPrice, secureSpotPrice, ...
     capacity: dict[str, int]  # free GPUs per cloud: SECURE, COMMUNITY
     max_count: int = 8
+    #: what the hosts of this type have per GPU (GraphQL's minVcpuCount and minMemoryInGb
+    #: are checked against them; REST v2 cannot ask)
+    vcpu_per_gpu: int = 16
+    ram_per_gpu_gb: int = 62
     #: data centers that have this GPU type (capacity is counted over all of them)
     data_centers: list[str] = field(default_factory=lambda: list(DATA_CENTERS))
 
@@ -161,7 +207,7 @@ class Pod:
             "cloud": self.cloud,
             "dataCenterId": self.data_center_id,
             "cudaVersion": "12.8",
-            "ssh": None,
+            "ssh": {"proxy": self.v2_ssh_proxy(), "direct": None},  # no 22/tcp in ports
             "template": None,
             "cost": self.cost_per_hr if status == "RUNNING" else 0.0,
             "locked": False,
@@ -169,6 +215,17 @@ class Pod:
             "createdAt": self.created_at,
             "startedAt": _iso(self.started_at) if self.started_at else None,
             "globalNetworking": {"enabled": False},
+        }
+
+    def v2_ssh_proxy(self) -> dict[str, Any]:
+        """SSH through RunPod's proxy (``PodSshEndpoint``): the pod has a machine from its
+        create on."""
+        user = f"{self.id}-{self.machine_id[:8]}"
+        return {
+            "host": "ssh.runpod.io",
+            "port": 22,
+            "username": user,
+            "command": f"ssh {user}@ssh.runpod.io",
         }
 
     def v2_runtime(self) -> dict[str, Any]:
@@ -259,6 +316,12 @@ class FakeCloud:
         self.spot_sold = True
         #: images whose containers have a shell but no python (nothing else on their PATH)
         self.images_without_python: set[str] = {IMAGE_WITHOUT_PYTHON}
+        #: images with an ENTRYPOINT or CMD (any other: neither)
+        self.images: dict[str, Image] = {
+            IMAGE_WITH_ENTRYPOINT: Image(
+                entrypoint=[python, "-c", f"print({ENTRYPOINT_RAN!r}); raise SystemExit(3)"]
+            )
+        }
         self.lock = threading.RLock()
         self._timers: list[threading.Timer] = []
         #: processes of stopped or interrupted containers, until their SIGKILL
@@ -300,10 +363,20 @@ class FakeCloud:
         data_centers: list[str] | None = None,
         **extra: Any,
     ) -> Pod:
+        min_vcpu = int(extra.pop("min_vcpu", None) or 0)
+        min_memory = int(extra.pop("min_memory_gb", None) or 0)
         with self.lock:
             kinds = [self.gpus[g] for g in gpu_ids if g in self.gpus]
             if not kinds:
                 raise CloudError(400, f"unknown GPU type(s): {gpu_ids}")
+            # a host with fewer vCPUs or less memory than asked is no host for the pod
+            kinds = [
+                k
+                for k in kinds
+                if k.vcpu_per_gpu * count >= min_vcpu and k.ram_per_gpu_gb * count >= min_memory
+            ]
+            if not kinds:
+                raise CloudError(400, CAPACITY_MESSAGE)
             if cloud not in ("SECURE", "COMMUNITY"):
                 raise CloudError(400, f"invalid cloudType {cloud!r}")
             gpu = next((k for k in kinds if self.free(k, cloud) >= count), None)
@@ -348,6 +421,17 @@ class FakeCloud:
             self._schedule(self.boot_delay, self._boot, pod.id)
             return pod
 
+    def pod_key(self, pod_id: str) -> str:
+        """The pod-scoped key of ``pod_id``, what RunPod puts in the pod's ``RUNPOD_API_KEY``
+        ("every Pod comes preinstalled with runpodctl and a Pod-scoped API key", docs
+        runpodctl/overview). What it may do is not documented; the fake server lets it read
+        and delete its own pod and nothing else (403)."""
+        return f"rpa_POD{pod_id}{self.api_key[-12:]}"
+
+    def argv(self, image: str, start: str) -> list[str]:
+        """The process a pod of ``image`` runs for the start command ``start``."""
+        return container_argv(self.images.get(image, Image()), start)
+
     def get(self, pod_id: str) -> Pod:
         with self.lock:
             pod = self.pods.get(pod_id)
@@ -381,7 +465,7 @@ class FakeCloud:
                 ),
                 **pod.env,
                 "RUNPOD_POD_ID": pod.id,
-                "RUNPOD_API_KEY": self.api_key,
+                "RUNPOD_API_KEY": self.pod_key(pod.id),  # the pod's own, not the account's
                 "RUNPOD_GPU_COUNT": str(pod.gpu_count),
                 NODE_ROOT: str(fs),
             }

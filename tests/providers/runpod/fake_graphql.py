@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import re
-import shlex
 from typing import Any
 
 from .fake_cloud import CloudError, FakeCloud, Pod
@@ -160,7 +159,7 @@ def _create(cloud: FakeCloud, inp: dict[str, Any], interruptible: bool) -> Pod:
         interruptible=interruptible,
         env=env,
         ports=ports,
-        argv=shlex.split(inp.get("dockerArgs") or ""),
+        argv=cloud.argv(str(inp.get("imageName") or ""), str(inp.get("dockerArgs") or "")),
         bid=float(bid) if interruptible else None,
         container_disk_gb=int(inp.get("containerDiskInGb") or 50),
         volume_in_gb=int(inp.get("volumeInGb") or 0),
@@ -168,6 +167,8 @@ def _create(cloud: FakeCloud, inp: dict[str, Any], interruptible: bool) -> Pod:
         network_volume_id=inp.get("networkVolumeId"),
         data_centers=[inp["dataCenterId"]] if inp.get("dataCenterId") else None,
         registry_auth_id=inp.get("containerRegistryAuthId"),
+        min_vcpu=inp.get("minVcpuCount"),
+        min_memory_gb=inp.get("minMemoryInGb"),
     )
 
 

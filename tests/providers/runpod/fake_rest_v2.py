@@ -1,8 +1,9 @@
 """RunPod's REST v2 as the fake server answers it (``api-reference-v2/openapi.json``).
 
 Pods: ``GET/POST /pods``, ``GET/DELETE /pods/{id}``, ``POST /pods/{id}/action``; network
-volumes: ``GET/POST /network-volumes``, ``GET/PATCH/DELETE /network-volumes/{id}``; the GPU
-catalog: ``GET /catalog/gpus``; a pod's log, ``GET /pods/{id}/logs`` (:meth:`RestV2.open_log` answers
+volumes: ``GET/POST /network-volumes``, ``GET/PATCH/DELETE /network-volumes/{id}``; private
+registry credentials: ``GET/POST /registries``, ``GET /registries/{id}``; the GPU catalog:
+``GET /catalog/gpus``; a pod's log, ``GET /pods/{id}/logs`` (:meth:`RestV2.open_log` answers
 the request; :mod:`.fake_logs` streams it). Bodies are checked against the schema the way v2 does: an
 unknown field, a missing required one or a bad type is 422 with one line per violation in
 ``errors``; a body that fits the schema but breaks a cross-field rule, or a GPU and data
@@ -17,7 +18,6 @@ the reset of the minute window); past ``quota_per_minute`` requests in a minute 
 from __future__ import annotations
 
 import json
-import shlex
 import threading
 import time
 from collections.abc import Callable
@@ -189,12 +189,17 @@ class RestV2:
             if len(parts) == 2 and method == "DELETE":
                 cloud.delete_volume(parts[1])
                 return 204, None
-        if parts[0] == "containerregistryauth" and len(parts) == 1:  # UNCONFIRMED path in v2
+        if parts[0] == "registries" and len(parts) == 1:
             if method == "POST":
                 return 201, cloud.create_registry_auth(body)
             if method == "GET":
                 auths = cloud.registry_auths.values()
-                return 200, [{"id": a["id"], "name": a["name"]} for a in auths]
+                return 200, {"registries": [{"id": a["id"], "name": a["name"]} for a in auths]}
+        if parts[0] == "registries" and len(parts) == 2 and method == "GET":
+            auth = cloud.registry_auths.get(parts[1])
+            if auth is None:
+                raise CloudError(404, "container registry credential not found")
+            return 200, {"id": auth["id"], "name": auth["name"]}
         if parts[:2] == ["catalog", "gpus"] and len(parts) == 2 and method == "GET":
             return 200, {"gpus": self._catalog(query)}
         raise CloudError(404, f"no route {method} /v2/{'/'.join(parts)}")
@@ -245,7 +250,7 @@ class RestV2:
             interruptible=False,
             env=dict(body.get("env") or {}),
             ports=list(body.get("ports") or []),
-            argv=shlex.split(body.get("args") or ""),
+            argv=self.cloud.argv(str(body.get("image") or ""), str(body.get("args") or "")),
             container_disk_gb=int(body.get("disk") or 50),
             volume_in_gb=int(persistent.get("size") or 0),
             volume_mount_path=str((volume or persistent).get("path") or "/workspace"),

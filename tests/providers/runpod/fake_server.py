@@ -42,6 +42,7 @@ import httpx
 
 from support import fakehttp
 from support.fakehttp import QuietHandler
+from support.openapi_contract import ContractCheck, load, unchecked
 
 from . import fake_graphql, fake_logs, fake_rest_v2
 from .fake_cloud import FakeCloud, GpuKind
@@ -62,6 +63,14 @@ class Fault(fakehttp.Fault):
 
     body: Any = None
     delay: float = 0.0
+
+
+def _refuse(violations: list[str]) -> tuple[int, Any]:
+    """What REST v2 answers a request that breaks its document: 404 for a path it does not
+    have, else 422 with one line per violation (``ErrorResponse``)."""
+    if any("PathNotFound" in v for v in violations):
+        return 404, fake_rest_v2.problem(404, "no such route")
+    return 422, fake_rest_v2.problem(422, "request validation failed", violations)
 
 
 @dataclass
@@ -94,6 +103,16 @@ class FakeRunPod:
         #: how pod log streams behave (hold, keep-alives, noise, cuts)
         self.logs = fake_logs.LogStream()
         self._proxy = httpx.Client(timeout=30.0)
+        #: RunPod's published REST v2 document (its paths start with /v2, its server has no
+        #: base path): every exchange under /v2 is checked against it. What else the fake
+        #: serves is not REST v2 (GraphQL, RunPod's HTTP proxy, the retired v1).
+        self.contract = ContractCheck(
+            load("runpod-v2.json"),
+            "",
+            refuse=_refuse,
+            exempt=("/graphql", "/proxy/", "/v1/"),
+            refuse_kind=fake_rest_v2.PROBLEM,
+        )
         self.server = fakehttp.start_server(self)
 
     @property
@@ -123,6 +142,15 @@ class FakeRunPod:
     def interrupt(self, pod_id: str, notice: float = 5.0) -> None:
         self.cloud.interrupt(pod_id, notice)
 
+    def pod_key(self, pod_id: str) -> str:
+        """The pod-scoped key of ``pod_id`` (:meth:`FakeCloud.pod_key`)."""
+        return self.cloud.pod_key(pod_id)
+
+    def _pod_scoped(self, auth: str) -> str | None:
+        """The pod whose pod-scoped key ``auth`` carries, if it does."""
+        m = re.fullmatch(r"Bearer rpa_POD([0-9a-f]+)" + re.escape(self.api_key[-12:]), auth)
+        return m.group(1) if m else None
+
     def routes(self, prefix: str = "") -> list[str]:
         return [s.route for s in self.seen if s.route.startswith(prefix)]
 
@@ -134,13 +162,22 @@ class FakeRunPod:
         raw = h.rfile.read(length) if length else b""
         ua = h.headers.get("User-Agent", "")
         if not ua.strip() or ua.lower().startswith(_DEFAULT_AGENTS):
+            unchecked(h)  # the CDN's answer, not the API's
             return self._send(h, "CDN", ua, 403, b"error code: 1010", "text/plain")
         m = _PROXY.match(url.path)
         if m:
             return self._forward(h, m, url.query, raw, ua)
         query = parse_qs(url.query)
         auth = h.headers.get("Authorization", "")
-        if auth != f"Bearer {self.api_key}" and query.get("api_key") != [self.api_key]:
+        scoped = self._pod_scoped(auth)  # a pod's own key: on the pod itself only
+        if scoped is not None and url.path.rstrip("/") != f"/v2/pods/{scoped}":
+            problem = fake_rest_v2.problem(403, "access denied")
+            return self._send(h, "auth", ua, 403, problem, fake_rest_v2.PROBLEM)
+        if (
+            scoped is None
+            and auth != f"Bearer {self.api_key}"
+            and (query.get("api_key") != [self.api_key])
+        ):
             if url.path.startswith("/v2/"):
                 problem = fake_rest_v2.problem(401, "invalid or missing API key")
                 return self._send(h, "auth", ua, 401, problem, fake_rest_v2.PROBLEM)
@@ -217,6 +254,7 @@ class FakeRunPod:
     # --- answers ------------------------------------------------------------------------------
 
     def _fault(self, h: QuietHandler, route: str, ua: str, fault: Fault) -> None:
+        unchecked(h)  # a fault the test asked for: its shape is the test's
         if fault.delay:
             time.sleep(fault.delay)
         body = fault.body

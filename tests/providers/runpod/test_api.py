@@ -8,7 +8,15 @@ import json
 import httpx
 import pytest
 
-from corral.errors import BadInput, NoCapacity, NotFound, ProviderError, QuotaExceeded
+from corral.errors import (
+    AuthFailed,
+    BadInput,
+    NoBalance,
+    NoCapacity,
+    NotFound,
+    ProviderError,
+    QuotaExceeded,
+)
 from corral.providers.http import RetryPolicy
 from corral.providers.runpod.api import RunPodAPI
 from corral.providers.runpod.settings import RunPodSettings
@@ -159,3 +167,37 @@ def test_spot_create_sends_an_inline_mutation_with_the_key_in_the_header_only():
     assert pod.id == "p1" and pod.state_word == "RUNNING"
     assert seen["query"].startswith("mutation RentSpot { podRentInterruptable(input: {")
     assert KEY not in seen["url"] and KEY not in seen["query"]
+
+
+def test_a_402_on_create_is_no_balance_in_one_line():
+    for create in (
+        lambda: api(lambda r: problem(402, "insufficient balance")).create_pod({"name": "x"}),
+        lambda: api(
+            lambda r: httpx.Response(
+                200, json={"errors": [{"message": "Insufficient balance to rent this pod"}]}
+            )
+        ).rent_interruptable({"name": "x"}),
+    ):
+        with pytest.raises(NoBalance) as caught:
+            create()
+        assert "\n" not in caught.value.message and KEY not in caught.value.message
+        assert "no other RunPod offer is tried" in caught.value.message
+
+
+def test_409_reads_as_what_it_means_on_each_endpoint():
+    """The document defines 409 for a pod action (the status does not allow it: handled by
+    the action), for DELETE /v2/pods/{id} (a cluster member pod) and for nothing on
+    POST /v2/pods: none of them is "no capacity"."""
+    cluster = api(lambda r: problem(409, "pod belongs to a cluster"))
+    with pytest.raises(ProviderError, match="belongs to an Instant Cluster") as caught:
+        cluster.delete_pod("p1")
+    assert not isinstance(caught.value, NoCapacity)
+    with pytest.raises(ProviderError) as created:
+        api(lambda r: problem(409, "conflict")).create_pod({"name": "x"})
+    assert not isinstance(created.value, NoCapacity)
+    with pytest.raises(ProviderError, match="cannot use this GPU pool") as pool:
+        api(lambda r: problem(403, "access denied")).create_pod({"name": "x"})
+    assert not isinstance(pool.value, AuthFailed)  # the next offer may do
+    capacity = "There are no longer any instances available with the requested specifications."
+    with pytest.raises(NoCapacity):
+        api(lambda r: problem(400, capacity)).create_pod({"name": "x"})

@@ -4,15 +4,18 @@ checkpoints, and a pod that terminates itself when its job ended and no controll
 
 from __future__ import annotations
 
-import shlex
+import json
 import shutil
+import socket
 import stat
 import subprocess
+import sys
 from pathlib import Path
 
+import httpx
 import pytest
 
-from corral.errors import BadInput, ProviderError
+from corral.errors import BadInput, NoCapacity, ProviderError
 from corral.providers.base import Bootstrap, InstanceState, Requirements
 from corral.providers.common.wheel import bootstrap_script
 from corral.providers.runpod import boot
@@ -46,15 +49,18 @@ def test_on_demand_create_body_starts_the_agent_with_plan_and_token_in_env(
     p = make_provider()
     key = new_key()
     bs = bootstrap(tmp_path, key, env={"HF_TOKEN": "hf_secret_value"})
-    p.launch(offer(p, spot=False, req=REQ), bs, key)
-    body = fake.creates[-1]  # REST v2's CreatePodRequest (the fake refuses unknown fields)
+    p.launch(
+        offer(p, spot=False, req=REQ.model_copy(update={"cpus": None, "memory_gb": None})), bs, key
+    )
+    body = fake.creates[-1]  # REST v2's CreatePodRequest (checked against the document)
     assert body["name"] == f"corral-{key}" and body["gpu"] == {"id": "NVIDIA L40S", "count": 2}
     assert body["disk"] == 200 and body["cloud"] in ("SECURE", "COMMUNITY")
     assert body["ports"] == ["8750/http"] and "dataCenterIds" not in body
     # the node bootstrap (corral of this version, else installed), then the pod's boot
-    argv = shlex.split(body["args"])
-    assert argv[:2] == ["bash", "-c"] and argv[2] == bootstrap_script()
-    assert argv[3:] == ["corral-boot", "-m", "corral.providers.runpod.boot", "agent"]
+    # in RunPod's documented JSON form: an explicit entrypoint, every argument one string
+    start = json.loads(body["args"])
+    assert start["entrypoint"] == ["bash", "-c"] and start["cmd"][0] == bootstrap_script()
+    assert start["cmd"][1:] == ["corral-boot", "-m", "corral.providers.runpod.boot", "agent"]
     env = body["env"]
     assert env[ENV_AGENT_TOKEN] == bs.token and env["HF_TOKEN"] == "hf_secret_value"
     assert env[ENV_REST_URL] == fake.settings()["rest_url"]  # the shutdown command's API
@@ -84,8 +90,32 @@ def test_spot_create_is_a_graphql_bid_at_the_offer_price(make_provider, fake, tm
     assert inp["bidPerGpu"] == o.details["bid_per_gpu"] == o.price_per_hour / 2
     assert (inp["gpuCount"], inp["minVcpuCount"], inp["minMemoryInGb"]) == (2, 16, 64)
     assert inp["cloudType"] == o.details["cloud_type"] and inp["ports"] == "8750/http"
-    assert inp["dockerArgs"].startswith("bash -c ")
+    assert json.loads(inp["dockerArgs"]) == json.loads(fake.creates[-1]["dockerArgs"])
+    assert json.loads(inp["dockerArgs"])["entrypoint"] == ["bash", "-c"]
     assert {e["key"] for e in inp["env"]} >= {ENV_PLAN, ENV_AGENT_TOKEN}
+
+
+def test_on_demand_create_keeps_the_jobs_cpu_and_memory_minimums(make_provider, fake, tmp_path):
+    """REST v2 has no field for a GPU pod's host minimums: such a pod is created through
+    GraphQL's podFindAndDeployOnDemand, with minVcpuCount and minMemoryInGb for all its GPUs."""
+    p = make_provider()
+    key = new_key()
+    o = offer(p, spot=False, req=REQ)
+    p.launch(o, bootstrap(tmp_path, key), key)
+    inp = fake.creates[-1]
+    assert fake.routes("graphql:") == ["graphql:podFindAndDeployOnDemand"]
+    assert fake.routes("POST /v2/pods") == []
+    assert (inp["gpuCount"], inp["minVcpuCount"], inp["minMemoryInGb"]) == (2, 16, 64)
+    assert "bidPerGpu" not in inp and inp["gpuTypeId"] == "NVIDIA L40S"
+    assert json.loads(inp["dockerArgs"])["entrypoint"] == ["bash", "-c"]
+    [pod] = fake.cloud.list()
+    assert not pod.interruptible and pod.gpu_count == 2
+    # no host has that many vCPUs per GPU: no pod, the next offer
+    big = REQ.model_copy(update={"cpus": 1000})
+    other = new_key()
+    with pytest.raises(NoCapacity):
+        p.launch(offer(p, spot=False, req=big), bootstrap(tmp_path, other), other)
+    assert len(fake.cloud.list()) == 1
 
 
 def test_graphql_literals_carry_any_string_unchanged():
@@ -167,17 +197,68 @@ def test_shutdown_terminates_its_pod_through_the_api(make_provider, fake, tmp_pa
     p = make_provider()
     key = new_key()
     inst = p.launch(offer(p, spot=False), bootstrap(tmp_path, key), key)
+    other = p.launch(offer(p, spot=False), bootstrap(tmp_path, new_key()), new_key())
+    pod_key = fake.pod_key(inst.instance_id)  # what RunPod puts in the pod: its own key
     env = {
         "RUNPOD_POD_ID": inst.instance_id,
-        "RUNPOD_API_KEY": API_KEY,
+        "RUNPOD_API_KEY": pod_key,
         ENV_REST_URL: fake.settings()["rest_url"],
         "PATH": "/nonexistent",
     }
+    # the pod's key reaches no other pod (the fake's reading of "pod-scoped")
+    assert boot.terminate_pod({**env, "RUNPOD_POD_ID": other.instance_id}) == 1
     assert boot.terminate_pod(env) == 0
-    assert fake.cloud.list() == [] and p.status(inst).state == InstanceState.TERMINATED
+    assert [q.id for q in fake.cloud.list()] == [other.instance_id]
+    assert p.status(inst).state == InstanceState.TERMINATED
     assert boot.terminate_pod({**env, "RUNPOD_API_KEY": ""}) == 1  # no key, no runpodctl
     assert boot.terminate_pod({}) == 1
-    assert API_KEY not in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert API_KEY not in err and pod_key not in err
+
+
+#: runpodctl v2 as far as a pod uses it: `runpodctl pod delete <id>` with the pod's key
+#: (docs runpodctl/reference/runpodctl-pod); v1's `remove pod` is an unknown command
+FAKE_RUNPODCTL = """#!{python}
+import os, sys, urllib.request
+if sys.argv[1:3] != ["pod", "delete"] or len(sys.argv) != 4:
+    print(f'Error: unknown command "{{sys.argv[1]}}" for "runpodctl"', file=sys.stderr)
+    sys.exit(1)
+req = urllib.request.Request(
+    os.environ["FAKE_RUNPOD_API"] + "/pods/" + sys.argv[3],
+    method="DELETE",
+    headers={{"Authorization": "Bearer " + os.environ["RUNPOD_API_KEY"],
+             "User-Agent": "runpodctl/2.0.0"}},
+)
+urllib.request.urlopen(req, timeout=10)
+print("pod " + sys.argv[3] + " deleted")
+"""
+
+
+def test_a_pod_that_cannot_reach_the_api_deletes_itself_with_runpodctl_v2(
+    make_provider, fake, tmp_path, capsys
+):
+    p = make_provider()
+    key = new_key()
+    inst = p.launch(offer(p, spot=False), bootstrap(tmp_path, key), key)
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    ctl = bindir / "runpodctl"
+    ctl.write_text(FAKE_RUNPODCTL.format(python=sys.executable))
+    ctl.chmod(0o755)
+    with socket.socket() as s:  # a port nothing listens on: the API cannot be reached
+        s.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{s.getsockname()[1]}/v2"
+    env = {
+        "RUNPOD_POD_ID": inst.instance_id,
+        "RUNPOD_API_KEY": fake.pod_key(inst.instance_id),
+        ENV_REST_URL: dead,
+        "PATH": str(bindir),
+        "FAKE_RUNPOD_API": fake.settings()["rest_url"],
+    }
+    assert boot.terminate_pod(env) == 0
+    assert fake.cloud.list() == [] and p.status(inst).state == InstanceState.TERMINATED
+    assert f"DELETE /v2/pods/{inst.instance_id}" in fake.routes()
+    assert "terminated (runpodctl)" in capsys.readouterr().err
 
 
 def test_a_pod_whose_job_ended_terminates_itself_without_a_controller(
@@ -223,3 +304,28 @@ def test_start_script_without_python_says_so(tmp_path):
         text=True,
     )
     assert done.returncode == 127 and "no python on this machine" in done.stderr
+
+
+@pytest.mark.parametrize("spot", [False, True])
+def test_the_agent_starts_in_an_image_with_an_entrypoint_of_its_own(
+    make_provider, fake, tmp_path, spot
+):
+    """The start command replaces the image's ENTRYPOINT (RunPod's JSON form): the image's own
+    (a model server that takes what it is given as its arguments) never runs."""
+    from corral.providers.base import ImageRef
+
+    from .fake_cloud import ENTRYPOINT_RAN, IMAGE_WITH_ENTRYPOINT
+
+    p = make_provider()
+    key = new_key()
+    bs = bootstrap(tmp_path, key).model_copy(update={"image": ImageRef(name=IMAGE_WITH_ENTRYPOINT)})
+    inst = p.launch(offer(p, spot=spot), bs, key)
+    [pod] = fake.cloud.list()
+    assert pod.image == IMAGE_WITH_ENTRYPOINT and pod.argv[:2] == ["bash", "-c"]
+    path = fake.cloud.log_path(pod.id)
+    # the agent answers through RunPod's proxy: it runs in the pod
+    ua = {"User-Agent": "corral-test/1"}
+    health = inst.endpoint + "/health"
+    wait_until(lambda: httpx.get(health, headers=ua, timeout=2).status_code == 200, timeout=60)
+    assert ENTRYPOINT_RAN not in path.read_text()
+    p.terminate(inst)

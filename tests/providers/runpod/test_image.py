@@ -1,5 +1,5 @@
 """The spec's ``image`` on RunPod: the pods run it, with the private registry's credentials
-stored once with RunPod (``containerRegistryAuthId``); the password, from corral's secret
+stored once with RunPod (``POST /v2/registries``, named in the pod's ``registry``); the password, from corral's secret
 store, is in no log, event, store row, file, pod environment or API answer."""
 
 from __future__ import annotations
@@ -76,3 +76,24 @@ image_auth: {username: acme-bot, password_secret: REGISTRY_TOKEN}
     assert again.state == "SUCCEEDED", again.reason
     assert len(fake.cloud.registry_auths) == 1
     assert fake.creates[-1]["registry"] == auth["id"]
+
+
+def test_registry_credentials_are_stored_at_v2_registries_once(make_provider, fake) -> None:
+    import httpx
+
+    from corral.providers.base import ImageRef
+
+    p = make_provider()
+    image = ImageRef(name="ghcr.io/acme/trainer:1.4.0", username="acme-bot", password=PASSWORD)
+    first = p._registry_auth(image)
+    assert p._registry_auth(image) == first  # found again in the `registries` list
+    assert fake.routes("POST /v2/") == ["POST /v2/registries"]
+    assert fake.routes("GET /v2/registries") == ["GET /v2/registries"] * 2
+    assert list(fake.cloud.registry_auths) == [first]
+    # v1's path does not exist in v2: the published document has no such path
+    headers = {"Authorization": f"Bearer {API_KEY}", "User-Agent": "corral-test/1"}
+    resp = httpx.get(fake.base_url + "/v2/containerregistryauth", headers=headers)
+    assert resp.status_code == 404
+    [refused] = fake.contract.violations
+    assert "PathNotFound" in refused
+    fake.contract.violations.clear()  # on purpose: the test sent it

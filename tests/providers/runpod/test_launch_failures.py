@@ -6,9 +6,12 @@ from __future__ import annotations
 
 import pytest
 
+from corral.control.context import Context, Settings
+from corral.control.controller import Controller
 from corral.errors import NoCapacity, ProviderUnavailable
-from corral.providers.base import Instance, InstanceState
+from corral.providers.base import Instance, InstanceState, Requirements
 from corral.providers.runpod.bootstrap import pod_name
+from corral.store import Store
 
 from ..contract import new_key
 from .helpers import bootstrap, offer
@@ -184,3 +187,31 @@ def test_a_pod_of_another_key_is_never_terminated(make_provider, fake, tmp_path)
     assert p.status(stranger).state == InstanceState.TERMINATED
     p.terminate(stranger)
     assert [pod.id for pod in fake.cloud.list()] == [inst.instance_id]
+
+
+def test_no_balance_stops_runpods_offers_for_the_launch_in_one_line(make_provider, fake, tmp_path):
+    from control.helpers import submit, write_spec
+
+    from .fake_rest_v2 import problem
+
+    spec = write_spec(
+        tmp_path,
+        """
+        name: broke
+        run: sleep 30
+        resources: {gpus: "L40S:1", spot: false, providers: [runpod]}
+        """,
+    )
+    run_id = submit(spec)
+    store = Store.open()
+    p = make_provider()
+    assert len(p.offers(Requirements(gpu_type="L40S", gpu_count_min=1, spot=False))) > 1
+    fake.fail("POST /v2/pods", 402, body=problem(402, "insufficient balance"), times=100)
+    controller = Controller(Context(store=store, providers={"runpod": p}, settings=Settings()))
+    controller.tick()
+    assert fake.routes("POST /v2/pods") == ["POST /v2/pods"]  # one try, not one per offer
+    [error] = [e for e in store.events(run_id) if e.type == "provider.error"]
+    assert "HTTP 402" in error.reason and "no other RunPod offer is tried" in error.reason
+    assert "\n" not in error.reason and error.data["code"] == "no_balance"
+    run = store.get_run(run_id)
+    assert run.state == "PENDING" and "runpod: no balance" in (run.reason or "")

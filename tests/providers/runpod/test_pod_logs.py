@@ -151,12 +151,16 @@ def test_what_the_contract_leaves_open_is_read_defensively(make_provider, fake):
     ]
 
 
-def test_the_api_key_a_pod_prints_is_masked(make_provider, fake):
+def test_the_api_keys_a_pod_prints_are_masked(make_provider, fake):
+    """The pod's own key (RunPod's RUNPOD_API_KEY in the pod, which corral never knows) and the
+    account's."""
     p = make_provider(log_read_s=0.5)
-    pod, inst = _pod(p, fake, 'echo "my key is $RUNPOD_API_KEY"; sleep 60')
-    wait_until(lambda: _printed(fake, pod.id, API_KEY), message="the container's output")
+    pod, inst = _pod(p, fake, f'echo "my key is $RUNPOD_API_KEY, and {API_KEY}"; sleep 60')
+    pod_key = fake.pod_key(pod.id)
+    wait_until(lambda: _printed(fake, pod.id, pod_key), message="the container's output")
     text = p.logs(inst)
-    assert _text(text) == ["my key is ***"] and API_KEY not in text
+    assert _text(text) == ["my key is ***, and ***"]
+    assert API_KEY not in text and pod_key not in text
 
 
 @pytest.mark.parametrize("before_start", ["404", "empty stream"])

@@ -52,6 +52,7 @@ def test_a_wrong_key_is_auth_failed_and_never_shown(make_provider):
 
 def test_no_key_anywhere_refuses_to_start_and_says_how_to_set_one(fake, monkeypatch):
     monkeypatch.delenv("RUNPOD_API_KEY", raising=False)
+    monkeypatch.delenv("CORRAL_RUNPOD_API_KEY", raising=False)
     with pytest.raises(AuthFailed, match="corral secret set RUNPOD_API_KEY"):
         RunPodProvider(settings=RunPodSettings(**fake.settings()))
 
@@ -68,6 +69,31 @@ def test_the_controller_builds_it_from_the_secret_store_and_the_environment(
     assert isinstance(p, RunPodProvider)
     offers = p.offers(L40S)
     assert offers and {o.details["cloud_type"] for o in offers} == {"SECURE"}
+    p.close()
+
+
+def test_the_key_is_read_under_corrals_name_and_runpods_own_corrals_first(
+    fake, corral_home, monkeypatch
+):
+    """RUNPOD_API_KEY (RunPod's guides, runpodctl) works alone; CORRAL_RUNPOD_API_KEY wins
+    when both are set (in a pod, RUNPOD_API_KEY holds the pod's own key); each name is read
+    from the secret store, then the environment, before the next."""
+    settings = RunPodSettings(**fake.settings(), rate_per_s=None)
+    wrong = "rpa_WRONGKEY0123456789xyz"
+    monkeypatch.delenv("CORRAL_RUNPOD_API_KEY", raising=False)
+    monkeypatch.setenv("RUNPOD_API_KEY", API_KEY)  # RunPod's name alone
+    p = RunPodProvider(settings=settings)
+    assert p.offers(L40S)
+    p.close()
+    monkeypatch.setenv("CORRAL_RUNPOD_API_KEY", API_KEY)  # both: corral's own wins
+    monkeypatch.setenv("RUNPOD_API_KEY", wrong)
+    p = RunPodProvider(settings=settings)
+    assert p.offers(L40S)
+    p.close()
+    monkeypatch.setenv("CORRAL_RUNPOD_API_KEY", wrong)
+    SecretStore(corral_home).set("CORRAL_RUNPOD_API_KEY", API_KEY)  # the store, then the env
+    p = RunPodProvider(settings=settings)
+    assert p.offers(L40S)
     p.close()
 
 

@@ -1,16 +1,22 @@
-"""A credential known by several names: corral's own, and the one a provider's own guide uses
-(``IONET_API_KEY`` and IO.net's ``IOCLOUD_API_KEY``, say).
+"""A provider's credential under any of the names it is known by, in a documented order.
 
-The names are tried in the order given, corral's own first; each name is looked up in corral's
-secret store, then in the environment (:func:`corral.secrets.resolve`). When two of them hold
-different values the first wins and the choice is logged once, by name (never a value).
+A provider's key may be set under corral's own name (``CORRAL_RUNPOD_API_KEY``,
+``IONET_API_KEY``) or under the name the provider's own guide tells its users to export
+(``RUNPOD_API_KEY``, IO.net's ``IOCLOUD_API_KEY``). Both are read; when both are set the first
+name of the provider's list wins, the same way everywhere: each name is looked up in corral's
+secret store, then in the environment (:func:`corral.secrets.resolve`), before the next name.
+When two of them hold different values the choice is logged once, by name (never a value).
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from corral.secrets.store import SecretStore
 
 log = logging.getLogger("corral.providers")
 
@@ -18,16 +24,21 @@ _said: set[tuple[str, ...]] = set()
 _said_lock = threading.Lock()
 
 
-def _resolve(name: str) -> str | None:
-    from corral.secrets import resolve
-
-    return resolve(name)
-
-
 def first_credential(
-    names: Sequence[str], *, resolve: Callable[[str], str | None] = _resolve
+    names: Sequence[str],
+    *,
+    resolve: Callable[[str], str | None] | None = None,
+    store: SecretStore | None = None,
+    environ: Mapping[str, str] | None = None,
 ) -> tuple[str, str] | None:
-    """``(name, value)`` of the first of ``names`` that is set, or None if none is."""
+    """``(name, value)`` of the first of ``names`` that is set (store, then environment, name
+    by name), or None when none is. The value is registered for redaction (``resolve``)."""
+    if resolve is None:
+        from corral.secrets import resolve as _resolve
+
+        def resolve(name: str) -> str | None:
+            return _resolve(name, store=store, environ=environ)
+
     found = [(n, v) for n in names if (v := resolve(n))]
     if not found:
         return None

@@ -10,8 +10,9 @@ TERMINATED) and ``cost``, and errors are RFC 9457 problem details. A pod's log i
 Server-Sent Events (``GET /pods/{id}/logs``, read by :mod:`.podlog`).
 
 Both go through :class:`~corral.providers.http.ProviderHTTP` (User-Agent, retries honouring
-``Retry-After``, a shared request rate, typed errors, no key in any message) on one injected
-:class:`httpx.Client`. Creates are never retried here on a timeout or a 5xx: RunPod has been
+``Retry-After``, typed errors, no key in any message) on one injected :class:`httpx.Client`,
+with one request budget per API key that RunPod's ``RateLimit`` headers hold off
+(:mod:`.limits`). Creates are never retried here on a timeout or a 5xx: RunPod has been
 seen to answer 500 after creating the pod, so the provider looks the pod up by name first.
 """
 
@@ -21,19 +22,22 @@ import random
 import re
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import httpx
 
-from corral.errors import NotFound, ProviderError
-from corral.providers.http import ProviderHTTP, ResourceNotFound, RetryPolicy, TokenBucket
+from corral.errors import NoBalance, NotFound, ProviderError, QuotaExceeded
+from corral.providers.http import ProviderHTTP, ResourceNotFound, RetryPolicy
 from corral.providers.runpod import graphql as gql
+from corral.providers.runpod.limits import RateLimitWatch, api_bucket
 from corral.providers.runpod.podlog import read_pod_log
 from corral.providers.runpod.pods import NetworkVolume, Pod
 from corral.providers.runpod.settings import RunPodSettings
 
 PROVIDER = "runpod"
 _ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+#: how RunPod's GraphQL says the account cannot pay (REST v2 says 402)
+_BALANCE = re.compile(r"(?i)\b(balance|funds|credits?)\b")
 #: pod statuses in which a stop has nothing left to do, and those in which a start has not
 _STOPPED = frozenset({"EXITED", "TERMINATED"})
 _STARTED = frozenset({"PROVISIONING", "STARTING", "RUNNING"})
@@ -44,6 +48,33 @@ def check_id(value: str, what: str = "pod") -> str:
     if not isinstance(value, str) or not _ID.match(value):
         raise NotFound(f"runpod: {value!r} is not a {what} id")
     return value
+
+
+def _no_balance(exc: ProviderError) -> NoBalance:
+    return NoBalance(
+        f"{exc.message} (the RunPod account has no balance left for a pod: add funds in the "
+        "RunPod console; no other RunPod offer is tried for this launch)",
+        fields=exc.fields,
+    )
+
+
+def _create_error(exc: ProviderError) -> ProviderError:
+    """A failed ``POST /v2/pods`` as the published document reads it (its operation's table):
+    402 no balance (stop: no candidate will succeed); 403 the account cannot use that GPU
+    pool (skip this candidate); 400 a broken cross-field rule or no capacity there (next
+    candidate; :class:`NoCapacity` when the detail says capacity); 409 is not defined for
+    this path, so it is no capacity claim either. Others as :func:`error_for` typed them."""
+    status = exc.fields.get("status")
+    if status == 402 or (isinstance(exc, QuotaExceeded) and _BALANCE.search(exc.message)):
+        return _no_balance(exc)
+    if status == 403:
+        return ProviderError(
+            f"{exc.message} (the RunPod account cannot use this GPU pool: the next offer is tried)",
+            fields=exc.fields,
+        )
+    if status == 409:
+        return ProviderError(exc.message, fields=exc.fields)
+    return exc
 
 
 def _listed(body: Any, key: str, what: str) -> list[dict[str, Any]]:
@@ -70,12 +101,12 @@ class RunPodAPI:
         self._owns_client = client is None
         self._key = api_key
         self._clock = clock
-        bucket = None
-        if settings.rate_per_s is not None:
-            burst = max(1.0, settings.rate_per_s * 2)
-            bucket = TokenBucket(settings.rate_per_s, burst, clock=clock, sleep=sleep)
+        # one bucket per key (RunPod counts the key's requests, whoever sends them), held off
+        # by RunPod's RateLimit headers (.limits)
+        bucket = api_bucket(PROVIDER, api_key, settings.rate_per_s, clock=clock, sleep=sleep)
+        watched = cast(httpx.Client, RateLimitWatch(self._client, bucket))
         common: dict[str, Any] = dict(
-            client=self._client,
+            client=watched,
             token=api_key,
             retry=retry,
             bucket=bucket,
@@ -109,7 +140,12 @@ class RunPodAPI:
         return Pod.model_validate(body) if isinstance(body, dict) and body.get("id") else None
 
     def create_pod(self, body: dict[str, Any]) -> Pod:
-        answer = self.rest.post_json("/pods", json=body)
+        """``POST /v2/pods``. Its failures read as the published document's table for it
+        says (:func:`_create_error`)."""
+        try:
+            answer = self.rest.post_json("/pods", json=body)
+        except ProviderError as exc:
+            raise _create_error(exc) from None
         if not isinstance(answer, dict) or not answer.get("id"):
             raise ProviderError("runpod: POST /pods answered without a pod id")
         return Pod.model_validate(answer)
@@ -138,11 +174,19 @@ class RunPodAPI:
         self._action(pod_id, "start", _STARTED)
 
     def delete_pod(self, pod_id: str) -> bool:
-        """Terminate the pod; False if RunPod did not know it."""
+        """Terminate the pod; False if RunPod did not know it. A 409 here means the pod is a
+        member of an Instant Cluster, which the pod endpoints never terminate (the document's
+        409 for this path), not a lack of capacity."""
         try:
-            self.rest.request("DELETE", f"/pods/{check_id(pod_id)}")
+            resp = self.rest.request("DELETE", f"/pods/{check_id(pod_id)}", allow=(409,))
         except (ResourceNotFound, NotFound):
             return False
+        if resp.status_code == 409:
+            raise ProviderError(
+                f"runpod: pod {pod_id} belongs to an Instant Cluster: RunPod terminates it only "
+                "with its cluster (DELETE /v2/clusters/{id}), never through the pod endpoints",
+                fields={"provider": PROVIDER, "status": 409},
+            )
         return True
 
     def pod_log(self, pod_id: str, *, tail: int, seconds: float) -> list[str]:
@@ -163,23 +207,21 @@ class RunPodAPI:
             "while the pod exists"
         )
 
-    # --- private registry credentials (REST) ------------------------------------------------
+    # --- private registry credentials (REST v2) ---------------------------------------------
 
     def registry_auths(self) -> list[dict[str, Any]]:
-        """The account's registry credentials (``id`` and ``name``; RunPod never returns the
-        password)."""
-        body = self.rest.get_json("/containerregistryauth")
-        if isinstance(body, dict):
-            body = body.get("containerRegistryAuths") or body.get("items")
-        return [a for a in body or [] if isinstance(a, dict) and a.get("id")]
+        """The account's registry credentials (``GET /v2/registries``: ``id`` and ``name``;
+        RunPod never returns the username or password)."""
+        body = self.rest.get_json("/registries")
+        return _listed(body, "registries", "GET /registries")
 
     def create_registry_auth(self, name: str, username: str, password: str) -> str:
-        """Store registry credentials with RunPod; returns their id (pods name it in
-        ``containerRegistryAuthId``)."""
+        """Store registry credentials with RunPod (``POST /v2/registries``); returns their id
+        (a pod names it in ``registry``)."""
         body = {"name": name, "username": username, "password": password}
-        answer = self.rest.post_json("/containerregistryauth", json=body)
+        answer = self.rest.post_json("/registries", json=body)
         if not isinstance(answer, dict) or not answer.get("id"):
-            raise ProviderError("runpod: POST /containerregistryauth answered without an id")
+            raise ProviderError("runpod: POST /registries answered without an id")
         return str(answer["id"])
 
     # --- network volumes (REST v2) ----------------------------------------------------------
@@ -237,10 +279,24 @@ class RunPodAPI:
         return [t for t in types if isinstance(t, dict) and isinstance(t.get("id"), str)]
 
     def rent_interruptable(self, pod_input: dict[str, Any]) -> Pod:
-        data = self.gql.graphql(gql.rent_interruptable(pod_input))
+        try:
+            data = self.gql.graphql(gql.rent_interruptable(pod_input))
+        except QuotaExceeded as exc:  # GraphQL says it in words: "Insufficient balance..."
+            raise (_no_balance(exc) if _BALANCE.search(exc.message) else exc) from None
         pod = data.get("podRentInterruptable")
         if not isinstance(pod, dict) or not pod.get("id"):
             raise ProviderError("runpod: podRentInterruptable answered without a pod id")
+        return Pod.model_validate(pod)
+
+    def deploy_on_demand(self, pod_input: dict[str, Any]) -> Pod:
+        """An on-demand pod through GraphQL (for the host minimums REST v2 cannot ask for)."""
+        try:
+            data = self.gql.graphql(gql.deploy_on_demand(pod_input))
+        except QuotaExceeded as exc:
+            raise (_no_balance(exc) if _BALANCE.search(exc.message) else exc) from None
+        pod = data.get("podFindAndDeployOnDemand")
+        if not isinstance(pod, dict) or not pod.get("id"):
+            raise ProviderError("runpod: podFindAndDeployOnDemand answered without a pod id")
         return Pod.model_validate(pod)
 
     def bid_resume(self, pod_id: str, bid_per_gpu: float, gpu_count: int) -> None:

@@ -10,8 +10,10 @@ the token stays in
 
 ``python -m corral.providers.runpod.boot shutdown`` (the agent runs it when its job ended and
 no controller called for a long time): terminates this pod through the REST v2 API
-(``DELETE /pods/{id}``) with the key RunPod puts in every pod (``RUNPOD_API_KEY``,
-``RUNPOD_POD_ID``), or with ``runpodctl``. Prints one line either way and never shows the key.
+(``DELETE /v2/pods/{id}``) with the pod-scoped key RunPod puts in every pod
+(``RUNPOD_API_KEY``, ``RUNPOD_POD_ID``), or, when the API cannot be reached or refuses, with
+the ``runpodctl`` every pod has (``runpodctl pod delete <id>``, runpodctl v2). Prints one line
+either way and never shows the key.
 """
 
 from __future__ import annotations
@@ -69,12 +71,24 @@ def terminate_pod(environ: dict[str, str] | None = None) -> int:
                 _say(f"pod {pod_id} terminated")
                 return 0
             _say(f"the RunPod API answered {resp.status_code}; trying runpodctl")
+    # runpodctl (in every pod, with the pod's key) v2 syntax: `runpodctl pod delete <id>`
+    # (docs runpodctl/reference/runpodctl-pod; v1's `remove pod` is gone)
     try:
-        done = subprocess.run(["runpodctl", "remove", "pod", pod_id], check=False, timeout=60)
+        done = subprocess.run(
+            ["runpodctl", "pod", "delete", pod_id],
+            check=False,
+            timeout=60,
+            stdin=subprocess.DEVNULL,
+            env=dict(env),
+        )
     except (OSError, subprocess.SubprocessError) as exc:
         _say(f"cannot terminate pod {pod_id}: runpodctl failed ({type(exc).__name__})")
         return 1
-    return 0 if done.returncode == 0 else 1
+    if done.returncode != 0:
+        _say(f"cannot terminate pod {pod_id}: runpodctl pod delete exited {done.returncode}")
+        return 1
+    _say(f"pod {pod_id} terminated (runpodctl)")
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,6 +1,8 @@
 """What a pod is created with: its name, environment and start command, and the create body.
 
-The pod's start command (``bash -c`` with :func:`start_script`) is the node bootstrap: it finds
+The pod's start command (``bash -c`` with :func:`start_script`, sent in RunPod's documented
+JSON form ``{"entrypoint": ["bash", "-c"], "cmd": [SCRIPT, ...]}``: :func:`start_args`) is
+the node bootstrap: it finds
 python, installs this corral's version if the image lacks it (the controller's wheel, fetched
 from the run's storage, or the same version from an index), and runs
 ``python -m corral.providers.runpod.boot agent``, which writes the plan from the environment
@@ -21,7 +23,6 @@ from __future__ import annotations
 import base64
 import gzip
 import json
-import shlex
 from typing import Any
 
 from corral.providers.base import Bootstrap, NodeProfile, Offer
@@ -116,7 +117,19 @@ def start_script(settings: RunPodSettings) -> str:
 
 
 def start_command(settings: RunPodSettings) -> list[str]:
+    """The pod's process: ``bash -c SCRIPT corral-boot ARGS...``."""
     return ["bash", "-c", start_script(settings), "corral-boot", *BOOT_ARGS]
+
+
+def start_args(settings: RunPodSettings) -> str:
+    """The start command as RunPod documents it for a pod's "container start command" (REST
+    v2's ``args``, GraphQL's ``dockerArgs``): ``{"entrypoint": [...], "cmd": [...]}``, JSON
+    (docs ``pods/templates/manage-templates``; dstack sends the same form). The entrypoint
+    replaces the image's ENTRYPOINT, whatever the image has there, and every argument travels
+    as one JSON string: nothing of the script is split by RunPod's undocumented rules for a
+    plain command string."""
+    argv = start_command(settings)
+    return json.dumps({"entrypoint": argv[:2], "cmd": argv[2:]})
 
 
 def _network_mount(
@@ -150,7 +163,7 @@ def rest_body(
     body: dict[str, Any] = {
         "name": pod_name(key),
         "image": image or settings.image,
-        "args": shlex.join(start_command(settings)),
+        "args": start_args(settings),
         "disk": int(d.get("disk_gb") or settings.container_disk_gb),
         "ports": [f"{settings.agent_port}/http"],
         "env": env,
@@ -167,6 +180,15 @@ def rest_body(
     return body
 
 
+def keeps_host_minimums(offer: Offer) -> bool:
+    """Whether the offer asks for a host with at least so many vCPUs or so much memory: REST
+    v2's ``CreatePodRequest`` has no field for either on a GPU pod, GraphQL's pod inputs have
+    (``minVcpuCount``, ``minMemoryInGb``), so such an on-demand pod is created through
+    GraphQL (``podFindAndDeployOnDemand``)."""
+    d = offer.details
+    return bool(d.get("min_vcpu_per_gpu") or d.get("min_ram_per_gpu"))
+
+
 def spot_input(
     offer: Offer,
     env: dict[str, str],
@@ -177,11 +199,12 @@ def spot_input(
     image: str | None = None,
     registry_auth_id: str | None = None,
 ) -> dict[str, Any]:
-    """``podRentInterruptable`` input for a spot pod, bidding the offer's price per GPU."""
+    """``podRentInterruptable`` input for a spot pod, bidding the offer's price per GPU (for
+    an on-demand offer: ``podFindAndDeployOnDemand``'s, the same without a bid)."""
     d = offer.details
     count = max(1, offer.gpu_count)
     data: dict[str, Any] = {
-        "bidPerGpu": float(d["bid_per_gpu"]),
+        **({"bidPerGpu": float(d["bid_per_gpu"])} if offer.spot else {}),
         "cloudType": EnumValue(d["cloud_type"]),
         "gpuTypeId": d["gpu_type_id"],
         "gpuCount": count,
@@ -191,7 +214,7 @@ def spot_input(
         "volumeInGb": 0,
         "ports": f"{settings.agent_port}/http",
         "env": [{"key": k, "value": v} for k, v in env.items()],
-        "dockerArgs": shlex.join(start_command(settings)),
+        "dockerArgs": start_args(settings),
     }
     if registry_auth_id:
         data["containerRegistryAuthId"] = registry_auth_id

@@ -1,5 +1,6 @@
 """The GraphQL documents the RunPod provider sends: spot pods, their resume, spot prices
-(REST v2 has no spot option; everything else goes through it).
+(REST v2 has no spot option), and on-demand pods that need a least number of vCPUs or amount
+of memory on their host (REST v2 cannot ask for either); everything else goes through REST v2.
 
 Inputs are written inline, the way RunPod's own SDK and docs do (the schema's input type
 names are not published, so ``$variables`` would have to guess them). :func:`literal` writes
@@ -69,6 +70,15 @@ def rent_interruptable(pod_input: dict[str, Any]) -> str:
     """Create a spot pod (``podRentInterruptable``, spelled as in the API)."""
     return (
         f"mutation RentSpot {{ podRentInterruptable(input: {literal(pod_input)}) "
+        f"{{ {_POD_FIELDS} }} }}"
+    )
+
+
+def deploy_on_demand(pod_input: dict[str, Any]) -> str:
+    """Create an on-demand pod (``podFindAndDeployOnDemand``): only for a pod that needs a
+    host with a least number of vCPUs or amount of memory, which REST v2 cannot ask for."""
+    return (
+        f"mutation DeployOnDemand {{ podFindAndDeployOnDemand(input: {literal(pod_input)}) "
         f"{{ {_POD_FIELDS} }} }}"
     )
 

@@ -19,8 +19,10 @@ the last ``tail`` lines. What the contract leaves open (UNCONFIRMED) is read def
   JSON and all, at :data:`MAX_PENDING`).
 
 Error statuses are the HTTP helper's typed errors (a 404 is the caller's business: a pod
-that has logged nothing yet, or no pod). The account's API key (RunPod puts it in every pod's
-environment as ``RUNPOD_API_KEY``) is masked in every line.
+that has logged nothing yet, or no pod). The account's API key is masked in every line, and so
+is anything shaped like a RunPod API key (``rpa_`` and at least 16 letters or digits): the
+pod-scoped key RunPod puts in every pod's environment as ``RUNPOD_API_KEY`` is one corral
+never sees.
 """
 
 from __future__ import annotations
@@ -40,6 +42,8 @@ from corral.providers.http import ProviderHTTP, html_summary, read_capped
 
 #: characters of one log line shown at most (the rest is cut)
 MAX_LINE = 4096
+#: a RunPod API key, the account's or a pod's (keys begin ``rpa_``)
+_API_KEY_SHAPE = re.compile(r"\brpa_[A-Za-z0-9]{16,}")
 #: characters of one line of the stream kept at most (a data line: its JSON and all)
 MAX_PENDING = 4 * MAX_LINE
 #: bytes of an answer that is not an event stream read at most
@@ -66,7 +70,7 @@ def read_pod_log(
     def mask(text: str) -> str:
         for value in masks:
             text = text.replace(value, _MASK)
-        return text
+        return _API_KEY_SHAPE.sub(_MASK, text)  # the pod's own key, which corral never knows
 
     deadline = clock() + seconds
     timeout = httpx.Timeout(seconds, connect=min(seconds, 10.0))

@@ -7,7 +7,9 @@
   500 to a create whose pod then existed and billed), the pod is looked up by name and
   adopted; only when none exists is the create tried again (``create_attempts`` in all).
   On-demand pods are created through REST v2 (``POST /v2/pods``), spot pods through GraphQL
-  (``podRentInterruptable``, bidding the offer's price per GPU; REST v2 has no spot option).
+  (``podRentInterruptable``, bidding the offer's price per GPU; REST v2 has no spot option),
+  and so are on-demand pods of a job with CPU or memory minimums (``podFindAndDeployOnDemand``
+  with ``minVcpuCount``/``minMemoryInGb``: REST v2 has no field for either on a GPU pod).
   A spot create RunPod refuses for a reason other than a transient one is
   :class:`NoCapacity`: the controller goes on to the next offer (on-demand, when the job
   allows it). Should two pods ever carry one key, the provider keeps one and terminates the
@@ -25,8 +27,9 @@
   ``log_read_s`` (it follows and may never end), for ``corral logs`` when the agent never came
   up. RunPod keeps a pod's log only while the pod exists.
 
-The API key is ``RUNPOD_API_KEY`` from corral's secret store or the environment; it is sent
-only in the Authorization header and never appears in a log line, an event or an error.
+The API key is ``CORRAL_RUNPOD_API_KEY`` or RunPod's own ``RUNPOD_API_KEY`` (the first set one,
+each from corral's secret store, then the environment); it is sent only in the Authorization
+header and never appears in a log line, an event or an error.
 """
 
 from __future__ import annotations
@@ -70,6 +73,7 @@ from corral.providers.base import (
     SupportsVolumes,
     VolumeInfo,
 )
+from corral.providers.common.credentials import first_credential
 from corral.providers.common.files import check_key
 from corral.providers.http import RetryPolicy
 from corral.providers.runpod import bootstrap as boot
@@ -78,7 +82,7 @@ from corral.providers.runpod.gpus import canonical_name
 from corral.providers.runpod.marks import StoppedMarks
 from corral.providers.runpod.offers import Prices, build_offers, gpu_count
 from corral.providers.runpod.pods import Pod, pod_state
-from corral.providers.runpod.settings import ENV_API_KEY, RunPodSettings
+from corral.providers.runpod.settings import API_KEY_NAMES, ENV_API_KEY, RunPodSettings
 from corral.providers.runpod.volumes import NamedVolumes
 
 log = logging.getLogger("corral.providers.runpod")
@@ -95,9 +99,8 @@ def _sells_spot(gpu: dict[str, Any]) -> bool:
 
 
 def _api_key() -> str | None:
-    from corral.secrets import resolve
-
-    return resolve(ENV_API_KEY)
+    found = first_credential(API_KEY_NAMES)
+    return found[1] if found else None
 
 
 class RunPodProvider(
@@ -125,7 +128,8 @@ class RunPodProvider(
         key = api_key or _api_key()
         if not key:
             raise AuthFailed(
-                f"runpod: no API key: `corral secret set {ENV_API_KEY}` or export {ENV_API_KEY}"
+                f"runpod: no API key: `corral secret set {ENV_API_KEY}` or export {ENV_API_KEY} "
+                f"(or {API_KEY_NAMES[0]}, which wins when both are set)"
             )
         self.settings = settings if settings is not None else RunPodSettings.from_env()
         self.api = RunPodAPI(
@@ -275,6 +279,9 @@ class RunPodProvider(
     ) -> Pod:
         s = self.settings
         extra: dict[str, Any] = {"mount": mount, "image": image, "registry_auth_id": auth}
+        if not offer.spot and boot.keeps_host_minimums(offer):
+            # the job's vCPU and memory minimums: REST v2 has no field for them, GraphQL has
+            return self.api.deploy_on_demand(boot.spot_input(offer, env, key, s, **extra))
         if not offer.spot:
             return self.api.create_pod(boot.rest_body(offer, env, key, s, **extra))
         try:

@@ -3,7 +3,9 @@
 Every field can come from the environment (``CORRAL_RUNPOD_<FIELD>``, upper case), so the
 controller builds the provider with no arguments; tests pass a :class:`RunPodSettings` that
 points the URLs at a fake server on loopback. The API key is not a setting: it is a secret
-(``RUNPOD_API_KEY``, from the environment or corral's secret store) and never stored here.
+(``CORRAL_RUNPOD_API_KEY`` or RunPod's own ``RUNPOD_API_KEY``, the first set one winning, each
+from corral's secret store, then the environment: :data:`API_KEY_NAMES`) and never stored
+here.
 """
 
 from __future__ import annotations
@@ -16,6 +18,10 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from corral.providers.common.env_settings import read_settings
 
 ENV_API_KEY = "RUNPOD_API_KEY"
+#: the names the API key is read under, the first set one winning (each from corral's secret
+#: store, then the environment): corral's own, then RunPod's (its guides and runpodctl export
+#: RUNPOD_API_KEY; in a pod it holds the pod-scoped key, so corral's own name comes first)
+API_KEY_NAMES = ("CORRAL_RUNPOD_API_KEY", ENV_API_KEY)
 ENV_PREFIX = "CORRAL_RUNPOD_"
 
 CloudType = Literal["SECURE", "COMMUNITY"]

@@ -1,4 +1,5 @@
-"""Fixtures of the AWS provider tests: one moto server per test process, a fake IMDS per
+"""Fixtures of the AWS provider tests: one moto server per test process, a fake of the AWS
+Price List API (moto has none) serving the bundled catalog's on-demand prices, a fake IMDS per
 test, machines played on this machine, and a provider wired to them.
 
 The moto server is not reset between tests (moto rebuilds each region lazily after a reset,
@@ -13,8 +14,10 @@ from pathlib import Path
 
 import pytest
 
+from corral.pricing import load_catalog
 from corral.providers.aws.provider import AwsProvider
 from corral.testing.aws import LocalMachineRunner
+from pricing.fake_price_list import FakePriceList, product
 
 from .fake_imds import FakeImds
 from .harness import MotoAws
@@ -30,6 +33,33 @@ def moto_server() -> Iterator[MotoAws]:
 @pytest.fixture
 def aws(moto_server: MotoAws) -> MotoAws:
     return moto_server
+
+
+def catalog_products() -> list[dict]:
+    """The bundled catalog's on-demand prices as Price List products."""
+    out = []
+    for e in load_catalog("aws", "ec2").entries:
+        gpu_mem = f"{e.gpu_memory_gb * e.gpu_count:g} GB" if e.gpu_memory_gb else "NA"
+        for region, usd in e.prices.items():
+            out.append(
+                product(
+                    e.instance_type,
+                    region,
+                    usd,
+                    vcpu=int(e.vcpus),
+                    memory=f"{e.memory_gb:g} GiB",
+                    gpu=str(e.gpu_count),
+                    gpu_memory=gpu_mem,
+                )
+            )
+    return out
+
+
+@pytest.fixture(scope="session")
+def price_list() -> Iterator[FakePriceList]:
+    fake = FakePriceList(catalog_products(), page_size=100)
+    yield fake
+    fake.close()
 
 
 @pytest.fixture
@@ -53,9 +83,10 @@ def runner(corral_home: Path, imds: FakeImds) -> Iterator[LocalMachineRunner]:
 
 @pytest.fixture
 def make_provider(
-    aws: MotoAws, runner: LocalMachineRunner, owner: str
+    aws: MotoAws, runner: LocalMachineRunner, owner: str, price_list: FakePriceList
 ) -> Callable[..., AwsProvider]:
-    """A provider on the fake AWS; keyword arguments override settings."""
+    """A provider on the fake AWS (EC2 and SSM on moto, the Price List API on its own fake);
+    keyword arguments override settings."""
 
     def make(**kw: object) -> AwsProvider:
         settings: dict[str, object] = {
@@ -68,12 +99,13 @@ def make_provider(
         settings.update(kw)
         extra = {
             k: settings.pop(k)
-            for k in ("machine_runner", "clock", "sleep", "http")
+            for k in ("machine_runner", "clock", "sleep", "http", "session", "endpoints")
             if k in settings
         }
         return AwsProvider(
-            aws.session(),
+            extra.pop("session", None) or aws.session(),
             endpoint_url=aws.url,
+            endpoints=extra.pop("endpoints", None) or {"pricing": price_list.url},
             environ={},
             machine_runner=extra.pop("machine_runner", runner),
             **extra,

@@ -71,7 +71,9 @@ def test_offers_are_cheapest_first_with_one_spot_offer_per_zone() -> None:
     assert first.details["zone"] == "us-east-1b"
     assert first.details["machine"] == "us-east-1b:g5.xlarge"
     assert first.details["on_demand_price"] == CATALOG.entry("g5.xlarge").prices["us-east-1"]
-    assert first.catalog_date == CATALOG.date
+    assert first.catalog_date == "2027-01-15T08:00:00+00:00"  # when the spot price was read
+    assert first.details["price_source"] == "describe_spot_price_history"
+    assert first.details["price_at"] == first.catalog_date
     on_demand = [o for o in offers if not o.spot]
     assert {o.details["instance_type"] for o in on_demand} == {
         e.instance_type for e in CATALOG.entries if e.gpu_type == "A10G" and e.gpu_count == 1

@@ -1,8 +1,10 @@
 """The AWS EC2 provider: GPU instances, spot or on-demand, running corral's agent.
 
-* **Offers** (:mod:`.offers`): the bundled dated catalog's GPU instance types with their
-  on-demand price per region, plus one spot offer per availability zone at the live price
-  from ``describe_spot_price_history`` (cached ``spot_cache_s``; :meth:`refresh` drops it).
+* **Offers** (:mod:`.offers`): the bundled dated catalog's GPU instance types, on-demand at
+  the live price of the AWS Price List API (:mod:`.prices`, cached ``price_cache_s``; the
+  catalog's price where it cannot be read), plus one spot offer per availability zone at the
+  live price from ``describe_spot_price_history`` (cached ``spot_cache_s``); :meth:`refresh`
+  drops both. Each offer names its price's source and date.
 * **Launch** (:mod:`.launch`, :mod:`.userdata`): ``run_instances`` with ``ClientToken`` = the
   key and ``corral:*`` tags; before calling, the key is looked up by tag, and after a timeout
   it is looked up again before the (same-token) retry, so a key never pays for two machines.
@@ -36,7 +38,14 @@ from typing import Any, ClassVar, Protocol
 
 import httpx
 
-from corral.errors import AuthFailed, BadInput, NoCapacity, NotYetTerminated, ProviderError
+from corral.errors import (
+    AuthFailed,
+    BadInput,
+    InfeasibleRequest,
+    NoCapacity,
+    NotYetTerminated,
+    ProviderError,
+)
 from corral.pricing import Catalog, load_catalog
 from corral.providers.aws import launch as L
 from corral.providers.aws import named, volumes
@@ -46,6 +55,7 @@ from corral.providers.aws.housekeeping import Housekeeping
 from corral.providers.aws.listing import LIVE, InstanceListing, Listed
 from corral.providers.aws.mapping import is_spot, map_state, state_name, tags
 from corral.providers.aws.offers import SpotPriceCache, _offer, build_offers, parse_offer_id
+from corral.providers.aws.prices import OnDemandPriceCache
 from corral.providers.aws.settings import AwsSettings, settings_from_env
 from corral.providers.aws.userdata import node_profile
 from corral.providers.base import (
@@ -108,19 +118,20 @@ class AwsProvider(
         sleep: Callable[[float], None] = time.sleep,
         environ: dict[str, str] | None = None,
         catalog: Catalog | None = None,
+        endpoints: dict[str, str] | None = None,
         **settings: Any,
     ) -> None:
         self.settings: AwsSettings = settings_from_env(environ, **settings)
-        self.ec2 = Ec2(session, endpoint_url)
+        self.ec2 = Ec2(session, endpoint_url, endpoints)
         self.catalog = catalog or load_catalog("aws", "ec2")
         self.clock, self.sleep = clock, sleep
-        self.spot_prices = SpotPriceCache(
-            self.ec2,
-            [e.instance_type for e in self.catalog.entries],
-            self.settings.spot_cache_s,
-            clock,
+        types = [e.instance_type for e in self.catalog.entries]
+        self.spot_prices = SpotPriceCache(self.ec2, types, self.settings.spot_cache_s, clock)
+        self.on_demand_prices = OnDemandPriceCache(
+            self.ec2, types, self.settings.price_cache_s, clock
         )
         self.spot_errors: dict[str, str] = {}
+        self.price_errors: dict[str, str] = {}
         self.launcher = L.Launcher(self.ec2, self.settings, http)
         self.runner = machine_runner
         self.listing = InstanceListing(
@@ -142,25 +153,62 @@ class AwsProvider(
         if req.providers is not None and self.name not in req.providers:
             return []
         self.ec2.check_credentials()  # nothing can be launched without: say so now
-        regions = self.regions
-        if req.regions is not None:
-            regions = [r for r in req.regions if r in self.catalog.regions()]
+        regions = self._asked_regions(req)
 
         def note(region: str, exc: ProviderError) -> None:
             self.spot_errors[region] = exc.message
             log.warning("aws: no spot prices for %s: %s", region, exc.message)
 
+        def price_note(region: str, exc: ProviderError) -> None:
+            if self.price_errors.get(region) != exc.message:  # once per distinct failure
+                log.warning(
+                    "aws: on-demand prices for %s from the catalog of %s: the Price List API "
+                    "failed: %s",
+                    region,
+                    self.catalog.date,
+                    exc.message,
+                )
+            self.price_errors[region] = exc.message
+
         pinned = named.placement(req, self._scan, self._named_in)
-        found = build_offers(self.name, self.catalog, req, regions, self.spot_prices.get, note)
+        found = build_offers(
+            self.name,
+            self.catalog,
+            req,
+            regions,
+            self.spot_prices.get,
+            note,
+            self.on_demand_prices.get if self.settings.live_prices else None,
+            price_note,
+        )
         return named.fit(found, req, pinned)
 
+    def _asked_regions(self, req: Requirements) -> list[str]:
+        """The regions to offer in: the job's that AWS has prices for (others may be another
+        provider's), else the configured ones. :class:`InfeasibleRequest` naming the job's
+        regions if none of them is one."""
+        if req.regions is None:
+            return self.regions
+        known = {*self.catalog.regions(), *self.settings.regions}
+        regions = [r for r in req.regions if r in known]
+        if req.regions and not regions:
+            names = ", ".join(repr(r) for r in req.regions)
+            raise InfeasibleRequest(
+                f"aws has no region {names} (its catalog of {self.catalog.date} prices "
+                f"{len(self.catalog.regions())} regions: {', '.join(self.catalog.regions())})"
+            )
+        return regions
+
     def refresh(self) -> None:
-        """Forget cached live prices: the next :meth:`offers` asks EC2 again."""
+        """Forget cached live prices: the next :meth:`offers` asks AWS again."""
         self.spot_prices.clear()
         self.spot_errors.clear()
+        self.on_demand_prices.clear()
+        self.price_errors.clear()
 
     def refresh_prices(self) -> str | None:
-        """SupportsPriceRefresh: spot prices are fetched again on the next :meth:`offers`."""
+        """SupportsPriceRefresh: spot and on-demand prices are read again on the next
+        :meth:`offers`."""
         self.refresh()
         from datetime import UTC, datetime
 

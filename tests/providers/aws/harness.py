@@ -94,5 +94,18 @@ class MotoAws:
         if runner is not None:
             runner.kill(instance_id)
 
+    def power_off(self, instance_id: str, region: str = REGION) -> None:
+        """The machine shut itself down (instance-initiated shutdown = terminate), as a real
+        instance does on ``shutdown -h now``; a test host never powers itself off."""
+        from moto.ec2.models import ec2_backends
+        from moto.ec2.models.instances import StateReason
+
+        inst = ec2_backends[ACCOUNT][region].get_instance(instance_id)
+        inst.terminate()
+        inst.state_reason = StateReason(
+            "Client.InstanceInitiatedShutdown: Instance initiated shutdown",
+            "Client.InstanceInitiatedShutdown",
+        )
+
     def close(self) -> None:
         self.server.stop()

@@ -73,6 +73,9 @@ class PlayedMachines:
     def stop(self, instance_id: str) -> None:
         pass
 
+    def console(self, instance_id: str) -> str | None:
+        return None  # EC2's console output
+
 
 def test_no_corral_aws_client_turns_parameter_validation_off(make_provider, tmp_path):
     assert _config().parameter_validation is True

@@ -17,6 +17,11 @@
   listing per region of the owner's instances shared by every run (:mod:`.listing`, kept
   ``list_cache_s``); an instance it lacks (just launched, gone) or that the provider acted on
   since is asked for alone.
+* **An image that cannot run corral** (its python is older than 3.11): the node bootstrap says
+  why on the console and powers the machine off; :meth:`status` reads the console of a machine
+  that powered itself off and fails the attempt with that reason, and :meth:`launch` refuses
+  that image from then on (:class:`BadInput`: the run fails at once instead of booting the
+  same failure once per attempt).
 * **Terminate** is idempotent (missing = done; ``shutting-down`` = :class:`NotYetTerminated`).
 * **Leak sweep**: :meth:`sweep` terminates this controller's instances whose key is not active.
 
@@ -57,7 +62,7 @@ from corral.providers.aws.mapping import is_spot, map_state, state_name, tags
 from corral.providers.aws.offers import SpotPriceCache, _offer, build_offers, parse_offer_id
 from corral.providers.aws.prices import OnDemandPriceCache
 from corral.providers.aws.settings import AwsSettings, settings_from_env
-from corral.providers.aws.userdata import node_profile
+from corral.providers.aws.userdata import node_profile, unusable_image_reason
 from corral.providers.base import (
     Bootstrap,
     Instance,
@@ -88,6 +93,7 @@ class MachineRunner(Protocol):
     def endpoint(self, instance_id: str) -> str | None: ...
     def spot_status(self, instance_id: str) -> str | None: ...
     def stop(self, instance_id: str) -> None: ...
+    def console(self, instance_id: str) -> str | None: ...
 
 
 class AwsProvider(
@@ -137,6 +143,9 @@ class AwsProvider(
         self.listing = InstanceListing(
             self.ec2, self.settings.owner, self.settings.list_cache_s, clock, L.TAG_OWNER
         )
+        #: (region, AMI) -> why it cannot run corral, as a machine of it said on its console
+        self.unusable_images: dict[tuple[str, str], str] = {}
+        self._boot_verdicts: dict[str, str | None] = {}
 
     # --- regions and offers -----------------------------------------------------------------
 
@@ -246,6 +255,13 @@ class AwsProvider(
         found = self._find_in(region, key)
         if found is not None:  # idempotent: the instance launched with this key
             return found
+        image_id = self.launcher.image(region)[0]
+        why = self.unusable_images.get((region, image_id))
+        if why is not None:
+            raise BadInput(
+                f"aws: image {image_id} cannot run corral ({why}): set CORRAL_AWS_IMAGE_ID or "
+                "CORRAL_AWS_IMAGE_PARAMETER to an image with python 3.11 or later"
+            )
         spot = parsed[2]
         offer = self._volumes_still_here(offer, spot, parsed[0])
         request = self.launcher.request(
@@ -412,6 +428,9 @@ class AwsProvider(
             return InstanceStatus(state=InstanceState.TERMINATED, detail="instance not found")
         state, detail = map_state(item, spot_code)
         name = state_name(item)
+        why = self._boot_failure(region, item) if state == InstanceState.TERMINATED else None
+        if why is not None:
+            state, detail = InstanceState.FAILED, f"the image cannot run corral: {why}"
         if name == "running":
             self._boot(region, item)
         elif name in ("shutting-down", "terminated", "stopped"):
@@ -430,6 +449,27 @@ class AwsProvider(
         if name == "running" and not self._attach_named(region, item):
             detail = (detail + "; " if detail else "") + "named volumes not attached yet"
         return InstanceStatus(state=state, detail=detail, endpoint=endpoint)
+
+    def _boot_failure(self, region: str, item: dict[str, Any]) -> str | None:
+        """Why the image of a machine that powered itself off cannot run corral, as its
+        console says (read until it says, or the instance is terminated); its image is
+        refused from then on."""
+        if (item.get("StateReason") or {}).get("Code") != "Client.InstanceInitiatedShutdown":
+            return None
+        iid = str(item["InstanceId"])
+        if iid not in self._boot_verdicts:
+            try:
+                why = unusable_image_reason(self.console(region, iid))
+            except ProviderError as exc:
+                log.info("aws: console of %s not readable: %s", iid, exc.message)
+                return None  # asked again on the next look
+            if why is None and state_name(item) != "terminated":
+                return None  # EC2 posts the console output shortly after: look again
+            self._boot_verdicts[iid] = why
+            if why is not None and item.get("ImageId"):
+                self.unusable_images[(region, str(item["ImageId"]))] = why
+                log.warning("aws: image %s cannot run corral: %s", item["ImageId"], why)
+        return self._boot_verdicts[iid]
 
     def _boot(self, region: str, item: dict[str, Any]) -> None:
         """Tests: start the instance's agent on this machine once EC2 says it runs."""

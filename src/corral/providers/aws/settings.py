@@ -11,7 +11,8 @@ CORRAL_AWS_REGIONS                 comma-separated regions to offer (default: th
                                    region, else us-east-1)
 CORRAL_AWS_IMAGE_ID                AMI to boot (default: resolved from the SSM parameter below)
 CORRAL_AWS_IMAGE_PARAMETER         SSM parameter naming the AMI per region (default: the AWS
-                                   Deep Learning Base AMI, Ubuntu 22.04, with NVIDIA drivers)
+                                   Deep Learning Base AMI, Ubuntu 24.04, with NVIDIA drivers;
+                                   its python3 is 3.12, and corral's node needs 3.11 or later)
 CORRAL_AWS_IMAGE_NAME              when that parameter cannot be read (no ssm:GetParameter
                                    right, say): the newest Amazon-owned AMI whose name matches
                                    this pattern (default: the same Deep Learning Base AMI)
@@ -53,11 +54,13 @@ from corral import paths
 from corral.providers.common.env_settings import validated_settings
 
 PREFIX = "CORRAL_AWS_"
+#: the Deep Learning Base OSS Nvidia Driver GPU AMI, Ubuntu 24.04 (python3 3.12), x86_64; the
+#: Ubuntu 22.04 one has python 3.10, too old for corral's node (3.11 or later)
 DLAMI_PARAMETER = (
-    "/aws/service/deeplearning/ami/x86_64/base-oss-nvidia-driver-gpu-ubuntu-22.04/latest/ami-id"
+    "/aws/service/deeplearning/ami/x86_64/base-oss-nvidia-driver-gpu-ubuntu-24.04/latest/ami-id"
 )
 #: the same AMI by name (the newest Amazon-owned match), when SSM cannot be read
-DLAMI_NAME = "Deep Learning Base OSS Nvidia Driver GPU AMI (Ubuntu 22.04) *"
+DLAMI_NAME = "Deep Learning Base OSS Nvidia Driver GPU AMI (Ubuntu 24.04) *"
 #: an AWS region name (us-east-1, ap-southeast-4, us-gov-west-1, eu-central-2)
 REGION_RE = r"^[a-z]{2}(-[a-z]+)+-\d{1,2}$"
 DEFAULT_AGENT_PORT = 7450

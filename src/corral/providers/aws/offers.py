@@ -50,6 +50,10 @@ def parse_offer_id(value: str) -> tuple[str, str, bool] | None:
 
 
 def hardware_fits(entry: CatalogEntry, req: Requirements) -> bool:
+    """Whether ``entry`` meets ``req``; a share of a GPU (``gpu_fraction``) never does:
+    corral schedules whole GPUs."""
+    if entry.gpu_fraction is not None:
+        return False
     lo, hi = req.gpu_count_min, req.gpu_count_max
     if lo > 0 or hi > 0:
         if entry.gpu_count < lo or (hi > 0 and entry.gpu_count > hi):
@@ -62,7 +66,8 @@ def hardware_fits(entry: CatalogEntry, req: Requirements) -> bool:
 
 
 def _shapes(catalog: Catalog) -> str:
-    return ", ".join(dict.fromkeys(f"{e.gpu_type} x{e.gpu_count}" for e in catalog.entries))
+    whole = [e for e in catalog.entries if e.gpu_fraction is None]
+    return ", ".join(dict.fromkeys(f"{e.gpu_type} x{e.gpu_count}" for e in whole))
 
 
 def catalog_source(catalog: Catalog) -> str:
@@ -188,7 +193,7 @@ def check_gpu_type(catalog: Catalog, req: Requirements) -> None:
     """:class:`InfeasibleRequest` naming a GPU type no instance type of the catalog has."""
     if not req.gpu_type or (req.gpu_count_min <= 0 and req.gpu_count_max <= 0):
         return
-    known = sorted({e.gpu_type for e in catalog.entries if e.gpu_type})
+    known = sorted({e.gpu_type for e in catalog.entries if e.gpu_type and e.gpu_count})
     if req.gpu_type.upper() not in {k.upper() for k in known}:
         raise InfeasibleRequest(
             f"aws has no instance type with {req.gpu_type!r} GPUs (known: {', '.join(known)})"

@@ -14,10 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from corral.pricing import load_catalog
 from corral.providers.aws.provider import AwsProvider
 from corral.testing.aws import LocalMachineRunner
-from pricing.fake_price_list import FakePriceList, product
+from pricing.fake_price_list import FakePriceList
 
 from .fake_imds import FakeImds
 from .harness import MotoAws
@@ -35,31 +34,9 @@ def aws(moto_server: MotoAws) -> MotoAws:
     return moto_server
 
 
-def catalog_products() -> list[dict]:
-    """The bundled catalog's on-demand prices as Price List products."""
-    out = []
-    for e in load_catalog("aws", "ec2").entries:
-        gpu_mem = f"{e.gpu_memory_gb * e.gpu_count:g} GB" if e.gpu_memory_gb else "NA"
-        for region, usd in e.prices.items():
-            out.append(
-                product(
-                    e.instance_type,
-                    region,
-                    usd,
-                    vcpu=int(e.vcpus),
-                    memory=f"{e.memory_gb:g} GiB",
-                    gpu=str(e.gpu_count),
-                    gpu_memory=gpu_mem,
-                )
-            )
-    return out
-
-
-@pytest.fixture(scope="session")
-def price_list() -> Iterator[FakePriceList]:
-    fake = FakePriceList(catalog_products(), page_size=100)
-    yield fake
-    fake.close()
+@pytest.fixture
+def price_list(moto_server: MotoAws) -> FakePriceList:
+    return moto_server.price_list
 
 
 @pytest.fixture

@@ -1,4 +1,22 @@
-"""Regenerate corral's AWS on-demand price catalog from the AWS Price List API.
+"""Regenerate corral's AWS on-demand price catalog from SkyPilot's public catalog or from the
+AWS Price List API.
+
+From the SkyPilot catalog (``skypilot-org/skypilot-catalog``, ``catalogs/v7/aws/vms.csv``: every
+instance type with its accelerators, vCPUs, memory and on-demand price, per availability zone,
+read by SkyPilot from AWS's own price files; no AWS account needed)::
+
+    git clone --depth 1 https://github.com/skypilot-org/skypilot-catalog /tmp/skypilot-catalog
+    python scripts/aws_price_catalog.py \
+        --skypilot-csv /tmp/skypilot-catalog/catalogs/v7/aws/vms.csv \
+        --source-commit "$(git -C /tmp/skypilot-catalog log -1 --format='%h %cs' -- catalogs/v7/aws/vms.csv)"
+
+Every row with an NVIDIA GPU whose family runs an x86_64 image is kept (Graviton ``g5g`` and the
+Grace ``p6e-gb*`` are left out: corral's default AMI is x86_64), each region's price once (the
+file repeats it per zone). A fractional GPU (``g6f``: 1/8 to 1/2 of an L4) is written with
+``gpu_count`` 0 and its ``gpu_fraction``; corral offers only whole GPUs, so no offer comes of
+it. The GPU's name loses its memory variant (``A100-80GB`` is an ``A100`` with 80 GB).
+
+From the AWS Price List API (credentials with ``pricing:GetProducts``)::
 
     python scripts/aws_price_catalog.py                     # write src/corral/pricing/data/aws-ec2-<today>.json
     python scripts/aws_price_catalog.py --dry-run           # show what would change, write nothing
@@ -12,14 +30,17 @@ on-demand term gives the USD price per hour. The GPU model is not in the Price L
 from the instance family (:data:`FAMILY_GPUS`) or the current catalog. Types with a fractional
 GPU (g6f) are left out: corral schedules whole GPUs.
 
-The catalog is dated with the day the prices were read (``--date`` to set it), validated with
-corral's own catalog model, and written next to the bundled one; the newest date wins. The old
-file can then be deleted. ``--endpoint-url`` points the client elsewhere (the tests' fake).
+The catalog is dated with the day the prices were read (``--date`` to set it), names its
+source (the file and ``--source-commit``), is validated with corral's own catalog model, and is
+written next to the bundled one; the newest date wins. The old file can then be deleted.
+``--endpoint-url`` points the Price List client elsewhere (the tests' fake).
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
+import csv
 import json
 import re
 import sys
@@ -28,6 +49,7 @@ from pathlib import Path
 from typing import Any
 
 from corral.pricing.catalog import Catalog, catalog_files, read_catalog
+from corral.providers.aws.prices import on_demand_price, parse_products, product_filters
 
 DATA = Path(__file__).resolve().parents[1] / "src" / "corral" / "pricing" / "data"
 
@@ -65,15 +87,7 @@ _SIZE = re.compile(r"^\s*([\d.]+)\s*(GiB|GB|TiB|TB)?\s*$", re.I)
 
 def term_filters(instance_type: str) -> list[dict[str, str]]:
     """The ``get_products`` filters of one instance type's on-demand Linux price."""
-    wanted = {
-        "instanceType": instance_type,
-        "operatingSystem": "Linux",
-        "tenancy": "Shared",
-        "preInstalledSw": "NA",
-        "capacitystatus": "Used",
-        "licenseModel": "No License required",
-    }
-    return [{"Type": "TERM_MATCH", "Field": k, "Value": v} for k, v in wanted.items()]
+    return product_filters(instance_type=instance_type)
 
 
 def _gib(text: Any) -> float | None:
@@ -84,20 +98,6 @@ def _gib(text: Any) -> float | None:
     return value * 1024 if (m.group(2) or "").upper().startswith("T") else value
 
 
-def on_demand_price(item: dict[str, Any]) -> float | None:
-    """The USD per hour of a Price List product's on-demand term (None without one)."""
-    for term in ((item.get("terms") or {}).get("OnDemand") or {}).values():
-        for dim in (term.get("priceDimensions") or {}).values():
-            if str(dim.get("unit", "")).lower() in ("hrs", "hours", "hour"):
-                try:
-                    price = float(dim["pricePerUnit"]["USD"])
-                except (KeyError, TypeError, ValueError):
-                    continue
-                if price > 0:
-                    return price
-    return None
-
-
 def products(client: Any, instance_type: str) -> list[dict[str, Any]]:
     """Every Price List product of ``instance_type`` (all pages), parsed."""
     out = []
@@ -105,7 +105,7 @@ def products(client: Any, instance_type: str) -> list[dict[str, Any]]:
         ServiceCode="AmazonEC2", Filters=term_filters(instance_type), FormatVersion="aws_v1"
     )
     for page in pages:
-        out += [json.loads(p) if isinstance(p, str) else p for p in page.get("PriceList", [])]
+        out += parse_products(page.get("PriceList", []))
     return out
 
 
@@ -176,6 +176,123 @@ def build(
     return catalog, notes
 
 
+#: families whose instances need an arm64 image (Graviton, Grace): not for corral's x86_64 AMI
+ARM_FAMILY = re.compile(r"^[a-z]+\d+[a-z]*g$|^p6e-gb\d+$")
+SKYPILOT_FILE = "skypilot-org/skypilot-catalog catalogs/v7/aws/vms.csv"
+SKYPILOT_COLUMNS = (
+    "InstanceType",
+    "AcceleratorName",
+    "AcceleratorCount",
+    "vCPUs",
+    "MemoryGiB",
+    "GpuInfo",
+    "Price",
+    "Region",
+)
+
+
+def gpu_name(accelerator: str) -> str:
+    """corral's GPU name of a SkyPilot accelerator name: the memory variant dropped."""
+    return re.sub(r"-\d+GB$", "", accelerator.strip())
+
+
+def _nvidia(info: str) -> tuple[int, float | None] | None:
+    """(GPU count, memory of one GPU in GB) of a SkyPilot ``GpuInfo`` cell, None unless NVIDIA."""
+    try:
+        data = ast.literal_eval(info)
+        gpus = data["Gpus"]
+    except (ValueError, SyntaxError, KeyError, TypeError):
+        return None
+    if not gpus or any(str(g.get("Manufacturer", "")).upper() != "NVIDIA" for g in gpus):
+        return None
+    mib = (gpus[0].get("MemoryInfo") or {}).get("SizeInMiB")
+    count = sum(int(g.get("Count") or 0) for g in gpus)
+    return count, (round(float(mib) / 1024, 1) if mib else None)
+
+
+def skypilot_entries(path: Path) -> tuple[list[dict[str, Any]], list[str]]:
+    """Catalog entries of the NVIDIA GPU instance types of a SkyPilot ``vms.csv``, and one
+    note per type left out."""
+    shapes: dict[str, dict[str, Any]] = {}
+    notes: dict[str, str] = {}
+    unpriced: set[str] = set()
+    with path.open(newline="") as f:
+        reader = csv.DictReader(f)
+        missing = [c for c in SKYPILOT_COLUMNS if c not in (reader.fieldnames or [])]
+        if missing:
+            raise ValueError(f"not a SkyPilot vms.csv: no column {', '.join(missing)}")
+        for row in reader:
+            itype = row["InstanceType"]
+            if not row.get("GpuInfo") or itype in notes:
+                continue
+            family = itype.split(".")[0]
+            gpus = _nvidia(row["GpuInfo"])
+            if gpus is None:
+                notes[itype] = f"{itype}: left out: not an NVIDIA GPU"
+                continue
+            if ARM_FAMILY.match(family):
+                notes[itype] = f"{itype}: left out: an arm64 instance (corral's AMI is x86_64)"
+                continue
+            try:
+                price = float(row["Price"])
+            except ValueError:  # no on-demand price in this zone (capacity blocks only, say)
+                unpriced.add(itype)
+                continue
+            count = float(row.get("AcceleratorCount") or gpus[0])
+            entry = shapes.setdefault(
+                itype,
+                {
+                    "instance_type": itype,
+                    "gpu_type": gpu_name(row["AcceleratorName"]),
+                    "gpu_count": int(count) if count == int(count) else 0,
+                    "gpu_memory_gb": gpus[1],
+                    "vcpus": float(row["vCPUs"]),
+                    "memory_gb": float(row["MemoryGiB"]),
+                    "prices": {},
+                },
+            )
+            if count != int(count):
+                entry["gpu_fraction"] = count
+            entry["prices"].setdefault(row["Region"], round(price, 6))
+    for itype in sorted(unpriced - set(shapes) - set(notes)):
+        notes[itype] = f"{itype}: left out: no on-demand price in any region of the source"
+    entries = [
+        {**e, "prices": dict(sorted(e["prices"].items()))}
+        for _, e in sorted(shapes.items(), key=lambda kv: _type_order(kv[0]))
+    ]
+    return entries, sorted(notes.values())
+
+
+def _type_order(itype: str) -> tuple[str, float, str]:
+    family, _, size = itype.partition(".")
+    m = re.match(r"^(\d*)xlarge$", size)
+    rank = float(m.group(1) or 1) if m else {"large": 0.5, "medium": 0.25}.get(size, 1e6)
+    return family, rank, size
+
+
+def build_from_skypilot(path: Path, day: str, commit: str) -> tuple[Catalog, list[str]]:
+    """The catalog of a SkyPilot ``vms.csv`` read on ``day`` (``commit``: its version)."""
+    entries, notes = skypilot_entries(path)
+    if not entries:
+        raise ValueError("no NVIDIA GPU instance type with an on-demand price in it")
+    where = f"{SKYPILOT_FILE}" + (f" at {commit}" if commit else "")
+    catalog = Catalog.model_validate(
+        {
+            "provider": "aws",
+            "service": "ec2",
+            "date": day,
+            "price_kind": "on-demand, Linux, shared tenancy",
+            "source": f"{where}, read on {day} by scripts/aws_price_catalog.py (SkyPilot "
+            "builds it from AWS's published price files); every region it lists",
+            "note": "A catalog, not a quote: corral reads on-demand prices live from the AWS "
+            "Price List API where it can, and this file where it cannot. Spot prices are never "
+            "in this file: they come live from describe_spot_price_history.",
+            "entries": entries,
+        }
+    )
+    return catalog, notes
+
+
 def changes(old: Catalog | None, new: Catalog) -> list[str]:
     """Human lines for what moved between two catalogs."""
     lines = []
@@ -207,6 +324,14 @@ def main(argv: list[str] | None = None, client: Any = None) -> int:
     parser.add_argument("--date", help="date of the data, YYYY-MM-DD (default: today, UTC)")
     parser.add_argument("--out", type=Path, default=DATA, help="directory to write to")
     parser.add_argument("--endpoint-url", help="Price List endpoint (default: AWS's)")
+    parser.add_argument(
+        "--skypilot-csv",
+        type=Path,
+        help="build from this SkyPilot catalogs/v7/aws/vms.csv instead of the Price List API",
+    )
+    parser.add_argument(
+        "--source-commit", default="", help="the skypilot-catalog commit the CSV comes from"
+    )
     parser.add_argument("--dry-run", action="store_true", help="write nothing")
     args = parser.parse_args(argv)
     files = catalog_files("aws", "ec2", args.out) or catalog_files("aws", "ec2")
@@ -218,6 +343,16 @@ def main(argv: list[str] | None = None, client: Any = None) -> int:
     regions = [r.strip() for r in (args.regions or "").split(",") if r.strip()]
     regions = regions or (known.regions() if known else ["us-east-1"])
     day = args.date or datetime.now(UTC).date().isoformat()
+    if args.skypilot_csv is not None:
+        try:
+            catalog, notes = build_from_skypilot(args.skypilot_csv, day, args.source_commit)
+        except (OSError, KeyError, ValueError) as exc:  # one line, never a traceback
+            print(
+                f"aws_price_catalog: {args.skypilot_csv}: {type(exc).__name__}: {exc}",
+                file=sys.stderr,
+            )
+            return 1
+        return _write(catalog, notes, known, args.out, day, args.dry_run)
     if client is None:
         import boto3
 
@@ -227,15 +362,22 @@ def main(argv: list[str] | None = None, client: Any = None) -> int:
     except Exception as exc:  # botocore's errors: one line, never a traceback
         print(f"aws_price_catalog: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
+    return _write(catalog, notes, known, args.out, day, args.dry_run)
+
+
+def _write(
+    catalog: Catalog, notes: list[str], known: Catalog | None, out: Path, day: str, dry: bool
+) -> int:
     for line in notes + changes(known, catalog):
         print(line)
-    target = args.out / f"aws-ec2-{day}.json"
-    if args.dry_run:
+    target = out / f"aws-ec2-{day}.json"
+    if dry:
         print(f"{len(catalog.entries)} instance types; not written (--dry-run)")
         return 0
-    text = json.dumps(catalog.model_dump(mode="json"), indent=1) + "\n"
+    text = json.dumps(catalog.model_dump(mode="json", exclude_none=True), indent=1) + "\n"
     target.write_text(text)
-    print(f"wrote {target} ({len(catalog.entries)} instance types, {len(regions)} regions)")
+    regions = len(catalog.regions())
+    print(f"wrote {target} ({len(catalog.entries)} instance types, {regions} regions)")
     return 0
 
 

@@ -3,15 +3,40 @@
 AWSPriceListService.GetProducts``), ``TERM_MATCH`` filters on product attributes, pages of
 ``MaxResults`` (default :attr:`FakePriceList.page_size`) with ``NextToken``, and each price as
 the JSON *string* AWS sends (``product.attributes``, ``terms.OnDemand``). Errors are
-``{"__type", "message"}`` with HTTP 400. moto has no ``pricing`` service."""
+``{"__type", "message"}`` with HTTP 400. moto has no ``pricing`` service.
+
+The published contract is botocore's service model of ``pricing``: every request body is
+checked against the operation's input shape (botocore's ``ParamValidator``; a violation is a
+``ValidationException`` and is kept in :attr:`FakePriceList.violations`), and every answer
+against its output shape before it is sent. What the model does not say (the attributes of
+an EC2 product, the shape of its terms) follows the Price List API's documentation; see
+docs/providers.md, "Assumptions no published contract settles"."""
 
 from __future__ import annotations
 
 import json
 import threading
 import uuid
+from functools import cache
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+from botocore.model import ServiceModel, Shape
+from botocore.session import get_session
+from botocore.validate import ParamValidator
+
+
+@cache
+def _model() -> ServiceModel:
+    return get_session().get_service_model("pricing")
+
+
+def _validate(value: dict[str, Any], shape: Shape | None) -> str:
+    """botocore's report of what in ``value`` its model of ``shape`` forbids ("" if nothing)."""
+    if shape is None:
+        return ""
+    report = ParamValidator().validate(value, shape)
+    return report.generate_report() if report.has_errors() else ""
 
 
 def product(
@@ -25,6 +50,7 @@ def product(
     gpu_memory: str = "NA",
     os_: str = "Linux",
     capacity: str = "Used",
+    family: str | None = None,
 ) -> dict[str, Any]:
     """One Price List product as AWS writes it (``usd`` None: no on-demand term)."""
     sku = uuid.uuid4().hex[:16].upper()
@@ -42,6 +68,7 @@ def product(
         "capacitystatus": capacity,
         "licenseModel": "No License required",
         "servicecode": "AmazonEC2",
+        "instanceFamily": family or ("General purpose" if gpu in ("0", "") else "GPU instance"),
     }
     terms: dict[str, Any] = {}
     if usd is not None:
@@ -73,6 +100,7 @@ class FakePriceList:
         self.products = products
         self.page_size = page_size
         self.requests: list[dict[str, Any]] = []
+        self.violations: list[str] = []
         handler = type("Handler", (_Handler,), {"fake": self})
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
         self.server.daemon_threads = True
@@ -85,6 +113,27 @@ class FakePriceList:
     def close(self) -> None:
         self.server.shutdown()
         self.server.server_close()
+
+    def exchange(self, target: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        """The answer to one request, both checked against botocore's model of the API."""
+        op = target.rpartition(".")[2]
+        model = _model()
+        if target.partition(".")[0] != "AWSPriceListService" or op not in model.operation_names:
+            return 400, {"__type": "UnknownOperationException", "message": target}
+        shape = model.operation_model(op)
+        problems = _validate(body, shape.input_shape)
+        if problems:
+            self.violations.append(f"request {op}: {problems}")
+            return 400, {"__type": "ValidationException", "message": problems}
+        status, answer = self.answer(target, body)
+        if status == 200:
+            problems = _validate(answer, shape.output_shape)
+            if problems:
+                self.violations.append(f"answer {op}: {problems}")
+        return status, answer
+
+    def assert_clean(self) -> None:
+        assert not self.violations, self.violations
 
     def answer(self, target: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         self.requests.append({"target": target, **body})
@@ -123,7 +172,7 @@ class _Handler(BaseHTTPRequestHandler):
             body = json.loads(raw or b"{}")
         except ValueError:
             body = {}
-        status, answer = self.fake.answer(self.headers.get("X-Amz-Target", ""), body)
+        status, answer = self.fake.exchange(self.headers.get("X-Amz-Target", ""), body)
         data = json.dumps(answer).encode()
         self.send_response(status)
         self.send_header("Content-Type", "application/x-amz-json-1.1")

@@ -176,3 +176,76 @@ def test_dry_run_writes_nothing_and_api_errors_are_one_line(price_list, tmp_path
     err = capsys.readouterr().err
     assert err.startswith("aws_price_catalog: ") and "AccessDenied" in err
     assert len(err.strip().splitlines()) == 1
+
+
+#: rows as SkyPilot's catalogs/v7/aws/vms.csv writes them (copied from the file at 27f67dd4):
+#: one per availability zone, the GPU described by a Python-literal GpuInfo
+SKYPILOT_HEADER = (
+    "InstanceType,AcceleratorName,AcceleratorCount,vCPUs,MemoryGiB,GpuInfo,Price,SpotPrice,"
+    "Region,AvailabilityZone\n"
+)
+
+
+def gpu_info(name: str, maker: str, count: int, mib: int) -> str:
+    return (
+        f"\"{{'Gpus': [{{'Name': '{name}', 'Manufacturer': '{maker}', 'Count': {count}, "
+        f"'MemoryInfo': {{'SizeInMiB': {mib}}}}}], 'TotalGpuMemoryInMiB': {count * mib}}}\""
+    )
+
+
+SKYPILOT_ROWS = [
+    "a1.large,,,2.0,4.0,,0.051,0.051000,us-east-1,use1-az2",
+    f"g4ad.xlarge,Radeon Pro V520,1.0,4.0,16.0,{gpu_info('Radeon Pro V520', 'AMD', 1, 8192)},"
+    "0.37853,0.144500,us-east-1,use1-az1",
+    f"g5.xlarge,A10G,1.0,4.0,16.0,{gpu_info('A10G', 'NVIDIA', 1, 22888)},1.006,0.412100,"
+    "us-east-1,use1-az1",
+    f"g5.xlarge,A10G,1.0,4.0,16.0,{gpu_info('A10G', 'NVIDIA', 1, 22888)},1.006,0.398900,"
+    "us-east-1,use1-az2",
+    f"g5.xlarge,A10G,1.0,4.0,16.0,{gpu_info('A10G', 'NVIDIA', 1, 22888)},1.459,0.705200,"
+    "ap-northeast-1,apne1-az1",
+    f"g5g.xlarge,T4g,1.0,4.0,8.0,{gpu_info('T4g', 'NVIDIA', 1, 16384)},0.42,0.148500,"
+    "us-east-1,use1-az1",
+    f"p4de.24xlarge,A100-80GB,8.0,96.0,1152.0,{gpu_info('A100-80GB', 'NVIDIA', 8, 81920)},"
+    "40.96575,,us-east-1,use1-az1",
+    f"p5e.48xlarge,H200,8.0,192.0,2048.0,{gpu_info('H200', 'NVIDIA', 8, 144384)},,13.440700,"
+    "us-east-2,use2-az1",
+    f"p5en.48xlarge,H200,8.0,192.0,2048.0,{gpu_info('H200', 'NVIDIA', 8, 144384)},84.8,"
+    "19.548900,us-east-1,use1-az2",
+]
+
+
+def test_the_catalog_is_built_from_the_skypilot_catalog_with_its_source_named(tmp_path, capsys):
+    (tmp_path / "aws-ec2-2025-05-01.json").write_text(json.dumps(OLD))
+    csv_path = tmp_path / "vms.csv"
+    csv_path.write_text(SKYPILOT_HEADER + "\n".join(SKYPILOT_ROWS) + "\n")
+    args = ["--out", str(tmp_path), "--skypilot-csv", str(csv_path), "--date", "2026-11-28"]
+    assert load_script().main([*args, "--source-commit", "27f67dd4"]) == 0
+    out = capsys.readouterr().out
+    new = read_catalog(catalog_files("aws", "ec2", tmp_path)[-1])
+    assert new.date == "2026-11-28"
+    assert "skypilot-catalog catalogs/v7/aws/vms.csv at 27f67dd4" in new.source
+    assert [e.instance_type for e in new.entries] == [
+        "g5.xlarge",
+        "p4de.24xlarge",
+        "p5en.48xlarge",
+    ]
+    g5 = new.entry("g5.xlarge")
+    assert g5 is not None and g5.prices == {"ap-northeast-1": 1.459, "us-east-1": 1.006}
+    assert (g5.gpu_type, g5.gpu_count, g5.gpu_memory_gb, g5.vcpus) == ("A10G", 1, 22.4, 4.0)
+    p4de = new.entry("p4de.24xlarge")
+    assert p4de is not None and (p4de.gpu_type, p4de.gpu_memory_gb) == ("A100", 80.0)
+    assert "g4ad.xlarge: left out: not an NVIDIA GPU" in out
+    assert "g5g.xlarge: left out: an arm64 instance" in out
+    assert "p5e.48xlarge: left out: no on-demand price" in out
+    assert "+ p5en.48xlarge (H200 x8)" in out and "- g3.4xlarge" in out
+
+
+def test_a_broken_skypilot_csv_is_one_line_naming_it(tmp_path, capsys):
+    bad = tmp_path / "vms.csv"
+    bad.write_text("InstanceType,Region\ng5.xlarge,us-east-1\n")
+    code = load_script().main(["--out", str(tmp_path), "--skypilot-csv", str(bad), "--dry-run"])
+    err = capsys.readouterr().err
+    assert code == 1 and err.startswith(
+        f"aws_price_catalog: {bad}: ValueError: not a SkyPilot vms.csv: no column AcceleratorName"
+    )
+    assert len(err.strip().splitlines()) == 1

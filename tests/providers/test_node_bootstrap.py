@@ -76,6 +76,34 @@ def test_a_machine_without_python_says_so(tmp_path: Path) -> None:
     assert done.returncode == 127 and "no python on this machine" in done.stderr
 
 
+def test_a_python_older_than_3_11_is_said_once_and_ends_the_bootstrap_with_78(
+    tmp_path: Path,
+) -> None:
+    """An image whose python3 is 3.10 (Ubuntu 22.04's) cannot run corral: one line says so,
+    no venv is made, nothing is installed, and the exit status tells the caller that no retry
+    on this image can help."""
+    image_bin = tmp_path / "bin"
+    image_bin.mkdir()
+    python3 = image_bin / "python3"
+    python3.write_text('#!/bin/sh\necho "$@" >> "$HOME/asked"\necho 3.10\n')
+    python3.chmod(0o755)
+    node = tmp_path / "node"
+    done = subprocess.run(
+        ["/bin/bash", str(_script(tmp_path))],
+        env=_env(tmp_path, PATH=f"{image_bin}:/usr/bin:/bin", CORRAL_NODE_HOME=str(node)),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 78
+    assert done.stderr.splitlines() == [
+        "corral bootstrap: python3 3.10 is older than 3.11: corral needs python 3.11 or later "
+        "(use an image that has it)"
+    ]
+    assert (tmp_path / "asked").read_text().count("\n") == 1  # asked its version, nothing else
+    assert not node.exists()
+
+
 def _image_without_corral(tmp_path: Path) -> Path:
     """A python that cannot import corral (a user's image): a venv of this interpreter whose
     own site-packages hide it."""

@@ -34,8 +34,9 @@ def offers(
     json_: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """List offers of the enabled providers, cheapest first ($/h for the whole machine),
-    unavailable ones last, with availability, region, GPUs, spot or on-demand and the date of
-    the price data."""
+    unavailable ones last, with availability, region, GPUs, spot or on-demand, and where each
+    price came from and when (a live API and the time it was read, or a catalog and its
+    date)."""
     from corral.errors import BadInput
     from corral.service.offers import list_offers
 
@@ -87,7 +88,18 @@ def _print(data: dict[str, Any]) -> None:
     rows = data["offers"]
     if rows:
         t = Table(box=None, pad_edge=False, header_style="bold")
-        for col in ("PROVIDER", "REGION", "MACHINE", "GPUS", "KIND", "$/H", "AVAILABLE", "PRICES"):
+        cols = (
+            "PROVIDER",
+            "REGION",
+            "MACHINE",
+            "GPUS",
+            "KIND",
+            "$/H",
+            "AVAILABLE",
+            "PRICES",
+            "SOURCE",
+        )
+        for col in cols:
             t.add_column(col, justify="right" if col == "$/H" else "left")
         for o in rows:
             avail = o["availability"] if o["available"] else "none"
@@ -101,6 +113,7 @@ def _print(data: dict[str, Any]) -> None:
                 f"{o['price_per_hour']:.3f}",
                 avail,
                 o["catalog_date"] or "-",
+                escape(str(o["details"].get("price_source") or "-")),
                 style=style,
             )
         console.print(t)

@@ -47,14 +47,23 @@ class CatalogEntry(_Model):
     gpu_type: str | None = None
     gpu_count: int = Field(0, ge=0)
     gpu_memory_gb: float | None = Field(None, gt=0, description="Memory of one GPU.")
+    gpu_fraction: float | None = Field(
+        None,
+        gt=0,
+        lt=1,
+        description="A share of one GPU (gpu_count is then 0): listed, never offered, since "
+        "corral schedules whole GPUs.",
+    )
     vcpus: float = Field(gt=0)
     memory_gb: float = Field(gt=0)
     prices: dict[str, float] = Field(description="Region -> USD per hour (on-demand).")
 
     @model_validator(mode="after")
     def _check(self) -> CatalogEntry:
-        if self.gpu_count > 0 and not self.gpu_type:
+        if (self.gpu_count > 0 or self.gpu_fraction) and not self.gpu_type:
             raise ValueError(f"{self.instance_type}: GPUs without a gpu_type")
+        if self.gpu_fraction is not None and self.gpu_count:
+            raise ValueError(f"{self.instance_type}: a GPU fraction with whole GPUs")
         if any(p < 0 for p in self.prices.values()):
             raise ValueError(f"{self.instance_type}: a negative price")
         return self

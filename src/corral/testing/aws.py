@@ -176,6 +176,16 @@ class LocalMachineRunner:
         mount.parent.mkdir(parents=True, exist_ok=True)
         mount.symlink_to(target, target_is_directory=True)
 
+    def console(self, instance_id: str) -> str | None:
+        """What the machine printed on its console (its user-data's own output), once it
+        booted; None before (EC2's console output stands in then)."""
+        if not self.booted(instance_id):
+            return None
+        try:
+            return (self.root / instance_id / CONSOLE).read_text(errors="replace")
+        except OSError:
+            return ""
+
     def endpoint(self, instance_id: str) -> str | None:
         rec = self._record(instance_id) if self.booted(instance_id) else None
         return agent_endpoint(self._state(instance_id, rec)) if rec else None

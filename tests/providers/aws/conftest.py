@@ -1,4 +1,5 @@
-"""Fixtures of the AWS provider tests: one moto server per test process, a fake IMDS per
+"""Fixtures of the AWS provider tests: one moto server per test process, a fake of the AWS
+Price List API (moto has none) serving the bundled catalog's on-demand prices, a fake IMDS per
 test, machines played on this machine, and a provider wired to them.
 
 The moto server is not reset between tests (moto rebuilds each region lazily after a reset,
@@ -15,6 +16,7 @@ import pytest
 
 from corral.providers.aws.provider import AwsProvider
 from corral.testing.aws import LocalMachineRunner
+from pricing.fake_price_list import FakePriceList
 
 from .fake_imds import FakeImds
 from .harness import MotoAws
@@ -30,6 +32,11 @@ def moto_server() -> Iterator[MotoAws]:
 @pytest.fixture
 def aws(moto_server: MotoAws) -> MotoAws:
     return moto_server
+
+
+@pytest.fixture
+def price_list(moto_server: MotoAws) -> FakePriceList:
+    return moto_server.price_list
 
 
 @pytest.fixture
@@ -53,9 +60,10 @@ def runner(corral_home: Path, imds: FakeImds) -> Iterator[LocalMachineRunner]:
 
 @pytest.fixture
 def make_provider(
-    aws: MotoAws, runner: LocalMachineRunner, owner: str
+    aws: MotoAws, runner: LocalMachineRunner, owner: str, price_list: FakePriceList
 ) -> Callable[..., AwsProvider]:
-    """A provider on the fake AWS; keyword arguments override settings."""
+    """A provider on the fake AWS (EC2 and SSM on moto, the Price List API on its own fake);
+    keyword arguments override settings."""
 
     def make(**kw: object) -> AwsProvider:
         settings: dict[str, object] = {
@@ -68,12 +76,13 @@ def make_provider(
         settings.update(kw)
         extra = {
             k: settings.pop(k)
-            for k in ("machine_runner", "clock", "sleep", "http")
+            for k in ("machine_runner", "clock", "sleep", "http", "session", "endpoints")
             if k in settings
         }
         return AwsProvider(
-            aws.session(),
+            extra.pop("session", None) or aws.session(),
             endpoint_url=aws.url,
+            endpoints=extra.pop("endpoints", None) or {"pricing": price_list.url},
             environ={},
             machine_runner=extra.pop("machine_runner", runner),
             **extra,

@@ -1,5 +1,7 @@
-"""The fake AWS for tests: a moto server on loopback (EC2's books) plus what moto cannot do -
-reclaiming a spot instance the way EC2 does (``StateReason`` ``Server.SpotInstanceTermination``).
+"""The fake AWS for tests: a moto server on loopback (EC2's books), a fake of the Price List
+API (moto has no ``pricing``; it serves the bundled catalog's on-demand prices), plus what moto
+cannot do - reclaiming a spot instance the way EC2 does (``StateReason``
+``Server.SpotInstanceTermination``) or a machine powering itself off.
 Machines are played by :class:`~corral.testing.aws.LocalMachineRunner`, spot
 notices by :class:`fake_imds.FakeImds`.
 
@@ -16,6 +18,9 @@ import boto3
 import httpx
 from moto.server import ThreadedMotoServer
 
+from corral.pricing import load_catalog
+from pricing.fake_price_list import FakePriceList, product
+
 ACCOUNT = "123456789012"
 REGION = "us-east-1"
 #: fake credentials; distinctive so tests can look for them in logs and messages
@@ -31,6 +36,7 @@ class MotoAws:
         self.url = f"http://{host}:{port}"
         self._images: dict[str, str] = {}
         self._sessions: dict[str, Any] = {}
+        self.price_list = FakePriceList(catalog_products(), page_size=100)
 
     def session(self, region: str = REGION) -> Any:
         """A boto3 session with the fake credentials (one per region, reused: loading the
@@ -51,6 +57,7 @@ class MotoAws:
             "AWS_SECRET_ACCESS_KEY": SECRET_KEY,
             "AWS_DEFAULT_REGION": REGION,
             "AWS_ENDPOINT_URL": self.url,
+            "AWS_ENDPOINT_URL_PRICING": self.price_list.url,  # boto3's per-service endpoint
         }
 
     def reset(self) -> None:
@@ -94,5 +101,39 @@ class MotoAws:
         if runner is not None:
             runner.kill(instance_id)
 
+    def power_off(self, instance_id: str, region: str = REGION) -> None:
+        """The machine shut itself down (instance-initiated shutdown = terminate), as a real
+        instance does on ``shutdown -h now``; a test host never powers itself off."""
+        from moto.ec2.models import ec2_backends
+        from moto.ec2.models.instances import StateReason
+
+        inst = ec2_backends[ACCOUNT][region].get_instance(instance_id)
+        inst.terminate()
+        inst.state_reason = StateReason(
+            "Client.InstanceInitiatedShutdown: Instance initiated shutdown",
+            "Client.InstanceInitiatedShutdown",
+        )
+
     def close(self) -> None:
         self.server.stop()
+        self.price_list.close()
+
+
+def catalog_products() -> list[dict[str, Any]]:
+    """The bundled catalog's on-demand prices as Price List products."""
+    out = []
+    for e in load_catalog("aws", "ec2").entries:
+        gpu_mem = f"{e.gpu_memory_gb * e.gpu_count:g} GB" if e.gpu_memory_gb else "NA"
+        for region, usd in e.prices.items():
+            out.append(
+                product(
+                    e.instance_type,
+                    region,
+                    usd,
+                    vcpu=int(e.vcpus),
+                    memory=f"{e.memory_gb:g} GiB",
+                    gpu=str(e.gpu_count),
+                    gpu_memory=gpu_mem,
+                )
+            )
+    return out

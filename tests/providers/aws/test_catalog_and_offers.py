@@ -26,14 +26,20 @@ def test_bundled_catalog_is_dated_and_covers_the_gpu_families() -> None:
     assert CATALOG.kind == "catalog" and CATALOG.provider == "aws"
     datetime.strptime(CATALOG.date, "%Y-%m-%d")
     families = {e.instance_type.split(".")[0] for e in CATALOG.entries}
-    assert {"g4dn", "g5", "g6", "g6e", "p3", "p4d", "p5"} <= families
+    assert {"g4dn", "g5", "g6", "g6e", "gr6", "p3", "p4d", "p4de", "p5", "p5en"} <= families
+    assert "skypilot-catalog" in CATALOG.source and "27f67dd4" in CATALOG.source
     for entry in CATALOG.entries:
-        assert entry.gpu_count >= 1 and entry.gpu_type
+        assert entry.gpu_count >= 1 and entry.gpu_type and entry.gpu_memory_gb
         assert entry.vcpus > 0 and entry.memory_gb > 0
-        assert entry.prices.get("us-east-1", 0) > 0, entry.instance_type
+        assert entry.prices and all(p > 0 for p in entry.prices.values()), entry.instance_type
     assert CATALOG.entry("p4d.24xlarge").gpu_type == "A100"
+    p4de = CATALOG.entry("p4de.24xlarge")
+    assert (p4de.gpu_type, p4de.gpu_count, p4de.gpu_memory_gb) == ("A100", 8, 80.0)
+    p5en = CATALOG.entry("p5en.48xlarge")
+    assert (p5en.gpu_type, p5en.gpu_memory_gb, p5en.prices["us-east-1"]) == ("H200", 141.0, 84.8)
     assert CATALOG.entry("p5.48xlarge").gpu_count == 8
     assert CATALOG.entry("g6e.xlarge").gpu_type == "L40S"
+    assert len(CATALOG.regions()) >= 20  # every region the source prices, none estimated
 
 
 def test_newest_catalog_file_wins_and_a_bad_one_names_itself(tmp_path: Path) -> None:
@@ -71,7 +77,9 @@ def test_offers_are_cheapest_first_with_one_spot_offer_per_zone() -> None:
     assert first.details["zone"] == "us-east-1b"
     assert first.details["machine"] == "us-east-1b:g5.xlarge"
     assert first.details["on_demand_price"] == CATALOG.entry("g5.xlarge").prices["us-east-1"]
-    assert first.catalog_date == CATALOG.date
+    assert first.catalog_date == "2027-01-15T08:00:00+00:00"  # when the spot price was read
+    assert first.details["price_source"] == "describe_spot_price_history"
+    assert first.details["price_at"] == first.catalog_date
     on_demand = [o for o in offers if not o.spot]
     assert {o.details["instance_type"] for o in on_demand} == {
         e.instance_type for e in CATALOG.entries if e.gpu_type == "A10G" and e.gpu_count == 1
@@ -179,3 +187,25 @@ def test_spot_prices_are_cached_until_their_ttl_passes() -> None:
     cache.clear()
     cache.get("us-east-1")
     assert ec2.calls == 3
+
+
+def test_a_share_of_a_gpu_is_listed_but_never_offered() -> None:
+    from corral.pricing import Catalog
+
+    doc = CATALOG.model_dump(mode="json")
+    share = {
+        "instance_type": "g6f.large",
+        "gpu_type": "L4",
+        "gpu_count": 0,
+        "gpu_fraction": 0.125,
+        "vcpus": 2,
+        "memory_gb": 8,
+        "prices": {"us-east-1": 0.2},
+    }
+    catalog = Catalog.model_validate({**doc, "entries": [*doc["entries"], share]})
+    assert catalog.entry("g6f.large").gpu_fraction == 0.125
+    for req in (Requirements(), Requirements(gpu_type="L4", gpu_count_min=1)):
+        offers = build_offers(
+            "aws", catalog, req.model_copy(update={"spot": False}), ["us-east-1"], spot_table
+        )
+        assert "g6f.large" not in {o.details["instance_type"] for o in offers}

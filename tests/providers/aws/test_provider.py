@@ -18,7 +18,13 @@ import httpx
 import pytest
 from botocore import exceptions as bx
 
-from corral.errors import NoCapacity, ProviderError, ProviderUnavailable, QuotaExceeded
+from corral.errors import (
+    InfeasibleRequest,
+    NoCapacity,
+    ProviderError,
+    ProviderUnavailable,
+    QuotaExceeded,
+)
 from corral.providers.aws.provider import AwsProvider
 from corral.providers.aws.userdata import NOTICE_HOOK, extract_payload
 from corral.providers.base import Bootstrap, InstanceState, Requirements
@@ -340,13 +346,14 @@ def test_offers_use_live_spot_prices_until_refresh(make_provider):
     spot = [o for o in offers if o.spot]
     assert spot and all(o.details["price_source"] == "describe_spot_price_history" for o in spot)
     assert {o.details["zone"] for o in spot} >= {"us-east-1a", "us-east-1b"}
-    assert all(o.catalog_date == p.catalog.date for o in offers)
+    assert all(o.catalog_date == o.details["price_at"] for o in offers)
     p.offers(A10G)
     assert len(asked) == 1  # cached
     p.refresh()
     p.offers(A10G)
     assert len(asked) == 2
-    assert p.offers(A10G.model_copy(update={"regions": ["ap-south-99"]})) == []
+    with pytest.raises(InfeasibleRequest, match=r"^aws has no region 'ap-south-99' \(its catalog"):
+        p.offers(A10G.model_copy(update={"regions": ["ap-south-99"]}))
     assert all(not o.spot for o in p.offers(A10G.model_copy(update={"spot": False})))
 
 

@@ -4,13 +4,18 @@ User-Agent, bounded retries and timeouts, and every error mapped to a typed corr
 
 The boto3 session is injected (tests pass one bound to a moto server); credentials stay inside
 it and never reach a message. ``endpoint_url`` (or boto3's own ``AWS_ENDPOINT_URL``) points the
-clients elsewhere than AWS.
+clients elsewhere than AWS; ``endpoints`` does so for one service (the Price List API, which moto
+lacks, is served by a fake of its own in the tests).
+
+Every client validates its parameters against botocore's service model before sending
+(``parameter_validation``, botocore's default, set here explicitly: a test fails if it is off),
+so a request AWS would refuse as malformed never leaves this machine.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from corral import __version__
@@ -24,6 +29,7 @@ def _config() -> Any:
     from botocore.config import Config
 
     return Config(
+        parameter_validation=True,
         user_agent_extra=USER_AGENT,
         retries={"mode": "standard", "max_attempts": 4},
         connect_timeout=5,
@@ -34,13 +40,19 @@ def _config() -> Any:
 class Ec2:
     """boto3 clients by region, with errors mapped. ``session``: a ``boto3.Session``."""
 
-    def __init__(self, session: Any = None, endpoint_url: str | None = None) -> None:
+    def __init__(
+        self,
+        session: Any = None,
+        endpoint_url: str | None = None,
+        endpoints: Mapping[str, str] | None = None,
+    ) -> None:
         if session is None:
             import boto3
 
             session = boto3.Session()
         self.session = session
         self.endpoint_url = endpoint_url
+        self.endpoints = dict(endpoints or {})
         self._clients: dict[tuple[str, str], Any] = {}
         self._has_credentials: bool | None = None
         self._lock = threading.Lock()
@@ -67,8 +79,9 @@ class Ec2:
             c = self._clients.get((service, region))
             if c is None:
                 kw: dict[str, Any] = {"region_name": region, "config": _config()}
-                if self.endpoint_url:
-                    kw["endpoint_url"] = self.endpoint_url
+                url = self.endpoints.get(service) or self.endpoint_url
+                if url:
+                    kw["endpoint_url"] = url
                 c = self.session.client(service, **kw)
                 self._clients[(service, region)] = c
             return c

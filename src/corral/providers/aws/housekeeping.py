@@ -138,14 +138,23 @@ class Housekeeping:
 
     def logs(self, instance: Instance, tail: int = 200) -> str:
         region = instance.data.get("region") or instance.offer.region
+        text = self.console(region, instance.instance_id)
+        return "\n".join(text.splitlines()[-tail:])
+
+    def console(self, region: str, instance_id: str) -> str:
+        """The machine's console output: EC2's ``get_console_output``, or the console of the
+        machine a test host plays, once it booted."""
+        runner = getattr(self, "runner", None)
+        played = runner.console(instance_id) if runner is not None else None
+        if played is not None:
+            return played
         out = (
-            self.ec2.call(
-                region, "get_console_output", InstanceId=instance.instance_id, Latest=True
-            ).get("Output")
+            self.ec2.call(region, "get_console_output", InstanceId=instance_id, Latest=True).get(
+                "Output"
+            )
             or ""
         )
         try:
-            text = base64.b64decode(out, validate=True).decode(errors="replace")
+            return base64.b64decode(out, validate=True).decode(errors="replace")
         except ValueError:
-            text = out  # some endpoints answer in plain text
-        return "\n".join(text.splitlines()[-tail:])
+            return out  # some endpoints answer in plain text

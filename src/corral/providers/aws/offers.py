@@ -1,6 +1,11 @@
-"""AWS offers: GPU instance types from the bundled dated catalog (on-demand prices per region)
-plus live spot prices from ``describe_spot_price_history`` (one offer per availability zone,
-since each zone is its own spot market and capacity pool).
+"""AWS offers: GPU instance types from the bundled dated catalog, on-demand at the live price
+of the AWS Price List API (:mod:`.prices`; the catalog's price where it cannot be read), plus
+live spot prices from ``describe_spot_price_history`` (one offer per availability zone, since
+each zone is its own spot market and capacity pool).
+
+Every offer says where its price came from and when: ``details["price_source"]`` (the API or
+the catalog and its source) and ``details["price_at"]``, with ``catalog_date`` the same date or
+time (a live price's is the time it was read).
 
 Offer ids: ``<region>:<instance type>:on-demand`` and ``<zone>:<instance type>:spot``.
 ``details["machine"]`` names the capacity pool (``<zone or region>:<type>``), so the
@@ -27,6 +32,9 @@ ON_DEMAND = "on-demand"
 LINUX = ("Linux/UNIX", "Linux/UNIX (Amazon VPC)")
 
 SpotTable = dict[str, dict[str, float]]  # instance type -> zone -> USD/h
+OnDemandTable = dict[str, float]  # instance type -> USD/h
+SPOT_SOURCE = "describe_spot_price_history"
+LIVE_SOURCE = "AWS Price List API"
 
 
 def offer_id(place: str, instance_type: str, spot: bool) -> str:
@@ -42,6 +50,10 @@ def parse_offer_id(value: str) -> tuple[str, str, bool] | None:
 
 
 def hardware_fits(entry: CatalogEntry, req: Requirements) -> bool:
+    """Whether ``entry`` meets ``req``; a share of a GPU (``gpu_fraction``) never does:
+    corral schedules whole GPUs."""
+    if entry.gpu_fraction is not None:
+        return False
     lo, hi = req.gpu_count_min, req.gpu_count_max
     if lo > 0 or hi > 0:
         if entry.gpu_count < lo or (hi > 0 and entry.gpu_count > hi):
@@ -54,7 +66,17 @@ def hardware_fits(entry: CatalogEntry, req: Requirements) -> bool:
 
 
 def _shapes(catalog: Catalog) -> str:
-    return ", ".join(dict.fromkeys(f"{e.gpu_type} x{e.gpu_count}" for e in catalog.entries))
+    whole = [e for e in catalog.entries if e.gpu_fraction is None]
+    return ", ".join(dict.fromkeys(f"{e.gpu_type} x{e.gpu_count}" for e in whole))
+
+
+def catalog_source(catalog: Catalog) -> str:
+    """How an offer priced from ``catalog`` names its source."""
+    return f"catalog {catalog.date}"
+
+
+def _iso(ts: float | None) -> str:
+    return datetime.fromtimestamp(ts or 0, UTC).isoformat(timespec="seconds")
 
 
 def fetch_spot_prices(ec2: Ec2, region: str, types: list[str], now: datetime) -> SpotTable:
@@ -126,19 +148,30 @@ def _offer(
     zone: str | None,
     price: float,
     fetched_at: float | None = None,
+    on_demand_price: float | None = None,
 ) -> Offer:
+    """One offer. ``fetched_at``: when a live price was read (None: the catalog's price)."""
     spot = zone is not None
+    if spot:
+        source, when = SPOT_SOURCE, _iso(fetched_at)
+    elif fetched_at is not None:
+        source, when = LIVE_SOURCE, _iso(fetched_at)
+    else:
+        source, when = catalog_source(catalog), catalog.date
     details: dict[str, Any] = {
         "instance_type": entry.instance_type,
         "machine": f"{zone or region}:{entry.instance_type}",
         "gpu_memory_gb": entry.gpu_memory_gb,
-        "on_demand_price": entry.prices.get(region),
+        "on_demand_price": on_demand_price
+        if on_demand_price is not None
+        else entry.prices.get(region),
         "disk_gb": req.disk_gb,
-        "price_source": "describe_spot_price_history" if spot else f"catalog {catalog.date}",
+        "price_source": source,
+        "price_at": when,
     }
     if spot:
         details["zone"] = zone
-        details["spot_price_at"] = datetime.fromtimestamp(fetched_at or 0, UTC).isoformat()
+        details["spot_price_at"] = when
     return Offer(
         provider=provider,
         offer_id=offer_id(zone or region, entry.instance_type, spot),
@@ -151,9 +184,20 @@ def _offer(
         price_per_hour=round(price, 6),
         available=True,
         availability="unknown",
-        catalog_date=catalog.date,
+        catalog_date=when,
         details=details,
     )
+
+
+def check_gpu_type(catalog: Catalog, req: Requirements) -> None:
+    """:class:`InfeasibleRequest` naming a GPU type no instance type of the catalog has."""
+    if not req.gpu_type or (req.gpu_count_min <= 0 and req.gpu_count_max <= 0):
+        return
+    known = sorted({e.gpu_type for e in catalog.entries if e.gpu_type and e.gpu_count})
+    if req.gpu_type.upper() not in {k.upper() for k in known}:
+        raise InfeasibleRequest(
+            f"aws has no instance type with {req.gpu_type!r} GPUs (known: {', '.join(known)})"
+        )
 
 
 def build_offers(
@@ -163,13 +207,18 @@ def build_offers(
     regions: list[str],
     spot_prices: Callable[[str], tuple[SpotTable, float]],
     on_spot_error: Callable[[str, ProviderError], None] | None = None,
+    on_demand_prices: Callable[[str], tuple[OnDemandTable, float]] | None = None,
+    on_price_error: Callable[[str, ProviderError], None] | None = None,
 ) -> list[Offer]:
     """Offers of ``catalog`` in ``regions`` that fit ``req``, cheapest first.
 
-    Raises :class:`InfeasibleRequest` if no instance type could ever fit. Spot prices come
-    from ``spot_prices(region)``; if that fails and the request accepts on-demand machines,
-    the region's spot offers are left out (``on_spot_error`` is told), else the error is
-    raised."""
+    Raises :class:`InfeasibleRequest` if no instance type could ever fit. On-demand prices
+    come from ``on_demand_prices(region)`` where it has the type (a failure is told to
+    ``on_price_error`` and the catalog's prices are used), else from the catalog. Spot prices
+    come from ``spot_prices(region)``; if that fails and the request accepts on-demand
+    machines, the region's spot offers are left out (``on_spot_error`` is told), else the
+    error is raised."""
+    check_gpu_type(catalog, req)
     fitting = [e for e in catalog.entries if hardware_fits(e, req)]
     if not fitting:
         raise InfeasibleRequest(
@@ -178,14 +227,33 @@ def build_offers(
         )
     out: list[Offer] = []
     for region in regions:
-        here = [e for e in fitting if region in e.prices]
+        live: OnDemandTable = {}
+        live_at: float | None = None
+        if on_demand_prices is not None:
+            try:
+                live, live_at = on_demand_prices(region)
+            except ProviderError as exc:
+                if on_price_error is not None:
+                    on_price_error(region, exc)
+        here = [e for e in fitting if region in e.prices or e.instance_type in live]
         if not here:
             continue
         if req.spot is not True:
-            out += [
-                _offer(provider, catalog, e, region, req, zone=None, price=e.prices[region])
-                for e in here
-            ]
+            for e in here:
+                price = live.get(e.instance_type)
+                out.append(
+                    _offer(
+                        provider,
+                        catalog,
+                        e,
+                        region,
+                        req,
+                        zone=None,
+                        price=price if price is not None else e.prices[region],
+                        fetched_at=live_at if price is not None else None,
+                        on_demand_price=price,
+                    )
+                )
         if req.spot is False:
             continue
         try:
@@ -208,6 +276,7 @@ def build_offers(
                         zone=zone,
                         price=price,
                         fetched_at=fetched,
+                        on_demand_price=live.get(e.instance_type),
                     )
                 )
     if req.max_hourly_price is not None:

@@ -1,8 +1,10 @@
 """The AWS EC2 provider: GPU instances, spot or on-demand, running corral's agent.
 
-* **Offers** (:mod:`.offers`): the bundled dated catalog's GPU instance types with their
-  on-demand price per region, plus one spot offer per availability zone at the live price
-  from ``describe_spot_price_history`` (cached ``spot_cache_s``; :meth:`refresh` drops it).
+* **Offers** (:mod:`.offers`): the bundled dated catalog's GPU instance types, on-demand at
+  the live price of the AWS Price List API (:mod:`.prices`, cached ``price_cache_s``; the
+  catalog's price where it cannot be read), plus one spot offer per availability zone at the
+  live price from ``describe_spot_price_history`` (cached ``spot_cache_s``); :meth:`refresh`
+  drops both. Each offer names its price's source and date.
 * **Launch** (:mod:`.launch`, :mod:`.userdata`): ``run_instances`` with ``ClientToken`` = the
   key and ``corral:*`` tags; before calling, the key is looked up by tag, and after a timeout
   it is looked up again before the (same-token) retry, so a key never pays for two machines.
@@ -15,6 +17,11 @@
   listing per region of the owner's instances shared by every run (:mod:`.listing`, kept
   ``list_cache_s``); an instance it lacks (just launched, gone) or that the provider acted on
   since is asked for alone.
+* **An image that cannot run corral** (its python is older than 3.11): the node bootstrap says
+  why on the console and powers the machine off; :meth:`status` reads the console of a machine
+  that powered itself off and fails the attempt with that reason, and :meth:`launch` refuses
+  that image from then on (:class:`BadInput`: the run fails at once instead of booting the
+  same failure once per attempt).
 * **Terminate** is idempotent (missing = done; ``shutting-down`` = :class:`NotYetTerminated`).
 * **Leak sweep**: :meth:`sweep` terminates this controller's instances whose key is not active.
 
@@ -36,7 +43,14 @@ from typing import Any, ClassVar, Protocol
 
 import httpx
 
-from corral.errors import AuthFailed, BadInput, NoCapacity, NotYetTerminated, ProviderError
+from corral.errors import (
+    AuthFailed,
+    BadInput,
+    InfeasibleRequest,
+    NoCapacity,
+    NotYetTerminated,
+    ProviderError,
+)
 from corral.pricing import Catalog, load_catalog
 from corral.providers.aws import launch as L
 from corral.providers.aws import named, volumes
@@ -46,8 +60,9 @@ from corral.providers.aws.housekeeping import Housekeeping
 from corral.providers.aws.listing import LIVE, InstanceListing, Listed
 from corral.providers.aws.mapping import is_spot, map_state, state_name, tags
 from corral.providers.aws.offers import SpotPriceCache, _offer, build_offers, parse_offer_id
+from corral.providers.aws.prices import OnDemandPriceCache
 from corral.providers.aws.settings import AwsSettings, settings_from_env
-from corral.providers.aws.userdata import node_profile
+from corral.providers.aws.userdata import node_profile, unusable_image_reason
 from corral.providers.base import (
     Bootstrap,
     Instance,
@@ -78,6 +93,7 @@ class MachineRunner(Protocol):
     def endpoint(self, instance_id: str) -> str | None: ...
     def spot_status(self, instance_id: str) -> str | None: ...
     def stop(self, instance_id: str) -> None: ...
+    def console(self, instance_id: str) -> str | None: ...
 
 
 class AwsProvider(
@@ -108,24 +124,28 @@ class AwsProvider(
         sleep: Callable[[float], None] = time.sleep,
         environ: dict[str, str] | None = None,
         catalog: Catalog | None = None,
+        endpoints: dict[str, str] | None = None,
         **settings: Any,
     ) -> None:
         self.settings: AwsSettings = settings_from_env(environ, **settings)
-        self.ec2 = Ec2(session, endpoint_url)
+        self.ec2 = Ec2(session, endpoint_url, endpoints)
         self.catalog = catalog or load_catalog("aws", "ec2")
         self.clock, self.sleep = clock, sleep
-        self.spot_prices = SpotPriceCache(
-            self.ec2,
-            [e.instance_type for e in self.catalog.entries],
-            self.settings.spot_cache_s,
-            clock,
+        types = [e.instance_type for e in self.catalog.entries]
+        self.spot_prices = SpotPriceCache(self.ec2, types, self.settings.spot_cache_s, clock)
+        self.on_demand_prices = OnDemandPriceCache(
+            self.ec2, types, self.settings.price_cache_s, clock
         )
         self.spot_errors: dict[str, str] = {}
+        self.price_errors: dict[str, str] = {}
         self.launcher = L.Launcher(self.ec2, self.settings, http)
         self.runner = machine_runner
         self.listing = InstanceListing(
             self.ec2, self.settings.owner, self.settings.list_cache_s, clock, L.TAG_OWNER
         )
+        #: (region, AMI) -> why it cannot run corral, as a machine of it said on its console
+        self.unusable_images: dict[tuple[str, str], str] = {}
+        self._boot_verdicts: dict[str, str | None] = {}
 
     # --- regions and offers -----------------------------------------------------------------
 
@@ -142,25 +162,62 @@ class AwsProvider(
         if req.providers is not None and self.name not in req.providers:
             return []
         self.ec2.check_credentials()  # nothing can be launched without: say so now
-        regions = self.regions
-        if req.regions is not None:
-            regions = [r for r in req.regions if r in self.catalog.regions()]
+        regions = self._asked_regions(req)
 
         def note(region: str, exc: ProviderError) -> None:
             self.spot_errors[region] = exc.message
             log.warning("aws: no spot prices for %s: %s", region, exc.message)
 
+        def price_note(region: str, exc: ProviderError) -> None:
+            if self.price_errors.get(region) != exc.message:  # once per distinct failure
+                log.warning(
+                    "aws: on-demand prices for %s from the catalog of %s: the Price List API "
+                    "failed: %s",
+                    region,
+                    self.catalog.date,
+                    exc.message,
+                )
+            self.price_errors[region] = exc.message
+
         pinned = named.placement(req, self._scan, self._named_in)
-        found = build_offers(self.name, self.catalog, req, regions, self.spot_prices.get, note)
+        found = build_offers(
+            self.name,
+            self.catalog,
+            req,
+            regions,
+            self.spot_prices.get,
+            note,
+            self.on_demand_prices.get if self.settings.live_prices else None,
+            price_note,
+        )
         return named.fit(found, req, pinned)
 
+    def _asked_regions(self, req: Requirements) -> list[str]:
+        """The regions to offer in: the job's that AWS has prices for (others may be another
+        provider's), else the configured ones. :class:`InfeasibleRequest` naming the job's
+        regions if none of them is one."""
+        if req.regions is None:
+            return self.regions
+        known = {*self.catalog.regions(), *self.settings.regions}
+        regions = [r for r in req.regions if r in known]
+        if req.regions and not regions:
+            names = ", ".join(repr(r) for r in req.regions)
+            raise InfeasibleRequest(
+                f"aws has no region {names} (its catalog of {self.catalog.date} prices "
+                f"{len(self.catalog.regions())} regions: {', '.join(self.catalog.regions())})"
+            )
+        return regions
+
     def refresh(self) -> None:
-        """Forget cached live prices: the next :meth:`offers` asks EC2 again."""
+        """Forget cached live prices: the next :meth:`offers` asks AWS again."""
         self.spot_prices.clear()
         self.spot_errors.clear()
+        self.on_demand_prices.clear()
+        self.price_errors.clear()
 
     def refresh_prices(self) -> str | None:
-        """SupportsPriceRefresh: spot prices are fetched again on the next :meth:`offers`."""
+        """SupportsPriceRefresh: spot and on-demand prices are read again on the next
+        :meth:`offers`."""
         self.refresh()
         from datetime import UTC, datetime
 
@@ -198,6 +255,13 @@ class AwsProvider(
         found = self._find_in(region, key)
         if found is not None:  # idempotent: the instance launched with this key
             return found
+        image_id = self.launcher.image(region)[0]
+        why = self.unusable_images.get((region, image_id))
+        if why is not None:
+            raise BadInput(
+                f"aws: image {image_id} cannot run corral ({why}): set CORRAL_AWS_IMAGE_ID or "
+                "CORRAL_AWS_IMAGE_PARAMETER to an image with python 3.11 or later"
+            )
         spot = parsed[2]
         offer = self._volumes_still_here(offer, spot, parsed[0])
         request = self.launcher.request(
@@ -364,6 +428,9 @@ class AwsProvider(
             return InstanceStatus(state=InstanceState.TERMINATED, detail="instance not found")
         state, detail = map_state(item, spot_code)
         name = state_name(item)
+        why = self._boot_failure(region, item) if state == InstanceState.TERMINATED else None
+        if why is not None:
+            state, detail = InstanceState.FAILED, f"the image cannot run corral: {why}"
         if name == "running":
             self._boot(region, item)
         elif name in ("shutting-down", "terminated", "stopped"):
@@ -382,6 +449,27 @@ class AwsProvider(
         if name == "running" and not self._attach_named(region, item):
             detail = (detail + "; " if detail else "") + "named volumes not attached yet"
         return InstanceStatus(state=state, detail=detail, endpoint=endpoint)
+
+    def _boot_failure(self, region: str, item: dict[str, Any]) -> str | None:
+        """Why the image of a machine that powered itself off cannot run corral, as its
+        console says (read until it says, or the instance is terminated); its image is
+        refused from then on."""
+        if (item.get("StateReason") or {}).get("Code") != "Client.InstanceInitiatedShutdown":
+            return None
+        iid = str(item["InstanceId"])
+        if iid not in self._boot_verdicts:
+            try:
+                why = unusable_image_reason(self.console(region, iid))
+            except ProviderError as exc:
+                log.info("aws: console of %s not readable: %s", iid, exc.message)
+                return None  # asked again on the next look
+            if why is None and state_name(item) != "terminated":
+                return None  # EC2 posts the console output shortly after: look again
+            self._boot_verdicts[iid] = why
+            if why is not None and item.get("ImageId"):
+                self.unusable_images[(region, str(item["ImageId"]))] = why
+                log.warning("aws: image %s cannot run corral: %s", item["ImageId"], why)
+        return self._boot_verdicts[iid]
 
     def _boot(self, region: str, item: dict[str, Any]) -> None:
         """Tests: start the instance's agent on this machine once EC2 says it runs."""

@@ -11,7 +11,8 @@ CORRAL_AWS_REGIONS                 comma-separated regions to offer (default: th
                                    region, else us-east-1)
 CORRAL_AWS_IMAGE_ID                AMI to boot (default: resolved from the SSM parameter below)
 CORRAL_AWS_IMAGE_PARAMETER         SSM parameter naming the AMI per region (default: the AWS
-                                   Deep Learning Base AMI, Ubuntu 22.04, with NVIDIA drivers)
+                                   Deep Learning Base AMI, Ubuntu 24.04, with NVIDIA drivers;
+                                   its python3 is 3.12, and corral's node needs 3.11 or later)
 CORRAL_AWS_IMAGE_NAME              when that parameter cannot be read (no ssm:GetParameter
                                    right, say): the newest Amazon-owned AMI whose name matches
                                    this pattern (default: the same Deep Learning Base AMI)
@@ -29,6 +30,9 @@ CORRAL_AWS_KEY_NAME                EC2 key pair (for debugging over SSH; not nee
 CORRAL_AWS_SUBNET_ID               launch into this subnet (its VPC gets the security group)
 CORRAL_AWS_PRIVATE_IP              "1": reach the agent on the private address (VPN, peering)
 CORRAL_AWS_OWNER                   tag value that scopes the leak sweep to this controller
+CORRAL_AWS_LIVE_PRICES             "0": on-demand prices from the bundled catalog only, not read
+                                   live from the AWS Price List API (default: live, the catalog
+                                   where the API cannot be read)
 CORRAL_AWS_LIST_CACHE_S            seconds one listing of this controller's instances (per
                                    region) serves every run's status (default 3; 0: each
                                    status asks EC2 for its instance alone)
@@ -40,6 +44,7 @@ from __future__ import annotations
 import hashlib
 import ipaddress
 import os
+import re
 import socket
 from collections.abc import Mapping
 
@@ -49,11 +54,15 @@ from corral import paths
 from corral.providers.common.env_settings import validated_settings
 
 PREFIX = "CORRAL_AWS_"
+#: the Deep Learning Base OSS Nvidia Driver GPU AMI, Ubuntu 24.04 (python3 3.12), x86_64; the
+#: Ubuntu 22.04 one has python 3.10, too old for corral's node (3.11 or later)
 DLAMI_PARAMETER = (
-    "/aws/service/deeplearning/ami/x86_64/base-oss-nvidia-driver-gpu-ubuntu-22.04/latest/ami-id"
+    "/aws/service/deeplearning/ami/x86_64/base-oss-nvidia-driver-gpu-ubuntu-24.04/latest/ami-id"
 )
 #: the same AMI by name (the newest Amazon-owned match), when SSM cannot be read
-DLAMI_NAME = "Deep Learning Base OSS Nvidia Driver GPU AMI (Ubuntu 22.04) *"
+DLAMI_NAME = "Deep Learning Base OSS Nvidia Driver GPU AMI (Ubuntu 24.04) *"
+#: an AWS region name (us-east-1, ap-southeast-4, us-gov-west-1, eu-central-2)
+REGION_RE = r"^[a-z]{2}(-[a-z]+)+-\d{1,2}$"
 DEFAULT_AGENT_PORT = 7450
 CHECKIP_URL = "https://checkip.amazonaws.com"
 
@@ -84,6 +93,12 @@ class AwsSettings(BaseModel):
     subnet_id: str | None = None
     use_private_ip: bool = False
     spot_cache_s: float = Field(300.0, ge=0, description="How long live spot prices are reused.")
+    live_prices: bool = Field(
+        True, description="Read on-demand prices from the AWS Price List API (else the catalog)."
+    )
+    price_cache_s: float = Field(
+        6 * 3600.0, ge=0, description="How long live on-demand prices are reused."
+    )
     list_cache_s: float = Field(
         3.0,
         ge=0,
@@ -95,6 +110,14 @@ class AwsSettings(BaseModel):
     max_grace_s: float = Field(
         90.0, gt=0, le=110, description="Cap on the plan's grace period (the notice is 120 s)."
     )
+
+    @field_validator("regions")
+    @classmethod
+    def _regions(cls, value: list[str]) -> list[str]:
+        for region in value:
+            if not re.match(REGION_RE, region):
+                raise ValueError(f"{region!r} is not an AWS region name (like us-east-1)")
+        return value
 
     @field_validator("controller_cidr")
     @classmethod
@@ -127,6 +150,7 @@ _ENV_FIELDS = {
     "PRIVATE_IP": "use_private_ip",
     "OWNER": "owner",
     "LIST_CACHE_S": "list_cache_s",
+    "LIVE_PRICES": "live_prices",
 }
 
 
@@ -142,7 +166,7 @@ def settings_from_env(environ: Mapping[str, str] | None = None, **overrides: obj
             continue
         if field == "regions":
             values[field] = [r.strip() for r in raw.split(",") if r.strip()]
-        elif field == "use_private_ip":
+        elif field in ("use_private_ip", "live_prices"):
             values[field] = raw.lower() in ("1", "true", "yes", "on")
         else:
             values[field] = raw

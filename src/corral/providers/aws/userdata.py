@@ -12,6 +12,13 @@ instance metadata service, can read it (the same holds for any EC2 user-data). T
 never prints it and the bootstrap log never holds it.
 
 User-data is limited to 16 KB before base64; a plan that does not fit is :class:`BadInput`.
+
+The script's own output goes to the bootstrap log; the console (what cloud-init prints,
+``get_console_output``) gets one line when the bootstrap starts and one when it fails. When the
+node bootstrap says the image cannot run corral (exit :data:`IMAGE_UNUSABLE_EXIT`: its python
+is older than 3.11), that line carries its reason (:func:`unusable_image_reason` reads it back)
+and the machine powers off: the provider fails the attempt with that reason and launches no
+other machine on that image.
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ from __future__ import annotations
 import base64
 import gzip
 import json
+import re
 import shlex
 import textwrap
 
@@ -38,6 +46,19 @@ NOTICE_HOOK = "corral.providers.aws.notices:NoticeHook"
 DEFAULT_CONTROLLER_TIMEOUT_S = 3600.0
 SHUTDOWN_COMMAND = "shutdown -h now"
 BOOTSTRAP_LOG = "/var/log/corral-bootstrap.log"
+#: the node bootstrap's exit status when the image cannot run corral (EX_CONFIG)
+IMAGE_UNUSABLE_EXIT = 78
+_UNUSABLE_RE = re.compile(
+    rf"^corral: bootstrap failed \(exit {IMAGE_UNUSABLE_EXIT}\): (?P<why>.+?); powering off\s*$",
+    re.M,
+)
+
+
+def unusable_image_reason(console: str) -> str | None:
+    """Why the image cannot run corral, from a machine's console output (None if it does not
+    say so)."""
+    m = _UNUSABLE_RE.search(console or "")
+    return m["why"].strip() if m else None
 
 
 class NamedMount(BaseModel):
@@ -205,9 +226,21 @@ def user_data(
 set -euo pipefail
 umask 077
 NODE="${{CORRAL_NODE_ROOT:-}}"
-mkdir -p "$NODE$(dirname {BOOTSTRAP_LOG})"
-exec >>"$NODE"{BOOTSTRAP_LOG} 2>&1
-trap 'echo "corral: bootstrap failed at line $LINENO; powering off"; ${{CORRAL_SHUTDOWN_COMMAND-{SHUTDOWN_COMMAND}}}' ERR
+LOG="$NODE"{BOOTSTRAP_LOG}
+mkdir -p "$(dirname "$LOG")"
+exec 3>&1 >>"$LOG" 2>&1  # fd 3: the console; the rest: the bootstrap log
+echo "corral: bootstrap of {payload.key} started (log: {BOOTSTRAP_LOG})" >&3
+failed() {{
+  local rc=$1 line=$2 why=""
+  if [ "$rc" = {IMAGE_UNUSABLE_EXIT} ]; then
+    why="$(grep '^corral bootstrap: ' "$LOG" | tail -n 1 | cut -c 19-)"
+  fi
+  local msg="corral: bootstrap failed (exit $rc): ${{why:-at line $line, see {BOOTSTRAP_LOG}}}; powering off"
+  echo "$msg"
+  echo "$msg" >&3
+  ${{CORRAL_SHUTDOWN_COMMAND-{SHUTDOWN_COMMAND}}}
+}}
+trap 'failed $? $LINENO' ERR
 ROOT="$NODE"{root}
 install -d -m 0700 "$ROOT" "$ROOT/agent"
 {mount}cat > "$ROOT/node-bootstrap.sh" <<'CORRAL_NODE_BOOTSTRAP'

@@ -12,6 +12,8 @@
 #    default PyPI). A version other than $CORRAL_VERSION is never run. CORRAL_PIP_ARGS adds
 #    pip options (--no-index --find-links DIR on a machine without an index, say).
 # It prints what it does on stderr and never prints a URL (a presigned one is a credential).
+# A python older than 3.11 is said once ("python3 3.10 is older than 3.11") and ends it with
+# exit status 78 (EX_CONFIG): the image cannot run corral, and no retry on it can.
 set -euo pipefail
 
 say() { echo "corral bootstrap: $*" >&2; }
@@ -21,6 +23,14 @@ PY="${CORRAL_PYTHON:-$(command -v python3 || command -v python || true)}"
 if [ -z "$PY" ]; then
   say "no python on this machine (python3.11 or later is needed)"
   exit 127
+fi
+PYV="$("$PY" -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null || true)"
+if ! [[ "$PYV" =~ ^([0-9]+)\.([0-9]+)$ ]]; then
+  say "$(basename "$PY") does not run on this machine (python 3.11 or later is needed)"
+  exit 78
+elif ((BASH_REMATCH[1] < 3 || (BASH_REMATCH[1] == 3 && BASH_REMATCH[2] < 11))); then
+  say "$(basename "$PY") $PYV is older than 3.11: corral needs python 3.11 or later (use an image that has it)"
+  exit 78
 fi
 
 has_corral() {

@@ -470,3 +470,28 @@ def test_a_real_agent_reads_a_stage_log_and_runs_a_stage_whose_pattern_is_unusab
     assert stages["other"]["progress"] is None
     log = (Path(plan.state_dir) / "logs" / "other.log").read_text()
     assert "corral: progress pattern not used: not a preset" in log and "hello" in log
+
+
+def test_a_stage_whose_pattern_reads_nothing_in_its_log_says_so_in_its_status(
+    tmp_path, start_agent
+):
+    from .helpers import make_plan
+
+    plan = make_plan(
+        tmp_path,
+        [
+            {
+                "name": "quiet",
+                "run": "echo GPU available: False; echo done",
+                "progress": "lightning",
+            },
+            {"name": "custom", "run": "echo hello", "progress": r"Step (?P<step>\d+)"},
+            {"name": "steps", "run": "echo 'iter 7: loss 2.5, time 1.0ms'", "progress": "nanogpt"},
+        ],
+    )
+    status = start_agent(plan).wait_finished()
+    stages = {s["name"]: s for s in status["stages"]}
+    assert stages["quiet"]["progress_unread"] == {"pattern": "lightning", "lines": 2}
+    assert stages["custom"]["progress_unread"] == {"pattern": "regex", "lines": 1}
+    assert "progress_unread" not in stages["steps"]
+    assert stages["steps"]["progress"]["step"] == 7

@@ -78,6 +78,9 @@ class LogProgress:
         self._epoch: int | float | None = None
         self._held: Reading | None = None  # a bar position not written yet
         self._written_at: float | None = None
+        #: the lines given to the parser so far, and how many of them it read something from
+        self.lines = 0
+        self.readings = 0
 
     # --- the pump's side ---------------------------------------------------------------------
 
@@ -113,8 +116,10 @@ class LogProgress:
             for value in self._mask:
                 raw = raw.replace(value, b"***")
             text = _ANSI.sub(b"", raw).decode("utf-8", "replace")
+            self.lines += 1
             reading = self._parser.parse(text)
             if reading is not None:
+                self.readings += 1
                 self._take(reading)
         except Exception:  # a line no parser expected: skipped, the pump goes on
             pass

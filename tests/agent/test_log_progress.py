@@ -88,7 +88,23 @@ def test_hf_trainer_5_bar_gives_the_step_and_its_printed_dicts_the_loss_and_metr
     first_loss = next(e for e in events if e["loss"] is not None)
     assert (first_loss["step"], first_loss["loss"]) == (5, 3.903)
     # neither the tokenisation's bar (184) nor evaluation's (4) nor the shards' (1) is taken
-    assert {r["total"] for r in _records(tmp_path) if r["kind"] == "progress"} == {30}
+    records = [r for r in _records(tmp_path) if r["kind"] == "progress"]
+    assert {r["total"] for r in records} == {30}
+    # each dict at the step it was logged at (every 5), though the bar drawn before the one of
+    # step 10 still showed 5: tqdm redraws at most every 0.1 s, and write() redraws after it
+    assert [r["step"] for r in records if "grad_norm" in r["metrics"]] == [5, 10, 15, 20, 25, 30]
+    assert [r["step"] for r in records if "eval_loss" in r["metrics"]] == [15, 30]
+
+
+def test_hf_dicts_without_a_bar_come_as_they_are_and_a_held_one_at_the_end(tmp_path):
+    # disable_tqdm=True: no bar, the dicts alone
+    latest, _ = _read(tmp_path, "hf", "{'loss': '2.5', 'epoch': '0.1'}\n")
+    assert latest["step"] is None and latest["metrics"] == {"loss": 2.5}
+    # the output ends after a dict, before the bar's redraw: the dict at the last step read
+    (tmp_path / "end").mkdir()
+    output = "\r 40%|####      | 4/10 [00:01<00:01]\r          \r{'loss': '1.5'}\n"
+    latest, _ = _read(tmp_path / "end", "hf", output)
+    assert (latest["step"], latest["loss"]) == (4, 1.5)
 
 
 @pytest.mark.parametrize(

@@ -45,6 +45,8 @@ def test_hf_trainer_steps_and_loss_come_from_its_bar_not_the_tokenisation_bar(
     records = _records(plan, "train")
     assert {r["total"] for r in records} == {30}  # never the 184 of the tokenisation bar
     assert [r["step"] for r in records] == sorted(r["step"] for r in records)
+    # each printed dict at the step it was logged at (every 5), however late the bar was drawn
+    assert [r["step"] for r in records if "grad_norm" in r["metrics"]] == [5, 10, 15, 20, 25, 30]
 
 
 def test_lightning_default_rich_bar_gives_batches_and_loss_while_it_runs(tmp_path, start_agent):

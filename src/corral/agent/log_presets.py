@@ -37,6 +37,9 @@ class Reading:
 
 
 class LineParser(Protocol):
+    """``parse`` one line; a parser that holds a reading back for a later line also has
+    ``flush() -> Reading | None``, called at the end of the output."""
+
     def parse(self, line: str) -> Reading | None: ...
 
 
@@ -89,20 +92,37 @@ class HfParser:
     ``Map: 100%|...| 1840/1840 [..., 3.2k examples/s]``, ``Running tokenizer on dataset``,
     ``Loading checkpoint shards``, transformers' own ``Writing model shards``) and is left out.
     Of the bars without one, the first total seen is the training's: the evaluation bars (another
-    total) are left out too."""
+    total) are left out too.
+
+    A dict's step is the one of the bar's next redraw. The Trainer prints its dicts with
+    ``tqdm.write``, which redraws the bar (its current step) right after the dict, whereas the
+    redraw before it can be several steps old (tqdm redraws at most every 0.1 s). Once the
+    training's bar is known, a dict is held until that redraw (or the next dict, or the end)."""
 
     def __init__(self) -> None:
         self._total: int | None = None
+        self._held: Reading | None = None  # a dict waiting for the bar's next redraw
 
     def parse(self, line: str) -> Reading | None:
         found = _DICT.search(line)
         position = self._bar(line[: found.start()] if found else line)
         if not found:
-            return position
+            if position is None or self._held is None:
+                return position
+            held, self._held = self._held, None
+            held.step, held.total = position.step, position.total
+            return held
         reading = self._dict(found.group(0))
-        if reading is not None and position is not None:
-            reading.step, reading.total = position.step, position.total
-        return reading or position
+        if reading is None:
+            return position
+        if self._total is None:  # no bar (yet, or disable_tqdm): the dict as it comes
+            return reading
+        earlier, self._held = self._held, reading
+        return earlier or position
+
+    def flush(self) -> Reading | None:
+        held, self._held = self._held, None
+        return held
 
     def _bar(self, text: str) -> Reading | None:
         bars = [bar for bar in _TQDM.finditer(text) if not bar.group("desc").strip()]

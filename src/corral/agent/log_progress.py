@@ -102,6 +102,13 @@ class LogProgress:
         if self._partial and not self._skipping:
             self._line(self._partial)
         self._partial = b""
+        flush = getattr(self._parser, "flush", None)
+        try:
+            held = flush() if flush is not None else None
+            if held is not None:
+                self._take(held)
+        except Exception:  # as for a line: nothing here may stop the pump
+            pass
         if self._held is not None:
             self._write_held()
         if self._trackers is not None:

@@ -55,3 +55,13 @@ def test_logs_prints_bar_redraws_where_they_were_written_with_their_time() -> No
     ]
     assert "── attempt 2 ──" in result.output
     assert result.output.index("saved") < result.output.index("── attempt 2 ──")
+
+
+def test_logs_drops_the_cursor_moves_of_a_redraw_but_keeps_its_colours() -> None:
+    # Rich's bar drawn for a terminal (Lightning, `progress: lightning`): cursor up, erase line
+    row = "\x1b[?25l\x1b[2K\x1b[1A\x1b[2K\x1b[35mEpoch 0/2\x1b[0m 5/16 v_num: 0.000"
+    run_id = _run_with_logs({1: f"{T1} {row}\r\x1b[2K\x1b[1A\n{T2} after\n"})
+    result = CliRunner().invoke(app, ["logs", run_id], terminal_width=200)
+    assert result.exit_code == 0, result.output
+    lines = [line.split("| ", 1)[1] for line in result.output.splitlines() if "| " in line]
+    assert lines == ["\x1b[35mEpoch 0/2\x1b[0m 5/16 v_num: 0.000", "after"]

@@ -28,6 +28,8 @@ MAIN_STAGE = "main"
 #: the largest chunk :func:`read_log` returns
 MAX_CHUNK = 4 * 1024 * 1024
 
+#: ANSI escapes (a piece made only of these and blanks shows nothing)
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-Z\\-_]")
 _TS = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?Z?) ?")
 
 
@@ -53,8 +55,8 @@ def parse_log(text: str, attempt: int, stage: str) -> list[LogLine]:
         ts, rest = split_ts(record)
         last = ts = ts or last
         pieces = rest.split("\r")
-        if len(pieces) > 1:
-            pieces = [piece for piece in pieces if piece.strip()] or [""]
+        if len(pieces) > 1:  # the redraws that show something (not a bar cleared, a cursor move)
+            pieces = [piece for piece in pieces if _ANSI.sub("", piece).strip()] or [""]
         out.extend(LogLine(attempt=attempt, stage=stage, ts=ts, text=piece) for piece in pieces)
     return out
 

@@ -216,15 +216,22 @@ def test_lightning_bar_with_the_last_epoch_gives_the_total(tmp_path):
     assert (latest["step"], latest["total"]) == (250, None)
 
 
-def test_ultralytics_8_4_bar_gives_batches_and_metrics_in_any_notation(tmp_path):
-    # Ultralytics 8.4's own bar ("640: 50% ━━━━━━────── 3/6 5.5it/s 0.5s<0.5s", no [...])
-    latest, _ = _read(tmp_path, "ultralytics", _captured("ultralytics-8.4.190.log"))
+def test_ultralytics_8_4_yolo_train_gives_batches_not_epochs(tmp_path):
+    # Ultralytics 8.4's own bar ("64: 50% ━━━━━━────── 2/4 5.5it/s 0.5s<0.5s", no [...])
+    latest, _ = _read(tmp_path, "ultralytics", _captured("ultralytics-8.4.190-yolo-train.log"))
+    assert (latest["step"], latest["total"], latest["epoch"]) == (12, 12, 3)
+    assert latest["loss"] == pytest.approx(0.05037 + 0.3293 + 0.02959)
+    assert latest["metrics"]["box_mAP50-95"] == 0 and latest["metrics"]["dfl_loss"] == 0.02959
+    steps = [r["step"] for r in _records(tmp_path) if r["kind"] == "progress"]
+    assert steps[0] == 0 and {2, 5, 7, 10} <= set(steps)  # batches, not epochs
+
+
+def test_ultralytics_8_4_values_in_any_notation(tmp_path):
+    latest, _ = _read(tmp_path, "ultralytics", _captured("ultralytics-8.4.190-small-losses.log"))
     assert (latest["step"], latest["total"], latest["epoch"]) == (12, 12, 2)
     assert latest["loss"] == pytest.approx(2.0015)
     assert latest["metrics"]["cls_loss"] == 0.0015 and latest["metrics"]["box_mAP50"] == 5.3e-05
     assert latest["metrics"]["box_P"] == 0.671
-    steps = [r["step"] for r in _records(tmp_path) if r["kind"] == "progress"]
-    assert steps[0] == 0 and 3 in steps and 9 in steps  # batches, not epochs
     assert any(r["metrics"].get("cls_loss") == 6.39e-05 for r in _records(tmp_path))
 
 

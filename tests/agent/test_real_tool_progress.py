@@ -5,6 +5,9 @@ what the agent reads from their output as they write it (tiny CPU runs of a few 
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -82,3 +85,42 @@ def test_lightning_default_rich_bar_gives_batches_and_loss_while_it_runs(tmp_pat
     assert {r["epoch"] for r in _records(plan, "train")} == {0, 1, 2}
     # the spec's own TTY_COMPATIBLE=0: Rich drew the bar once, at the end
     assert {r["step"] for r in _records(plan, "plain")} <= {48}
+
+
+def _ultralytics_python() -> str:
+    """An interpreter with ultralytics: ``$CORRAL_TEST_ULTRALYTICS_PYTHON`` (ultralytics needs
+    torchvision, which does not import beside the CPU torch of the dev environment: a venv of
+    its own, ``pip install torch==2.14.1 torchvision==0.29.1 ultralytics``), else this one."""
+    chosen = os.environ.get("CORRAL_TEST_ULTRALYTICS_PYTHON")
+    if chosen:
+        return chosen
+    pytest.importorskip("ultralytics")
+    return sys.executable
+
+
+def test_ultralytics_yolo_train_gives_batches_and_losses(tmp_path, start_agent):
+    python = _ultralytics_python()
+    yolo = shutil.which("yolo", path=str(Path(python).parent))
+    if yolo is None:
+        pytest.skip(f"no yolo command beside {python}")
+    data = tmp_path / "data"
+    subprocess.run([python, str(SCRIPTS / "ultralytics_data.py"), str(data)], check=True)
+    run = (
+        f"{yolo} train model=yolov8n.yaml data={data / 'data.yaml'} epochs=3 imgsz=64 batch=4 "
+        f"device=cpu workers=0 plots=False amp=False project={tmp_path / 'runs'} name=t"
+    )
+    plan = make_plan(
+        tmp_path,
+        [{"name": "train", "run": run, "progress": "ultralytics", "env": {"YOLO_OFFLINE": "1"}}],
+    )
+    status = start_agent(plan).wait_finished(timeout=300)
+    assert status["phase"] == "succeeded", _log(plan, "train")[-3000:]
+    assert (tmp_path / "runs" / "t" / "weights" / "last.pt").is_file()
+    progress = next(s for s in status["stages"] if s["name"] == "train")["progress"]
+    # 16 images in batches of 4: 4 batches an epoch, 12 over the 3 epochs
+    assert (progress["step"], progress["total"], progress["epoch"]) == (12, 12, 3)
+    losses = ("box_loss", "cls_loss", "dfl_loss")
+    assert progress["loss"] == pytest.approx(sum(progress["metrics"][k] for k in losses))
+    assert "box_mAP50-95" in progress["metrics"]
+    steps = [r["step"] for r in _records(plan, "train")]
+    assert steps == sorted(steps) and len(set(steps)) > 3  # batches, not only the 3 epochs

@@ -110,6 +110,44 @@ def test_log_pump_cuts_overlong_lines_without_splitting_characters(tmp_path):
     assert texts == ["éé", "éé", "éé", "éé", "éé"]
 
 
+class _Chunks:
+    """A tap that records the chunks the pump reads; the pump's clock reads the time the test
+    gave the latest chunk."""
+
+    def __init__(self, times: list[float]):
+        self.times = times
+        self.chunks: list[bytes] = []
+
+    def feed(self, data: bytes) -> None:
+        self.chunks.append(data)
+
+    def close(self) -> None:
+        pass
+
+    def now(self) -> float:
+        return self.times[max(0, len(self.chunks) - 1)]
+
+
+def test_log_pump_writes_a_bars_redraws_waiting_for_a_newline_once_a_second_old(tmp_path):
+    from support.waiting import wait_until
+
+    writes = [b"\r 1/10", b"\r 2/10", b"\r 3/10 [a]", b"\r 4/10\n", b"done\r", b"\n"]
+    tap = _Chunks([0.0, 0.5, 1.2, 2.0, 2.5, 2.6])
+    r, w = os.pipe()
+    path = tmp_path / "s.log"
+    pump = LogPump(os.fdopen(r, "rb"), path, now=tap.now, tap=tap).start()
+    for n, data in enumerate(writes, 1):
+        os.write(w, data)
+        wait_until(lambda n=n: len(tap.chunks) == n, 5, 0.01, f"the pump to read write {n}")
+    os.close(w)
+    pump.join(5)
+    assert path.read_bytes().decode() == (
+        f"{iso(1.2)} \r 1/10\r 2/10\r\n"  # 1.2 s after the first redraw: written
+        f"{iso(2.0)}  3/10 [a]\r 4/10\n"  # the newline came within the second
+        f"{iso(2.6)} done\r\n"
+    )
+
+
 def test_read_chunk_cuts_at_last_newline_and_never_inside_a_character(tmp_path):
     path = tmp_path / "s.log"
     content = "ab€\ncd€€\n" + "€" * 5

@@ -5,6 +5,7 @@ lines go through the pump's tap into the SDK's progress records, and from there 
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 import sys
@@ -65,29 +66,64 @@ def _records(tmp_path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
-HF = (
-    "  0%|          | 0/100 [00:00<?, ?it/s]\r  1%|          | 1/100 [00:00<00:30,  3.21it/s]"
-    "\r 10%|█         | 10/100 [00:03<00:27,  3.30it/s]\r" + " " * 48 + "\r"
-    "{'loss': 2.3145, 'grad_norm': 1.53, 'learning_rate': 4.5e-05, 'epoch': 0.3}\n"
-    "\r 10%|█         | 10/100 [00:03<00:27,  3.30it/s]"
-    "\r 20%|██        | 20/100 [00:06<00:24,  3.30it/s]\n"
-    "\r  0%|          | 0/8 [00:00<?, ?it/s]\x1b[A\r 50%|█████     | 4/8 [00:00<00:00, 9.1it/s]\x1b[A"
-    "\r{'eval_loss': 2.1, 'eval_runtime': 0.5, 'eval_samples_per_second': 100.0, "
-    "'epoch': 0.6}\n"
-    "\r 30%|███       | 30/100 [00:09<00:21,  3.30it/s]"
-    "{'loss': '2.05', 'grad_norm': '1.1', 'learning_rate': '3.5e-05', 'epoch': '0.9'}\n"
-)
+#: Output captured from the real tools at their current versions (tool_output/README.md says
+#: how each was made): the tests below read them as the agent's log tap reads a stage's log.
+CAPTURED = Path(__file__).parent / "tool_output"
 
 
-def test_hf_trainer_bar_gives_the_step_and_its_printed_dicts_the_loss_and_metrics(tmp_path):
-    latest, events = _read(tmp_path, "hf", HF)
-    assert (latest["step"], latest["total"], latest["percent"]) == (30, 100, 30.0)
-    assert latest["loss"] == 2.05 and latest["epoch"] == 0.9
-    assert latest["metrics"]["eval_loss"] == 2.1 and latest["metrics"]["learning_rate"] == 3.5e-05
+def _captured(name: str) -> bytes:
+    return (CAPTURED / name).read_bytes()
+
+
+def test_hf_trainer_5_bar_gives_the_step_and_its_printed_dicts_the_loss_and_metrics(tmp_path):
+    # transformers 5.24: the Trainer's bar, quoted numbers in its dicts, evaluation bars and
+    # "Writing model shards" bars between, and first the tokenisation's described bar
+    output = _captured("transformers-5.24.0-trainer.log")
+    assert b"Running tokenizer on dataset: 100%" in output and b"| 184/184 [" in output
+    latest, events = _read(tmp_path, "hf", output)
+    assert (latest["step"], latest["total"], latest["percent"]) == (30, 30, 100.0)
+    assert latest["loss"] == 3.892 and latest["epoch"] == 0.6522
+    assert latest["metrics"]["eval_loss"] == 3.888 and latest["metrics"]["learning_rate"] == 5e-05
+    assert latest["metrics"]["train_loss"] == 3.9
     first_loss = next(e for e in events if e["loss"] is not None)
-    assert (first_loss["step"], first_loss["loss"]) == (10, 2.3145)
-    # the evaluation bar (another total) is not taken for the training's steps
-    assert all(r["total"] == 100 for r in _records(tmp_path))
+    assert (first_loss["step"], first_loss["loss"]) == (5, 3.903)
+    # neither the tokenisation's bar (184) nor evaluation's (4) nor the shards' (1) is taken
+    records = [r for r in _records(tmp_path) if r["kind"] == "progress"]
+    assert {r["total"] for r in records} == {30}
+    # each dict at the step it was logged at (every 5), though the bar drawn before the one of
+    # step 10 still showed 5: tqdm redraws at most every 0.1 s, and write() redraws after it
+    assert [r["step"] for r in records if "grad_norm" in r["metrics"]] == [5, 10, 15, 20, 25, 30]
+    assert [r["step"] for r in records if "eval_loss" in r["metrics"]] == [15, 30]
+
+
+def test_hf_dicts_without_a_bar_come_as_they_are_and_a_held_one_at_the_end(tmp_path):
+    # disable_tqdm=True: no bar, the dicts alone
+    latest, _ = _read(tmp_path, "hf", "{'loss': '2.5', 'epoch': '0.1'}\n")
+    assert latest["step"] is None and latest["metrics"] == {"loss": 2.5}
+    # the output ends after a dict, before the bar's redraw: the dict at the last step read
+    (tmp_path / "end").mkdir()
+    output = "\r 40%|####      | 4/10 [00:01<00:01]\r          \r{'loss': '1.5'}\n"
+    latest, _ = _read(tmp_path / "end", "hf", output)
+    assert (latest["step"], latest["loss"]) == (4, 1.5)
+
+
+@pytest.mark.parametrize(
+    "bar",
+    [
+        "Map: 100%|██████████| 1840/1840 [00:00<00:00, 35012.50 examples/s]",
+        "Running tokenizer on dataset:  40%|████      | 736/1840 [00:01<00:02, 520.1 examples/s]",
+        "Loading checkpoint shards: 100%|██████████| 2/2 [00:03<00:00,  1.52s/it]",
+    ],
+)
+def test_hf_a_described_bar_before_the_trainers_is_not_the_training(tmp_path, bar):
+    """The bug of issue 25: the first bar of run_clm.py is datasets' (1840/1840 = 100 % for the
+    whole run); only the Trainer's bar, which has no description, counts."""
+    output = f"\r{bar}\n\r  1%|          | 3/300 [00:01<01:39,  3.00it/s]\n"
+    latest, _ = _read(tmp_path, "hf", output)
+    assert (latest["step"], latest["total"]) == (3, 300)
+    (tmp_path / "alone").mkdir()
+    latest, _ = _read(tmp_path / "alone", "hf", f"\r{bar}\n")
+    assert latest is None
 
 
 def test_a_bar_alone_keeps_the_last_loss_and_is_written_at_most_once_a_second(tmp_path):
@@ -132,29 +168,74 @@ def test_nanogpt_iterations_evals_and_max_iters(tmp_path):
     }
 
 
-LIGHTNING = (
-    "Epoch 0:  45%|████▌     | 45/100 [00:01<00:02, 25.00it/s, v_num=0, train_loss=0.723]\r"
-    "Epoch 0: 100%|██████████| 100/100 [00:04<00:00, 25.00it/s, v_num=0, train_loss=0.5]\n"
+def test_lightning_2_6_rich_bar_drawn_for_a_terminal_gives_batches_and_loss(tmp_path):
+    # the agent runs a `progress: lightning` stage with TTY_COMPATIBLE=1 and COLUMNS=200
+    latest, _ = _read(tmp_path, "lightning", _captured("lightning-2.6.6-rich.log"))
+    assert (latest["step"], latest["total"], latest["epoch"]) == (32, 32, 1)
+    assert latest["loss"] == 35.842 and latest["metrics"] == {"val_loss": 67.569}
+    steps = [r["step"] for r in _records(tmp_path) if r["kind"] == "progress"]
+    assert len(set(steps)) > 4 and steps == sorted(steps)  # read batch by batch, not at the end
+
+
+def test_lightning_2_6_rich_bar_wrapped_on_a_narrow_console_keeps_its_values(tmp_path):
+    # 80 columns: the bar's values wrap onto the lines below it, a value apart from its name
+    latest, _ = _read(tmp_path, "lightning", _captured("lightning-2.6.6-rich-80-columns.log"))
+    assert (latest["step"], latest["total"]) == (32, 32)
+    assert latest["loss"] == 35.842 and latest["metrics"] == {"val_loss": 67.569}
+
+
+def test_lightning_2_6_tqdm_bar_counts_batches_over_epochs_with_the_postfix_metrics(tmp_path):
+    latest, _ = _read(tmp_path, "lightning", _captured("lightning-2.6.6-tqdm.log"))
+    assert (latest["step"], latest["epoch"], latest["loss"]) == (32, 1, 35.8)
+    assert latest["metrics"] == {"val_loss": 67.6}  # v_num is not a metric
+    assert latest["total"] is None  # the tqdm bar does not say how many epochs
+
+
+LIGHTNING_1 = (  # Lightning 1.x's tqdm bar: the postfix with the loss first
+    "Epoch 0:  45%|████▌     | 45/100 [00:01<00:02, 25.00it/s, loss=0.723, v_num=0]\r"
+    "Epoch 0: 100%|██████████| 100/100 [00:04<00:00, 25.00it/s, loss=0.5, v_num=0]\n"
     "Validation DataLoader 0:  50%|█████     | 5/10 [00:00<00:00, 50.00it/s]\r"
-    "Epoch 1:  10%|█         | 10/100 [00:00<00:03, 25.00it/s, v_num=0, train_loss=0.41, "
-    "val_loss=0.45]\r"
+    "Epoch 1:  10%|█         | 10/100 [00:00<00:03, 25.00it/s, loss=4.1e-05, v_num=0, "
+    "val_loss=nan]\r"
 )
 
 
-def test_lightning_bar_counts_batches_over_epochs_with_the_postfix_metrics(tmp_path):
-    latest, _ = _read(tmp_path, "lightning", LIGHTNING)
-    assert (latest["step"], latest["epoch"], latest["loss"]) == (110, 1, 0.41)
-    assert latest["metrics"] == {"val_loss": 0.45}  # v_num is not a metric
-    assert latest["total"] is None  # the plain bar does not say how many epochs
+def test_lightning_1_bar_and_numbers_in_any_notation(tmp_path):
+    latest, _ = _read(tmp_path, "lightning", LIGHTNING_1)
+    assert (latest["step"], latest["epoch"], latest["loss"]) == (110, 1, 4.1e-05)
+    assert str(latest["metrics"]["val_loss"]) == "nan"
 
 
 def test_lightning_bar_with_the_last_epoch_gives_the_total(tmp_path):
     bar = "Epoch 2/9:  50%|█████     | 50/100 [00:02<00:02, 25.00it/s, v_num=3, loss=0.2]\n"
     latest, _ = _read(tmp_path, "lightning", bar)
     assert (latest["step"], latest["total"], latest["percent"]) == (250, 1000, 25.0)
+    bar = "Epoch 2/-2  ━━━━━━╺━━━━━ 50/100 0:00:02 • 0:00:02 25.00it/s v_num: 3.000 loss: 0.2\n"
+    (tmp_path / "steps").mkdir()
+    latest, _ = _read(tmp_path / "steps", "lightning", bar)  # max_steps and no max_epochs
+    assert (latest["step"], latest["total"]) == (250, None)
 
 
-ULTRALYTICS = (
+def test_ultralytics_8_4_yolo_train_gives_batches_not_epochs(tmp_path):
+    # Ultralytics 8.4's own bar ("64: 50% ━━━━━━────── 2/4 5.5it/s 0.5s<0.5s", no [...])
+    latest, _ = _read(tmp_path, "ultralytics", _captured("ultralytics-8.4.190-yolo-train.log"))
+    assert (latest["step"], latest["total"], latest["epoch"]) == (12, 12, 3)
+    assert latest["loss"] == pytest.approx(0.05037 + 0.3293 + 0.02959)
+    assert latest["metrics"]["box_mAP50-95"] == 0 and latest["metrics"]["dfl_loss"] == 0.02959
+    steps = [r["step"] for r in _records(tmp_path) if r["kind"] == "progress"]
+    assert steps[0] == 0 and {2, 5, 7, 10} <= set(steps)  # batches, not epochs
+
+
+def test_ultralytics_8_4_values_in_any_notation(tmp_path):
+    latest, _ = _read(tmp_path, "ultralytics", _captured("ultralytics-8.4.190-small-losses.log"))
+    assert (latest["step"], latest["total"], latest["epoch"]) == (12, 12, 2)
+    assert latest["loss"] == pytest.approx(2.0015)
+    assert latest["metrics"]["cls_loss"] == 0.0015 and latest["metrics"]["box_mAP50"] == 5.3e-05
+    assert latest["metrics"]["box_P"] == 0.671
+    assert any(r["metrics"].get("cls_loss") == 6.39e-05 for r in _records(tmp_path))
+
+
+ULTRALYTICS_8_3 = (  # Ultralytics 8.3 and before: tqdm's bar
     "      Epoch    GPU_mem   box_loss   cls_loss   dfl_loss  Instances       Size\n"
     "        1/3      2.1G      1.234      2.345      1.456         12        640:  50%|█████"
     "     | 4/8 [00:01<00:01,  3.10it/s]\r"
@@ -169,8 +250,8 @@ ULTRALYTICS = (
 )
 
 
-def test_ultralytics_epoch_rows_and_the_validation_row(tmp_path):
-    latest, events = _read(tmp_path, "ultralytics", ULTRALYTICS)
+def test_ultralytics_8_3_epoch_rows_and_the_validation_row(tmp_path):
+    latest, events = _read(tmp_path, "ultralytics", ULTRALYTICS_8_3)
     assert (latest["step"], latest["total"], latest["epoch"]) == (10, 24, 2)
     assert latest["loss"] == pytest.approx(4.4)
     assert latest["metrics"]["box_loss"] == 1.1 and latest["metrics"]["box_mAP50-95"] == 0.451
@@ -363,10 +444,22 @@ def test_a_line_that_breaks_nothing_and_a_huge_line_are_skipped(tmp_path):
 
 @pytest.mark.parametrize(
     ("text", "value"),
-    [("1,234", 1234), ("37.89GiB(39.89%)", 37.89), ("'5e-05'", 5e-05), ("-100.00%", -100.0)],
+    [
+        ("1,234", 1234),
+        ("37.89GiB(39.89%)", 37.89),
+        ("'5e-05'", 5e-05),
+        ("-100.00%", -100.0),
+        ("6.39e-05", 6.39e-05),
+        ("1.2E+3", 1200.0),
+        ("inf", math.inf),
+    ],
 )
 def test_numbers_with_units_and_separators(text, value):
     assert number(text) == value
+
+
+def test_nan_is_a_number():
+    assert math.isnan(number("nan"))
 
 
 def test_every_preset_has_a_parser():
@@ -400,3 +493,28 @@ def test_a_real_agent_reads_a_stage_log_and_runs_a_stage_whose_pattern_is_unusab
     assert stages["other"]["progress"] is None
     log = (Path(plan.state_dir) / "logs" / "other.log").read_text()
     assert "corral: progress pattern not used: not a preset" in log and "hello" in log
+
+
+def test_a_stage_whose_pattern_reads_nothing_in_its_log_says_so_in_its_status(
+    tmp_path, start_agent
+):
+    from .helpers import make_plan
+
+    plan = make_plan(
+        tmp_path,
+        [
+            {
+                "name": "quiet",
+                "run": "echo GPU available: False; echo done",
+                "progress": "lightning",
+            },
+            {"name": "custom", "run": "echo hello", "progress": r"Step (?P<step>\d+)"},
+            {"name": "steps", "run": "echo 'iter 7: loss 2.5, time 1.0ms'", "progress": "nanogpt"},
+        ],
+    )
+    status = start_agent(plan).wait_finished()
+    stages = {s["name"]: s for s in status["stages"]}
+    assert stages["quiet"]["progress_unread"] == {"pattern": "lightning", "lines": 2}
+    assert stages["custom"]["progress_unread"] == {"pattern": "regex", "lines": 1}
+    assert "progress_unread" not in stages["steps"]
+    assert stages["steps"]["progress"]["step"] == 7

@@ -67,3 +67,19 @@ def test_an_evaluation_that_never_ran_reads_not_run() -> None:
          "criteria": [{"metric": "val_loss", "op": "<=", "value": 3.0, "observed": None}]}
     )  # fmt: skip
     assert line is not None and "not run" in line and "fail" not in line and "None" not in line
+
+
+def test_a_stage_whose_pattern_read_nothing_says_so_in_one_line():
+    from corral.cli.status import unread_line
+
+    stage = {"name": "train", "progress": None}
+    unread = {"pattern": "lightning", "lines": 342}
+    assert unread_line({**stage, "progress_unread": unread}) == (
+        "  progress    train: nothing read from its log by progress 'lightning' (342 lines)"
+    )
+    one = {**stage, "progress_unread": {"pattern": "regex", "lines": 1}}
+    assert (
+        unread_line(one) == "  progress    train: nothing read from its log by its regex (1 line)"
+    )
+    assert unread_line(stage) is None  # no pattern, or it read something
+    assert unread_line({**stage, "progress": {"step": 3}, "progress_unread": unread}) is None

@@ -1,14 +1,17 @@
 """The spec's W&B and MLflow trackers get what a script that never imports corral prints, as
 they get the SDK's ``report()``: ``corral launch`` on the local provider, a stage whose
-``progress`` preset reads its log (an HF Trainer-style bar and dicts, nanoGPT's ``iter`` and
-``step`` lines), and the trackers' own files read back: W&B's offline run file (its history
+``progress`` preset reads its log (a real HF Trainer run's bar and dicts, nanoGPT's ``iter``
+and ``step`` lines), and the trackers' own files read back: W&B's offline run file (its history
 rows, ``global_step`` the training step) and MLflow's sqlite store (``MlflowClient``); and
 both across a preemption, each keeping one run for the corral run."""
 
 from __future__ import annotations
 
+import ast
 import json
 import os
+import re
+import sys
 import textwrap
 from pathlib import Path
 
@@ -21,21 +24,7 @@ from .test_debug import cli
 
 pytestmark = pytest.mark.slow
 
-HF = textwrap.dedent(
-    """
-    import sys, time
-
-    total = 30
-    for step in range(1, total + 1):
-        sys.stderr.write(f"\\r{100 * step // total:3d}%|#   | {step}/{total} [00:01<00:09,  9.99it/s]")
-        sys.stderr.flush()
-        if step % 10 == 0:
-            sys.stderr.write("\\r" + " " * 50 + "\\r")
-            print({"loss": 3.0 - step / 100, "learning_rate": 5e-05, "epoch": step / total}, flush=True)
-        time.sleep(0.01)
-    print({"eval_loss": 2.5, "eval_runtime": 0.5, "epoch": 1.0}, flush=True)
-    """
-)
+HF_TRAINER = Path(__file__).parents[1] / "support" / "tool_scripts" / "hf_trainer.py"
 
 NANOGPT = textwrap.dedent(
     """
@@ -53,7 +42,8 @@ NANOGPT = textwrap.dedent(
 
 
 def _launch(tmp_path: Path, script: str, spec: str) -> str:
-    (tmp_path / "train.py").write_text(script)
+    if script:
+        (tmp_path / "train.py").write_text(script)
     (tmp_path / "corral.yaml").write_text(textwrap.dedent(spec).lstrip())
     code, out, err = cli("launch", str(tmp_path / "corral.yaml"), "--wait", "--json")
     assert code == 0, err
@@ -62,18 +52,20 @@ def _launch(tmp_path: Path, script: str, spec: str) -> str:
     return str(run["id"])
 
 
-def test_wandb_gets_the_values_an_hf_style_log_prints_at_their_steps(tmp_path: Path) -> None:
+@pytest.mark.torch
+def test_wandb_gets_the_values_an_hf_trainer_log_prints_at_their_steps(tmp_path: Path) -> None:
     pytest.importorskip("wandb")
+    pytest.importorskip("transformers")
     run_id = _launch(
         tmp_path,
-        HF,
-        """
+        "",
+        f"""
         name: hf-wandb
-        run: python train.py
+        run: {sys.executable} {HF_TRAINER} out 30
         progress: hf
-        env: {WANDB_MODE: offline, WANDB_SILENT: "true"}
+        env: {{WANDB_MODE: offline, WANDB_SILENT: "true"}}
         trackers:
-          - {type: wandb, project: corral-test}
+          - {{type: wandb, project: corral-test}}
         """,
     )
     home = Path(os.environ["CORRAL_HOME"])
@@ -82,12 +74,20 @@ def test_wandb_gets_the_values_an_hf_style_log_prints_at_their_steps(tmp_path: P
     wait_until_written(files[0])
     assert run_ids(files[0]) == [wandb_run_id(run_id)]  # the corral run's W&B run
     rows = [{k: v for k, v in row.items() if not k.startswith("_")} for row in history(files[0])]
-    assert rows == [
-        {"global_step": 10, "loss": 2.9, "learning_rate": 5e-05, "epoch": 10 / 30},
-        {"global_step": 20, "loss": 2.8, "learning_rate": 5e-05, "epoch": 20 / 30},
-        {"global_step": 30, "loss": 2.7, "learning_rate": 5e-05, "epoch": 1.0},
-        {"global_step": 30, "eval_loss": 2.5, "eval_runtime": 0.5, "epoch": 1.0},
-    ]
+    # what the Trainer printed (logging every 5 steps, evaluating every 15), at its steps
+    log = (home / "runs" / run_id / "logs" / "a1" / "main.log").read_text()
+    printed = [ast.literal_eval(d) for d in re.findall(r"\{'[^{}]*\}", log)]
+    losses = [d for d in printed if "loss" in d]
+    evals = [d for d in printed if "eval_loss" in d]
+    assert len(losses) == 6 and len(evals) == 2
+    loss_rows = [r for r in rows if "loss" in r]
+    assert [r["global_step"] for r in loss_rows] == [5, 10, 15, 20, 25, 30]
+    assert [r["loss"] for r in loss_rows] == [float(d["loss"]) for d in losses]
+    assert all(r["learning_rate"] == 5e-05 for r in loss_rows)
+    eval_rows = [r for r in rows if "eval_loss" in r]
+    assert [r["global_step"] for r in eval_rows] == [15, 30]
+    assert [r["eval_loss"] for r in eval_rows] == [float(d["eval_loss"]) for d in evals]
+    assert any(r.get("train_loss") and r["global_step"] == 30 for r in rows)
 
 
 def test_mlflow_gets_the_values_a_nanogpt_style_log_prints_at_their_steps(

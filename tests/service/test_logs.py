@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from corral.errors import BadInput, NotFound
-from corral.service.logs import log_files, open_logs, read_log
+from corral.service.logs import log_files, log_tail, open_logs, read_log
 from corral.store import Store
 
 from .helpers import record_run, resolved_spec, write_log
@@ -78,3 +78,29 @@ def test_unknown_stage_attempt_or_run_and_bad_offsets_are_one_line_errors() -> N
         read_log(run_id, "train", offset=-1)
     with pytest.raises(BadInput, match="max_bytes must be between"):
         read_log(run_id, "train", max_bytes=0)
+
+
+def test_progress_bar_redraws_keep_their_place_among_their_attempts_lines() -> None:
+    """A record holds what the job wrote up to its newline, a bar's ``\\r`` redraws too: each
+    redraw is a line with the record's time, where it was written (they once had no time and
+    came first)."""
+    store = Store.open()
+    run_id = record_run(store)
+    store.transition(run_id, "PROVISIONING", "launching", attempt=2)
+    t1, t2, t3 = TS, "2025-01-02T03:04:06.000Z", "2025-01-02T03:04:07.000Z"
+    bar = "\r 10%|#         | 1/10 [00:01<00:09]\r 20%|##        | 2/10 [00:02<00:08]"
+    write_log(run_id, 2, "train", f"{t1} start\n{t2} {bar}\r{' ' * 30}\r{{'loss': 1.5}}\n")
+    write_log(run_id, 2, "train", f"{t3} done\r\n{t3} \n")
+    write_log(run_id, 1, "train", f"{t3} first\n")
+    expected = [
+        (1, t3, "first"),
+        (2, t1, "start"),
+        (2, t2, " 10%|#         | 1/10 [00:01<00:09]"),
+        (2, t2, " 20%|##        | 2/10 [00:02<00:08]"),
+        (2, t2, "{'loss': 1.5}"),
+        (2, t3, "done"),
+        (2, t3, ""),
+    ]
+    assert [(ln.attempt, ln.ts, ln.text) for ln in open_logs(run_id).read()] == expected
+    tail = [(ln.attempt, ln.ts, ln.text) for ln in log_tail(run_id, lines=4)]
+    assert tail == expected[3:]

@@ -37,6 +37,9 @@ class Reading:
 
 
 class LineParser(Protocol):
+    """``parse`` one line; a parser that holds a reading back for a later line also has
+    ``flush() -> Reading | None``, called at the end of the output."""
+
     def parse(self, line: str) -> Reading | None: ...
 
 
@@ -73,31 +76,56 @@ def metric_name(text: str) -> str:
 
 # --- HF Trainer -------------------------------------------------------------------------------
 
-_TQDM = re.compile(r"(?:^|\|)\s*(?P<n>\d+)/(?P<total>\d+) \[")
+#: A tqdm bar with a known total: ``<desc>: 45%|████▌     | 45/100 [00:01<00:02, 25.00it/s]``
+#: (``desc`` and its colon are absent from a bar without a description; a ``bar_format``
+#: may leave out the percentage and the bar).
+_TQDM = re.compile(r"(?P<desc>[^|]*?)\s*(?:\d+%\|[^|]*\|)?\s*(?P<n>\d+)/(?P<total>\d+) \[")
 _DICT = re.compile(r"\{'[^{}]*\}")
 
 
 class HfParser:
-    """The tqdm bar (``  12/100 [00:03<00:20,  4.2it/s]``) gives step/total; the dicts the
-    Trainer prints (``{'loss': 2.31, 'learning_rate': 5e-05, 'epoch': 0.5}``, numbers or quoted
-    numbers) give loss, epoch and metrics. Only the first bar's total counts: evaluation bars
-    (another total) are not the training's steps."""
+    """The Trainer's tqdm bar (``  12/100 [00:03<00:20,  4.2it/s]``) gives step/total; the dicts
+    the Trainer prints (``{'loss': 2.31, 'learning_rate': 5e-05, 'epoch': 0.5}``, numbers or
+    quoted numbers as transformers 5 prints them) give loss, epoch and metrics.
+
+    The Trainer's bars have no description: a bar with one is another library's (datasets'
+    ``Map: 100%|...| 1840/1840 [..., 3.2k examples/s]``, ``Running tokenizer on dataset``,
+    ``Loading checkpoint shards``, transformers' own ``Writing model shards``) and is left out.
+    Of the bars without one, the first total seen is the training's: the evaluation bars (another
+    total) are left out too.
+
+    A dict's step is the one of the bar's next redraw. The Trainer prints its dicts with
+    ``tqdm.write``, which redraws the bar (its current step) right after the dict, whereas the
+    redraw before it can be several steps old (tqdm redraws at most every 0.1 s). Once the
+    training's bar is known, a dict is held until that redraw (or the next dict, or the end)."""
 
     def __init__(self) -> None:
         self._total: int | None = None
+        self._held: Reading | None = None  # a dict waiting for the bar's next redraw
 
     def parse(self, line: str) -> Reading | None:
         found = _DICT.search(line)
         position = self._bar(line[: found.start()] if found else line)
         if not found:
-            return position
+            if position is None or self._held is None:
+                return position
+            held, self._held = self._held, None
+            held.step, held.total = position.step, position.total
+            return held
         reading = self._dict(found.group(0))
-        if reading is not None and position is not None:
-            reading.step, reading.total = position.step, position.total
-        return reading or position
+        if reading is None:
+            return position
+        if self._total is None:  # no bar (yet, or disable_tqdm): the dict as it comes
+            return reading
+        earlier, self._held = self._held, reading
+        return earlier or position
+
+    def flush(self) -> Reading | None:
+        held, self._held = self._held, None
+        return held
 
     def _bar(self, text: str) -> Reading | None:
-        bars = list(_TQDM.finditer(text))
+        bars = [bar for bar in _TQDM.finditer(text) if not bar.group("desc").strip()]
         if not bars:
             return None
         bar = bars[-1]  # the last redraw in the text
@@ -174,46 +202,83 @@ class NanoGptParser:
 # --- PyTorch Lightning ------------------------------------------------------------------------
 
 _LIGHTNING = re.compile(
-    r"^Epoch (?P<epoch>\d+)(?:/(?P<last>\d+))?:.*?(?P<n>\d+)/(?P<per>\d+) \[(?P<post>[^\]]*)\]"
+    r"^Epoch (?P<epoch>\d+)(?:/(?P<last>-?\d+))?:.*?(?P<n>\d+)/(?P<per>\d+) \[(?P<post>[^\]]*)\]"
+)
+#: Lightning's Rich bar (its default when ``rich`` is importable), a row as Rich draws it:
+#: ``Epoch 2/9  ━━━━━━━╺━━━━ 45/100 0:00:01 • 0:00:02 25.00it/s v_num: 0.000 train_loss: 0.123``
+_LIGHTNING_RICH = re.compile(
+    r"^Epoch (?P<epoch>\d+)(?:/(?P<last>-?\d+))?\s+[━╸╺\s]*\s(?P<n>\d+)/(?P<per>\d+)\s"
+    r"(?P<post>.*)$"
 )
 _PAIR = re.compile(r"([A-Za-z_][\w/.\-]*)=([^,\]]+)")
+_RICH_PAIR = re.compile(r"([A-Za-z_][\w/.\-]*): (\S+)")
 _LOSS_KEYS = ("loss", "train_loss", "train_loss_step", "train/loss")
 
 
 class LightningParser:
-    """``Epoch 0:  45%|████▌     | 45/100 [00:01<00:02, 25.00it/s, v_num=0, loss=0.123]``
-    (``Epoch 0/9:`` where the bar shows the last epoch: 10 epochs); ``v_num`` is left out."""
+    """The tqdm bar ``Epoch 0:  45%|████▌     | 45/100 [00:01<00:02, 25.00it/s, v_num=0,
+    loss=0.123]`` (``Epoch 0/9:`` where the bar shows the last epoch: 10 epochs) and the Rich
+    bar ``Epoch 0/9  ━━━━╺━━━ 45/100 0:00:01 • 0:00:02 25.00it/s v_num: 0.000 loss: 0.123``
+    with the pairs it wraps onto the lines below it on a narrow console; ``v_num`` is left
+    out. The Rich bar draws nothing on a non-terminal before the end of the run: the agent
+    runs a ``progress: lightning`` stage with ``TTY_COMPATIBLE=1`` and a wide ``COLUMNS``
+    (:data:`corral.wire.progress_patterns.PRESET_ENV`) so that Rich draws it as it goes."""
+
+    def __init__(self) -> None:
+        #: the values of the last row of the Rich bar and of the lines it wrapped onto so far
+        #: (None when the line before was no such row)
+        self._wrapped: str | None = None
 
     def parse(self, line: str) -> Reading | None:
         found = _LIGHTNING.match(line)
+        pairs = _PAIR
         if not found:
+            found, pairs = _LIGHTNING_RICH.match(line), _RICH_PAIR
+        if not found:
+            if self._wrapped is not None and line.startswith(" " * 8):  # wrapped onto this line
+                self._wrapped += " " + line.strip()
+                return _values(_RICH_PAIR.findall(self._wrapped), Reading())
+            self._wrapped = None
             return None
+        self._wrapped = found.group("post") if pairs is _RICH_PAIR else None
         epoch, n, per = int(found.group("epoch")), int(found.group("n")), int(found.group("per"))
         total = None
-        if found.group("last") is not None:
-            total = (int(found.group("last")) + 1) * per
-        metrics: dict[str, Number] = {}
-        for key, raw in _PAIR.findall(found.group("post")):
-            value = number(raw)
-            if value is not None and key != "v_num":
-                metrics[key] = value
-        loss = next((metrics.pop(k) for k in _LOSS_KEYS if k in metrics), None)
-        return Reading(step=epoch * per + n, total=total, loss=loss, epoch=epoch, metrics=metrics)
+        last = found.group("last")
+        if last is not None and int(last) >= 0:
+            total = (int(last) + 1) * per
+        reading = Reading(step=epoch * per + n, total=total, epoch=epoch)
+        return _values(pairs.findall(found.group("post")), reading)
+
+
+def _values(pairs: list[tuple[str, str]], reading: Reading) -> Reading | None:
+    """``reading`` with the bar's ``name=value`` pairs: the loss and the metrics."""
+    for key, raw in pairs:
+        value = number(raw)
+        if value is not None and key != "v_num":
+            reading.metrics[key] = value
+    reading.loss = next((reading.metrics.pop(k) for k in _LOSS_KEYS if k in reading.metrics), None)
+    if reading.step is None and not reading.has_values():
+        return None
+    return reading
 
 
 # --- Ultralytics ------------------------------------------------------------------------------
 
 _YOLO_ROW = re.compile(
-    r"^\s*(?P<epoch>\d+)/(?P<epochs>\d+)\s+(?P<mem>[\d.]+[KMGT]?)\s+(?P<rest>.*)$"
+    r"^\s*(?P<epoch>\d+)/(?P<epochs>\d+)\s+(?P<mem>[\d.]+(?:e[-+]?\d+)?[KMGT]?)\s+(?P<rest>.*)$"
 )
-_BAR_COUNT = re.compile(r"(?P<n>\d+)/(?P<total>\d+) \[")
-_YOLO_ALL = re.compile(r"^\s*all\s+\d+\s+\d+\s+(?P<values>[\d.\s]+?)\s*$")
+#: The bar after a row's colon: tqdm's ``45%|████▌     | 8/18 [...]`` (8.3 and before) or
+#: Ultralytics' own ``45% ━━━━━╸────── 8/18 3.1it/s 2.6s<3.2s`` (8.4).
+_BAR_COUNT = re.compile(r"\d+%\s*(?:\|[^|]*\||[━─╸╺]*)\s*(?P<n>\d+)/(?P<total>\d+)(?:\s|$)")
+_YOLO_ALL = re.compile(r"^\s*all\s+\d+\s+\d+\s+(?P<values>.+?)\s*$")
 
 
 class UltralyticsParser:
     """The training table: its header (``Epoch GPU_mem box_loss cls_loss dfl_loss Instances
-    Size``) names the columns of the rows (``1/100  2.1G  1.234  2.345  1.456  12  640: 45%|..|
-    8/18 [...]``); ``loss`` is the sum of the ``*_loss`` columns. Validation's ``all`` row gives
+    Size``) names the columns of the rows (``1/100  2.1G  1.234  2.345  1.456  12  640: 45%
+    ━━━━━╸────── 8/18 3.1it/s 2.6s<3.2s`` with 8.4's own bar, ``...  640: 45%|..| 8/18 [...]``
+    with tqdm's before it; values as ``%.4g`` prints them, ``6.39e-05`` too); ``loss`` is the
+    sum of the ``*_loss`` columns. Validation's ``all`` row gives
     the metrics its header names (``box_P``, ``box_R``, ``box_mAP50``, ``box_mAP50-95``)."""
 
     def __init__(self) -> None:
@@ -234,6 +299,8 @@ class UltralyticsParser:
         found = _YOLO_ALL.match(line)
         if found and self._val_columns:
             values = [number(v) for v in found.group("values").split()]
+            if None in values:  # not the table's row
+                return None
             metrics = {
                 k: v for k, v in zip(self._val_columns, values, strict=False) if v is not None
             }

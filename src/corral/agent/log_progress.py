@@ -78,6 +78,9 @@ class LogProgress:
         self._epoch: int | float | None = None
         self._held: Reading | None = None  # a bar position not written yet
         self._written_at: float | None = None
+        #: the lines given to the parser so far, and how many of them it read something from
+        self.lines = 0
+        self.readings = 0
 
     # --- the pump's side ---------------------------------------------------------------------
 
@@ -99,6 +102,13 @@ class LogProgress:
         if self._partial and not self._skipping:
             self._line(self._partial)
         self._partial = b""
+        flush = getattr(self._parser, "flush", None)
+        try:
+            held = flush() if flush is not None else None
+            if held is not None:
+                self._take(held)
+        except Exception:  # as for a line: nothing here may stop the pump
+            pass
         if self._held is not None:
             self._write_held()
         if self._trackers is not None:
@@ -113,8 +123,10 @@ class LogProgress:
             for value in self._mask:
                 raw = raw.replace(value, b"***")
             text = _ANSI.sub(b"", raw).decode("utf-8", "replace")
+            self.lines += 1
             reading = self._parser.parse(text)
             if reading is not None:
+                self.readings += 1
                 self._take(reading)
         except Exception:  # a line no parser expected: skipped, the pump goes on
             pass

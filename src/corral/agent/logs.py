@@ -3,6 +3,10 @@ on every line, and a reader that serves byte ranges of those files without split
 
 Every line written is ``<ISO-8601 UTC> <text>\\n``. A partial last line is written (with a
 newline) when the pipe closes; a line longer than ``MAX_LINE`` bytes is cut into several lines.
+A progress bar redraws itself with ``\\r`` and may write no newline for a whole epoch: the
+redraws waiting for one are written once they are ``REDRAW_FLUSH_S`` old, up to and with the
+last ``\\r`` (a line ending ``\\r\\n``), so that the log shows them as they come and with
+the time they came.
 """
 
 from __future__ import annotations
@@ -18,6 +22,8 @@ from corral.agent.diskfull import DiskGuard
 from corral.wire.node import iso
 
 MAX_LINE = 64 * 1024
+#: Seconds after which a bar's redraws waiting for a newline are written.
+REDRAW_FLUSH_S = 1.0
 DEFAULT_LIMIT = 256 * 1024
 MAX_LIMIT = 4 * 1024 * 1024
 
@@ -43,6 +49,7 @@ class LogPump:
         mask: list[bytes] | None = None,
         tap: LogTap | None = None,
         disk: DiskGuard | None = None,
+        redraw_flush: float = REDRAW_FLUSH_S,
     ):
         self._tap = tap
         #: a full disk: the pump keeps reading (the stage never blocks on its pipe), drops
@@ -50,6 +57,7 @@ class LogPump:
         self._disk = disk
         self._lost = 0
         self._torn = False
+        self._redraw_flush = redraw_flush
         self._mask = sorted(mask or [], key=len, reverse=True)  # longest first
         self._fd = pipe.fileno()
         self._pipe = pipe
@@ -90,6 +98,7 @@ class LogPump:
 
     def _run(self) -> None:
         partial = b""
+        since: float | None = None  # when the oldest byte of ``partial`` was read
         # unbuffered: every write is flushed anyway, and a failed one leaves nothing behind in
         # a buffer to be written twice
         with open(self._path, "ab", buffering=0) as out:
@@ -106,6 +115,16 @@ class LogPump:
                 if len(partial) > self._max_line:
                     *more, partial = self._cut(partial)
                     lines.extend(more)
+                now = self._now()
+                if not partial or complete:
+                    since = now if partial else None
+                elif since is None:
+                    since = now
+                elif b"\r" in partial and now - since >= self._redraw_flush:
+                    redrawn = partial.rfind(b"\r") + 1  # the redraws so far, the last \r with them
+                    lines.append(partial[:redrawn])
+                    partial = partial[redrawn:]
+                    since = now if partial else None
                 if lines:
                     self._write(out, self._stamp(lines))
             if partial:

@@ -48,6 +48,7 @@ from corral.wire.outcome import (
     stage_state,
 )
 from corral.wire.plan import AgentPlan, StagePlan
+from corral.wire.progress_patterns import PRESET_ENV, PRESETS
 from corral.wire.status import Phase, StageState
 
 if TYPE_CHECKING:
@@ -110,6 +111,7 @@ class Runner:
         self._children: dict[str, Child] = {}
         #: the trackers fed from the stages' logs (finished before the attempt ends)
         self._log_trackers: list[BackgroundTrackers] = []
+        self._log_taps: dict[str, LogProgress] = {}  # stage -> what reads its progress pattern
         self._stages = {s.name: StageRun(s) for s in plan.stages}
         self._outcome: tuple[Phase, str | None, int | None, str] | None = None
         self._stop_requested = False
@@ -207,6 +209,9 @@ class Runner:
             }
         for stage in stages:
             stage["progress"] = self._tailer.latest(str(stage["name"]))
+            unread = self._progress_unread(str(stage["name"]))
+            if unread is not None:
+                stage["progress_unread"] = unread
         extra: dict[str, Any] = {}
         for hook in self.hooks:
             try:
@@ -400,7 +405,18 @@ class Runner:
             return None
         if trackers is not None:
             self._log_trackers.append(trackers)
+        self._log_taps[name] = tap
         return tap
+
+    def _progress_unread(self, name: str) -> dict[str, Any] | None:
+        """For a stage whose ``progress`` pattern has read nothing in its log so far: the
+        pattern (a preset's name, or ``regex``) and how many lines it was given."""
+        tap = self._log_taps.get(name)
+        stage = self._stages.get(name)
+        if tap is None or tap.readings or stage is None:
+            return None
+        pattern = stage.plan.progress or ""
+        return {"pattern": pattern if pattern in PRESETS else "regex", "lines": tap.lines}
 
     def _handle(self, message: tuple[str, Any]) -> None:
         kind, value = message
@@ -582,6 +598,10 @@ class Runner:
             env.pop(C.ENV_BUDGET_USD, None)
         if stage is not None:
             env[C.ENV_PROGRESS_FILE] = str(self._tailer.path_for(stage.name))
+            chosen = {**plan.env, **stage.env}  # what the spec sets is left as it is
+            for key, value in PRESET_ENV.get(stage.progress or "", {}).items():
+                if key not in chosen:
+                    env[key] = value
         else:
             env.pop(C.ENV_PROGRESS_FILE, None)
         if self.resume_from is not None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
@@ -11,6 +12,11 @@ if TYPE_CHECKING:
     from corral.service.logs import LogTailer
     from corral.service.run_view import RunView
     from corral.service.watch import RunWatch
+
+#: ANSI escapes that move the cursor or erase (a progress bar redrawing itself in place:
+#: tqdm's ``ESC[A``, Rich's ``ESC[1A ESC[2K``), not colours: printed among other lines they
+#: would overwrite them on the reader's terminal.
+_CURSOR = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-ln-~]|\x1b[@-Z\\-_]")
 
 COLORS = ["cyan", "magenta", "green", "yellow", "blue", "red", "bright_cyan", "bright_magenta"]
 
@@ -29,7 +35,7 @@ def format_line(
     prefix = f"[{c}]{stage:<{width}}[/] [dim]|[/] "
     if timestamps and ts:
         prefix += f"[dim]{ts}[/] "
-    return prefix + escape(text)
+    return prefix + escape(_CURSOR.sub("", text))
 
 
 class LinePrinter:

@@ -36,6 +36,20 @@ def fmt_progress(prog: dict[str, Any] | None) -> str:
     return text
 
 
+def unread_line(stage: Any) -> str | None:
+    """``  progress    train: nothing read from its log by progress 'lightning' (342 lines)``
+    for a stage whose ``progress`` pattern has read nothing so far (the agent's
+    ``progress_unread``), else None."""
+    unread = stage.get("progress_unread") if isinstance(stage, dict) else None
+    if not isinstance(unread, dict) or (stage.get("progress") or {}).get("step") is not None:
+        return None
+    pattern = unread.get("pattern")
+    what = "its regex" if pattern == "regex" else f"progress {pattern!r}"
+    lines = unread.get("lines")
+    count = f" ({lines} line{'' if lines == 1 else 's'})" if isinstance(lines, int) else ""
+    return f"  progress    {stage.get('name', '?')}: nothing read from its log by {what}{count}"
+
+
 def checkpoint_line(last: Any, sync: Any) -> str | None:
     """``  checkpoint  step 1200 (4 shards) · uploaded step 1000``, or None before any."""
     parts = []
@@ -160,6 +174,10 @@ def _print_details(run: RunDetails) -> None:
                 "-" if st.get("exit_code") is None else str(st.get("exit_code")),
             )
         console.print(t)
+        for st in run.stages:
+            line = unread_line(st)
+            if line:
+                console.print(line, highlight=False, markup=False)
     if len(run.attempts) > 1:
         for a in run.attempts:
             console.print(

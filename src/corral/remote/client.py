@@ -324,13 +324,9 @@ def _q(ref: str) -> str:
 
 
 def _split(text: str, attempt: int, stage: str) -> list[LogLine]:
-    from corral.service.logs import split_ts
+    from corral.service.logs import parse_log
 
-    out = []
-    for raw in text.splitlines():
-        ts, rest = split_ts(raw)
-        out.append(LogLine(attempt=attempt, stage=stage, ts=ts, text=rest))
-    return out
+    return parse_log(text, attempt, stage)
 
 
 def from_env(environ: Mapping[str, str] | None = None) -> RemoteClient | None:

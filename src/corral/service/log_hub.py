@@ -21,7 +21,7 @@ import logging
 import threading
 from collections.abc import Callable, Iterable
 
-from corral.service.logs import LogTailer, open_logs, split_ts
+from corral.service.logs import LogTailer, open_logs, parse_log
 from corral.service.run_view import RunView
 from corral.service.runs import snapshot
 from corral.service.views import LogLine
@@ -96,10 +96,7 @@ class _RunFeed:
                 continue
             with open(path, "rb") as f:
                 data = f.read(upto)
-            attempt = int(path.parent.name[1:])
-            for raw in data.decode("utf-8", "replace").splitlines():
-                ts, text = split_ts(raw)
-                out.append(LogLine(attempt=attempt, stage=path.stem, ts=ts, text=text))
+            out += parse_log(data.decode("utf-8", "replace"), int(path.parent.name[1:]), path.stem)
         out.sort(key=lambda line: (line.attempt, line.ts))
         return out
 

@@ -28,6 +28,8 @@ MAIN_STAGE = "main"
 #: the largest chunk :func:`read_log` returns
 MAX_CHUNK = 4 * 1024 * 1024
 
+#: ANSI escapes (a piece made only of these and blanks shows nothing)
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-Z\\-_]")
 _TS = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?Z?) ?")
 
 
@@ -37,6 +39,26 @@ def split_ts(line: str) -> tuple[str, str]:
     if not m:
         return "", line
     return m.group(1), line[m.end() :]
+
+
+def parse_log(text: str, attempt: int, stage: str) -> list[LogLine]:
+    """The lines of a stored stage log (or of a part of it that starts at a record), in the
+    order written. Each record (``<ts> <text>``, up to a ``\\n``) holds what the job wrote up
+    to its newline, a progress bar's redraws too (pieces after ``\\r``): each piece is a line
+    of its own with the record's timestamp, so that sorting lines by time keeps them where they
+    were written. A record without a timestamp takes the one before it."""
+    out: list[LogLine] = []
+    last = ""
+    for record in text.split("\n"):
+        if not record:
+            continue
+        ts, rest = split_ts(record)
+        last = ts = ts or last
+        pieces = rest.split("\r")
+        if len(pieces) > 1:  # the redraws that show something (not a bar cleared, a cursor move)
+            pieces = [piece for piece in pieces if _ANSI.sub("", piece).strip()] or [""]
+        out.extend(LogLine(attempt=attempt, stage=stage, ts=ts, text=piece) for piece in pieces)
+    return out
 
 
 def logs_dir(run_id: str) -> Path:
@@ -116,9 +138,7 @@ class LogTailer:
                 continue
             self.offsets[path] = offset + end + 1
             attempt = int(path.parent.name[1:])
-            for raw in data[: end + 1].decode("utf-8", "replace").splitlines():
-                ts, text = split_ts(raw)
-                batch.append(LogLine(attempt=attempt, stage=path.stem, ts=ts, text=text))
+            batch += parse_log(data[: end + 1].decode("utf-8", "replace"), attempt, path.stem)
         batch.sort(key=lambda line: (line.attempt, line.ts))
         return batch
 
@@ -234,8 +254,6 @@ def log_tail(
             data = f.read(size - start)
         if start > 0:  # the first line may be cut: keep only what follows a line end
             data = data[data.find(b"\n") + 1 :] if b"\n" in data else b""
-        for raw in data.decode("utf-8", "replace").splitlines():
-            ts, text = split_ts(raw)
-            found.append(LogLine(attempt=number, stage=path.stem, ts=ts, text=text))
+        found += parse_log(data.decode("utf-8", "replace"), number, path.stem)
     found.sort(key=lambda line: line.ts)
     return found[-lines:]

@@ -12,14 +12,25 @@ import re
 
 #: Preset name -> what it reads (the docs and the error message list these).
 PRESETS: dict[str, str] = {
-    "hf": "HF Trainer: the tqdm bar (step/total) and the printed log dicts (loss, metrics)",
+    "hf": "HF Trainer: its tqdm bar (step/total; datasets' and other described bars are left "
+    "out) and the printed log dicts (loss, metrics)",
     "nanogpt": "nanoGPT: 'iter N: loss L, time Tms, mfu M%' and 'step N: train loss ..., val "
     "loss ...'",
-    "lightning": "PyTorch Lightning's progress bar: 'Epoch E: ...| n/N [..., loss=..., ...]'",
-    "ultralytics": "Ultralytics: the epoch table rows ('1/100  2.1G  1.234 ...') and "
-    "validation's 'all' row",
+    "lightning": "PyTorch Lightning's progress bar, Rich ('Epoch E/L  ━━╸━━ n/N ... loss: ...') "
+    "or tqdm ('Epoch E: ...| n/N [..., loss=..., ...]')",
+    "ultralytics": "Ultralytics: the epoch table rows ('1/100  2.1G  1.234 ... 640: 45% ━━╸── "
+    "8/18 ...') and validation's 'all' row",
     "torchtitan": "torchtitan: 'step: N  loss: L  memory: ...  tps: ...'",
     "nanochat": "nanochat: 'step 00100/01000 (10.00%) | loss: L | ...'",
+}
+
+#: Preset name -> the environment its stage gets (unless the spec sets these variables):
+#: Lightning draws its default bar with Rich, which draws nothing on a non-terminal (the
+#: stage's log) until the run ends; ``TTY_COMPATIBLE=1`` makes Rich draw it as it goes (with
+#: cursor codes, which the log reader drops), and a wide ``COLUMNS`` keeps the bar's values on
+#: its row.
+PRESET_ENV: dict[str, dict[str, str]] = {
+    "lightning": {"TTY_COMPATIBLE": "1", "COLUMNS": "200"},
 }
 
 #: Named groups of a custom pattern that are not metrics.

@@ -108,7 +108,14 @@ def main(argv: list[str]) -> int:
     if argv:
         print(__doc__, file=sys.stderr)
         return 2
-    from importlinter.cli import lint_imports
+    try:
+        from importlinter.cli import lint_imports
+    except ImportError:
+        print(
+            "lint_imports: import-linter is not installed (pip install -e '.[dev]')",
+            file=sys.stderr,
+        )
+        return 2
 
     with tempfile.TemporaryDirectory(prefix="corral-lint-") as tmp:
         generated = Path(tmp) / "providers.ini"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 if TYPE_CHECKING:
     from corral.service.controller import ControllerGuard
@@ -155,13 +155,18 @@ def _follow_live(
     watch: RunWatch, lines: LinePrinter, guard: ControllerGuard, poll_s: float
 ) -> RunView:
     """Log lines above a live status line that is redrawn on each poll."""
+    from rich.console import Console
     from rich.live import Live
 
     from corral.cli.output import console
 
     run, attempt = watch.snapshot()
     with Live(
-        _status_line(run, attempt), console=console, refresh_per_second=4, transient=True
+        _status_line(run, attempt),
+        # a LazyConsole passes every call on to its rich Console
+        console=cast(Console, console),
+        refresh_per_second=4,
+        transient=True,
     ) as lv:
         while True:
             lines.emit(lv.console.print)

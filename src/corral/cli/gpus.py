@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import typer
 
 
@@ -13,7 +15,9 @@ def gpus(json_: bool = typer.Option(False, "--json", help="Print JSON.")) -> Non
     from corral.providers.registry import this_machine
 
     provider = this_machine()  # the provider whose machine is this one
-    rows = provider.gpu_holders() if isinstance(provider, RunsOnThisMachine) else []
+    rows: list[dict[str, Any]] = (
+        provider.gpu_holders() if isinstance(provider, RunsOnThisMachine) else []
+    )
     if json_:
         print_json(rows)
         return

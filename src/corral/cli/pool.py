@@ -24,7 +24,7 @@ def _pool() -> None:
     """Watch the GPU worker pool (workers, queues, Flower, a scaling hook)."""
 
 
-def _settings(broker: str | None, pool: str | None):  # type: ignore[no-untyped-def]
+def _settings(broker: str | None, pool: str | None):
     from dataclasses import replace
 
     from corral.queue.settings import PoolSettings, check_name

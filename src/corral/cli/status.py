@@ -206,9 +206,8 @@ def _print_details(run: RunDetails) -> None:
     for warning in run.warnings or []:
         console.print(f"  [yellow]warning[/]     {escape(warning)}", highlight=False)
     for svc in run.services or []:
-        health = {True: "[green]healthy[/]", False: "[red]unhealthy[/]"}.get(
-            svc.get("healthy"), "health unknown"
-        )
+        health_words: dict[object, str] = {True: "[green]healthy[/]", False: "[red]unhealthy[/]"}
+        health = health_words.get(svc.get("healthy"), "health unknown")
         if svc.get("url"):
             console.print(f"  service     {svc['stage']}: {svc['url']} ({health})", highlight=False)
         else:

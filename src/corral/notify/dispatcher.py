@@ -25,7 +25,7 @@ import random
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal
 
 from corral import __version__
 from corral.notify import payloads, sending
@@ -271,7 +271,7 @@ class Dispatcher(FeedReader):
         else:
             self._give_up(key, item, outcome.error)
 
-    def _secret(self, key: Key) -> str | bool | None:
+    def _secret(self, key: Key) -> str | Literal[False] | None:
         """The webhook's secret value; None when it has none; False when it names a secret
         that cannot be had (one event per run and webhook; its deliveries are dropped)."""
         name = key.hook.secret

@@ -39,7 +39,8 @@ class FeedReader:
     def _tick(self) -> int:
         if self._scan is None:
             self._scan = self._saved = self.store.event_position(CONSUMER)
-        queued, live = 0, {}
+        queued = 0
+        live: dict[str, Any] = {}
         for _ in range(self.max_pages):  # a large backlog is read over several ticks
             batch = self.store.events(after_id=self._scan, limit=self.page_size)
             if not batch:

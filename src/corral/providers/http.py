@@ -210,11 +210,11 @@ def payload_message(body: Any) -> tuple[str, str]:
             return payload_message(value)
         if isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
             # FastAPI's validation errors: [{"loc": [...], "msg": "...", "type": "..."}]
-            parts = [
+            lines = [
                 ".".join(str(x) for x in v.get("loc") or []) + f": {v.get('msg') or v}"
                 for v in value[:3]
             ]
-            return "; ".join(p.lstrip(": ") for p in parts), str(value[0].get("type") or code)
+            return "; ".join(p.lstrip(": ") for p in lines), str(value[0].get("type") or code)
         if value:
             return str(value), str(code or body.get("title") or "")
     return "", str(code)

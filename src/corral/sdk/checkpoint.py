@@ -251,7 +251,7 @@ class Checkpointer:
         self.last_saved_step = step
         if coordinator is not None and coordinator.rank != 0:
             return  # rank 0 reports the checkpoint and applies the retention
-        shards = {} if coordinator is None else {"shards": coordinator.world}
+        shards: dict[str, Any] = {} if coordinator is None else {"shards": coordinator.world}
         progress_file.emit("checkpoint", step=step, path=path, metrics=metrics, **shards)
         self._apply_retention(just_written=step)
 
@@ -300,7 +300,7 @@ class Checkpointer:
         try:
             complete = self._complete(warn=False)
             keep = select_to_keep(
-                [(f.step, m.metrics) for f, m in complete],
+                [(m.step, m.metrics) for _, m in complete],
                 self.keep_last,
                 self.keep_best,
                 self.metric,
@@ -391,7 +391,7 @@ class Checkpointer:
         self._join(raise_error=False)
         complete = self._complete(warn=True)
         by_step = {f.step: f for f, _ in complete}
-        for step in rank_best([(f.step, m.metrics) for f, m in complete], self.metric, self.mode):
+        for step in rank_best([(m.step, m.metrics) for _, m in complete], self.metric, self.mode):
             try:
                 return self._following(by_step[step], lambda f: self._checked(f, verify))
             except CheckpointError as exc:

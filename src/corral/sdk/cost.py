@@ -44,6 +44,10 @@ def _number(value: Any, what: str, env: str | None = None) -> float | None:
         if raw is None or raw.strip() == "":
             return None
         value, what = raw, f"{env}"
+    return _amount(value, what)
+
+
+def _amount(value: Any, what: str) -> float:
     try:
         number = float(value)
     except (TypeError, ValueError):
@@ -150,7 +154,7 @@ class CostMeter:
         fraction of this budget (the earlier attempt's checks warned when it got there)."""
         if not isinstance(state, dict) or "cost_usd" not in state:
             raise BadInput("CostMeter.load_state_dict needs a dict with 'cost_usd'")
-        saved = 0.0 if state["cost_usd"] is None else _number(state["cost_usd"], "saved cost_usd")
+        saved = 0.0 if state["cost_usd"] is None else _amount(state["cost_usd"], "saved cost_usd")
         self.offset_usd = max(saved, self._initial_offset)
         warned = state.get("warned")
         if warned is None and self.budget_usd is not None:

@@ -12,12 +12,14 @@ large chunks into memory. See :mod:`corral.sdk.serialize` for the format and the
 from __future__ import annotations
 
 import errno
+import functools
 import hashlib
 import io
 import json
 import os
 import pickle
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from corral.sdk.manifest import CheckpointError, CheckpointLoadError, FileEntry
@@ -109,8 +111,8 @@ def read_all_verified(
     workers = min(len(names), os.cpu_count() or 1)
     if workers <= 1:
         return {n: read_verified(storage, directory, n, files[n], label, keep=keep) for n in names}
-    jobs = {
-        n: lambda n=n: read_verified(storage, directory, n, files[n], label, keep=keep)
+    jobs: dict[str, Callable[[], Buffer | None]] = {
+        n: functools.partial(read_verified, storage, directory, n, files[n], label, keep=keep)
         for n in names
     }
     return run_jobs(jobs, workers, "corral-verify")

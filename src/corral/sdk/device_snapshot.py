@@ -106,7 +106,7 @@ class CudaBackend:
             event.record(stream)
         if side:
             src.record_stream(stream)  # freed meanwhile: not reused before the copy ends
-        return event  # type: ignore[no-any-return]
+        return event
 
     def wait_on_current(self, event: Event, tensor: Any) -> None:
         sys.modules["torch"].cuda.current_stream(tensor.device).wait_event(event)

@@ -22,14 +22,14 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from corral.errors import BadInput, CorralError
 
 MANIFEST_NAME = "COMPLETE"
-FORMAT_NAME = "corral-checkpoint"
+FORMAT_NAME: Final = "corral-checkpoint"
 FORMAT_VERSION = 2
 #: What a checkpoint written by one process says (readable by corral before sharding existed).
 SINGLE_FORMAT_VERSION = 1

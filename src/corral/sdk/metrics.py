@@ -87,7 +87,9 @@ def _counts(pairs: list[tuple], unit: str) -> list[_Counts]:
                 jiwer.ReduceToListOfListOfWords(),
             ]
         )
-        out = jiwer.process_words(refs, hyps, reference_transform=words, hypothesis_transform=words)
+        out: jiwer.WordOutput | jiwer.CharacterOutput = jiwer.process_words(
+            refs, hyps, reference_transform=words, hypothesis_transform=words
+        )
     else:
         out = jiwer.process_characters(refs, hyps)
     counts = []

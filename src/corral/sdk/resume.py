@@ -163,7 +163,7 @@ def _load_into(target: Any, saved: Any, what: str) -> None:
     if hasattr(target, "load_state_dict"):
         target.load_state_dict(saved)
     elif isinstance(target, dict) and isinstance(saved, dict):
-        np = sys.modules.get("numpy")
+        np: Any = sys.modules.get("numpy")
         for key, value in saved.items():
             current = target.get(key)
             same_array = (

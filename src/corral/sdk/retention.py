@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from corral.errors import BadInput
@@ -41,10 +41,11 @@ def metric_value(metrics: Mapping[str, Any] | None, metric: str | None) -> float
         return None
     value = metrics[metric]
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        if not (hasattr(value, "item") and callable(value.item)):  # numpy / torch scalars
+        item = getattr(value, "item", None)
+        if not callable(item):  # numpy / torch scalars have item()
             return None
         try:
-            value = value.item()
+            value = item()
         except (TypeError, ValueError, RuntimeError):
             return None
         if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -107,7 +108,7 @@ def retention_policy(
 
 
 def rank_best(
-    checkpoints: list[tuple[int, Mapping[str, Any]]], metric: str | None, mode: str
+    checkpoints: Sequence[tuple[int, Mapping[str, Any]]], metric: str | None, mode: str
 ) -> list[int]:
     """Steps that have the metric, best first (ties: newer step first; a repeated step counts
     once, with its last metrics)."""

@@ -24,6 +24,7 @@ only when the state holds torch tensors.
 
 from __future__ import annotations
 
+import functools
 import gc
 import hashlib
 import io
@@ -419,7 +420,7 @@ def write_snapshot(
         pending, snap.pending = snap.pending, None
         pending.settle()  # the copies from the GPU have finished, and nothing tore them
     state_file = prefix + STATE_FILE
-    jobs = {
+    jobs: dict[str, Callable[[], FileEntry]] = {
         state_file: lambda: _write_file(
             storage, storage.join(directory, state_file), iter([snap.skeleton])
         )
@@ -430,9 +431,8 @@ def write_snapshot(
             name = prefix + tensor_file_name(index)
             path = storage.join(directory, name)
             where.update((e.name, name) for e in shard)
-            jobs[name] = lambda path=path, shard=shard: _write_file(
-                storage, path, _shard_pieces(shard)
-            )
+            # a generator: its pieces are made as the job writes them
+            jobs[name] = functools.partial(_write_file, storage, path, _shard_pieces(shard))
     if snap.sharded:
         index_file = prefix + sharded.INDEX_FILE
         raw = sharded.index_bytes(snap.chunks, where)

@@ -8,6 +8,7 @@ lock (``secrets.lock``), so concurrent CLIs and controllers never lose an update
 
 from __future__ import annotations
 
+import builtins
 import fcntl
 import json
 import os
@@ -110,7 +111,7 @@ class SecretStore:
             for name, entry in sorted(self._load().items())
         ]
 
-    def names(self) -> list[str]:
+    def names(self) -> builtins.list[str]:  # `list` here is the method above
         return sorted(self._load())
 
     def get(self, name: str) -> str | None:

@@ -97,7 +97,7 @@ class CodeSpec(SpecModel):
     @model_validator(mode="after")
     def _git_only(self) -> CodeSpec:
         if self.git is None:
-            problems = [
+            problems: list[tuple[tuple[str | int, ...], str]] = [
                 ((name,), f"`{name}` needs `git`")
                 for name in ("ref", "token_secret")
                 if getattr(self, name) is not None

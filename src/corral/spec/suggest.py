@@ -6,8 +6,9 @@ import difflib
 from collections.abc import Iterable
 
 
-def closest(word: object, candidates: Iterable[str]) -> str | None:
-    """The candidate closest to ``word``, or None if nothing is close enough."""
+def closest(word: object, candidates: Iterable[object]) -> str | None:
+    """The candidate closest to ``word``, or None if nothing is close enough (candidates that
+    are not strings are passed over)."""
     pool = [c for c in candidates if isinstance(c, str)]
     text = str(word)
     # Case-only differences are the most likely typo: check them first.
@@ -18,7 +19,7 @@ def closest(word: object, candidates: Iterable[str]) -> str | None:
     return found[0] if found else None
 
 
-def did_you_mean(word: object, candidates: Iterable[str]) -> str:
+def did_you_mean(word: object, candidates: Iterable[object]) -> str:
     """``" (did you mean 'x'?)"`` or ``""`` when no candidate is close."""
     best = closest(word, candidates)
     return f" (did you mean '{best}'?)" if best is not None else ""

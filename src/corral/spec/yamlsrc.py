@@ -87,7 +87,7 @@ def utf8_size(text: str) -> int:
 def _parse(text: str, source: str) -> Parsed:
     index = undecodable(text)
     if index is not None:
-        line = text.count("\n", 0, index) + 1
+        line: int | None = text.count("\n", 0, index) + 1
         raise _Invalid(line, f"not UTF-8 text: '{as_typed(text[index])}' cannot be decoded")
     loader = _LOADER(text)
     try:

@@ -135,7 +135,7 @@ class StoreBase:
         """Insert a PENDING run (id ``<name>-<6 hex>`` unless ``run_id``) and its ``run.state``
         event; returns its id, or None when the id is taken (the caller tries again)."""
         rid = run_id or f"{_slug(name)}-{os.urandom(3).hex()}"
-        values = {
+        values: dict[str, Any] = {
             **dict.fromkeys(RUN_COLUMNS),
             "id": rid,
             "name": name,

@@ -138,7 +138,7 @@ class ScheduleOps(StoreBase):
                 return None
             if self._db.dialect.ts_out(row["next_at"]) != aware_utc(expect_next):
                 return None  # another controller moved it on
-            tick = {
+            tick: dict[str, Any] = {
                 "schedule": name,
                 "tick_at": aware_utc(tick_at),
                 "run_id": None,

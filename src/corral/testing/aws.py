@@ -226,7 +226,7 @@ class LocalMachineRunner:
             if not left:
                 return
             if time.monotonic() > deadline:
-                pids = ", ".join(str(p.pid) for p in left[:5])
+                pids = ", ".join(str(p.pgid) for p in left[:5])
                 raise NotYetTerminated(f"aws test machine {instance_id}: still alive ({pids})")
             time.sleep(0.1)
 

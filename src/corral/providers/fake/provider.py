@@ -376,7 +376,7 @@ class FakeProvider(
             instance_id=rec.instance_id,
             key=rec.key,
             offer=Offer.model_validate(rec.offer),
-            endpoint=machine.endpoint() if running else None,
+            endpoint=machine.endpoint() if running and machine is not None else None,
             created_at=datetime.fromtimestamp(rec.launched_at, UTC),
             data=data,
         )

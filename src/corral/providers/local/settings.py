@@ -17,12 +17,15 @@ __all__ = ["DEFAULT_GPU_LOCK_DIR", "ENV_GPU_LOCK_DIR", "ENV_LOCAL_PRICE", "gpu_l
 
 def price(value: float | None) -> float:
     """``value`` if given, else ``CORRAL_LOCAL_PRICE_PER_HOUR``, else 0; checked (>= 0)."""
-    source, raw = "price_per_hour", value
+    source = "price_per_hour"
+    raw: float | str
     if value is None:
         raw = os.environ.get(ENV_LOCAL_PRICE, "").strip()
         if not raw:
             return 0.0
         source = ENV_LOCAL_PRICE
+    else:
+        raw = value
     try:
         value = float(raw)
     except (TypeError, ValueError):

@@ -214,7 +214,7 @@ def coerce(value: Any, tp: Any, parse_text: bool) -> Any:
             (k if kt is Any else coerce(k, kt, True)): coerce(v, vt, parse_text)
             for k, v in value.items()
         }
-    if dataclasses.is_dataclass(tp):
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         if isinstance(value, tp):
             return value
         if parse_text and isinstance(value, str):
@@ -262,7 +262,7 @@ def _scalar(value: Any, tp: type, parse_text: bool) -> Any:
         raise Mismatch("a number")
     if tp is str:
         if isinstance(value, str):
-            if parse_text and len(text) >= 2 and text[0] == text[-1] and text[0] in "'\"":
+            if text is not None and len(text) >= 2 and text[0] == text[-1] and text[0] in "'\"":
                 return text[1:-1]
             return value
         raise Mismatch("a string")
@@ -275,7 +275,8 @@ def _scalar(value: Any, tp: type, parse_text: bool) -> Any:
         raise Mismatch("one of " + ", ".join(m.name for m in tp))
     if issubclass(tp, os.PathLike) or tp is Path:
         if isinstance(value, (str, os.PathLike)):
-            return tp(value)
+            # a concrete path class (Path, ...): os.PathLike's own constructor takes nothing
+            return tp(value)  # type: ignore[call-arg]
         raise Mismatch("a path")
     if isinstance(value, tp):
         return value
@@ -408,7 +409,12 @@ def finalize(cfg: T, prefix: str = "") -> T:
     cls = type(cfg)
     if getattr(cls, "__post_init__", None) is None:
         return cfg
-    kwargs = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cls) if f.init}
+    # cfg is a dataclass instance, as above (T is unbounded for the callers' sake)
+    kwargs = {
+        f.name: getattr(cfg, f.name)
+        for f in dataclasses.fields(cls)  # type: ignore[arg-type]
+        if f.init
+    }
     try:
         return cls(**kwargs)
     except BadInput:

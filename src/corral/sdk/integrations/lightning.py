@@ -93,7 +93,7 @@ class CorralCheckpointIO(CheckpointIO):
 
 
 def _loss_of(outputs: Any) -> float | None:
-    loss = outputs.get("loss") if isinstance(outputs, dict) else outputs
+    loss: Any = outputs.get("loss") if isinstance(outputs, dict) else outputs
     try:
         return float(loss.detach().item()) if hasattr(loss, "detach") else None
     except (RuntimeError, ValueError):

@@ -277,7 +277,11 @@ def _fake_python(bindir: Path, has_corral: bool) -> Path:
     bindir.mkdir(parents=True, exist_ok=True)
     py = bindir / "python3"
     importable = "exit 0" if has_corral else "exit 1"
-    py.write_text(f'#!/bin/sh\nif [ "$1" = "-" ]; then {importable}; fi\necho "$@" > ran.txt\n')
+    # answers the bootstrap's version probe (-c) as a python 3.12, its corral probe (-) as told
+    py.write_text(
+        '#!/bin/sh\nif [ "$1" = "-c" ]; then echo 3.12; exit 0; fi\n'
+        f'if [ "$1" = "-" ]; then {importable}; fi\necho "$@" > ran.txt\n'
+    )
     py.chmod(0o755)
     return py
 

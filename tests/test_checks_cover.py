@@ -41,10 +41,7 @@ lint_imports = _lint_script()
 
 #: The packages whose type errors mypy does not report yet, with the reason. This list may
 #: only shrink: type a package, then take it off here and off [tool.mypy.overrides].
-MYPY_EXEMPT = {
-    "corral.providers.aws": "under concurrent change (issue 24); to be typed next",
-    "corral.providers.runpod": "under concurrent change (issue 24); to be typed next",
-}
+MYPY_EXEMPT: dict[str, str] = {}
 
 
 def _mypy_options() -> Options:

@@ -176,10 +176,10 @@ class SpotNoticePoller:
             self.polls += 1
             self.last_error = None
             first_action = action is not None and self.interruption is None
-            if first_action:
+            if action is not None and first_action:
                 self.interruption = {**action, "noticed_at": iso(self._now())}
             first_rebalance = rebalance is not None and self.rebalance is None
-            if first_rebalance:
+            if rebalance is not None and first_rebalance:
                 self.rebalance = {**rebalance, "noticed_at": iso(self._now())}
         if first_action:
             self._on_interruption(dict(self.interruption or {}))

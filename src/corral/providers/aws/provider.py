@@ -415,8 +415,9 @@ class AwsProvider(
             if listed.spot_known:
                 return region, item, listed.spot_code
             return region, item, self._spot_request_code(region, item)
-        region, item = self._describe(instance)
-        return region, item, (self._spot_request_code(region, item) if item else None)
+        region, described = self._describe(instance)
+        code = self._spot_request_code(region, described) if described else None
+        return region, described, code
 
     def status(self, instance: Instance) -> InstanceStatus:
         region, item, spot_code = self._look(instance)

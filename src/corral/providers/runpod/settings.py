@@ -50,7 +50,7 @@ class RunPodSettings(BaseModel):
         '"pip install corral==0.1.0" from your index); None: the image must have corral.',
     )
     cloud_types: list[CloudType] = Field(
-        default_factory=lambda: ["SECURE", "COMMUNITY"],
+        default_factory=lambda: list[CloudType](("SECURE", "COMMUNITY")),
         min_length=1,
         description="Which RunPod clouds to offer: SECURE (data centers), COMMUNITY (hosts).",
     )

@@ -14,6 +14,7 @@ run's end, not the leak sweep, not a pod's termination (v2 only detaches it).
 
 from __future__ import annotations
 
+import builtins
 import logging
 from typing import Any
 
@@ -111,7 +112,7 @@ class NamedVolumes:
             for v in sorted(self.api.list_volumes(), key=lambda v: (v.name, v.data_center, v.id))
         ]
 
-    def _users(self) -> dict[str, list[str]]:
+    def _users(self) -> dict[str, builtins.list[str]]:
         """Volume id -> the pods (not terminated) that mount it."""
         out: dict[str, list[str]] = {}
         for pod in self.api.list_pods():
@@ -122,7 +123,7 @@ class NamedVolumes:
                     out.setdefault(str(mount["volumeId"]), []).append(pod.id)
         return out
 
-    def remove(self, name: str, region: str | None = None) -> list[VolumeInfo]:
+    def remove(self, name: str, region: str | None = None) -> builtins.list[VolumeInfo]:
         found = [v for v in self.list() if v.name == name and region in (None, v.region)]
         where = f" in {region}" if region else ""
         if not found:

@@ -43,7 +43,7 @@ CONTRACTS = Path(__file__).resolve().parents[2] / "contracts"
 _HOST = "http://fake.invalid"
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def load(name: str) -> Contract:
     """The contract ``contracts/<name>``, built once per process (openapi-core takes a few
     hundred milliseconds per document)."""

@@ -273,9 +273,6 @@ class AttemptStore:
             )
         )
 
-    def forget_boot(self, key: str) -> None:
-        self.r.delete(self.keys.boot(key))
-
     # --- the worker's side -------------------------------------------------------------------
 
     def received(self, key: str, worker: str) -> bool:

@@ -10,6 +10,9 @@ import pytest
 
 from support.postgres import scratch_database
 
+#: no test reaches past loopback (support/socket_guard fails any test that does)
+pytest_plugins = ("support.socket_guard",)
+
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """A ``slow`` test (several processes, real clocks, a loaded 2-core CI machine) that fails

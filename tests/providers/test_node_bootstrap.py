@@ -104,20 +104,42 @@ def test_a_python_older_than_3_11_is_said_once_and_ends_the_bootstrap_with_78(
     assert not node.exists()
 
 
-def _image_without_corral(tmp_path: Path) -> Path:
-    """A python that cannot import corral (a user's image): a venv of this interpreter whose
-    own site-packages hide it."""
+def _dependencies_of_this_environment(tmp_path: Path) -> Path:
+    """A folder holding what the environment running the tests has installed (links), less
+    corral itself and pip: the packages a user's image would hold besides python."""
+    deps = tmp_path / "image-packages"
+    deps.mkdir()
+    dirs = [Path(p) for p in sys.path if Path(p).name in ("site-packages", "dist-packages")]
+    for folder in dirs:
+        for entry in sorted(folder.iterdir()):
+            name = entry.name.lower()
+            if (
+                name.startswith(("corral", "__editable__", "_corral", "pip", "__pycache__"))
+                or name.endswith(".pth")
+                or (deps / entry.name).exists()
+            ):
+                continue
+            (deps / entry.name).symlink_to(entry)
+    return deps
+
+
+def _image_without_corral(tmp_path: Path) -> tuple[Path, dict[str, str]]:
+    """A python that cannot import corral (a user's image) and the environment it boots with.
+
+    The image's packages are those of the environment running the tests (a virtual environment
+    or the system's python alike), seen through PYTHONPATH, as a venv made on the node with
+    --system-site-packages sees an image's own. Returns its python and PYTHONPATH."""
     img = tmp_path / "image"
     subprocess.run(
-        [sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(img)],
-        check=True,
-        env=_env(tmp_path),
+        [sys.executable, "-m", "venv", "--without-pip", str(img)], check=True, env=_env(tmp_path)
     )
-    site = next((img / "lib").glob("python3*/site-packages"))
-    (site / "corral.py").write_text("raise ImportError('this image has no corral')\n")
+    extra = {"PYTHONPATH": str(_dependencies_of_this_environment(tmp_path))}
     python = img / "bin" / "python"
-    assert subprocess.run([python, "-c", "import corral"], env=_env(tmp_path)).returncode
-    return python
+    assert subprocess.run([python, "-c", "import corral"], env=_env(tmp_path, **extra)).returncode
+    assert not subprocess.run(
+        [python, "-c", "import typer"], env=_env(tmp_path, **extra)
+    ).returncode
+    return python, extra
 
 
 @pytest.mark.slow
@@ -125,11 +147,12 @@ def test_an_image_without_corral_gets_the_controllers_wheel_then_starts_the_agen
     tmp_path: Path,
 ) -> None:
     built = wheel.build(tmp_path / "cache")
-    python = _image_without_corral(tmp_path)
+    python, image_env = _image_without_corral(tmp_path)
     script = _script(tmp_path)
     node = tmp_path / "node"
     base = _env(
         tmp_path,
+        **image_env,
         CORRAL_PYTHON=str(python),
         CORRAL_NODE_HOME=str(node),
         CORRAL_VERSION=__version__,

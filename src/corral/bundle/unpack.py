@@ -15,7 +15,7 @@ import tarfile
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 
 from corral.bundle import DIFF_MEMBER, FILES_PREFIX, WORK_PREFIX
 from corral.errors import BadInput
@@ -153,9 +153,3 @@ def extract(archive: str | Path, workdir: str | Path, files_dir: str | Path) -> 
     except (tarfile.TarError, OSError, EOFError) as exc:
         raise BadInput(f"cannot unpack the code bundle: {exc}") from None
     return out
-
-
-def safe_relative(path: str) -> bool:
-    """A relative path that stays inside its base (no ``..`` component)."""
-    p = PurePosixPath(path)
-    return not p.is_absolute() and ".." not in p.parts

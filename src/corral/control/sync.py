@@ -300,15 +300,6 @@ def _copy_events(
     return True
 
 
-def sync_events(ctx: Context, run_id: str, attempt: int, client: AgentClient, cursor: int) -> int:
-    """Copy agent events after ``cursor`` into the store through ``GET /events`` (an agent
-    without ``/poll``; secret values masked); returns the new cursor."""
-    run = ctx.store.get_run(run_id)
-    state = poll_state(ctx, run, attempt)
-    state.cursor = cursor
-    return _old_events(ctx, run, state, client)
-
-
 def _old_events(ctx: Context, run: RunRecord, state: PollState, client: AgentClient) -> int:
     while True:
         page = client.events(after=state.cursor)
@@ -352,22 +343,6 @@ def record_status(ctx: Context, run: RunRecord, status: AgentStatus) -> AgentSta
         ctx.store.update_run(run.id, **fields)
     state.seen = (status, clean)
     return clean
-
-
-def poll_agent(
-    ctx: Context, run: RunRecord, client: AgentClient, status: AgentStatus | None = None
-) -> AgentStatus:
-    """Copy events and logs (:func:`pull`) and record the status (:func:`record_status`);
-    returns the status with secret values masked. ``status``: one already read this tick
-    (then only events and logs are asked for)."""
-    try:
-        pulled = pull(ctx, run, client)
-        status = status or pulled.status
-    except AgentError as e:
-        if status is None:
-            raise
-        log.info("run %s: sync interrupted: %s", run.id, e.message)
-    return record_status(ctx, run, status)
 
 
 def _cost_key(run_id: str) -> str:

@@ -45,13 +45,6 @@ log = logging.getLogger("corral.notify")
 USER_AGENT = f"corral-webhooks/{__version__}"
 
 
-def env_secret(name: str) -> str | None:
-    """A secret resolver that reads only the environment variable ``name``."""
-    import os
-
-    return os.environ.get(name) or None
-
-
 def stored_secret(name: str) -> str | None:
     """The default secret resolver: the secret store, then the environment
     (:func:`corral.secrets.resolve`)."""

@@ -287,9 +287,6 @@ class AttemptStore:
             )
         )
 
-    def forget_boot(self, key: str) -> None:
-        self.r.delete(self.keys.boot(key))
-
     def sweep_boots(self) -> list[str]:
         """Delete every bootstrap whose attempt has ended (in any way) or whose record is
         gone: the leftovers of a worker or controller that died between the two. Returns the

@@ -22,7 +22,7 @@ import shutil
 import tarfile
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import IO, Any, Literal
 
@@ -137,10 +137,8 @@ class _Source:
     def manifest(self) -> dict[str, Any]:
         raise NotImplementedError
 
-    @contextmanager
-    def open(self, path: str) -> Iterator[IO[bytes]]:
+    def open(self, path: str) -> AbstractContextManager[IO[bytes]]:
         raise NotImplementedError
-        yield
 
 
 class _Archive(_Source):

@@ -10,7 +10,6 @@ import os
 import subprocess
 import sys
 import textwrap
-import time
 import uuid
 from pathlib import Path
 
@@ -21,6 +20,7 @@ from botocore import exceptions as bx
 from corral.errors import (
     InfeasibleRequest,
     NoCapacity,
+    NotYetTerminated,
     ProviderError,
     ProviderUnavailable,
     QuotaExceeded,
@@ -418,12 +418,7 @@ def test_a_data_volume_outlives_the_instance_and_is_released_with_the_run(
     wait_status(p, first, {InstanceState.RUNNING})
     [vol] = p.volumes(run)
     assert [a["InstanceId"] for a in vol["Attachments"]] == [first.instance_id]
-    while True:
-        try:
-            p.terminate(first)
-            break
-        except Exception:
-            time.sleep(0.05)
+    wait_until(lambda: _gone_or_terminate(p, first), 30, 0.05, "the first instance to go")
     second = p.launch(pick(p, spot=False), bootstrap(tmp_path, f"{run}-a2"), f"{run}-a2")
     assert [v["VolumeId"] for v in p.volumes(run)] == [vol["VolumeId"]]  # the same disk
     assert second.data["zone"] == vol["AvailabilityZone"]
@@ -453,9 +448,11 @@ def test_the_leak_sweep_deletes_the_data_volumes_of_runs_that_are_over(make_prov
 
 
 def _gone_or_terminate(p: AwsProvider, inst) -> bool:
+    """Terminate ``inst``: True once it is gone, False while EC2 is still shutting it down (any
+    other error fails the test at once)."""
     try:
         p.terminate(inst)
-    except ProviderError:
+    except NotYetTerminated:
         return False
     return True
 

@@ -82,12 +82,6 @@ def clean(text: str, limit: int = 300) -> str:
     return line if len(line) <= limit else line[: limit - 3] + "..."
 
 
-def error_code(exc: BaseException) -> str:
-    if isinstance(exc, bx.ClientError):
-        return str(exc.response.get("Error", {}).get("Code", ""))
-    return ""
-
-
 def map_error(exc: BaseException, op: str, region: str) -> ProviderError:
     """The corral error for an exception raised by a boto3 call ``op`` in ``region``."""
     where = f"aws {op} in {region}"

@@ -40,9 +40,3 @@ def shared_bucket(
         if bucket is None:
             bucket = _BUCKETS[key] = TokenBucket(per_minute / 60.0, burst)
         return bucket
-
-
-def most_in_a_window(bucket_rate_per_min: float, burst: int, window_s: float = 60.0) -> float:
-    """The most requests a bucket lets through in any ``window_s``: the burst plus the
-    refill (what a provider's settings must keep under the cloud's limit)."""
-    return burst + bucket_rate_per_min * window_s / 60.0

@@ -219,15 +219,6 @@ class SaladAPI:
             raise ProviderError(f"salad: GET instances of {name} answered without a list")
         return [SaladInstance.model_validate(i) for i in items if isinstance(i, dict)]
 
-    def system_logs(self, name: str) -> list[dict[str, Any]]:
-        """The group's last system events (at most 50); [] for a missing group."""
-        try:
-            body = self.http.get_json(f"{self._group(name)}/system-logs")
-        except (ResourceNotFound, NotFound):
-            return []
-        items = body.get("items") if isinstance(body, dict) else None
-        return [i for i in items or [] if isinstance(i, dict)]
-
     def reallocate(self, name: str, instance_id: str) -> None:
         """Move the instance to another node (SaladCloud kills it and allocates anew)."""
         if not re.match(r"^[A-Za-z0-9-]{1,64}$", instance_id or ""):

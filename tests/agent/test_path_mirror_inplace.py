@@ -231,7 +231,8 @@ def test_a_path_that_matches_nothing_while_the_job_progresses_is_a_warning_early
     runner.exit_code = 0
     hook.after_stages(runner, "succeeded")
     hook.close()
-    assert hook.status()["checkpoint_mirror"]["warning"] is not None
+    assert len(events.of("checkpoint.warning")) == 1  # not said again at the end
+    assert hook.status()["checkpoint_mirror"]["warning"] == warning["message"]
 
 
 def test_a_path_that_matches_nothing_without_progress_is_said_only_at_the_end(tmp_path) -> None:
@@ -281,3 +282,29 @@ def test_a_job_that_starts_far_below_the_restored_step_is_a_warning(tmp_path) ->
         hook2.close()
         assert bool(events2.of("checkpoint.warning")) == warned, events2.items
         json.dumps(events2.items)  # events stay JSON
+
+
+def test_through_a_real_agent_the_save_right_before_a_stop_goes_up(tmp_path, start_agent):
+    """The runner tells the mirror before the stop signal: a script that saved in place
+    (settle 10 s) and then dies of SIGTERM at once still has that save in storage."""
+    from .helpers import make_plan
+
+    script = SAVER.replace("time.sleep(60)", "time.sleep(60)  # until the stop")
+    stage = {"name": "train", "run": "python save.py out/ckpt.pt 0 1 wait"}
+    fields = {
+        "checkpoint_paths": ["out/ckpt.pt"],
+        "checkpoint_storage": str(tmp_path / "store"),
+        "checkpoint_settle_s": 10.0,
+    }
+    plan = make_plan(tmp_path, [stage], **fields)
+    (Path(plan.workdir) / "save.py").write_text(script)
+    client = start_agent(plan)
+    log = tmp_path / "state" / "logs" / "train.log"
+    wait_until(lambda: log.is_file() and "saved 1" in log.read_text(), 30, message="the save")
+    client.post("/stop")
+    status = client.wait_finished(30)
+    assert status["phase"] == "stopped"
+    [stage_status] = status["stages"]
+    assert stage_status["exit_code"] == 143  # killed by the signal, nothing saved on it
+    copies = [_whole(d) for d in _copied(tmp_path, "out/ckpt.pt")]
+    assert copies == [1], status

@@ -61,6 +61,7 @@ class MirrorAdvice:
         self._clock = clock
         self._started: float | None = None
         self._logs_at_start = 0
+        self._nothing_checked = False  # said, or the path matched something
         self._nothing_said = False
         self._restored: dict[str, int] = {}
         self._restored_name = ""
@@ -76,9 +77,14 @@ class MirrorAdvice:
             self._restored_name = restored
 
     @property
+    def said_nothing(self) -> bool:
+        """The path matching nothing was said while the job ran."""
+        return self._nothing_said
+
+    @property
     def busy(self) -> bool:
         """Whether a look still has something to check."""
-        return not self._nothing_said or len(self._checked) < len(self._restored)
+        return not self._nothing_checked or len(self._checked) < len(self._restored)
 
     def look(self, runner: NodeRunner, recognised: bool) -> None:
         if self._started is None or not self.busy:
@@ -99,8 +105,9 @@ class MirrorAdvice:
                         "CORRAL_RESUME_FROM)",
                         {"stage": stage, "step": first, "restored_step": saved},
                     )
-        if self._nothing_said or recognised:
-            self._nothing_said = self._nothing_said or recognised
+        if recognised:
+            self._nothing_checked = True
+        if self._nothing_checked:
             return
         waited = self._clock() - self._started
         if waited < self.nothing_after_s:
@@ -109,7 +116,7 @@ class MirrorAdvice:
         grew = _logs_size(runner) > self._logs_at_start
         if not steps and not grew:
             return
-        self._nothing_said = True
+        self._nothing_checked = self._nothing_said = True
         shown = ", ".join(f"{k} at step {v}" for k, v in steps.items()) or "its log growing"
         self._warn(
             f"checkpoints.path {', '.join(self.patterns)} has matched nothing in the workdir "

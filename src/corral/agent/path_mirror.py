@@ -217,7 +217,7 @@ class PathMirror:
             self._final(runner)
         except Exception as exc:
             problem = self._report(f"checkpoint mirror: {self._describe(exc)}")
-        if not self.recognised:
+        if not self.recognised and not self.advice.said_nothing:  # said once is enough
             self.warning = (
                 f"checkpoints.path {', '.join(self.patterns)} matched no checkpoint in the "
                 f"workdir: nothing was mirrored to {self.plan.checkpoint_storage} (a new "

@@ -19,7 +19,20 @@ Figures (``--json`` keys):
   the job took to write one checkpoint (for scale);
 * ``step_ms_unmirrored``, ``step_ms_mirrored``, ``uploads``, ``saves``, ``size_mb``.
 
-Small sizes (``--size-mb 4 --every 0.5 --duration 2``) make a smoke test.
+Then the same mirror against a job that rewrites its checkpoint **in place** (``torch.save``
+straight to ``ckpt.pt``, ``--preempt-size-mb``) every 1 s, 3 s and 10 s (``--preempt-every``),
+preempted at a random moment (between two and four save intervals in): the agent's look at the
+stop, SIGTERM (the job dies at once: it does not save on it), the end-of-stage copy. For each
+interval, over ``--trials`` preemptions:
+
+* ``lost_vs_floor_<N>s``: the work lost (from the save that the newest copy in storage holds,
+  or from the start, to the preemption) minus the floor (from the last save complete on disk to
+  the preemption), in seconds, the worst trial (target: at most one save interval);
+  ``lost_vs_floor_mean_<N>s`` the mean;
+* ``mirrored_share_<N>s``: the saves copied to storage over the saves made (all trials).
+
+Small sizes (``--size-mb 4 --every 0.5 --duration 2 --preempt-every 0.5 --trials 1``) make a
+smoke test.
 """
 
 from __future__ import annotations
@@ -27,6 +40,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import random
 import statistics
 import subprocess
 import sys
@@ -79,14 +93,45 @@ class _Events:
         return {}
 
 
+# A job that saves in place (torch.save(state, "ckpt.pt")) every `every` seconds: the save's
+# number first, then the state; each save's number and the time it was complete on disk go to
+# the save log once the file is closed. It never handles SIGTERM.
+IN_PLACE_JOB = """\
+import hashlib, sys, time
+size, every, rounds, log = int(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+block = bytes(range(256)) * 4096  # 1 MiB
+data = memoryview(block * (size // len(block)) + block[: size % len(block)])
+n, last = 0, time.perf_counter()
+with open(log, "a") as saves:
+    while True:
+        h = hashlib.sha256()
+        for _ in range(rounds):
+            h.update(block)
+        if time.perf_counter() - last >= every:
+            n += 1
+            with open("ckpt.pt", "wb") as f:
+                f.write(b"%012d" % n)
+                for i in range(0, size, 16 << 20):
+                    f.write(data[i : i + (16 << 20)])
+            saves.write(f"{n} {time.time()}\\n")
+            saves.flush()
+            last = time.perf_counter()
+"""
+
+
 class _Runner:
+    """The runner as the hook sees it: one stage, its exit code once it ended."""
+
     started_at = 0.0
+
+    def __init__(self) -> None:
+        self.exit_code: int | None = None
 
     def request_stop(self, reason: str = "", cause: Any = None) -> None:
         pass
 
     def status(self) -> dict[str, Any]:
-        return {}
+        return {"stages": [{"name": "main", "exit_code": self.exit_code, "progress": None}]}
 
     def set_resume(self, path: str) -> None:
         pass
@@ -101,6 +146,87 @@ def _rounds_for(step_ms: float) -> int:
         h.update(block)
     per = (time.perf_counter() - t0) / 20
     return max(1, round(step_ms / 1000 / per))
+
+
+def _plan(work: Path, root: Path, run_id: str) -> AgentPlan:
+    return AgentPlan.model_validate(
+        {
+            "run_id": run_id,
+            "attempt": 1,
+            "workdir": str(work),
+            "checkpoint_dir": str(root / "ckpt"),
+            "state_dir": str(root / "state"),
+            "stages": [{"name": "main", "run": "true"}],
+            "checkpoint_paths": ["ckpt.pt"],
+            "checkpoint_storage": str(root / "store"),
+            "env": {"CORRAL_CHECKPOINT_KEEP_LAST": "2"},
+        }
+    )
+
+
+def _preempted(root: Path, n: int, size: int, every: float, rounds: int) -> dict[str, float]:
+    """One in-place job, mirrored, preempted at a random moment: lost work and floor (s)."""
+    work = root / f"preempted-{n}"
+    work.mkdir()
+    log = work / "saves.log"
+    events = _Events()
+    hook = PathMirror(_plan(work, root, f"bench-p{n}"), events, environ={})
+    runner = _Runner()
+    if hook.before_stages(runner) is not None:
+        raise SystemExit("the mirror did not start")
+    try:
+        job = [sys.executable, "-c", IN_PLACE_JOB, str(size), str(every), str(rounds), str(log)]
+        proc = subprocess.Popen(job, cwd=work)
+        began = time.time()
+        time.sleep(random.uniform(2 * every, 4 * every))
+        hook.stopping()  # the agent's look right before the stop signal
+        stopped = time.time()
+        proc.terminate()
+        proc.wait()
+        runner.exit_code = 128 - proc.returncode if proc.returncode < 0 else proc.returncode
+        hook.after_stages(runner, "preempted")
+    finally:
+        hook.close()
+    saves = {}
+    for line in log.read_text().splitlines():
+        number, at = line.split()
+        saves[int(number)] = float(at)
+    on_disk = max((at for at in saves.values() if at <= stopped), default=began)
+    snaps = root / "store" / f"bench-p{n}" / "mirror"
+    newest = max((d for d in snaps.iterdir() if (d / "COMPLETE").is_file()), default=None)
+    copied = began
+    if newest is not None:
+        copied = saves[int((newest / "files" / "ckpt.pt").read_bytes()[:12])]
+    uploads = sum(kind == "checkpoint.uploaded" for _, kind, _ in events.items)
+    return {
+        "lost_s": stopped - copied,
+        "floor_s": stopped - on_disk,
+        "saves": sum(at <= stopped for at in saves.values()),
+        "uploads": uploads,
+    }
+
+
+def measure_preempted(
+    size_mb: float, intervals: list[float], trials: int, step_ms: float, base: str | None
+) -> dict[str, Any]:
+    size = int(size_mb * 1024 * 1024)
+    rounds = _rounds_for(step_ms)
+    out: dict[str, Any] = {"preempt_size_mb": size_mb}
+    with tempfile.TemporaryDirectory(dir=base) as tmp:
+        root = Path(tmp)
+        for every in intervals:
+            runs = [
+                _preempted(root, len(out) * 100 + i, size, every, rounds) for i in range(trials)
+            ]
+            over = [r["lost_s"] - r["floor_s"] for r in runs]
+            key = f"{every:g}s"
+            out[f"lost_vs_floor_{key}"] = round(max(over), 3)
+            out[f"lost_vs_floor_mean_{key}"] = round(statistics.fmean(over), 3)
+            out[f"floor_mean_{key}"] = round(statistics.fmean(r["floor_s"] for r in runs), 3)
+            saves = sum(int(r["saves"]) for r in runs)
+            share = sum(int(r["uploads"]) for r in runs) / saves if saves else 0.0
+            out[f"mirrored_share_{key}"] = round(min(1.0, share), 3)
+    return out
 
 
 def _job(work: Path, size: int, every: float, duration: float, rounds: int) -> dict[str, Any]:
@@ -125,26 +251,14 @@ def measure(
         mirrored.mkdir()
         alone = _job(plain, size, every, duration, rounds)
         (plain / "ckpt.pt").unlink(missing_ok=True)
-        plan = AgentPlan.model_validate(
-            {
-                "run_id": "bench-1",
-                "attempt": 1,
-                "workdir": str(mirrored),
-                "checkpoint_dir": str(root / "ckpt"),
-                "state_dir": str(root / "state"),
-                "stages": [{"name": "main", "run": "true"}],
-                "checkpoint_paths": ["ckpt.pt"],
-                "checkpoint_storage": str(root / "store"),
-                "env": {"CORRAL_CHECKPOINT_KEEP_LAST": "2"},
-            }
-        )
         events = _Events()
-        hook = PathMirror(plan, events, environ={})
+        hook = PathMirror(_plan(mirrored, root, "bench-1"), events, environ={})
         runner = _Runner()
         if hook.before_stages(runner) is not None:
             raise SystemExit("the mirror did not start")
         try:
             withm = _job(mirrored, size, every, duration, rounds)
+            runner.exit_code = 0
             hook.after_stages(runner, "succeeded")
         finally:
             hook.close()
@@ -181,8 +295,20 @@ def main() -> None:
     parser.add_argument("--duration", type=float, default=60.0, help="seconds per job run")
     parser.add_argument("--step-ms", type=float, default=50.0, help="CPU work per step")
     parser.add_argument("--dir", default=None, help="where the job and storage write")
+    parser.add_argument(
+        "--preempt-every",
+        default="1,3,10",
+        help="seconds between in-place saves of the preempted job (comma-separated)",
+    )
+    parser.add_argument("--preempt-size-mb", type=float, default=64.0, help="its checkpoint")
+    parser.add_argument("--trials", type=int, default=3, help="preemptions per interval")
     args = parser.parse_args()
     result = measure(args.size_mb, args.every, args.duration, args.step_ms, args.dir)
+    intervals = [float(x) for x in args.preempt_every.split(",") if x.strip()]
+    if intervals and args.trials > 0:
+        result.update(
+            measure_preempted(args.preempt_size_mb, intervals, args.trials, args.step_ms, args.dir)
+        )
     if args.json:
         print(json.dumps(result))
         return
@@ -195,6 +321,14 @@ def main() -> None:
         f"  step time     {result['step_ms_unmirrored']:.2f} ms alone, "
         f"{result['step_ms_mirrored']:.2f} ms mirrored: slowdown {result['slowdown_pct']:+.2f} %"
     )
+    for every in intervals if args.trials > 0 else []:
+        key = f"{every:g}s"
+        print(
+            f"  in place every {key}: {result[f'mirrored_share_{key}'] * 100:.0f} % of saves "
+            f"mirrored; preempted, lost work over the floor {result[f'lost_vs_floor_{key}']} s "
+            f"worst, {result[f'lost_vs_floor_mean_{key}']} s mean (floor "
+            f"{result[f'floor_mean_{key}']} s mean)"
+        )
 
 
 if __name__ == "__main__":

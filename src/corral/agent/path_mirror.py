@@ -11,8 +11,9 @@ Without ``COMPLETE`` a snapshot does not exist.
 
 * **complete**: a version of an item (its files' sizes, mtimes and inodes) is copied once no
   process of the job (the agent and its descendants: ``/proc/<pid>/fd``) holds any of its files
-  open for writing and it did not change between two looks (``poll_seconds`` apart; a
-  directory, whose files are written one after another, for ``DIR_STILL_S``), or once it was
+  open for writing and it did not change between two looks (every ``poll_seconds``, and
+  ``QUICK_LOOK_S`` after one that found a new version; a directory, whose files are written
+  one after another, for ``DIR_STILL_S``), or once it was
   moved into place whole (a rename: another inode at the path than at the previous look, or a
   status change after the last write) - whatever ``checkpoints.settle`` says. Without procfs
   (no open files to see), once unchanged for ``plan.checkpoint_settle_s``. A copy is checked
@@ -21,7 +22,7 @@ Without ``COMPLETE`` a snapshot does not exist.
   one caught mid-write never is. One that could not be copied for a few settle periods is a
   ``checkpoint.warning`` while the run is live.
 * **the stop**: right before the stages are stopped (``stopping()``, on the runner's thread)
-  one look notes what is closed then; looks come every ``STOPPING_POLL_S`` until the stages
+  one look notes what is closed then; looks come every ``QUICK_LOOK_S`` until the stages
   are down. **After the stages** one more look copies every version not up yet that is
   complete: seen closed and unchanged since, moved into place whole, or written by stages
   that all ended on their own (exit 0 or 75). One written after the last look by a job that
@@ -87,8 +88,8 @@ FORMAT = "corral-mirror"
 MIRROR_DIR = "mirror"
 #: a directory must stay the same this long (its files are written one after another)
 DIR_STILL_S = 1.0
-#: how often the mirror looks while the stages are being stopped
-STOPPING_POLL_S = 0.1
+#: how soon the mirror looks again after a new version appeared, and while the stages stop
+QUICK_LOOK_S = 0.1
 
 
 @dataclass(frozen=True)
@@ -166,6 +167,7 @@ class PathMirror:
         self._pending: dict[str, float] = {}  # rel -> when it first differed from its copy
         self._stuck: set[str] = set()  # rels warned about as never copyable
         self._ready: list[Item] = []
+        self._changed = False  # the last look found a new version
         self._runner: NodeRunner | None = None
         self._stopping = threading.Event()
         self.advice = MirrorAdvice(self.patterns, self.settle_s, self._warn, clock)
@@ -393,13 +395,20 @@ class PathMirror:
             pass
 
     def _loop(self) -> None:
-        while not self._stop.wait(STOPPING_POLL_S if self._stopping.is_set() else self._poll):
+        while not self._stop.wait(self._next_look()):
             try:
                 self._pass()
                 if self._runner is not None and self.advice.busy:
                     self.advice.look(self._runner, self.recognised)
             except Exception as exc:  # the thread must not die: report and go on
                 self._report(f"checkpoint mirror: {self._describe(exc)}")
+
+    def _next_look(self) -> float:
+        """Seconds to the next look: soon after a new version appeared (its second look), and
+        while the stages are being stopped; else the poll interval."""
+        if self._stopping.is_set() or self._changed:
+            return min(self._poll, QUICK_LOOK_S)
+        return self._poll
 
     def _look(self, every: bool = False) -> list[Item]:
         """One look at the paths: the items that are ready to copy (complete: closed, and the
@@ -419,6 +428,7 @@ class PathMirror:
                 for rel in [r for r in table if r not in present]:
                     del table[rel]
             candidates: list[tuple[Item, bool]] = []  # (item, ready if closed)
+            self._changed = False
             for item in items:
                 if self._done.get(item.rel) == item.content:
                     self._pending.pop(item.rel, None)
@@ -428,6 +438,7 @@ class PathMirror:
                 if since is None or since[0] != item.content:
                     self._since[item.rel] = since = (item.content, now)
                 same = self._seen.get(item.rel) == item.content
+                self._changed = self._changed or not same
                 moved = item.renamed or _moved_in(item, last_look, last_inodes)
                 still = now - since[1] >= (DIR_STILL_S if item.kind == "dir" else 0.0)
                 if every or same or moved:

@@ -1,11 +1,13 @@
 """What mirroring a script's own checkpoints (``checkpoints.path``) costs the script.
 
     python benchmarks/foreign.py [--json] [--size-mb 1024] [--every 10] [--duration 60]
+        [--pairs 4] [--preempt-every 1,3,10] [--preempt-size-mb 64] [--trials 3]
 
 A stand-in job (a process of its own, as a stage is) does fixed CPU work per step and every
 ``--every`` seconds rewrites a ``--size-mb`` checkpoint ``ckpt.pt`` the way ``torch.save`` to a
-temporary name + ``os.replace`` does. It runs twice in this run, for ``--duration`` seconds
-each: alone, then with the agent's mirror (:class:`corral.agent.path_mirror.PathMirror`, the
+temporary name + ``os.replace`` does. It runs for ``--duration`` seconds alone and as long with
+the agent's mirror, in ``--pairs`` back-to-back pairs of segments (alone/mirrored, then
+mirrored/alone, ...): the agent's mirror (:class:`corral.agent.path_mirror.PathMirror`, the
 hook ``checkpoints.path`` turns on) copying each new checkpoint to a storage directory
 (``--dir``, default a temporary directory) with its sha256 manifest.
 
@@ -14,7 +16,7 @@ Figures (``--json`` keys):
 * ``mirror_lag_s``: median delay from a checkpoint settling (renamed into place) to its copy
   being complete in storage (``mirror_lag_max_s``: the largest);
 * ``slowdown_pct``: the job's mean step time (saves included) mirrored against unmirrored,
-  in percent (target under 5);
+  in percent, the median of the pairs' (``slowdown_pairs_pct``: each pair's; target under 5);
 * ``upload_s``: median time of one copy (read, sha256, write, fsync), ``save_s``: median time
   the job took to write one checkpoint (for scale);
 * ``step_ms_unmirrored``, ``step_ms_mirrored``, ``uploads``, ``saves``, ``size_mb``.
@@ -31,8 +33,8 @@ interval, over ``--trials`` preemptions:
   ``lost_vs_floor_mean_<N>s`` the mean;
 * ``mirrored_share_<N>s``: the saves copied to storage over the saves made (all trials).
 
-Small sizes (``--size-mb 4 --every 0.5 --duration 2 --preempt-every 0.5 --trials 1``) make a
-smoke test.
+Small sizes (``--size-mb 4 --every 0.5 --duration 2 --pairs 1 --preempt-every 0.5
+--trials 1``) make a smoke test.
 """
 
 from __future__ import annotations
@@ -240,50 +242,76 @@ def _job(work: Path, size: int, every: float, duration: float, rounds: int) -> d
 
 
 def measure(
-    size_mb: float, every: float, duration: float, step_ms: float, base: str | None
+    size_mb: float,
+    every: float,
+    duration: float,
+    step_ms: float,
+    base: str | None,
+    pairs: int = 4,
 ) -> dict[str, Any]:
+    """The job alone and mirrored, ``duration`` seconds each, in ``pairs`` back-to-back
+    pairs of segments (alone then mirrored, then mirrored then alone, ...): on a shared
+    machine whose load drifts, each pair sees the same load, and the slowdown is the median
+    of the pairs'. Each mirrored segment's copies are done before the next segment starts."""
     size = int(size_mb * 1024 * 1024)
     rounds = _rounds_for(step_ms)
+    segment = duration / pairs
+    alone: list[dict[str, Any]] = []
+    withm: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(dir=base) as tmp:
         root = Path(tmp)
         plain, mirrored = root / "plain", root / "mirrored"
         plain.mkdir()
         mirrored.mkdir()
-        alone = _job(plain, size, every, duration, rounds)
-        (plain / "ckpt.pt").unlink(missing_ok=True)
         events = _Events()
         hook = PathMirror(_plan(mirrored, root, "bench-1"), events, environ={})
         runner = _Runner()
         if hook.before_stages(runner) is not None:
             raise SystemExit("the mirror did not start")
         try:
-            withm = _job(mirrored, size, every, duration, rounds)
+            for pair in range(pairs):
+                for kind in ("plain", "mirrored")[:: 1 if pair % 2 == 0 else -1]:
+                    if kind == "plain":
+                        alone.append(_job(plain, size, every, segment, rounds))
+                        continue
+                    withm.append(_job(mirrored, size, every, segment, rounds))
+                    deadline = time.monotonic() + 120
+                    time.sleep(0.6)  # a look or two after the job's end
+                    while hook.waiting() and time.monotonic() < deadline:
+                        time.sleep(0.1)
             runner.exit_code = 0
             hook.after_stages(runner, "succeeded")
         finally:
             hook.close()
     uploads = [(t, d) for t, kind, d in events.items if kind == "checkpoint.uploaded"]
+    saves = sorted(t for run in withm for t in run["saves"])
     lags = []
     for done, _ in uploads:
-        before = [s for s in withm["saves"] if s <= done]
+        before = [t for t in saves if t <= done]
         if before:
             lags.append(done - before[-1])
-    plain_ms = statistics.fmean(alone["steps"]) * 1000
-    mirrored_ms = statistics.fmean(withm["steps"]) * 1000
+
+    def mean_ms(runs: list[dict[str, Any]]) -> float:
+        return statistics.fmean(t for run in runs for t in run["steps"]) * 1000
+
+    ratios = [mean_ms([m]) / mean_ms([a]) - 1 for a, m in zip(alone, withm, strict=True)]
+    save_s = [t for run in withm for t in run["save_s"]]
     return {
         "size_mb": size_mb,
         "every_s": every,
-        "saves": len(withm["saves"]),
+        "pairs": pairs,
+        "saves": len(saves),
         "uploads": len(uploads),
         "mirror_lag_s": round(statistics.median(lags), 3) if lags else None,
         "mirror_lag_max_s": round(max(lags), 3) if lags else None,
         "upload_s": round(statistics.median(d["duration_s"] for _, d in uploads), 3)
         if uploads
         else None,
-        "save_s": round(statistics.median(withm["save_s"]), 3) if withm["save_s"] else None,
-        "step_ms_unmirrored": round(plain_ms, 3),
-        "step_ms_mirrored": round(mirrored_ms, 3),
-        "slowdown_pct": round((mirrored_ms / plain_ms - 1) * 100, 2),
+        "save_s": round(statistics.median(save_s), 3) if save_s else None,
+        "step_ms_unmirrored": round(mean_ms(alone), 3),
+        "step_ms_mirrored": round(mean_ms(withm), 3),
+        "slowdown_pct": round(statistics.median(ratios) * 100, 2),
+        "slowdown_pairs_pct": [round(r * 100, 2) for r in ratios],
     }
 
 
@@ -302,8 +330,11 @@ def main() -> None:
     )
     parser.add_argument("--preempt-size-mb", type=float, default=64.0, help="its checkpoint")
     parser.add_argument("--trials", type=int, default=3, help="preemptions per interval")
+    parser.add_argument("--pairs", type=int, default=4, help="alone/mirrored segment pairs")
     args = parser.parse_args()
-    result = measure(args.size_mb, args.every, args.duration, args.step_ms, args.dir)
+    result = measure(
+        args.size_mb, args.every, args.duration, args.step_ms, args.dir, max(1, args.pairs)
+    )
     intervals = [float(x) for x in args.preempt_every.split(",") if x.strip()]
     if intervals and args.trials > 0:
         result.update(
@@ -319,7 +350,8 @@ def main() -> None:
     print(f"  mirror_lag_s  {result['mirror_lag_s']} (max {result['mirror_lag_max_s']})")
     print(
         f"  step time     {result['step_ms_unmirrored']:.2f} ms alone, "
-        f"{result['step_ms_mirrored']:.2f} ms mirrored: slowdown {result['slowdown_pct']:+.2f} %"
+        f"{result['step_ms_mirrored']:.2f} ms mirrored: slowdown {result['slowdown_pct']:+.2f} % "
+        f"(median of {result['pairs']} pairs: {result['slowdown_pairs_pct']})"
     )
     for every in intervals if args.trials > 0 else []:
         key = f"{every:g}s"

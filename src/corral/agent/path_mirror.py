@@ -88,6 +88,8 @@ FORMAT = "corral-mirror"
 MIRROR_DIR = "mirror"
 #: a directory must stay the same this long (its files are written one after another)
 DIR_STILL_S = 1.0
+#: the copying thread's nice value: the job (0) gets the CPU first
+MIRROR_NICE = 10
 #: how soon the mirror looks again after a new version appeared, and while the stages stop
 QUICK_LOOK_S = 0.1
 
@@ -168,6 +170,7 @@ class PathMirror:
         self._stuck: set[str] = set()  # rels warned about as never copyable
         self._ready: list[Item] = []
         self._changed = False  # the last look found a new version
+        self._quick = False  # the wait before the last look was a quick one
         self._runner: NodeRunner | None = None
         self._stopping = threading.Event()
         self.advice = MirrorAdvice(self.patterns, self.settle_s, self._warn, clock)
@@ -243,6 +246,11 @@ class PathMirror:
                     "warning": self.warning,
                 }
             }
+
+    def waiting(self) -> list[str]:
+        """The items whose version at the last look is not copied yet."""
+        with self._look_lock:
+            return sorted(self._pending)
 
     def close(self) -> None:
         self._stop.set()
@@ -395,6 +403,7 @@ class PathMirror:
             pass
 
     def _loop(self) -> None:
+        _yield_to_the_job()
         while not self._stop.wait(self._next_look()):
             try:
                 self._pass()
@@ -406,9 +415,9 @@ class PathMirror:
     def _next_look(self) -> float:
         """Seconds to the next look: soon after a new version appeared (its second look), and
         while the stages are being stopped; else the poll interval."""
-        if self._stopping.is_set() or self._changed:
-            return min(self._poll, QUICK_LOOK_S)
-        return self._poll
+        quick = self._stopping.is_set() or (self._changed and not self._quick)
+        self._quick = quick  # one that keeps changing: every other look only
+        return min(self._poll, QUICK_LOOK_S) if quick else self._poll
 
     def _look(self, every: bool = False) -> list[Item]:
         """One look at the paths: the items that are ready to copy (complete: closed, and the
@@ -635,6 +644,15 @@ def _moved_in(item: Item, last_look: float | None, last_inodes: Mapping[str, int
         return True
     before = int(last_look * 1e9)
     return item.newest_mtime_ns <= before and item.dir_times[0] <= before
+
+
+def _yield_to_the_job() -> None:
+    """Lower this thread's CPU priority (Linux: a thread has a nice value of its own), so the
+    copies (sha256, reads, writes) take the CPU the job leaves, rather than the job's."""
+    try:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), MIRROR_NICE)
+    except (AttributeError, OSError):  # elsewhere, or not allowed: as it was
+        pass
 
 
 def _stages_ended_cleanly(runner: NodeRunner) -> bool:

@@ -241,6 +241,23 @@ def _job(work: Path, size: int, every: float, duration: float, rounds: int) -> d
     return json.loads(out.read_text())
 
 
+def _copies_done(hook: PathMirror, events: _Events, timeout: float = 120.0) -> None:
+    """Wait until the mirror has copied what the job saved (a tree before ``waiting()``:
+    until no copy went up for 3 s)."""
+    deadline = time.monotonic() + timeout
+    time.sleep(0.6)  # a look or two after the job's end
+    waiting = getattr(hook, "waiting", None)
+    if waiting is not None:
+        while waiting() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        return
+    seen, quiet_since = len(events.items), time.monotonic()
+    while time.monotonic() - quiet_since < 3.0 and time.monotonic() < deadline:
+        time.sleep(0.1)
+        if len(events.items) != seen:
+            seen, quiet_since = len(events.items), time.monotonic()
+
+
 def measure(
     size_mb: float,
     every: float,
@@ -275,10 +292,7 @@ def measure(
                         alone.append(_job(plain, size, every, segment, rounds))
                         continue
                     withm.append(_job(mirrored, size, every, segment, rounds))
-                    deadline = time.monotonic() + 120
-                    time.sleep(0.6)  # a look or two after the job's end
-                    while hook.waiting() and time.monotonic() < deadline:
-                        time.sleep(0.1)
+                    _copies_done(hook, events)
             runner.exit_code = 0
             hook.after_stages(runner, "succeeded")
         finally:

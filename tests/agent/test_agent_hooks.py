@@ -81,3 +81,30 @@ def test_a_hook_that_raises_is_a_failure_with_its_name(tmp_path, start_agent) ->
     status = client.wait_finished()
     assert status["phase"] == "failed" and "broken: RuntimeError: boom" in status["reason"]
     assert "agent.error" in [e["type"] for e in client.events()]
+
+
+class Stopping(Recorder):
+    """A hook with ``stopping()``: it notes whether the stage had been signalled yet (the
+    stage writes ``signalled`` on SIGTERM)."""
+
+    def __init__(self, workdir: Path):
+        super().__init__()
+        self.workdir = workdir
+        self.signalled_first: list[bool] = []
+
+    def stopping(self):
+        self.signalled_first.append((self.workdir / "signalled").exists())
+
+
+def test_a_hook_hears_of_the_stop_before_the_stage_is_signalled(tmp_path, start_agent) -> None:
+    script = "trap 'touch signalled; exit 0' TERM; touch started; while :; do sleep 0.05; done"
+    plan = make_plan(tmp_path, [{"name": "train", "run": script}])
+    work = Path(plan.workdir)
+    hook, plain = Stopping(work), Recorder()  # a hook without stopping() is left alone
+    client = start_agent(plan, hooks=[hook, plain])
+    client.wait_until(lambda s: (work / "started").exists() and s["phase"] == "running")
+    client.post("/stop")
+    status = client.wait_finished()
+    assert status["phase"] == "stopped" and (work / "signalled").exists()
+    assert hook.signalled_first == [False]  # called once, before the signal
+    assert hook.calls == plain.calls == [("before", None), ("after", "stopped")]

@@ -30,16 +30,22 @@ class Events:
 
 
 class FakeRunner:
+    """The runner as a hook sees it: one stage ``train`` with its exit code (None while it
+    runs) and its progress step (None: none read)."""
+
     started_at = 0.0
 
-    def __init__(self) -> None:
+    def __init__(self, exit_code: int | None = None, step: int | None = None) -> None:
         self.resume: str | None = None
+        self.exit_code = exit_code
+        self.step = step
 
     def request_stop(self, reason: str = "", cause: Any = None) -> None:
         """The mirror never stops the attempt: nothing to do."""
 
     def status(self) -> dict[str, Any]:
-        return {}
+        progress = None if self.step is None else {"step": self.step}
+        return {"stages": [{"name": "train", "exit_code": self.exit_code, "progress": progress}]}
 
     def set_resume(self, path: str) -> None:
         self.resume = path
@@ -76,7 +82,7 @@ def _snapshots(tmp_path: Path) -> list[dict[str, Any]]:
 
 
 def _mirror(plan: AgentPlan, events: Events, **kw: Any) -> PathMirror:
-    return PathMirror(plan, events, environ={}, poll_seconds=0.05, **kw)
+    return PathMirror(plan, events, environ={}, **{"poll_seconds": 0.05, **kw})
 
 
 def test_a_renamed_file_is_mirrored_at_once_and_restored_on_another_machine(tmp_path) -> None:
@@ -132,7 +138,8 @@ def test_a_file_saved_under_another_name_and_replaced_is_mirrored_before_it_sett
 def test_a_file_replaced_by_a_rename_counts_at_once_but_not_one_still_open(tmp_path) -> None:
     """Another inode at the path than at the last look: replaced through a rename, even
     when the rename shares the last write's tick. A file deleted and written again in place
-    is another inode too, but its writer still holds it open: not taken."""
+    is another inode too, but its writer still holds it open: not taken, nor after a stop
+    that killed the writer."""
     plan = _plan(tmp_path, "a", ["ckpt.pt"], checkpoint_settle_s=60.0)
     work = Path(plan.workdir)
     (work / "ckpt.pt").write_bytes(b"from before")
@@ -150,24 +157,29 @@ def test_a_file_replaced_by_a_rename_counts_at_once_but_not_one_still_open(tmp_p
         f.flush()
         time.sleep(0.5)
         assert len(events.of("checkpoint.uploaded")) == 1
-    hook.after_stages(runner, "preempted")
+        hook.stopping()
+        runner.exit_code = 143  # the writer died of the stop signal
+        hook.after_stages(runner, "preempted")
     hook.close()
     assert [s["files"][""]["size"] for s in _snapshots(tmp_path)] == [5]
 
 
-def test_a_file_written_in_place_waits_until_it_settled(tmp_path) -> None:
-    plan = _plan(tmp_path, "a", ["out/ckpt.pt"])
+def test_a_file_written_in_place_is_mirrored_once_closed_and_unchanged(tmp_path) -> None:
+    """Written in place (no rename): copied once no process holds it open for writing and
+    two looks found it the same, long before ``checkpoints.settle`` (60 s here); not while
+    its writer holds it open, however long it has been unchanged."""
+    plan = _plan(tmp_path, "a", ["out/ckpt.pt"], checkpoint_settle_s=60.0)
     events, runner = Events(), FakeRunner()
-    offset = [0.0]
-    hook = _mirror(plan, events, wall=lambda: time.time() + offset[0])
+    hook = _mirror(plan, events)
     hook.before_stages(runner)
     target = Path(plan.workdir) / "out" / "ckpt.pt"
     target.parent.mkdir()
-    target.write_bytes(b"x" * 100)
-    time.sleep(0.5)
-    assert not events.of("checkpoint.uploaded")  # 5 s settle: not yet
-    offset[0] = 6.0  # six seconds later, unchanged
-    wait_until(lambda: events.of("checkpoint.uploaded"), 10, message="the upload")
+    with open(target, "wb") as f:
+        f.write(b"x" * 100)
+        f.flush()
+        time.sleep(0.5)  # ten looks: unchanged, but open
+        assert not events.of("checkpoint.uploaded")
+    wait_until(lambda: events.of("checkpoint.uploaded"), 5, message="the upload")
     hook.after_stages(runner, "succeeded")
     hook.close()
     assert [s["path"] for s in _snapshots(tmp_path)] == ["out/ckpt.pt"]
@@ -183,7 +195,10 @@ def test_a_checkpoint_killed_mid_write_is_never_restored(tmp_path) -> None:
     wait_until(lambda: events.of("checkpoint.uploaded"), 10, message="the upload")
     with open(target, "r+b") as f:  # rewritten in place; the job dies half way
         f.write(b"torn")
-    assert hook.after_stages(runner, "preempted") is None
+        f.flush()
+        hook.stopping()  # the stop comes while it writes
+        runner.exit_code = 137
+        assert hook.after_stages(runner, "preempted") is None
     hook.close()
     assert len(events.of("checkpoint.uploaded")) == 1  # the torn file was not mirrored
 

@@ -76,3 +76,50 @@ def test_storage_set_and_nothing_recognised_warns_in_events_and_status(
     assert data["checkpoint_mirror"]["last_uploaded"] == "out/ckpt.pt"
     assert "mirrored    out/ckpt.pt (1 copy)" in text
     assert Store.open().events(run.id, types=["checkpoint.uploaded"])
+
+
+def test_a_checkpoint_never_copyable_shows_in_status_while_the_run_is_live(
+    tmp_path: Path, corral_home: Path
+) -> None:
+    """The job holds its checkpoint open for writing all along (no version can be copied):
+    ``corral status`` shows the warning while the run is RUNNING, not after it ended."""
+    from control.helpers import start_controller, submit
+    from support.waiting import wait_until
+
+    bucket = tmp_path / "bucket"
+    (tmp_path / "train.py").write_text(
+        "import time\n"
+        "with open('ckpt.pt', 'wb') as f:\n"
+        "    while True:\n"
+        "        f.write(b'x' * 1024)\n"
+        "        f.flush()\n"
+        "        time.sleep(0.1)\n"
+    )
+    spec = write_spec(
+        tmp_path,
+        f"""
+        name: never-still
+        run: python train.py
+        resume_args: --resume
+        checkpoints: {{path: ckpt.pt, settle: 1s, storage: "{bucket}"}}
+        """,
+    )
+    run_id = submit(spec)
+    proc = start_controller()
+    try:
+
+        def warned() -> bool:
+            return bool(_status(run_id)[1].get("warnings"))
+
+        wait_until(warned, 60, interval=0.5, message="the warning in corral status")
+        text, data = _status(run_id)
+        assert data["state"] == "RUNNING"
+        [warning] = data["warnings"]
+        assert "ckpt.pt" in warning and "could be copied" in warning
+        assert "warning" in text and "could be copied" in " ".join(text.split())
+        stopped = CliRunner().invoke(app, ["cancel", run_id])
+        assert stopped.exit_code == 0, stopped.output
+        wait_until(lambda: Store.open().get_run(run_id).state == "CANCELLED", 60, interval=0.5)
+    finally:
+        proc.terminate()
+        proc.wait(10)

@@ -93,9 +93,10 @@ while epoch <= {STEPS}:
     epoch += 1
 """
 
-# The HF Trainer: output_dir/checkpoint-<global_step>/ (model weights, trainer_state.json),
-# written under a temporary name and renamed into place, the oldest beyond save_total_limit
-# deleted; `--resume_from_checkpoint <dir>` goes on at global_step + 1.
+# The HF Trainer (transformers 5.x): output_dir/checkpoint-<global_step>/ made in place, its
+# files written one after another (the weights, the optimizer, trainer_state.json last; no
+# staging directory, no rename), the oldest beyond save_total_limit deleted;
+# `--resume_from_checkpoint <dir>` goes on at global_step + 1.
 HF = f"""\
 import json, os, shutil, sys, time
 args = sys.argv[1:]
@@ -115,14 +116,14 @@ while step <= {STEPS}:
     total += step * step
     time.sleep(pace)
     if step % 5 == 0 and step > 0:
-        tmp = os.path.join(out, f"tmp-checkpoint-{{step}}")
-        os.makedirs(tmp, exist_ok=True)
-        with open(os.path.join(tmp, "model.safetensors"), "wb") as f:
-            f.write(os.urandom(4096))
-        with open(os.path.join(tmp, "trainer_state.json"), "w") as f:
+        ck = os.path.join(out, f"checkpoint-{{step}}")
+        os.makedirs(ck, exist_ok=True)
+        for name in ("model.safetensors", "optimizer.pt"):
+            with open(os.path.join(ck, name), "wb") as f:
+                f.write(os.urandom(4096))
+            time.sleep(0.05)  # the next part takes a moment to gather
+        with open(os.path.join(ck, "trainer_state.json"), "w") as f:
             json.dump({{"global_step": step, "total": total, "starts": starts}}, f)
-        time.sleep(0.02)  # the weights take a moment to write
-        os.rename(tmp, os.path.join(out, f"checkpoint-{{step}}"))
         kept = sorted(
             (d for d in os.listdir(out) if d.startswith("checkpoint-")),
             key=lambda d: int(d.split("-")[1]),

@@ -9,18 +9,24 @@ over the run's attempts), holding ``files/<item path>[/<file>]`` and a ``COMPLET
 written last (JSON: the item's workdir path, its kind, time, each file's size and sha256).
 Without ``COMPLETE`` a snapshot does not exist.
 
-* **settled**: an item is mirrored once it has *settled*: every file in it unchanged for
-  ``plan.checkpoint_settle_s`` (by its mtime, and the same between two looks), or the item
-  appeared through a rename (written elsewhere, then moved into place) - at once. A rename
-  shows as another inode at the path than at the previous look (writing in place keeps the
-  inode), or a new one whose files were last written before that look, with no process
-  holding any of its files open for writing; or as a status change after the last write (a
-  file's ``ctime > mtime``; a directory's after its last entry was made). While a file is read for
-  the upload it must not change: after the copy every file is looked at again, and a changed
-  one discards the snapshot (no manifest), so a checkpoint caught mid-write is never mirrored.
-* **after the stages**: one more look, with the stage's exit as "now": what settled before the
-  exit (or was renamed into place) and is not up yet is mirrored; a file still being written
-  when the job died is not.
+* **complete**: a version of an item (its files' sizes, mtimes and inodes) is copied once no
+  process of the job (the agent and its descendants: ``/proc/<pid>/fd``) holds any of its files
+  open for writing and it did not change between two looks (every ``poll_seconds``, and
+  ``QUICK_LOOK_S`` after one that found a new version; a directory, whose files are written
+  one after another, for ``DIR_STILL_S``), or once it was
+  moved into place whole (a rename: another inode at the path than at the previous look, or a
+  status change after the last write) - whatever ``checkpoints.settle`` says. Without procfs
+  (no open files to see), once unchanged for ``plan.checkpoint_settle_s``. A copy is checked
+  after it is read: a version that changed meanwhile is discarded (no manifest) and the next
+  complete one is copied, so a checkpoint rewritten in place every second is still copied, and
+  one caught mid-write never is. One that could not be copied for a few settle periods is a
+  ``checkpoint.warning`` while the run is live.
+* **the stop**: right before the stages are stopped (``stopping()``, on the runner's thread)
+  one look notes what is closed then; looks come every ``QUICK_LOOK_S`` until the stages
+  are down. **After the stages** one more look copies every version not up yet that is
+  complete: seen closed and unchanged since, moved into place whole, or written by stages
+  that all ended on their own (exit 0 or 75). One written after the last look by a job that
+  was killed (or died of the stop signal) may be torn: it is not copied.
 * **before the stages**: what the workdir holds already (and was not restored) is mirrored
   only once the job writes it again. The newest complete snapshot is restored to its path in the workdir
   (each file's size and sha256 checked as it streams in, into a ``.corral-restore`` name
@@ -30,26 +36,39 @@ Without ``COMPLETE`` a snapshot does not exist.
   ``CORRAL_RESUME_FROM=<path>``, the stage's ``resume_args``). Without storage, from the
   second attempt on, the newest item already in the workdir is the one resumed from.
 * retention: the newest ``CORRAL_CHECKPOINT_KEEP_LAST`` snapshots are kept.
-* storage set and nothing recognised at the paths for the whole attempt: a
-  ``checkpoint.warning`` event and ``status()["checkpoint_mirror"]["warning"]``.
+* storage set and nothing recognised at the paths for the whole attempt, or for a few settle
+  periods while the job makes progress, or a job that starts far below the step of the
+  snapshot restored for it (``mirror_advice``): a ``checkpoint.warning`` event and
+  ``status()["checkpoint_mirror"]["warning"]``.
+* each snapshot's manifest keeps the stages' progress steps when it was copied (``steps``).
 """
 
 from __future__ import annotations
 
-import glob
 import hashlib
 import json
 import os
 import posixpath
 import shutil
-import stat
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from corral.agent.mirror import policy_from_env
+from corral.agent.mirror_advice import MirrorAdvice, stage_steps
+from corral.agent.path_items import (
+    OLD_SUFFIX,
+    RESTORE_SUFFIX,
+    Content,
+    Item,
+    find_items,
+    item_at,
+    open_for_writing,
+    process_tree,
+    safe_rel,
+)
 from corral.errors import CorralError
 from corral.sdk.manifest import MANIFEST_NAME, CheckpointError
 from corral.sdk.storage import CHUNK_BYTES, LocalStorage, Storage, resolve_location
@@ -66,45 +85,13 @@ from corral.wire.node import EventSink, NodeRunner
 from corral.wire.plan import AgentPlan
 
 FORMAT = "corral-mirror"
-RESTORE_SUFFIX = ".corral-restore"
-OLD_SUFFIX = ".corral-old"
 MIRROR_DIR = "mirror"
-#: one file of an item: (path relative to the item, size, mtime_ns, ctime_ns, inode)
-FileSig = tuple[str, int, int, int, int]
-
-
-@dataclass(frozen=True)
-class Item:
-    """One match of a checkpoint path: a file or a directory, relative to the workdir."""
-
-    rel: str
-    kind: str  # "file" or "dir"
-    files: tuple[FileSig, ...]
-    #: a directory's own mtime and ctime (0 for a file)
-    dir_times: tuple[int, int] = (0, 0)
-    #: the inode at the item's path (the file's, or the directory's)
-    ino: int = 0
-
-    @property
-    def newest_mtime_ns(self) -> int:
-        return max((f[2] for f in self.files), default=0)
-
-    @property
-    def renamed(self) -> bool:
-        """Moved into place whole: a file whose status changed after its last write; a
-        directory whose status changed after its last entry was made, and no later than its
-        files' last writes (timestamps are coarse: the rename may share their tick)."""
-        if not self.files:
-            return False
-        if self.kind == "file":
-            return self.files[0][3] > self.files[0][2]
-        mtime, ctime = self.dir_times
-        return ctime > mtime and ctime >= self.newest_mtime_ns
-
-    @property
-    def content(self) -> tuple[tuple[str, int, int, int], ...]:
-        """What identifies this version of the item (ctimes left out: a rename is no change)."""
-        return tuple((f[0], f[1], f[2], f[4]) for f in self.files)
+#: a directory must stay the same this long (its files are written one after another)
+DIR_STILL_S = 1.0
+#: the copying thread's nice value: the job (0) gets the CPU first
+MIRROR_NICE = 10
+#: how soon the mirror looks again after a new version appeared, and while the stages stop
+QUICK_LOOK_S = 0.1
 
 
 @dataclass(frozen=True)
@@ -117,69 +104,12 @@ class Snapshot:
     time: float
     files: dict[str, tuple[int, str]]  # name in the item -> (size, sha256)
     path: str  # the snapshot's directory in storage
+    #: the stages' progress steps when it was copied
+    steps: dict[str, int] = field(default_factory=dict)
 
     @property
     def size_bytes(self) -> int:
         return sum(size for size, _ in self.files.values())
-
-
-def _safe_rel(text: str) -> bool:
-    if not text or text.startswith("/") or "\\" in text or "\0" in text:
-        return False
-    parts = text.split("/")
-    return all(p not in ("", ".", "..") for p in parts)
-
-
-def find_items(workdir: str, patterns: list[str]) -> list[Item]:
-    """The items at ``patterns`` in ``workdir`` (oldest first by their newest file); files
-    of corral's own restores, and empty directories, are left out."""
-    found: dict[str, Item] = {}
-    for pattern in patterns:
-        for match in glob.glob(os.path.join(workdir, pattern), recursive=True):
-            rel = os.path.relpath(match, workdir).replace(os.sep, "/")
-            if rel in found or not _safe_rel(rel) or rel.endswith((RESTORE_SUFFIX, OLD_SUFFIX)):
-                continue
-            item = _item(match, rel)
-            if item is not None and item.files:
-                found[rel] = item
-    # an item inside another (``out/*`` and ``out/ckpt-1/*``) is mirrored with its parent only
-    rels = sorted(found)
-    out = [
-        found[r]
-        for r in rels
-        if not any(r.startswith(o + "/") for o in rels if o != r and found[o].kind == "dir")
-    ]
-    return sorted(out, key=lambda i: (i.newest_mtime_ns, i.rel))
-
-
-def _item(path: str, rel: str) -> Item | None:
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    if stat.S_ISREG(st.st_mode):
-        sig = ("", st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
-        return Item(rel, "file", (sig,), ino=st.st_ino)
-    if not stat.S_ISDIR(st.st_mode):
-        return None
-    files: list[FileSig] = []
-    for dirpath, dirnames, filenames in os.walk(path):
-        dirnames.sort()
-        for name in sorted(filenames):
-            full = os.path.join(dirpath, name)
-            try:
-                fst = os.lstat(full)
-            except OSError:
-                continue
-            if not stat.S_ISREG(fst.st_mode):
-                continue
-            inner = os.path.relpath(full, path).replace(os.sep, "/")
-            files.append((inner, fst.st_size, fst.st_mtime_ns, fst.st_ctime_ns, fst.st_ino))
-    return Item(rel, "dir", tuple(files), (st.st_mtime_ns, st.st_ctime_ns), st.st_ino)
-
-
-def _rescan(workdir: str, item: Item) -> Item | None:
-    return _item(os.path.join(workdir, item.rel), item.rel)
 
 
 class PathMirror:
@@ -197,6 +127,7 @@ class PathMirror:
         poll_seconds: float = 0.5,
         clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
+        root_pid: int | None = None,
     ):
         self.plan = plan
         self.patterns = list(plan.checkpoint_paths)
@@ -227,9 +158,22 @@ class PathMirror:
                 self.root = storage.join(base, plan.run_id, MIRROR_DIR)
             except CorralError as exc:
                 self._problem = f"checkpoint storage: {exc}"
-        self._lock = threading.Lock()
-        self._done: dict[str, tuple[Any, ...]] = {}  # rel -> content mirrored (or restored)
-        self._seen: dict[str, tuple[Any, ...]] = {}  # rel -> content at the previous look
+        #: the job's processes are this one's descendants (the agent's)
+        self._root_pid = os.getpid() if root_pid is None else root_pid
+        self._lock = threading.Lock()  # what status() reads
+        self._look_lock = threading.Lock()  # a look (the loop's, or the one at the stop)
+        self._done: dict[str, Content] = {}  # rel -> content mirrored (or restored)
+        self._seen: dict[str, Content] = {}  # rel -> content at the previous look
+        self._since: dict[str, tuple[Content, float]] = {}  # rel -> (content, first seen)
+        self._closed: dict[str, Content] = {}  # rel -> content seen closed at its last look
+        self._pending: dict[str, float] = {}  # rel -> when it first differed from its copy
+        self._stuck: set[str] = set()  # rels warned about as never copyable
+        self._ready: list[Item] = []
+        self._changed = False  # the last look found a new version
+        self._quick = False  # the wait before the last look was a quick one
+        self._runner: NodeRunner | None = None
+        self._stopping = threading.Event()
+        self.advice = MirrorAdvice(self.patterns, self.settle_s, self._warn, clock)
         self._next_seq = 1
         self._last_look: float | None = None  # wall time of the previous look
         self._last_inodes: dict[str, int] = {}  # rel -> inode at its path then
@@ -239,6 +183,7 @@ class PathMirror:
         self.restored: str | None = None
         self.last_error: str | None = None
         self.warning: str | None = None
+        self._restored_snapshot: Snapshot | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -258,6 +203,9 @@ class PathMirror:
             # machine left half-written, say) is not mirrored unless the job writes it again
             for item in self._look():
                 self._done.setdefault(item.rel, item.content)
+            self._runner = runner
+            snap = self._restored_snapshot
+            self.advice.start(runner, snap.rel if snap else None, snap.steps if snap else {})
             self._thread = threading.Thread(
                 target=self._loop, name="checkpoint-mirror", daemon=True
             )
@@ -271,10 +219,10 @@ class PathMirror:
         self._thread.join()
         problem = None
         try:
-            self._pass(final=True)
+            self._final(runner)
         except Exception as exc:
             problem = self._report(f"checkpoint mirror: {self._describe(exc)}")
-        if not self.recognised:
+        if not self.recognised and not self.advice.said_nothing:  # said once is enough
             self.warning = (
                 f"checkpoints.path {', '.join(self.patterns)} matched no checkpoint in the "
                 f"workdir: nothing was mirrored to {self.plan.checkpoint_storage} (a new "
@@ -298,6 +246,11 @@ class PathMirror:
                     "warning": self.warning,
                 }
             }
+
+    def waiting(self) -> list[str]:
+        """The items whose version at the last look is not copied yet."""
+        with self._look_lock:
+            return sorted(self._pending)
 
     def close(self) -> None:
         self._stop.set()
@@ -342,14 +295,16 @@ class PathMirror:
                 str(k): (int(v["size"]), str(v["sha256"])) for k, v in dict(data["files"]).items()
             }
             rel = str(data["path"])
-            if not _safe_rel(rel):
+            steps = data.get("steps") or {}
+            steps = {str(k): int(v) for k, v in dict(steps).items() if isinstance(v, int)}
+            if not safe_rel(rel):
                 return None
             for name in files:
                 if data["kind"] == "file" and name != "":
                     return None
-                if data["kind"] == "dir" and not _safe_rel(name):
+                if data["kind"] == "dir" and not safe_rel(name):
                     return None
-            return Snapshot(seq, rel, data["kind"], float(data["time"]), files, path)
+            return Snapshot(seq, rel, data["kind"], float(data["time"]), files, path, steps)
         except FileNotFoundError:
             return None  # not complete (yet)
         except (ValueError, KeyError, TypeError, AttributeError):
@@ -359,7 +314,7 @@ class PathMirror:
         for snap in reversed(self.snapshots()):
             dest = os.path.join(self.workdir, snap.rel)
             started = self._clock()
-            local = _item(dest, snap.rel)
+            local = item_at(dest, snap.rel)
             if local is not None and self._matches(dest, local, snap):
                 size = 0
             else:
@@ -375,12 +330,13 @@ class PathMirror:
                         },
                     )
                     continue
-            after = _item(dest, snap.rel)
+            after = item_at(dest, snap.rel)
             with self._lock:
                 if after is not None:
                     self._done[snap.rel] = after.content
                 self.restored = dest
                 self.recognised = True
+                self._restored_snapshot = snap
             self._events.emit(
                 CHECKPOINT_RESTORED,
                 data={
@@ -433,47 +389,157 @@ class PathMirror:
 
     # --- mirror ----------------------------------------------------------------------------
 
+    def stopping(self) -> None:
+        """The runner is about to stop the stages (called on its thread, before the stop
+        signal): one look that notes which versions are closed now, so that one complete
+        before the signal is copied even if the job dies at once; then looks come faster
+        until the stages are down. Never raises."""
+        if self._thread is None or self._stopping.is_set():
+            return
+        self._stopping.set()
+        try:
+            self._look(every=True)
+        except Exception:  # the stop must go on: the loop's next look reports a real problem
+            pass
+
     def _loop(self) -> None:
-        while not self._stop.wait(self._poll):
+        _yield_to_the_job()
+        while not self._stop.wait(self._next_look()):
             try:
-                self._pass(final=False)
+                self._pass()
+                if self._runner is not None and self.advice.busy:
+                    self.advice.look(self._runner, self.recognised)
             except Exception as exc:  # the thread must not die: report and go on
                 self._report(f"checkpoint mirror: {self._describe(exc)}")
 
-    def _settled(self, item: Item, now_wall: float, final: bool) -> bool:
-        if item.renamed:
-            return True  # moved into place whole: at once
-        quiet = now_wall - item.newest_mtime_ns / 1e9 >= self.settle_s
-        return quiet and (final or self._seen.get(item.rel) == item.content)
+    def _next_look(self) -> float:
+        """Seconds to the next look: soon after a new version appeared (its second look), and
+        while the stages are being stopped; else the poll interval."""
+        quick = self._stopping.is_set() or (self._changed and not self._quick)
+        self._quick = quick  # one that keeps changing: every other look only
+        return min(self._poll, QUICK_LOOK_S) if quick else self._poll
 
-    def _look(self) -> list[Item]:
-        """The items now, remembering when this look began and which inode each path held."""
-        now_wall = self._wall()
+    def _look(self, every: bool = False) -> list[Item]:
+        """One look at the paths: the items that are ready to copy (complete: closed, and the
+        same as at the previous look; a directory for ``DIR_STILL_S``; or moved into place
+        whole). ``every``: note which new versions are closed now, whether or not they are
+        the same as before (the look at the stop)."""
+        with self._look_lock:
+            last_look, last_inodes = self._last_look, self._last_inodes
+            now = self._wall()
+            items = find_items(self.workdir, self.patterns)
+            self._last_inodes = {i.rel: i.ino for i in items}
+            self._last_look = now
+            if items:
+                self.recognised = True
+            present = {i.rel for i in items}
+            for table in (self._seen, self._since, self._pending, self._closed):
+                for rel in [r for r in table if r not in present]:
+                    del table[rel]
+            candidates: list[tuple[Item, bool]] = []  # (item, ready if closed)
+            self._changed = False
+            for item in items:
+                if self._done.get(item.rel) == item.content:
+                    self._pending.pop(item.rel, None)
+                    continue
+                self._pending.setdefault(item.rel, now)
+                since = self._since.get(item.rel)
+                if since is None or since[0] != item.content:
+                    self._since[item.rel] = since = (item.content, now)
+                same = self._seen.get(item.rel) == item.content
+                self._changed = self._changed or not same
+                moved = item.renamed or _moved_in(item, last_look, last_inodes)
+                still = now - since[1] >= (DIR_STILL_S if item.kind == "dir" else 0.0)
+                if every or same or moved:
+                    candidates.append((item, moved or (same and still)))
+            for item in items:
+                self._seen[item.rel] = item.content
+            closed = self._closed_now([c[0] for c in candidates], now)
+            ready = []
+            for item, complete in candidates:
+                if item.rel not in closed:
+                    self._closed.pop(item.rel, None)
+                    continue
+                self._closed[item.rel] = item.content
+                if complete and not every:
+                    ready.append(item)
+            if not every:
+                self._ready = ready
+            return items
+
+    def _closed_now(self, items: list[Item], now: float) -> set[str]:
+        """The rels of ``items`` that no process of the job holds open for writing; where
+        that cannot be seen (no procfs), those unchanged for ``checkpoints.settle``."""
+        if not items:
+            return set()
+        pids = process_tree(self._root_pid)
+        if pids is None:
+            return {i.rel for i in items if now - i.newest_mtime_ns / 1e9 >= self.settle_s}
+        files = {i.rel: i.real_files(self.workdir) for i in items}
+        held = open_for_writing(set().union(*files.values()), pids)
+        return {rel for rel, paths in files.items() if not paths & held}
+
+    def _pass(self) -> None:
+        """A look, then a copy of each version ready; a warning for one that keeps changing
+        and could not be copied for long."""
+        self._look()
+        with self._look_lock:
+            ready, self._ready = self._ready, []
+        for item in ready:
+            if self._stop.is_set():
+                return  # the stages are down: the last look (after_stages) takes over
+            self._upload(item, self._last_look or self._wall())
+        self._warn_stuck()
+
+    def _warn_stuck(self) -> None:
+        now = self._wall()
+        with self._look_lock:
+            stuck = [
+                (rel, now - since)
+                for rel, since in self._pending.items()
+                if now - since >= self.advice.nothing_after_s and rel not in self._stuck
+            ]
+            self._stuck.update(rel for rel, _ in stuck)
+        for rel, waited in stuck:
+            self._warn(
+                f"checkpoint {rel} has changed for {waited:.0f} s and none of its versions "
+                "could be copied (it was never closed and unchanged between two looks, or it "
+                "changed while it was copied): a new machine would resume from an older copy",
+                {"name": rel, "after_s": round(waited, 1)},
+            )
+
+    def _warn(self, message: str, data: dict[str, Any]) -> None:
+        message = self._clean(message)
+        with self._lock:
+            self.warning = message
+        self._events.emit(CHECKPOINT_WARNING, data={"message": message, **data})
+
+    def _final(self, runner: NodeRunner) -> None:
+        """After the stages: copy every version that is complete and not up yet. Complete: it
+        was seen closed at a look and has not changed since (the look at the stop included),
+        or it was moved into place whole, or every stage ended on its own (exit 0 or 75:
+        whatever the job wrote, it closed). A version written after the last look by a job
+        that was killed (or died of the stop signal) may be torn: not copied."""
+        clean = _stages_ended_cleanly(runner)
+        with self._look_lock:
+            closed = dict(self._closed)
+            no_proc = process_tree(self._root_pid) is None
         items = find_items(self.workdir, self.patterns)
-        self._last_inodes = {i.rel: i.ino for i in items}
-        self._last_look = now_wall
-        return items
-
-    def _pass(self, final: bool) -> None:
-        last_look, last_inodes = self._last_look, self._last_inodes
-        items = self._look()
-        now_wall = self._last_look or self._wall()
         if items:
             self.recognised = True
-        moved = {
-            i.rel
-            for i in items
-            if self._done.get(i.rel) != i.content
-            and _moved_in(i, last_look, last_inodes)
-            and not open_for_writing(_real_files(self.workdir, i))
-        }
+        now = self._wall()
         for item in items:
             if self._done.get(item.rel) == item.content:
                 continue
-            settled = item.rel in moved or self._settled(item, now_wall, final)
-            self._seen[item.rel] = item.content
-            if settled and (final or not self._stop.is_set()):
-                self._upload(item, now_wall)
+            if no_proc:
+                complete = now - item.newest_mtime_ns / 1e9 >= self.settle_s
+            else:
+                complete = closed.get(item.rel) == item.content or clean
+            if complete or item.renamed:
+                self._upload(item, now)
+
+    def _steps(self) -> dict[str, int]:
+        return stage_steps(self._runner) if self._runner is not None else {}
 
     def _upload(self, item: Item, settled_wall: float) -> None:
         assert self.storage is not None
@@ -488,7 +554,7 @@ class PathMirror:
                 src = src or os.path.join(self.workdir, item.rel)
                 dst = self.storage.join(snap_dir, "files", item.rel, *([name] if name else []))
                 files[name] = {"size": size, "sha256": _put(self.storage, src, dst, size)}
-            again = _rescan(self.workdir, item)
+            again = item_at(os.path.join(self.workdir, item.rel), item.rel)
             if again is None or again.content != item.content:
                 raise _Changed()
             manifest = {
@@ -498,6 +564,7 @@ class PathMirror:
                 "kind": item.kind,
                 "time": self._wall(),
                 "files": files,
+                "steps": self._steps(),
             }
             self.storage.makedirs(snap_dir)
             self.storage.write_bytes(
@@ -523,6 +590,8 @@ class PathMirror:
                 "lag_s": round(max(0.0, done_wall - settled_wall), 3),
             },
         )
+        with self._look_lock:
+            self._pending.pop(item.rel, None)
         with self._lock:
             self._done[item.rel] = item.content
             self.uploaded += 1
@@ -577,37 +646,23 @@ def _moved_in(item: Item, last_look: float | None, last_inodes: Mapping[str, int
     return item.newest_mtime_ns <= before and item.dir_times[0] <= before
 
 
-def open_for_writing(paths: set[str]) -> bool:
-    """Some process on this node holds one of ``paths`` open for writing (Linux ``/proc``;
-    elsewhere, or where it cannot be read, False)."""
+def _yield_to_the_job() -> None:
+    """Lower this thread's CPU priority (Linux: a thread has a nice value of its own), so the
+    copies (sha256, reads, writes) take the CPU the job leaves, rather than the job's."""
     try:
-        pids = [p for p in os.listdir("/proc") if p.isdigit()]
-    except OSError:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), MIRROR_NICE)
+    except (AttributeError, OSError):  # elsewhere, or not allowed: as it was
+        pass
+
+
+def _stages_ended_cleanly(runner: NodeRunner) -> bool:
+    """Every stage that ran ended on its own: exit 0, or 75 (saved and stopped)."""
+    try:
+        stages = runner.status().get("stages") or []
+    except Exception:  # no status: assume the worst
         return False
-    for pid in pids:
-        fd_dir = f"/proc/{pid}/fd"
-        try:
-            fds = os.listdir(fd_dir)
-        except OSError:
-            continue
-        for fd in fds:
-            try:
-                if os.readlink(f"{fd_dir}/{fd}") not in paths:
-                    continue
-                with open(f"/proc/{pid}/fdinfo/{fd}", encoding="ascii") as info:
-                    flags = next(
-                        int(line.split()[1], 8) for line in info if line.startswith("flags:")
-                    )
-            except (OSError, StopIteration, ValueError, IndexError):
-                continue
-            if flags & (os.O_WRONLY | os.O_RDWR):
-                return True
-    return False
-
-
-def _real_files(workdir: str, item: Item) -> set[str]:
-    base = os.path.realpath(os.path.join(workdir, item.rel))
-    return {os.path.join(base, f[0]) if f[0] else base for f in item.files}
+    codes = [s.get("exit_code") for s in stages if isinstance(s, dict)]
+    return all(code in (None, 0, 75) for code in codes)
 
 
 class _Changed(Exception):

@@ -463,8 +463,22 @@ class Runner:
             if self._outcome is None:
                 self._outcome = (phase, stage, code, reason)
             self.phase = Phase.STOPPING
+        if self._children:
+            self._tell_hooks_stopping()
         for child in list(self._children.values()):
             child.terminate()
+
+    def _tell_hooks_stopping(self) -> None:
+        """The hooks with a ``stopping()`` method learn, before any stop signal goes out,
+        that the stages are about to be stopped (the checkpoint mirror looks once more)."""
+        for hook in self.hooks:
+            stopping = getattr(hook, "stopping", None)
+            if callable(stopping):
+                try:
+                    stopping()
+                except Exception as exc:  # the stop goes on whatever a hook does
+                    message = f"{hook.name}: {type(exc).__name__}: {exc}"
+                    self._events.emit("agent.error", data={"hook": hook.name, "message": message})
 
     def _finish_log_trackers(self) -> None:
         """The trackers fed from the stages' logs end their runs before the attempt does (the

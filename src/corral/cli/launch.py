@@ -64,8 +64,13 @@ def launch(
 
     for warning in submitted.warnings:
         err_console.print(_budget_warning_text(warning))
+    from rich.markup import escape
+
     for notice in submitted.notices:
-        err_console.print(f"[dim]{notice}[/]")
+        if notice.startswith("warning: "):  # the spec's (corral.spec.advice)
+            err_console.print(f"[yellow]warning:[/] {escape(notice[9:])}", highlight=False)
+        else:
+            err_console.print(f"[dim]{notice}[/]")
     run = submitted.run
 
     if detach or (json_ and not wait):

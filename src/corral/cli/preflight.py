@@ -18,6 +18,8 @@ What is checked, from the spec:
   :class:`~corral.providers.base.RunsOnThisMachine`), or the command runs inside a corral run
   (``CORRAL_RUN_ID`` set).
   Otherwise the rented machine brings them and the check says "not checked";
+* what the spec allows but would quietly lose work (:mod:`corral.spec.advice`: checkpoints
+  at ``checkpoints.path`` that no stage resumes from), as warnings;
 * that a launch could go ahead (``launch``): the same planner call ``corral launch`` makes
   (the enabled providers, ``CORRAL_PROVIDERS``), so a spec that launch would refuse at once
   (exit 5) fails here; no free offer now is a warning (a launch would wait).
@@ -198,6 +200,15 @@ def _launch_check(spec: Any, source: str) -> Any:
     return Check("launch", "pass", f"{offer.provider}/{offer.region} {offer.offer_id} fits")
 
 
+def _advice_checks(spec: Any) -> list[Any]:
+    """What the spec allows but would quietly lose work (:mod:`corral.spec.advice`), as
+    warnings: checks that do not fail the pre-flight."""
+    from corral.sdk.preflight_checks import Check
+    from corral.spec.advice import spec_warnings
+
+    return [Check("resume", "warn", warning) for warning in spec_warnings(spec)]
+
+
 def _all_on_this_machine(providers: list[str] | None) -> bool:
     """Whether the spec allows only providers whose machine is this one."""
     from corral.errors import CorralError
@@ -248,6 +259,7 @@ def preflight(
     report.checks[:0] = before
     report.checks.extend(after)
     report.checks.append(_launch_check(spec, str(file)))
+    report.checks.extend(_advice_checks(spec))
     _explain_wandb(report, spec)
     if json_:
         print_json(report.to_dict())

@@ -21,13 +21,18 @@ def validate(
 ) -> None:
     """Validate a job spec and print it with every default filled in and paths resolved.
 
-    Problems are reported one per line as FILE:LINE: FIELD: MESSAGE (exit code 2).
+    Problems are reported one per line as FILE:LINE: FIELD: MESSAGE (exit code 2). What the
+    spec allows but would quietly lose work is a warning on stderr, FILE: warning: FIELD:
+    MESSAGE (exit code 0).
     """
     import sys
 
     from corral.spec import load_spec, spec_to_yaml
+    from corral.spec.advice import spec_warnings
 
     spec = load_spec(file, overrides=set_)
+    for warning in spec_warnings(spec):
+        sys.stderr.write(f"{file}: warning: {warning}\n")
     if json_:
         sys.stdout.write(spec.model_dump_json(indent=2) + "\n")
         return

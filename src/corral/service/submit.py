@@ -165,7 +165,9 @@ def submit_run(
     refused = refusal(result, source)
     if refused:
         raise InfeasibleRequest(refused)
-    notices: list[str] = []
+    from corral.spec.advice import spec_warnings  # small: no cost to the launch
+
+    notices: list[str] = [f"warning: {w}" for w in spec_warnings(spec)]
     # code for machines that do not share this one's files: packed now, so a workdir over
     # code.max_size is refused before anything is created or rented
     packed = None

@@ -149,14 +149,18 @@ class Checkpoints(SpecModel):
         default_factory=list,
         description="Checkpoints a script writes on its own (no SDK): workdir-relative files, "
         "directories or globs (`ckpt.pt`, `out/checkpoint-*`, `runs/*/weights/last.pt`; a "
-        "string or a list). With `storage`, the agent mirrors each one once it settles and "
-        "restores the newest complete one before the next attempt, on any machine.",
+        "string or a list). With `storage`, the agent mirrors each one once it is complete "
+        "(no process of the job holds it open for writing and it did not change between two "
+        "looks, or it was moved into place) and restores the newest complete one before the "
+        "next attempt, on any machine.",
     )
     settle: Duration = Field(
         10.0,
         ge=0,
-        description="A checkpoint at `path` unchanged for this long counts as written (one "
-        "that appeared through a rename counts at once); then it is mirrored.",
+        description="After three times this long, a checkpoint at `path` that could not be "
+        "copied, or a `path` that matches nothing while the job makes progress, is a "
+        "warning. Where the agent cannot see open files (no /proc), a checkpoint unchanged "
+        "for this long counts as complete.",
     )
 
     @model_validator(mode="after")

@@ -16,6 +16,9 @@ The runner then calls it at fixed points of the attempt:
   finished (``phase`` is the attempt's :class:`~corral.wire.status.Phase` value so far). The
   agent's phase reads ``finishing`` meanwhile. Return a reason to turn a succeeded attempt
   into a failed one, or None.
+* ``stopping()`` (optional: a hook without it is not called) right before the runner asks
+  the stages to stop (a stop request, a preemption, a failed stage), on the runner's thread,
+  before any save or stop signal goes out: keep it short; it must not raise.
 * ``status()`` extra keys merged into the agent's ``GET /status`` answer.
 * ``close()`` when the agent shuts down.
 

@@ -137,7 +137,10 @@ class AgentPlan(_Model):
         "checkpoints of its own (mirrored to checkpoint_storage as they settle).",
     )
     checkpoint_settle_s: float = Field(
-        10.0, ge=0, description="Unchanged for this long, a checkpoint at a path is written."
+        10.0,
+        ge=0,
+        description="Three times this long: the mirror's warnings; without /proc, unchanged "
+        "for this long, a checkpoint at a path is complete.",
     )
     artifacts: ArtifactsPlan = Field(default_factory=ArtifactsPlan)
     eval: EvalPlan = Field(default_factory=EvalPlan)

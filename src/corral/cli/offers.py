@@ -78,7 +78,7 @@ def _print(data: dict[str, Any]) -> None:
     from rich.markup import escape
     from rich.table import Table
 
-    from corral.cli.output import console
+    from corral.cli.output import console, print_whole
 
     for name, r in (data.get("refresh") or {}).items():
         if r["refreshed"]:
@@ -116,7 +116,7 @@ def _print(data: dict[str, Any]) -> None:
                 escape(str(o["details"].get("price_source") or "-")),
                 style=style,
             )
-        console.print(t)
+        print_whole(t)  # never a price or a date cut short
         if data["count"] > len(rows):
             console.print(f"[dim]({data['count'] - len(rows)} more; --limit to see them)[/]")
     else:

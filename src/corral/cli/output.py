@@ -27,6 +27,22 @@ STATE_STYLE = {
 }
 
 
+def print_whole(renderable: Any) -> None:
+    """Print a table at its natural width on stdout: a narrow terminal wraps its long lines
+    (as kubectl's and SkyPilot's tables do) instead of the table eliding prices and dates."""
+    real = console._get()
+    natural = real.measure(renderable, options=real.options.update_width(100_000)).maximum
+    if natural <= real.width:
+        real.print(renderable)
+        return
+    saved = real._width  # None: the terminal's, read again each time
+    real.width = natural
+    try:
+        real.print(renderable)
+    finally:
+        real._width = saved
+
+
 def print_json(obj: Any) -> None:
     """``obj`` (a service view, or plain JSON data) as indented JSON on stdout."""
     if hasattr(obj, "to_json"):

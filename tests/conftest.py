@@ -53,6 +53,11 @@ def corral_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.Mo
     monkeypatch.delenv("CORRAL_PROVIDERS", raising=False)
     # background controllers started by a test exit on their own soon after it
     monkeypatch.setenv("CORRAL_CONTROLLER_IDLE_EXIT", "20")
+    # W&B's own background calls (its default host is api.forge.coreweave.com) go to loopback,
+    # where they are refused at once, instead of a DNS lookup the socket guard would pin on
+    # whichever test runs at that moment; a test that needs another host sets its own
+    if "WANDB_BASE_URL" not in os.environ:
+        monkeypatch.setenv("WANDB_BASE_URL", "http://127.0.0.1:9")
     # the machine-wide GPU locks of this test alone: parallel tests share fake GPU ids
     monkeypatch.setenv("CORRAL_GPU_LOCK_DIR", str(tmp_path_factory.mktemp("gpu-locks")))
     yield home

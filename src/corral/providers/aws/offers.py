@@ -14,7 +14,6 @@ Offer ids: ``<region>:<instance type>:on-demand`` and ``<zone>:<instance type>:s
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -23,6 +22,7 @@ from typing import Any
 from corral.errors import InfeasibleRequest, ProviderError
 from corral.pricing import Catalog, CatalogEntry
 from corral.providers.aws.client import Ec2
+from corral.providers.aws.region_cache import RegionCache
 from corral.providers.base import Offer, Requirements
 
 SPOT = "spot"
@@ -107,8 +107,9 @@ def fetch_spot_prices(ec2: Ec2, region: str, types: list[str], now: datetime) ->
     return table
 
 
-class SpotPriceCache:
-    """Live spot prices per region, reused for ``ttl`` seconds of ``clock``."""
+class SpotPriceCache(RegionCache[SpotTable]):
+    """Live spot prices per region, reused for ``ttl`` seconds of ``clock`` (a failure is not
+    kept: the next caller asks EC2 again)."""
 
     def __init__(
         self,
@@ -117,25 +118,14 @@ class SpotPriceCache:
         ttl: float,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        self.ec2, self.types, self.ttl, self.clock = ec2, list(types), ttl, clock
-        self._lock = threading.Lock()
-        self._tables: dict[str, tuple[float, SpotTable]] = {}
-
-    def get(self, region: str) -> tuple[SpotTable, float]:
-        """(prices, when they were fetched). Raises :class:`ProviderError` if EC2 fails."""
-        now = self.clock()
-        with self._lock:
-            cached = self._tables.get(region)
-            if cached is not None and now - cached[0] < self.ttl:
-                return cached[1], cached[0]
-        table = fetch_spot_prices(self.ec2, region, self.types, datetime.fromtimestamp(now, UTC))
-        with self._lock:
-            self._tables[region] = (now, table)
-        return table, now
-
-    def clear(self) -> None:
-        with self._lock:
-            self._tables.clear()
+        self.ec2, self.types = ec2, list(types)
+        super().__init__(
+            lambda region, now: fetch_spot_prices(
+                self.ec2, region, self.types, datetime.fromtimestamp(now, UTC)
+            ),
+            ttl,
+            clock,
+        )
 
 
 def _offer(

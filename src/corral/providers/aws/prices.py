@@ -11,14 +11,12 @@ instance types keeps the catalog's prices, and the offers say so.
 from __future__ import annotations
 
 import json
-import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
-from corral.errors import ProviderError
 from corral.providers.aws.client import Ec2
+from corral.providers.aws.region_cache import RegionCache
 
 #: the region of the Price List API's endpoint (it prices every region)
 PRICING_REGION = "us-east-1"
@@ -99,14 +97,7 @@ def fetch_on_demand_prices(ec2: Ec2, region: str, types: list[str]) -> PriceTabl
     return table
 
 
-@dataclass
-class _Entry:
-    at: float
-    table: PriceTable = field(default_factory=dict)
-    error: ProviderError | None = None
-
-
-class OnDemandPriceCache:
+class OnDemandPriceCache(RegionCache[PriceTable]):
     """Live on-demand prices per region, reused for ``ttl`` seconds of ``clock``; a failure is
     remembered for :data:`RETRY_FAILED_S` (or ``ttl``, if shorter) so that every ``offers``
     call does not ask again."""
@@ -118,31 +109,10 @@ class OnDemandPriceCache:
         ttl: float,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        self.ec2, self.types, self.ttl, self.clock = ec2, list(types), ttl, clock
-        self._lock = threading.Lock()
-        self._entries: dict[str, _Entry] = {}
-
-    def get(self, region: str) -> tuple[PriceTable, float]:
-        """(prices, when they were read). Raises :class:`ProviderError` if the API failed."""
-        now = self.clock()
-        with self._lock:
-            cached = self._entries.get(region)
-        if cached is not None:
-            keep = min(self.ttl, RETRY_FAILED_S) if cached.error else self.ttl
-            if now - cached.at < keep:
-                if cached.error is not None:
-                    raise cached.error
-                return cached.table, cached.at
-        try:
-            table = fetch_on_demand_prices(self.ec2, region, self.types)
-        except ProviderError as exc:
-            with self._lock:
-                self._entries[region] = _Entry(now, error=exc)
-            raise
-        with self._lock:
-            self._entries[region] = _Entry(now, table)
-        return table, now
-
-    def clear(self) -> None:
-        with self._lock:
-            self._entries.clear()
+        self.ec2, self.types = ec2, list(types)
+        super().__init__(
+            lambda region, _now: fetch_on_demand_prices(self.ec2, region, self.types),
+            ttl,
+            clock,
+            retry_failed_s=RETRY_FAILED_S,
+        )

@@ -17,7 +17,10 @@ from corral.store import Store
 from examples.helpers import QUICKSTART, TINY, run_script, script_env
 from support.waiting import wait_until
 
-STEPS, EVAL_EVERY = 60, 10
+#: long enough after the first checkpoint (step EVAL_EVERY) that the preemption, sent once the
+#: controller has seen that checkpoint, lands before the job could finish on a loaded machine
+#: (at 60 steps the job sometimes ended first: "it has no machine to preempt")
+STEPS, EVAL_EVERY = 400, 20
 SETTINGS = {**TINY, "QUICKSTART_STEPS": str(STEPS), "QUICKSTART_EVAL_EVERY": str(EVAL_EVERY)}
 
 

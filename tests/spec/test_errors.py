@@ -182,10 +182,11 @@ def test_acceptance_needs_a_report():
         ("http://host/x", "unsupported storage scheme 'http://'"),
         ("file://relative", "needs an absolute path"),
         ("s3://B/x", "invalid S3 bucket name 'B'"),
-        ("s3:///x", "invalid S3 bucket name ''"),
+        ("s3:///x", "'s3:///x' names no bucket and R2_BUCKET_NAME is not set"),
     ],
 )
-def test_bad_storage_uris_are_errors(uri, why):
+def test_bad_storage_uris_are_errors(uri, why, monkeypatch):
+    monkeypatch.delenv("R2_BUCKET_NAME", raising=False)
     err = one(f"name: x\nrun: y\ncheckpoints:\n  storage: '{uri}'\n")
     assert err["field"] == "checkpoints.storage" and why in err["message"]
 
@@ -197,6 +198,17 @@ def test_good_storage_uris_are_kept():
     )
     assert spec.checkpoints.storage == "s3://my-bucket/runs"
     assert spec.artifacts.storage == "file:///data/out"
+
+
+def test_a_storage_uri_without_a_bucket_takes_the_io_net_guides_r2_bucket(monkeypatch):
+    """IO.net's guide sets R2_BUCKET_NAME beside the R2 keys: ``s3:///prefix`` names that bucket,
+    resolved where the spec is read, so the controller and the machine see the whole URI."""
+    monkeypatch.setenv("R2_BUCKET_NAME", "team-ckpts")
+    spec = load("name: x\nrun: y\ncheckpoints: {storage: 's3:///runs/a'}\n")
+    assert spec.checkpoints.storage == "s3://team-ckpts/runs/a"
+    monkeypatch.setenv("R2_BUCKET_NAME", "Bad_Name")
+    err = one("name: x\nrun: y\ncheckpoints: {storage: 's3:///runs'}\n")
+    assert err["field"] == "checkpoints.storage" and "invalid S3 bucket name 'Bad_Name'" in err["message"]
 
 
 def test_paths_in_workdir_must_stay_inside():

@@ -12,6 +12,7 @@ import math
 import os
 import posixpath
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -208,6 +209,17 @@ Fraction = Annotated[
 
 STORAGE_FORMS = "a local path, file:///absolute/path or s3://bucket/prefix"
 _BUCKET_RE = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
+#: the bucket of ``s3:///prefix`` (no bucket written): the name IO.net's guide gives its
+#: Cloudflare R2 bucket, read where the spec is parsed (the CLI), so every later reader (the
+#: controller, the agent, the SDK) sees the whole URI
+BUCKET_VAR = "R2_BUCKET_NAME"
+
+
+def _environ(info: ValidationInfo | None) -> Mapping[str, str]:
+    ctx = info.context if info is not None else None
+    if isinstance(ctx, dict) and isinstance(ctx.get("environ"), Mapping):
+        return ctx["environ"]
+    return os.environ
 
 
 def check_storage(value: object, info: ValidationInfo) -> str:
@@ -223,6 +235,14 @@ def check_storage(value: object, info: ValidationInfo) -> str:
             return "file://" + rest
         if scheme.lower() == "s3":
             bucket = rest.split("/", 1)[0]
+            if not bucket:
+                bucket = _environ(info).get(BUCKET_VAR, "").strip()
+                if not bucket:
+                    raise ValueError(
+                        f"'{text}' names no bucket and {BUCKET_VAR} is not set "
+                        "(write s3://bucket/prefix)"
+                    )
+                rest = bucket + rest
             if not _BUCKET_RE.match(bucket):
                 raise ValueError(f"invalid S3 bucket name '{bucket}' in '{text}'")
             return "s3://" + rest

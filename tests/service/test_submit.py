@@ -87,3 +87,45 @@ def test_refusals_record_nothing(tmp_path: Path, monkeypatch) -> None:
     with pytest.raises(InfeasibleRequest, match=r"has 2 L40S GPUs.*asks for 4"):
         submit_run(text=greedy)
     assert list_runs() == []
+
+
+def test_a_launch_parses_plans_and_resolves_its_secrets_once(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """``corral launch`` decides once: the spec it parsed, the plan it made to refuse an
+    infeasible job and the secrets it resolved are what its first attempt launches with."""
+    import importlib
+
+    import corral.control.planner as planner_mod
+    from corral.spec import JobSpec
+
+    # the module (the package's ``resolve`` attribute is the function of the same name)
+    resolve_mod = importlib.import_module("corral.secrets.resolve")
+
+    calls: dict[str, int] = {"plan": 0, "validate": 0, "resolve": 0}
+    real_plan, real_resolve = planner_mod.plan, resolve_mod.resolve
+    real_validate = JobSpec.model_validate.__func__  # type: ignore[attr-defined]
+
+    def plan(*a, **kw):
+        calls["plan"] += 1
+        return real_plan(*a, **kw)
+
+    def resolve(*a, **kw):
+        calls["resolve"] += 1
+        return real_resolve(*a, **kw)
+
+    def validate(cls, *a, **kw):
+        calls["validate"] += 1
+        return real_validate(cls, *a, **kw)
+
+    monkeypatch.setattr(planner_mod, "plan", plan)
+    monkeypatch.setattr(resolve_mod, "resolve", resolve)
+    monkeypatch.setattr(JobSpec, "model_validate", classmethod(validate))
+    monkeypatch.setenv("ONCE_TOKEN", "tok-123")
+    body = 'name: once\nsecrets: [ONCE_TOKEN]\nrun: test "$ONCE_TOKEN" = tok-123 && echo got-it\n'
+    submitted = submit_run(write_spec(tmp_path, body))
+    assert calls == {"plan": 1, "validate": 1, "resolve": 1}
+    assert submitted.run.state in {"PROVISIONING", "RUNNING", "SUCCEEDED"}
+    end = wait_for_end(submitted.run.id, timeout_s=60)
+    assert end.state == "SUCCEEDED", end.reason
+    assert "got-it" in {ln.text for ln in open_logs(end.id).read()}

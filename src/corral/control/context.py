@@ -115,6 +115,11 @@ class Context:
     #: run id -> what the controller holds of its current attempt's copy (the agent's event
     #: cursor, log offsets, the status last stored: ``control.sync.PollState``)
     polls: dict[str, Any] = field(default_factory=dict)
+    #: secrets this process already resolved for the launch it is making (the CLI's submit
+    #: resolves a spec's ``secrets:`` once and hands them to the first attempt); a name not
+    #: here is resolved at launch. Empty in the controller, which resolves at every launch
+    #: (a secret changed between attempts is the new one)
+    secrets: dict[str, str] = field(default_factory=dict, repr=False)
 
     def provider(self, name: str) -> Provider:
         try:
@@ -155,6 +160,23 @@ class Context:
                 client = pool.client(endpoint, token)
             self._clients[key] = client
         return client
+
+    def remember_spec(self, run: RunRecord, spec: JobSpec) -> None:
+        """Keep ``spec`` as ``run``'s validated JobSpec (the process that parsed it hands it
+        on instead of having it validated again from the store's copy)."""
+        with self._spec_lock:
+            self._spec_cache[run.id] = (run.spec_hash, spec)
+            self._spec_cache.move_to_end(run.id)
+
+    def resolve_secrets(self, names: list[str]) -> dict[str, str]:
+        """``{name: value}`` for ``names``: those this process already resolved
+        (:attr:`secrets`), the others from the secret store or the environment (BadInput
+        naming every missing one)."""
+        from corral.secrets import resolve_many
+
+        found = {n: self.secrets[n] for n in names if n in self.secrets}
+        rest = [n for n in names if n not in found]
+        return {**found, **resolve_many(rest)} if rest else found
 
     def forget(self, run_id: str) -> None:
         """Drop what is kept for a finished run (its clients are closed; the shared connection

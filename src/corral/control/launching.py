@@ -73,13 +73,16 @@ def _note_waiting(ctx: Context, run: RunRecord, reason: str) -> None:
         ctx.store.add_event(run.id, "run.waiting", reason)
 
 
-def next_attempt(ctx: Context, run: RunRecord) -> Transition | None:
+def next_attempt(
+    ctx: Context, run: RunRecord, planned: planner.Plan | None = None
+) -> Transition | None:
     """Plan the next attempt of a PENDING or RECOVERING run, claim it and launch it. Returns
     the run's next move (a failure when no provider can ever run it, back to waiting when no
-    offer had capacity), None when it launched or waits."""
+    offer had capacity), None when it launched or waits. ``planned``: the plan the caller
+    just made for this very spec (``corral launch`` plans once, to refuse an infeasible job,
+    and launches the first attempt on that plan)."""
     spec = ctx.spec(run)
-    req = planner.requirements_from_spec(spec)
-    result = planner.plan(ctx.providers, req)
+    result = planned or planner.plan(ctx.providers, planner.requirements_from_spec(spec))
     if not result.offers:
         why = result.explain() or "no provider is enabled"
         if run.state == RunState.PENDING:
@@ -161,7 +164,7 @@ def _bootstrap(ctx: Context, run: RunRecord, number: int, offer: Offer) -> Boots
     if code is not None and code.git is not None and spec.code.token_secret:
         names.append(spec.code.token_secret)
     register_names(names)
-    env = resolve_many(names)
+    env = ctx.resolve_secrets(names)
     if env:
         env[ENV_SECRET_NAMES] = ",".join(sorted(env))  # the agent masks them in stage logs
     # a node that may lack corral installs this very version: the controller's own wheel
@@ -175,23 +178,25 @@ def _bootstrap(ctx: Context, run: RunRecord, number: int, offer: Offer) -> Boots
         plan=plan,
         token=agent_token(run.id, number, ctx.home),
         env=env,
-        image=image_ref(spec),
+        image=image_ref(spec, ctx),
         install=install,
         priority=spec.priority,
         max_runtime_s=spec.limits.max_runtime,
     )
 
 
-def image_ref(spec: JobSpec) -> ImageRef | None:
+def image_ref(spec: JobSpec, ctx: Context | None = None) -> ImageRef | None:
     """The spec's image with its registry password from the secret store (for the provider
-    only: never in the plan, the node's env, the store or an event)."""
+    only: never in the plan, the node's env, the store or an event); ``ctx``: a context whose
+    process already resolved it."""
     if not spec.image:
         return None
     auth = spec.image_auth
     if auth is None:
         return ImageRef(name=spec.image)
     register_names([auth.password_secret])
-    password = resolve_many([auth.password_secret])[auth.password_secret]
+    names = [auth.password_secret]
+    password = (ctx.resolve_secrets(names) if ctx else resolve_many(names))[auth.password_secret]
     return ImageRef(
         name=spec.image, username=auth.username, password=password, registry=auth.registry
     )

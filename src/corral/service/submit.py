@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from corral import paths
-from corral.control import launching, transitions
+from corral.control import launching, planner, transitions
 from corral.control.context import Context
 from corral.control.providers import load_providers
 from corral.control.transitions import Transition
@@ -78,15 +78,16 @@ def budget_warning(spec: JobSpec, offers: Sequence[Offer]) -> BudgetWarning | No
     )
 
 
-def start_first_attempt(ctx: Context, run: RunRecord) -> None:
-    """Plan, claim and launch the first attempt of the PENDING ``run`` now, as the
-    controller's next tick would (``corral.control.controller.start_attempt``).
+def start_first_attempt(ctx: Context, run: RunRecord, planned: planner.Plan | None = None) -> None:
+    """Plan (unless ``planned``: the plan just made for the run's spec), claim and launch the
+    first attempt of the PENDING ``run`` now, as the controller's next tick would
+    (``corral.control.controller.start_attempt``).
 
     A launch that can never succeed asks to be followed to the run's end at once
     (``Transition.follow``): only then are the controller's state handlers imported and
     run. Importing them up front would put the whole controller (watchers, monitor,
     finishing) on the path from ``corral launch`` to the first line of user code."""
-    step = launching.next_attempt(ctx, run)
+    step = launching.next_attempt(ctx, run, planned)
     if isinstance(step, Transition) and step.follow:
         from corral.control.controller import carry_out  # start-up speed (see above)
 
@@ -156,8 +157,9 @@ def submit_run(
     if not workdir_here and client_code is None:
         raise BadInput(f"{source}: workdir {spec.workdir} does not exist or is not a directory")
     formats.check(spec)  # a webhook payload format the sender knows
-    if spec.secrets:  # every secret must resolve before anything is created or launched
-        resolve_many(spec.secrets)
+    # every secret must resolve before anything is created or launched; resolved once, here,
+    # and handed to the first attempt with the spec and the plan (a launch decides once)
+    secrets = resolve_many(spec.secrets) if spec.secrets else {}
     skipped: dict[str, str] = {}
     if providers is None:
         providers, skipped = load_providers()
@@ -201,7 +203,9 @@ def submit_run(
         # launch the first attempt here (the fast path to the first line of user code), then
         # make sure a controller babysits it; the compare-and-set in start_attempt means the
         # two never both launch it
-        start_first_attempt(Context(store=st, providers=providers), run)
+        ctx = Context(store=st, providers=providers, secrets=secrets)
+        ctx.remember_spec(run, spec)
+        start_first_attempt(ctx, run, result)
         # imported only now (see the note at the top)
         from corral.service.controller import ensure_controller
         from corral.service.run_view import RunView

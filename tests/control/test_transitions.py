@@ -84,10 +84,12 @@ def test_an_attempt_outcome_is_recorded_before_the_state_moves(tmp_path: Path) -
 
 def test_a_terminal_transition_forgets_the_runs_memory(tmp_path: Path) -> None:
     r = rig(tmp_path, RunState.PENDING)
-    r.ctx.memo[f"{r.run_id}:budget-warned"] = True
+    r.ctx.notes(r.run_id).budget_warned = True
+    r.ctx.notes(r.run_id).attempt(1).unreachable_noted = True
     moved = transitions.apply(r.ctx, r.run(), Transition(RunState.CANCELLED, "user"))
     assert moved is not None and moved.terminal
-    assert not any(k.startswith(r.run_id) for k in r.ctx.memo)
+    assert r.run_id not in r.ctx.run_notes
+    assert r.ctx.notes(r.run_id).budget_warned is False  # a fresh one, were it asked again
 
 
 def test_notes_and_stop_requests_leave_the_state_alone(tmp_path: Path) -> None:

@@ -193,7 +193,7 @@ def test_budget_warns_once_and_a_restarted_controller_does_not_warn_again(
     assert isinstance(step, Note) and step.type == "budget.warning"
     transitions.apply(r.ctx, r.run(), step)
     assert check(r, budget) is None
-    r.ctx.memo.clear()  # a restarted controller: the event in the store says it was given
+    r.ctx.run_notes.clear()  # a restarted controller: the event in the store says it was given
     assert check(r, budget) is None
     # checked every 0.5 s, the stop reserves $1.25 (the 1 s estimate and its margin) + $0.5
     # (the wait for the next check): it comes at $8.5, never later

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from corral import paths
+from corral.control.notes import RunNotes
 from corral.control.tokens import agent_token
 from corral.errors import BadInput
 from corral.providers.base import Provider
@@ -102,9 +103,15 @@ class Context:
     #: builds the agent API client (default: a client of the context's one shared
     #: connection pool, httpx imported on first use)
     client_factory: ClientFactory | None = None
-    #: in-memory notes that do not need to survive a restart (first unreachable time, ...),
-    #: keyed ``"<run id>:..."`` so that :meth:`forget` drops a finished run's notes
-    memo: dict[str, Any] = field(default_factory=dict)
+    #: run id -> what the controller notes of the run in memory (:mod:`corral.control.notes`;
+    #: :meth:`forget` drops a finished run's)
+    run_notes: dict[str, RunNotes] = field(default_factory=dict)
+    #: per provider, the last seconds from a stop request to the confirmed teardown
+    #: (:mod:`corral.control.cost`; read from its file on first use)
+    stop_times: dict[str, list[float]] | None = None
+    #: code bundles being sent to agents: the one ``corral.control.shipping.Uploads``, made on
+    #: first use (typed loosely: shipping imports this module)
+    uploads: Any = None
     #: run id -> (spec hash, the validated JobSpec), least recently used first (bounded:
     #: ``Settings.spec_cache_size``)
     _spec_cache: OrderedDict[str, tuple[str, JobSpec]] = field(default_factory=OrderedDict)
@@ -178,6 +185,13 @@ class Context:
         rest = [n for n in names if n not in found]
         return {**found, **resolve_many(rest)} if rest else found
 
+    def notes(self, run_id: str) -> RunNotes:
+        """What the controller notes of ``run_id`` in memory (made on first use)."""
+        found = self.run_notes.get(run_id)
+        if found is None:
+            found = self.run_notes.setdefault(run_id, RunNotes())
+        return found
+
     def forget(self, run_id: str) -> None:
         """Drop what is kept for a finished run (its clients are closed; the shared connection
         pool stays open for the other runs)."""
@@ -189,8 +203,7 @@ class Context:
             client = self._clients.pop(key, None)
             if client is not None:
                 client.close()
-        for memo_key in [k for k in list(self.memo) if k.startswith(run_id + ":")]:
-            self.memo.pop(memo_key, None)
+        self.run_notes.pop(run_id, None)
 
     def close(self) -> None:
         """Close every agent client and the shared connection pool (a later :meth:`agent`

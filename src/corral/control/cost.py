@@ -51,13 +51,11 @@ STOP_TIMES_KEPT = 20
 STOP_TIME_PERCENTILE = 0.95
 #: a longer "stop" is a controller that was away, not the provider's teardown: not learned
 MAX_STOP_TIME_S = 900.0
-_MEMO_KEY = "stop-times"  # not "<run id>:...": it outlives every run
 
 
 def _stop_times(ctx: Context) -> dict[str, list[float]]:
-    cached = ctx.memo.get(_MEMO_KEY)
-    if isinstance(cached, dict):
-        return cached
+    if ctx.stop_times is not None:
+        return ctx.stop_times
     try:
         raw = json.loads((ctx.home / STOP_TIMES_FILE).read_text())
     except (OSError, ValueError):
@@ -68,7 +66,7 @@ def _stop_times(ctx: Context) -> dict[str, list[float]]:
             if isinstance(name, str) and isinstance(values, list):
                 kept = [float(v) for v in values if isinstance(v, int | float) and v >= 0]
                 times[name] = [v for v in kept if math.isfinite(v)][-STOP_TIMES_KEPT:]
-    ctx.memo[_MEMO_KEY] = times
+    ctx.stop_times = times
     return times
 
 

@@ -111,26 +111,26 @@ class Observation:
         provider's ``started_at``, and while it is queued, to now (at most once every
         :data:`QUEUED_WRITE_S`, so a long queue costs few writes)."""
         # what was last written, kept in memory: a steady queue costs no read per look
-        key = f"{self.run.id}:{self.run.attempt}:queue-start"
+        notes = self.ctx.notes(self.run.id).attempt(self.run.attempt)
         now = self.ctx.clock()
         if st.queued:
             why = st.detail or "queued"
             if self.run.reason != why:  # say why it waits (written when it changes)
                 self.ctx.store.update_run(self.run.id, reason=why)
-            begun = self.ctx.memo.get(key)
+            begun = notes.queue_start
             if begun is None:
                 begun = self.ctx.store.get_attempt(self.run.id, self.run.attempt).started_at
             if begun is None or (now - begun).total_seconds() >= QUEUED_WRITE_S:
                 self.ctx.store.update_attempt(self.run.id, self.run.attempt, started_at=now)
                 begun = now
-            self.ctx.memo[key] = begun
-        elif st.started_at is not None and self.ctx.memo.get(key) != st.started_at:
+            notes.queue_start = begun
+        elif st.started_at is not None and notes.queue_start != st.started_at:
             begun = self.ctx.store.get_attempt(self.run.id, self.run.attempt).started_at
             if begun is None or st.started_at > begun:  # only ever later: queue time is free
                 self.ctx.store.update_attempt(
                     self.run.id, self.run.attempt, started_at=st.started_at
                 )
-            self.ctx.memo[key] = st.started_at
+            notes.queue_start = st.started_at
 
     def client(self) -> AgentClient:
         """The API client of the attempt's agent (raises AgentUnreachable without an

@@ -442,14 +442,12 @@ class Uploads:
             t.join(timeout)
 
 
-#: the key of the one :class:`Uploads` in ``Context.memo``
-UPLOADS_MEMO = "_code_uploads"
-
-
 def upload_step(ctx: Context, run: RunRecord, client: AgentClient, status: AgentStatus) -> None:
     """Send the bundle to an agent that waits for it (resuming from what it has), and record
     what earlier uploads sent. Never raises: the next tick tries again."""
-    uploads: Uploads = ctx.memo.setdefault(UPLOADS_MEMO, Uploads())
+    if ctx.uploads is None:
+        ctx.uploads = Uploads()
+    uploads: Uploads = ctx.uploads
     key = f"{run.id}:{run.attempt}"
     sent = uploads.finished(key)
     if sent is not None:

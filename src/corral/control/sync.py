@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -335,7 +334,7 @@ def record_status(ctx: Context, run: RunRecord, status: AgentStatus) -> AgentSta
             ctx.store.update_attempt(run.id, run.attempt, data={**data, "status": stored})
         state.stored = stored
     if changed or new or _cost_due(ctx, run.id):
-        ctx.memo[_cost_key(run.id)] = ctx.clock()
+        ctx.notes(run.id).cost_at = ctx.clock()
         cost = run_cost(ctx, run.id)
         if cost != run.cost_usd:
             fields["cost_usd"] = cost
@@ -345,14 +344,10 @@ def record_status(ctx: Context, run: RunRecord, status: AgentStatus) -> AgentSta
     return clean
 
 
-def _cost_key(run_id: str) -> str:
-    return f"{run_id}:cost_at"  # a memo key: Context.forget drops it with the run
-
-
 def _cost_due(ctx: Context, run_id: str) -> bool:
     """Whether the run's cost was last worked out ``Settings.cost_update_s`` or more ago (or
     never, in this controller)."""
-    last = ctx.memo.get(_cost_key(run_id))
-    if not isinstance(last, datetime):
+    last = ctx.notes(run_id).cost_at
+    if last is None:
         return True
     return (ctx.clock() - last).total_seconds() >= ctx.settings.cost_update_s

@@ -53,9 +53,8 @@ class BudgetWatcher(Watcher):
         """Seconds of the current price still to pay if the run is stopped at the next check
         rather than now: the stop itself and the wait for that check."""
         now = ctx.clock()
-        key = f"{run.id}:budget-checked"
-        last = ctx.memo.get(key)
-        ctx.memo[key] = now
+        notes = ctx.notes(run.id)
+        last, notes.budget_checked_at = notes.budget_checked_at, now
         gap = (now - last).total_seconds() if last is not None else 0.0
         until_next = max(ctx.settings.tick_seconds, min(gap, 60.0))
         return stop_estimate(ctx, provider) * (1 + STOP_MARGIN) + until_next
@@ -74,9 +73,9 @@ class BudgetWatcher(Watcher):
             return stop(self.name, run, data)
         if price > 0:  # looked at again before the projection reaches the cap
             obs.soon((cap - projected) / price * 3600.0)
-        warn_key = f"{run.id}:budget-warned"
-        if cost >= spec.budget.warn_at * cap and not ctx.memo.get(warn_key):
-            ctx.memo[warn_key] = True
+        notes = ctx.notes(run.id)
+        if cost >= spec.budget.warn_at * cap and not notes.budget_warned:
+            notes.budget_warned = True
             if not ctx.store.events(run.id, types=["budget.warning"], limit=1):
                 return Note(
                     "budget.warning",

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from datetime import datetime
-
 from corral.control import machine_log, transitions
 from corral.control.context import Context, log
 from corral.control.observe import Observation
@@ -67,12 +65,11 @@ class HealthWatcher(Watcher):
         )
 
     def _silence(self, ctx: Context, run: RunRecord, obs: Observation) -> Step | None:
-        key = f"{run.id}:{run.attempt}:unreachable"
+        notes = ctx.notes(run.id).attempt(run.attempt)
         if obs.agent_answers():
-            ctx.memo.pop(key + ":noted", None)
-            if ctx.memo.pop(key, None) is not None:
-                return Note("agent.reachable", "agent answers again")
-            return None
+            was_silent = notes.unreachable_since is not None
+            notes.unreachable_since, notes.unreachable_noted = None, False
+            return Note("agent.reachable", "agent answers again") if was_silent else None
         try:
             st = obs.machine()
         except CorralError as e:
@@ -80,11 +77,12 @@ class HealthWatcher(Watcher):
             return None
         if st.state.gone:
             return None  # the preemption watcher ends the attempt
-        first: datetime = ctx.memo.setdefault(key, ctx.clock())
-        silent = (ctx.clock() - first).total_seconds()
-        if silent <= ctx.settings.unreachable_grace_s or ctx.memo.get(key + ":noted"):
+        if notes.unreachable_since is None:
+            notes.unreachable_since = ctx.clock()
+        silent = (ctx.clock() - notes.unreachable_since).total_seconds()
+        if silent <= ctx.settings.unreachable_grace_s or notes.unreachable_noted:
             return None
-        ctx.memo[key + ":noted"] = True
+        notes.unreachable_noted = True
         provider = obs.resource.provider if obs.resource else run.provider
         return Note(
             "agent.unreachable",

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
 from corral.control.context import Context
+from corral.control.notes import IdleMark
 from corral.control.observe import Observation
 from corral.control.transitions import Step
 from corral.control.watchers.base import Watcher, stop
@@ -23,12 +23,6 @@ class Activity:
     busy: bool
     token: tuple[Any, ...]
     why: str = ""
-
-
-@dataclass(frozen=True)
-class _Mark:
-    since: datetime
-    token: tuple[Any, ...]
 
 
 def activity(status: AgentStatus, threshold: float) -> Activity:
@@ -78,12 +72,12 @@ class IdleWatcher(Watcher):
         status = AgentStatus.model_validate(cached)
         if status.phase != Phase.RUNNING:
             return None  # setup, finishing, stopping: not idle by definition
-        key = f"{run.id}:{run.attempt}:idle"
+        notes = ctx.notes(run.id).attempt(run.attempt)
         now = ctx.clock()
-        mark = ctx.memo.get(key)
+        mark = notes.idle
         seen = activity(status, ctx.settings.idle_gpu_threshold_pct)
-        if not isinstance(mark, _Mark) or seen.busy or seen.token != mark.token:
-            ctx.memo[key] = _Mark(now, seen.token)
+        if mark is None or seen.busy or seen.token != mark.token:
+            notes.idle = IdleMark(now, seen.token)
             return None
         idle_for = (now - mark.since).total_seconds()
         if idle_for >= limit:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from datetime import datetime
-
 from corral.control import finishing, sync
 from corral.control.context import Context, log
 from corral.control.observe import Observation
@@ -51,14 +49,14 @@ class PreemptionWatcher(Watcher):
         replaced = _replaced(ctx, run, obs)
         if replaced:
             return finishing.attempt_lost(ctx, run, InstanceState.PREEMPTED, replaced)
-        key = f"{run.id}:{run.attempt}:provider-polled"
+        notes = ctx.notes(run.id).attempt(run.attempt)
         now = ctx.clock()
         every = ctx.settings.provider_poll_s
-        last: datetime | None = ctx.memo.get(key)
+        last = notes.provider_polled_at
         if last is not None and (now - last).total_seconds() < every:
             obs.soon(every - (now - last).total_seconds())  # the machine's next check
             return None
-        ctx.memo[key] = now
+        notes.provider_polled_at = now
         obs.soon(every)
         try:
             st = obs.machine()
@@ -66,9 +64,9 @@ class PreemptionWatcher(Watcher):
             log.info("run %s: provider status failed: %s", run.id, e.message)
             return None
         if st.state == InstanceState.PREEMPTED:
-            if obs.status().terminal or ctx.memo.get(key + ":stop"):
+            if obs.status().terminal or notes.preemption_stop_asked:
                 return None
-            ctx.memo[key + ":stop"] = True
+            notes.preemption_stop_asked = True
             provider = obs.resource.provider
             why = f"{provider} is preempting the machine: stopping gracefully"
             return AskStop(StopCause.PREEMPTION, why, Note("instance.preempting", why))

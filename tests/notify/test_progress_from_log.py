@@ -151,3 +151,34 @@ def test_progress_from_the_log_on_a_machine_that_does_not_share_our_files(
     wait_until(lambda: "progress" in rx.types(), 10, 0.1, "a progress webhook")
     hook = next(r.json["data"] for r in rx.accepted() if r.type == "progress")
     assert hook["stage"] == "main" and hook["total"] == 20 and hook["loss"] is not None
+
+
+def test_every_parallel_stage_reaches_a_progress_webhook(tmp_path, receivers):
+    """Three stages running side by side (an 8-GPU pipeline's shape) each report progress; the
+    webhook's ``progress_interval`` applies per stage, so all three reach the receiver, not
+    only the first to report."""
+    work = tmp_path / "job"
+    work.mkdir()
+    (work / "train.py").write_text(NANOCHAT)
+    rx = receivers()
+    stages = "".join(
+        f"  - name: {name}\n    run: python train.py\n    progress: nanochat\n"
+        for name in ("pretrain", "distill", "probe")
+    )
+    spec = write_spec(
+        work,
+        "name: parallel\nstages:\n"
+        + stages
+        + f"notify:\n  webhooks:\n    - url: {rx.url}\n      progress_interval: 1h\n",
+    )
+    result = CliRunner().invoke(app, ["launch", str(spec), "--wait", "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["state"] == "SUCCEEDED"
+
+    def stages_heard() -> set[str]:
+        return {r.json["data"]["stage"] for r in rx.accepted() if r.type == "progress"}
+
+    wait_until(lambda: len(stages_heard()) == 3, 15, 0.1, lambda: f"heard {stages_heard()}")
+    assert stages_heard() == {"pretrain", "distill", "probe"}
+    # one per stage within the hour
+    assert sum(1 for r in rx.accepted() if r.type == "progress") == 3

@@ -85,6 +85,30 @@ def test_progress_throttling_survives_a_restart(store, clock, receivers):
     assert [r.json["data"]["step"] for r in rx.accepted()] == [1, 3]
 
 
+def test_each_stages_progress_throttle_survives_a_restart(store, clock, receivers):
+    """Parallel stages are throttled each on its own, and a restarted dispatcher remembers
+    every stage's last progress, not only the newest one's."""
+    rx = receivers()
+    run_id = hooked_run(store, {"url": rx.url, "events": ["progress"], "progress_interval": 60})
+    for stage in ("train", "eval", "export"):
+        store.add_event(run_id, "progress", stage, data={"stage": stage, "step": 1})
+        clock.advance(1)
+    d = Dispatcher(store, clock=clock)
+    d.tick()
+    d.run_pending()
+    clock.advance(30)  # 31-33 s after each stage's first (at 0, 1 and 2 s): all too soon
+    for stage in ("train", "eval", "export"):
+        store.add_event(run_id, "progress", stage, data={"stage": stage, "step": 2})
+    clock.advance(28)  # 61 s after train's first, 59 after export's
+    store.add_event(run_id, "progress", "train", data={"stage": "train", "step": 3})
+    store.add_event(run_id, "progress", "export", data={"stage": "export", "step": 3})
+    again = Dispatcher(store, clock=clock)
+    again.tick()
+    again.run_pending()
+    sent = [(r.json["data"]["stage"], r.json["data"]["step"]) for r in rx.accepted()]
+    assert sent == [("train", 1), ("eval", 1), ("export", 1), ("train", 3)]
+
+
 def test_a_small_queue_reads_the_rest_from_the_store_in_order(store, clock, receivers):
     rx = receivers()
     run_id = hooked_run(store, {"url": rx.url})

@@ -14,8 +14,9 @@ Durability (see ``docs/webhooks.md``):
   (delivered, given up on, or not wanted). A restart scans from there and skips what the
   cursors say went out, so a receiver sees at most the in-flight delivery again.
 
-Which events are skipped (not subscribed, progress too soon) depends only on the events and
-the cursor's ``progress_ts``, so replaying after a restart decides the same way.
+Which events are skipped (not subscribed, progress of a stage too soon after that stage's
+last) depends only on the events and the cursor's ``progress_stages``, so replaying after a
+restart decides the same way.
 """
 
 from __future__ import annotations
@@ -322,6 +323,7 @@ class Dispatcher(FeedReader):
                 delivered=int(delivered),
                 failed=int(not delivered),
                 progress_ts=item.progress_ts,
+                progress_stage=item.progress_stage,
             )
         except Exception as e:  # it went out (or was given up on) all the same
             # after stop() the owner may have closed the store: expected, not a warning

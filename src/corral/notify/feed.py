@@ -131,11 +131,10 @@ class FeedReader:
         if e.type not in payloads.WEBHOOK_EVENTS or not key.hook.wants(e.type):
             return None
         extra = None
-        if e.type == "progress":
-            last = key.progress_ts
-            if last is not None and (e.ts - last).total_seconds() < key.hook.progress_interval:
+        stage = progress_stage(e)
+        if stage is not None:
+            if not key.progress_due(stage, e.ts):
                 return None
-            key.progress_ts = e.ts
             if run.id not in live:
                 live[run.id] = self._live(run.id)
             extra = live[run.id]
@@ -145,8 +144,8 @@ class FeedReader:
         delivery = str(payload["id"])
         if key.hook.format != "corral":
             payload = formats.convert(payload, key.hook.format)
-        progress_ts = e.ts if e.type == "progress" else None
-        return Item(e.id, e.type, payload, progress_ts, delivery=delivery)
+        progress_ts = e.ts if stage is not None else None
+        return Item(e.id, e.type, payload, progress_ts, stage, delivery=delivery)
 
     def _outcome(self, e: EventRecord) -> AttemptOutcome | None:
         if e.type not in payloads.OUTCOME_EVENTS:
@@ -186,3 +185,12 @@ class FeedReader:
                         low = min(low, key.queued_upto)
         if low > self._saved:
             self._saved = self.store.set_event_position(CONSUMER, low)
+
+
+def progress_stage(e: EventRecord) -> str | None:
+    """The stage a progress event reports on ("" when it names none); None for any other
+    event. Progress is throttled per stage: parallel stages each reach the webhook."""
+    if e.type != "progress":
+        return None
+    stage = (e.data or {}).get("stage")
+    return stage if isinstance(stage, str) else ""

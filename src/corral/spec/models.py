@@ -250,7 +250,9 @@ class Webhook(SpecModel):
         min_length=1,
         description="Events to send: " + ", ".join(EVENTS) + ", or '*' for all.",
     )
-    progress_interval: Duration = Field(60.0, description="Least time between two progress events.")
+    progress_interval: Duration = Field(
+        60.0, description="Least time between two progress events of one stage."
+    )
     format: str = Field(
         "corral",
         pattern=r"^[a-z][a-z0-9-]{0,31}$",

@@ -127,6 +127,9 @@ class WebhookCursorRecord(_Record):
     event_id: int
     #: event time of the last ``progress`` event sent (progress throttling)
     progress_ts: datetime | None
+    #: per stage, the event time (ISO 8601) of its last ``progress`` event sent (throttling is
+    #: per stage); None for a cursor written before stages were told apart
+    progress_stages: dict[str, str] | None
     delivered: int
     failed: int
     updated_at: datetime
@@ -210,7 +213,7 @@ JSONS = {
     "attempts": frozenset({"offer", "log_offsets", "data"}),
     "events": frozenset({"data"}),
     "resources": frozenset({"instance", "data"}),
-    "webhook_cursors": frozenset(),
+    "webhook_cursors": frozenset({"progress_stages"}),
     "event_positions": frozenset(),
     "schedules": frozenset({"spec"}),
     "schedule_ticks": frozenset(),

@@ -126,7 +126,8 @@ resources = sa.Table(
 # Webhook delivery progress, per (run, webhook): all events of the run up to ``event_id`` were
 # delivered or given up on. ``webhook`` is the index in the run's ``notify.webhooks`` (a run's
 # spec never changes). ``progress_ts``: the event time of the last progress event that went
-# out, so progress throttling survives a restart.
+# out; ``progress_stages``: that time per stage ({stage: ISO time}), so progress throttling
+# (per stage) survives a restart.
 webhook_cursors = sa.Table(
     "webhook_cursors",
     metadata,
@@ -139,6 +140,7 @@ webhook_cursors = sa.Table(
     sa.Column("webhook", sa.Integer, primary_key=True, autoincrement=False),
     sa.Column("event_id", sa.BigInteger, nullable=False),
     sa.Column("progress_ts", TS),
+    sa.Column("progress_stages", sa.JSON),
     sa.Column("delivered", sa.Integer, nullable=False),
     sa.Column("failed", sa.Integer, nullable=False),
     sa.Column("updated_at", TS, nullable=False),

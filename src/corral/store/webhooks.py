@@ -51,10 +51,12 @@ class WebhookOps(StoreBase):
         delivered: int = 0,
         failed: int = 0,
         progress_ts: datetime | None = None,
+        progress_stage: str | None = None,
     ) -> WebhookCursorRecord:
         """Record that the run's events up to ``event_id`` went out to webhook ``webhook``
         (``delivered``/``failed``: how many of them were delivered or given up on;
-        ``progress_ts``: the event time of a progress event among them). Forward only: if the
+        ``progress_ts``: the event time of a progress event among them, of stage
+        ``progress_stage`` when it names one). Forward only: if the
         cursor is already at or past ``event_id``, nothing changes. NotFound for an unknown run.
         """
         if event_id < 0 or webhook < 0:
@@ -67,6 +69,7 @@ class WebhookOps(StoreBase):
                 **key,
                 "event_id": 0,
                 "progress_ts": None,
+                "progress_stages": None,
                 "delivered": 0,
                 "failed": 0,
                 "updated_at": now,
@@ -87,6 +90,10 @@ class WebhookOps(StoreBase):
                 ts = aware_utc(progress_ts)
                 if current.progress_ts is None or ts > current.progress_ts:
                     values["progress_ts"] = ts
+                if progress_stage is not None:
+                    stages = dict(current.progress_stages or {})
+                    stages[progress_stage] = ts.isoformat()
+                    values["progress_stages"] = stages
             self._update(tx, "webhook_cursors", _CURSOR_KEY, key, values)
             return self._cursor_tx(tx, run_id, int(webhook))
 

@@ -89,9 +89,7 @@ def test_refusals_record_nothing(tmp_path: Path, monkeypatch) -> None:
     assert list_runs() == []
 
 
-def test_a_launch_parses_plans_and_resolves_its_secrets_once(
-    tmp_path: Path, monkeypatch
-) -> None:
+def test_a_launch_parses_plans_and_resolves_its_secrets_once(tmp_path: Path, monkeypatch) -> None:
     """``corral launch`` decides once: the spec it parsed, the plan it made to refuse an
     infeasible job and the secrets it resolved are what its first attempt launches with."""
     import importlib

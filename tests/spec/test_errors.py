@@ -208,7 +208,10 @@ def test_a_storage_uri_without_a_bucket_takes_the_io_net_guides_r2_bucket(monkey
     assert spec.checkpoints.storage == "s3://team-ckpts/runs/a"
     monkeypatch.setenv("R2_BUCKET_NAME", "Bad_Name")
     err = one("name: x\nrun: y\ncheckpoints: {storage: 's3:///runs'}\n")
-    assert err["field"] == "checkpoints.storage" and "invalid S3 bucket name 'Bad_Name'" in err["message"]
+    assert (
+        err["field"] == "checkpoints.storage"
+        and "invalid S3 bucket name 'Bad_Name'" in err["message"]
+    )
 
 
 def test_paths_in_workdir_must_stay_inside():

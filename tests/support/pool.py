@@ -27,17 +27,19 @@ REDIS_URL = os.environ.get("CORRAL_TEST_REDIS", "redis://127.0.0.1:6379/13")
 
 
 @contextlib.contextmanager
-def scratch_pool(**overrides: float) -> Iterator[PoolSettings]:
-    """A pool of its own on the local Redis server; every key of it is deleted afterwards."""
+def scratch_pool(broker_url: str = REDIS_URL, **overrides: float) -> Iterator[PoolSettings]:
+    """A pool of its own on the local Redis server (or ``broker_url``); every key of it is
+    deleted afterwards."""
     fields = {
         "heartbeat_s": 0.25,
         "lost_after_s": 2.0,
+        "outage_grace_s": 3.0,
         "start_margin_s": 60.0,
         "max_runtime_s": 3600.0,
         **overrides,
     }
     settings = PoolSettings(
-        broker_url=REDIS_URL, name=f"t{uuid.uuid4().hex[:12]}", **fields
+        broker_url=broker_url, name=f"t{uuid.uuid4().hex[:12]}", **fields
     ).checked()
     try:
         yield settings
@@ -57,6 +59,7 @@ def pool_env(settings: PoolSettings) -> dict[str, str]:
         "CORRAL_POOL_NAME": settings.name,
         "CORRAL_POOL_HEARTBEAT": f"{settings.heartbeat_s}s",
         "CORRAL_POOL_LOST_AFTER": f"{settings.lost_after_s}s",
+        "CORRAL_POOL_OUTAGE_GRACE": f"{settings.outage_grace_s}s",
         "CORRAL_POOL_START_MARGIN": f"{settings.start_margin_s}s",
         "CORRAL_POOL_MAX_RUNTIME": f"{settings.max_runtime_s}s",
         "CORRAL_POOL_PRICE_PER_GPU_HOUR": str(settings.price_per_gpu_hour),

@@ -164,6 +164,9 @@ class PoolAttempt:
     ended_at: float | None = None
     stop_grace: float | None = None
     grace: float | None = None
+    #: how long its worker keeps the job going without the broker (the controller's setting,
+    #: written at launch, so both sides agree)
+    outage_grace: float | None = None
     #: its worker is being taken away (the attempt ends ``preempted``)
     preempted: bool = False
     sent: bool = False
@@ -199,6 +202,7 @@ class PoolAttempt:
             ended_at=num("ended_at"),
             stop_grace=num("stop_grace"),
             grace=num("grace"),
+            outage_grace=num("outage_grace"),
             preempted=raw.get("preempted") == "1",
             sent=raw.get("sent") == "1",
             alive=alive,

@@ -22,6 +22,7 @@ ENV_MAX_RUNTIME = "CORRAL_POOL_MAX_RUNTIME"
 ENV_HEARTBEAT = "CORRAL_POOL_HEARTBEAT"
 ENV_LOST_AFTER = "CORRAL_POOL_LOST_AFTER"
 ENV_START_MARGIN = "CORRAL_POOL_START_MARGIN"
+ENV_OUTAGE_GRACE = "CORRAL_POOL_OUTAGE_GRACE"
 ENV_SHARED_FILES = "CORRAL_POOL_SHARED_FILES"
 
 DEFAULT_BROKER = "redis://127.0.0.1:6379/0"
@@ -30,6 +31,8 @@ DEFAULT_MAX_RUNTIME_S = 7 * 86400.0
 DEFAULT_HEARTBEAT_S = 2.0
 DEFAULT_LOST_AFTER_S = 30.0
 DEFAULT_START_MARGIN_S = 1800.0
+#: a broker outage (a Redis restart, a network cut) shorter than this stops no running job
+DEFAULT_OUTAGE_GRACE_S = 120.0
 
 _NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,39}$")
 _DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
@@ -86,6 +89,10 @@ class PoolSettings:
     #: time an attempt may take beyond its runtime limit (setup, the agent's start, the final
     #: sync) before the task's soft time limit
     start_margin_s: float = DEFAULT_START_MARGIN_S
+    #: how long a running attempt's worker keeps its job going while it cannot reach the
+    #: broker (a broker restart or a network cut shorter than this stops nothing); a lost
+    #: attempt is recovered only once its worker has surely stopped it (see docs/pool.md)
+    outage_grace_s: float = DEFAULT_OUTAGE_GRACE_S
     #: the workers see the controller's files at the same paths (one machine, NFS): jobs run
     #: in their workdir in place; otherwise (the default) the code is shipped to the worker
     shared_files: bool = False
@@ -115,6 +122,7 @@ class PoolSettings:
             (ENV_HEARTBEAT, "heartbeat_s"),
             (ENV_LOST_AFTER, "lost_after_s"),
             (ENV_START_MARGIN, "start_margin_s"),
+            (ENV_OUTAGE_GRACE, "outage_grace_s"),
         ):
             if get(env_name):
                 durations[field] = parse_duration(get(env_name), env_name)
@@ -132,7 +140,20 @@ class PoolSettings:
                 f"{ENV_LOST_AFTER} ({self.lost_after_s:g}s) must be at least twice "
                 f"{ENV_HEARTBEAT} ({self.heartbeat_s:g}s)"
             )
+        if self.outage_grace_s < self.lost_after_s:
+            raise BadInput(
+                f"{ENV_OUTAGE_GRACE} ({self.outage_grace_s:g}s) must be at least "
+                f"{ENV_LOST_AFTER} ({self.lost_after_s:g}s)"
+            )
         return self
+
+    @property
+    def recovery_fence_s(self) -> float:
+        """Seconds after an attempt is declared lost before it counts as gone (and its run is
+        recovered): its worker, if it still runs but cannot reach the broker, stops the job
+        within ``outage_grace_s`` of its last heartbeat, which was at least ``lost_after_s``
+        before the declaration; one heartbeat period more covers the worker's poll."""
+        return max(0.0, self.outage_grace_s - self.lost_after_s) + self.heartbeat_s
 
     @property
     def visibility_timeout_s(self) -> float:

@@ -61,6 +61,9 @@ class AttemptTask:
         self.registry = Registry(client, keys)
         self.parent = os.getppid()
         self.poll_s = min(0.5, settings.heartbeat_s / 4)
+        #: how long the job goes on while the broker cannot be reached: the launching
+        #: controller's setting, from the attempt's record (its recovery waits that long)
+        self.outage_grace_s = settings.lost_after_s / 2
 
     def run(self, key: str) -> dict[str, Any]:
         claim = self.attempts.claim(
@@ -76,6 +79,8 @@ class AttemptTask:
             return {"key": key, "dropped": claim}
         record = self.attempts.get(key)
         run_id = record.run_id if record else ""
+        if record is not None and record.outage_grace is not None:
+            self.outage_grace_s = record.outage_grace
         ttl = 3 * self.settings.heartbeat_s
         self.registry.set_current(self.slot.name, ttl, key, run_id)
         try:
@@ -134,13 +139,18 @@ class AttemptTask:
                     )
                     heard = time.monotonic()
                 except redis.RedisError as exc:
-                    # the controller gives the attempt up after lost_after_s without a
-                    # heartbeat: stop before that, so it never runs beside its recovery
-                    if time.monotonic() - heard < self.settings.lost_after_s / 2:
+                    # a broker outage: the job goes on for the attempt's outage grace (the
+                    # controller recovers a lost attempt only after that), then stops, so it
+                    # never runs beside its recovery
+                    if time.monotonic() - heard < self.outage_grace_s:
                         log.warning("attempt %s: heartbeat failed: %s", key, exc)
                         time.sleep(self.poll_s)
                         continue
-                    log.error("attempt %s: the broker is unreachable: killing its agent", key)
+                    log.error(
+                        "attempt %s: the broker has been unreachable for %.0fs: killing its agent",
+                        key,
+                        self.outage_grace_s,
+                    )
                     agent.kill()
                     return {"key": key, "state": "unreachable"}
                 if state not in states.HELD:  # lost, or no longer ours: stop at once

@@ -105,6 +105,9 @@ class PoolProvider(Provider, SupportsSimulatedPreemption, ReportsQueue):
         self._app = app
         self._attempts: AttemptStore | None = None
         self._registry: Registry | None = None
+        #: when (this clock) a call to the broker last failed: a broker back from an outage
+        #: gives every worker ``lost_after_s`` to be heard again before any attempt is lost
+        self._broker_failed_at: float | None = None
 
     # --- connections (made on first use) ----------------------------------------------------
 
@@ -245,6 +248,7 @@ class PoolProvider(Provider, SupportsSimulatedPreemption, ReportsQueue):
             "priority": bootstrap.priority,
             "task_id": tid,
             "grace": grace,
+            "outage_grace": self.settings.outage_grace_s,
         }
         with broker_errors(self.settings):
             rec, _ = self.attempts.create(
@@ -305,14 +309,39 @@ class PoolProvider(Provider, SupportsSimulatedPreemption, ReportsQueue):
     # --- status / terminate -----------------------------------------------------------------
 
     def _read(self, key: str) -> PoolAttempt | None:
-        """The record, with a held attempt whose heartbeat stopped declared lost."""
-        with broker_errors(self.settings):
-            rec = self.attempts.get(key)
-            if rec is not None and rec.held and not rec.alive:
-                why = f"worker {rec.worker} lost: no heartbeat for {self.settings.lost_after_s:g}s"
-                self.attempts.mark_lost(key, why)
+        """The record, with a held attempt whose heartbeat stopped declared lost, unless the
+        broker itself has not been up for ``lost_after_s`` (a broker outage silences every
+        worker: they are given that long to be heard again)."""
+        try:
+            with broker_errors(self.settings):
                 rec = self.attempts.get(key)
+                if rec is not None and rec.held and not rec.alive and self._broker_steady():
+                    lost = self.settings.lost_after_s
+                    why = f"worker {rec.worker} lost: no heartbeat for {lost:g}s"
+                    self.attempts.mark_lost(key, why)
+                    rec = self.attempts.get(key)
+        except ProviderUnavailable:
+            self._broker_failed_at = time.monotonic()
+            raise
         return rec
+
+    def _broker_steady(self) -> bool:
+        """Whether the broker has answered for at least ``lost_after_s``: since this
+        controller last failed to reach it, and since the broker itself started (a restart
+        this controller never saw)."""
+        need = self.settings.lost_after_s
+        if self._broker_failed_at is not None and time.monotonic() - self._broker_failed_at < need:
+            return False
+        uptime = self.attempts.r.info("server").get("uptime_in_seconds")
+        return not isinstance(uptime, int | float) or uptime >= need
+
+    def _fenced(self, rec: PoolAttempt) -> bool:
+        """Whether a lost attempt's worker may still be running its job (cut off from the
+        broker, it keeps it going for the attempt's outage grace): its run is not recovered
+        before that has surely passed, so the job never runs twice at once."""
+        grace = rec.outage_grace if rec.outage_grace is not None else 0.0
+        fence = max(0.0, grace - self.settings.lost_after_s) + self.settings.heartbeat_s
+        return rec.ended_at is not None and self.clock() < rec.ended_at + fence
 
     def status(self, instance: Instance) -> InstanceStatus:
         rec = self._read(instance.key)
@@ -346,6 +375,13 @@ class PoolProvider(Provider, SupportsSimulatedPreemption, ReportsQueue):
                 started_at=started,
             )
         if rec.state == states.LOST:
+            if self._fenced(rec):
+                return InstanceStatus(
+                    state=InstanceState.UNKNOWN,
+                    detail=f"{rec.detail}; waiting out its outage grace in case the worker, "
+                    "cut off from the broker, still runs the job",
+                    started_at=started,
+                )
             return InstanceStatus(
                 state=InstanceState.PREEMPTED, detail=rec.detail, started_at=started
             )

@@ -589,9 +589,11 @@ class Runner:
 
     def _env(self, stage: StagePlan | None, gpus: list[str]) -> dict[str, str]:
         """os.environ + plan.env + stage.env, then the agent's own variables on top (a stage
-        cannot override its GPUs or the CORRAL_* contract); never the agent's token."""
+        cannot override its GPUs or the CORRAL_* contract, the checkpoint policy's included:
+        the SDK keeps what the agent's mirrors keep); never the agent's token."""
         plan = self.plan
         env = {**self._environ, **plan.env, **(stage.env if stage else {})}
+        env.update(plan.checkpoint_policy.env())
         env.update(
             {
                 "CUDA_VISIBLE_DEVICES": ",".join(gpus),

@@ -49,13 +49,13 @@ def live_agent(tmp_path: Path) -> Iterator[tuple[Agent, str]]:
 def _rig_on(tmp_path: Path, url: str, paths: list[str], monkeypatch: Any) -> Rig:
     (tmp_path / "ctl").mkdir()
     r = rig(tmp_path / "ctl", RunState.RUNNING)
-    real = AgentClient._request
+    real = AgentClient._fetch
 
-    def counted(self: AgentClient, method: str, path: str, **kw: Any) -> dict[str, Any]:
+    def counted(self: AgentClient, method: str, path: str, **kw: Any) -> tuple[int, bytes]:
         paths.append(path)
         return real(self, method, path, **kw)
 
-    monkeypatch.setattr(agent_client.AgentClient, "_request", counted)
+    monkeypatch.setattr(agent_client.AgentClient, "_fetch", counted)
     r.ctx.client_factory = lambda endpoint, token: AgentClient(url, TOKEN)
     return r
 

@@ -731,13 +731,18 @@ class _Handler(BaseHTTPRequestHandler):
     def _send(self, status: int, body: dict | BaseModel) -> None:
         """A JSON answer (its head only to a HEAD request, as HTTP wants). Always with a status
         line and headers: a request without a valid version (HTTP/0.9 style) gets HTTP/1.0's.
-        A wire model is serialised with ``model_dump(mode="json")``."""
+        A wire model is serialised by pydantic (``model_dump(mode="json")`` when a secret
+        value is to be masked in it first)."""
         if self.request_version == "HTTP/0.9":
             self.request_version = "HTTP/1.0"
             self.close_connection = True
-        if isinstance(body, BaseModel):
-            body = body.model_dump(mode="json")
-        payload = json.dumps(self.server.api.redactor.redact_data(body)).encode()
+        redactor = self.server.api.redactor
+        if isinstance(body, BaseModel) and not redactor:  # nothing to mask: straight to JSON
+            payload = body.model_dump_json().encode()
+        else:
+            if isinstance(body, BaseModel):
+                body = body.model_dump(mode="json")
+            payload = json.dumps(redactor.redact_data(body)).encode()
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(payload)))

@@ -6,6 +6,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from pydantic import ValidationError
+
 from corral.control.context import Context
 from corral.control.observe import Observation
 from corral.control.transitions import Step
@@ -75,7 +77,10 @@ class IdleWatcher(Watcher):
         cached = (ctx.store.get_attempt(run.id, run.attempt).data or {}).get("status")
         if not cached:
             return None
-        status = AgentStatus.model_validate(cached)
+        try:
+            status = AgentStatus.model_validate(cached)
+        except ValidationError:  # stored by another corral release: the next look stores anew
+            return None
         if status.phase != Phase.RUNNING:
             return None  # setup, finishing, stopping: not idle by definition
         key = f"{run.id}:{run.attempt}:idle"

@@ -67,14 +67,14 @@ def controller_child(out: Path) -> None:
     from corral.control import agent_client, daemon
 
     polls: dict[str, array] = {}
-    real = agent_client.AgentClient._request
+    real = agent_client.AgentClient._fetch
 
     def timed(self, method, path, **kw):  # type: ignore[no-untyped-def]
         if path in ("/poll", "/status"):
             polls.setdefault(self.endpoint, array("d")).append(time.monotonic())
         return real(self, method, path, **kw)
 
-    agent_client.AgentClient._request = timed  # type: ignore[method-assign]
+    agent_client.AgentClient._fetch = timed  # type: ignore[method-assign]
     home = Path(os.environ["CORRAL_HOME"])
     try:
         daemon.run_foreground(log_to=home / "controller.log")

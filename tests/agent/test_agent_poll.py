@@ -7,6 +7,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 from corral.control.agent_client import AgentClient
+from corral.wire.events import AgentEvent
 from corral.wire.poll import PollAnswer, decode_offsets, encode_offsets
 
 from .helpers import TOKEN, make_plan
@@ -22,7 +23,8 @@ def test_one_answer_carries_status_events_and_every_stage_logs_new_bytes(tmp_pat
     client.wait_finished()
     answer = PollAnswer.model_validate(client.get("/poll"))
     assert answer.status.phase == "succeeded" and answer.status.run_id == "run-1"
-    assert answer.events == client.events() and answer.events_next == answer.events[-1]["seq"]
+    assert [e.model_dump() for e in answer.events] == client.events()
+    assert answer.events_next == answer.events[-1].seq
     logs = Path(plan.state_dir) / "logs"
     assert set(answer.logs) == {"_setup", "a", "b"}
     for name, chunk in answer.logs.items():
@@ -87,19 +89,30 @@ def test_offsets_travel_percent_encoded() -> None:
     assert decode_offsets(quote("a") + ":12") == {"a": 12}
 
 
-def test_the_controllers_client_polls_once_and_falls_back_for_an_agent_without_poll(
-    tmp_path, start_agent
-):
+def test_the_controllers_client_reads_the_poll_answer_as_typed_models(tmp_path, start_agent):
     client = start_agent(make_plan(tmp_path, [{"name": "a", "run": "echo hi"}]))
     client.wait_finished()
     api = AgentClient(client.url, TOKEN)
     try:
         answer = api.poll(0, {})
-        assert answer is not None and api.polls is True
         assert answer.status.phase == "succeeded" and answer.logs["a"].data.endswith("hi\n")
+        assert all(isinstance(e, AgentEvent) for e in answer.events) and answer.events
+        assert answer.events[0].seq == 1 and answer.events[0].type == "attempt.started"
         assert client.get("/health")["features"] == {"poll": 1}
-        api.endpoint = client.url + "/nowhere"  # every path 404s, as on an agent before /poll
-        assert api.poll(0, {}) is None and api.polls is False
-        assert api.poll(0, {}) is None  # remembered: not asked again
+        page = api.events(after=0)
+        assert [e.seq for e in page.events] == [e.seq for e in answer.events]
+        assert page.next == answer.events_next
+        chunk = api.logs("a")
+        assert chunk.stage == "a" and chunk.data == answer.logs["a"].data and chunk.eof
+        assert api.log_sizes() == answer.log_sizes
     finally:
         api.close()
+
+
+def test_the_agents_raw_poll_answer_validates_as_the_wire_model(tmp_path, start_agent):
+    client = start_agent(make_plan(tmp_path, [{"name": "a", "run": "echo hi"}]))
+    client.wait_finished()
+    raw = client.get("/poll?events_after=0")
+    answer = PollAnswer.model_validate(raw)  # strict: a key the model lacks would fail here
+    assert answer.model_dump(mode="json") == raw
+    assert {e.type for e in answer.events} >= {"attempt.started", "attempt.finished"}

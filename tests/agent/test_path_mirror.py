@@ -278,7 +278,7 @@ def test_a_file_that_changes_while_uploaded_is_not_published(tmp_path, monkeypat
 
 
 def test_directories_newest_restored_corrupt_skipped_and_retention(tmp_path) -> None:
-    plan = _plan(tmp_path, "a", ["out/checkpoint-*"], env={"CORRAL_CHECKPOINT_KEEP_LAST": "2"})
+    plan = _plan(tmp_path, "a", ["out/checkpoint-*"], checkpoint_policy={"keep_last": 2})
     events, runner = Events(), FakeRunner()
     hook = _mirror(plan, events)
     hook.before_stages(runner)

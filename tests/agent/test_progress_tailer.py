@@ -61,8 +61,9 @@ def test_a_diverged_loss_is_shown_as_nan_not_as_no_loss(tmp_path):
     (first,) = [e for e in events.after(0)[0] if e["type"] == "progress"]
     assert first["data"]["loss"] == "nan" and first["data"]["metrics"]["grad_norm"] == "inf"
     from corral.control.sync import _describe
+    from corral.wire.events import AgentEvent
 
-    assert _describe(first).endswith("loss nan")
+    assert _describe(AgentEvent.model_validate(first)).endswith("loss nan")
 
 
 def test_the_last_poll_reads_everything_the_stage_wrote_not_one_mebibyte(tmp_path):
@@ -303,12 +304,13 @@ def test_no_eta_without_a_total_or_a_rate_and_a_resume_starts_the_window_again(t
 
 def test_the_progress_event_text_carries_the_eta():
     from corral.control.sync import _describe
+    from corral.wire.events import AgentEvent
 
-    event = {"type": "progress", "stage": "train",
-             "data": {"step": 1200, "total": 5000, "percent": 24.0, "loss": 1.873,
-                      "eta_s": 2533.5}}  # fmt: skip
+    event = AgentEvent(seq=1, ts="2026-01-01T00:00:00Z", type="progress", stage="train",
+                       data={"step": 1200, "total": 5000, "percent": 24.0, "loss": 1.873,
+                             "eta_s": 2533.5})  # fmt: skip
     assert _describe(event) == "train: step 1200/5000 (24%) ETA 0h42m13s loss 1.873"
-    event["data"]["eta_s"] = None
+    event.data["eta_s"] = None
     assert _describe(event) == "train: step 1200/5000 (24%) loss 1.873"
 
 

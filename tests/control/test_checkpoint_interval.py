@@ -77,7 +77,12 @@ def test_the_plan_carries_the_interval_for_a_provider_without_a_notice():
         offer=OFFER,
         profile=NodeProfile(interruptions_per_hour=0.3),
     )
-    assert plan.env[ENV_CKPT_INTERVAL] == "600" and plan.env[ENV_INTERRUPTIONS_PER_HOUR] == "0.3"
+    policy = plan.checkpoint_policy
+    assert policy.interval_s == 600 and policy.interruptions_per_hour == 0.3
+    # what the agent gives the job's processes, for the SDK's CheckpointTimer
+    assert policy.env()[ENV_CKPT_INTERVAL] == "600"
+    assert policy.env()[ENV_INTERRUPTIONS_PER_HOUR] == "0.3"
+    assert ENV_CKPT_INTERVAL not in plan.env  # the policy is not parsed back from strings
     observed = build_plan(
         _spec(),
         run_id="r-1",
@@ -86,13 +91,14 @@ def test_the_plan_carries_the_interval_for_a_provider_without_a_notice():
         profile=NodeProfile(interruptions_per_hour=0.3),
         interruptions_per_hour=6.0,
     )
-    assert float(observed.env[ENV_CKPT_INTERVAL]) < 600  # the observed rate wins
+    assert observed.checkpoint_policy.interval_s < 600  # the observed rate wins
     none = build_plan(_spec(), run_id="r-1", attempt=1, offer=OFFER, profile=NodeProfile())
-    assert ENV_CKPT_INTERVAL not in none.env  # a notice comes, or nothing preempts
+    assert none.checkpoint_policy.interval_s is None  # a notice comes, or nothing preempts
+    assert ENV_CKPT_INTERVAL not in none.checkpoint_policy.env()
     fixed = build_plan(
         _spec(interval="15m"), run_id="r-1", attempt=1, offer=OFFER, profile=NodeProfile()
     )
-    assert fixed.env[ENV_CKPT_INTERVAL] == "900"
+    assert fixed.checkpoint_policy.interval_s == 900
 
 
 def test_the_sdk_timer_reads_the_interval_from_the_environment():

@@ -1,6 +1,5 @@
 """One look at a RUNNING run is one request to its agent (``GET /poll``): the status, the new
-events and the new log bytes arrive together and are copied; an agent from before ``/poll`` is
-read through ``/status``, ``/events`` and ``/logs`` as before."""
+events and the new log bytes arrive together and are copied."""
 
 from __future__ import annotations
 
@@ -50,13 +49,13 @@ def live_agent(tmp_path: Path) -> Iterator[tuple[Agent, str]]:
 def _rig_on(tmp_path: Path, url: str, paths: list[str], monkeypatch: Any) -> Rig:
     (tmp_path / "ctl").mkdir()
     r = rig(tmp_path / "ctl", RunState.RUNNING)
-    real = AgentClient._request
+    real = AgentClient._fetch
 
-    def counted(self: AgentClient, method: str, path: str, **kw: Any) -> dict[str, Any]:
+    def counted(self: AgentClient, method: str, path: str, **kw: Any) -> tuple[int, bytes]:
         paths.append(path)
         return real(self, method, path, **kw)
 
-    monkeypatch.setattr(agent_client.AgentClient, "_request", counted)
+    monkeypatch.setattr(agent_client.AgentClient, "_fetch", counted)
     r.ctx.client_factory = lambda endpoint, token: AgentClient(url, TOKEN)
     return r
 
@@ -102,23 +101,3 @@ def test_a_restarted_controller_goes_on_from_the_stored_cursor_and_offsets(
     copied = Path(r.ctx.home) / "runs" / r.run_id / "logs" / "a1" / "train.log"
     assert copied.read_text() == log_file.read_text()
     assert len(r.store.events(r.run_id)) == events
-
-
-def test_an_agent_without_poll_is_read_through_the_old_endpoints(tmp_path, live_agent, monkeypatch):
-    agent, url = live_agent
-    log_file = Path(agent.plan.state_dir) / "logs" / "train.log"
-    wait_until(lambda: "two" in (log_file.read_text() if log_file.exists() else ""), 15)
-    r = _rig_on(tmp_path, url, [], monkeypatch)
-    real = AgentClient._request
-
-    def old_agent(self: AgentClient, method: str, path: str, **kw: Any) -> dict[str, Any]:
-        if path == "/poll":  # what an agent from before /poll answers
-            return {} if kw.get("missing_ok") else real(self, method, "/nowhere", **kw)
-        return real(self, method, path, **kw)
-
-    monkeypatch.setattr(agent_client.AgentClient, "_request", old_agent)
-    reconcile(r.ctx, r.run())
-    copied = Path(r.ctx.home) / "runs" / r.run_id / "logs" / "a1" / "train.log"
-    assert copied.read_text() == log_file.read_text()
-    assert "stage.started" in [e.type for e in r.store.events(r.run_id)]
-    assert r.store.get_attempt(r.run_id, 1).data["status"]["phase"] == "running"

@@ -14,7 +14,7 @@ from corral.control import sync
 from corral.control.controller import reconcile
 from corral.store.states import RunState
 
-from .unitkit import Rig, rig
+from .unitkit import TS, Rig, rig
 
 
 class WriteCounter:
@@ -66,7 +66,7 @@ def test_a_new_event_or_a_new_status_is_written_on_the_tick_that_sees_it(
     counter = WriteCounter(r, monkeypatch)
     _tick(r)
     counter.take()
-    r.agent.emitted.append({"seq": 1, "type": "note", "data": {"message": "hello"}})
+    r.agent.emitted.append({"seq": 1, "ts": TS, "type": "note", "data": {"message": "hello"}})
     _tick(r)
     assert counter.take() == 1
     assert any(e.reason == "hello" for e in r.store.events(r.run_id))

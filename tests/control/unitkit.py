@@ -22,6 +22,7 @@ from corral.providers.base import (
 from corral.store import RunRecord, Store
 from corral.store.states import RunState
 from corral.wire.outcome import StopCause
+from corral.wire.poll import PollAnswer
 from corral.wire.status import AgentStatus
 
 from .helpers import submit, write_spec
@@ -104,7 +105,7 @@ class FakeAgent:
     started_at: str | None = None
     stops: list[tuple[StopCause, str]] = field(default_factory=list)
     status_calls: int = 0
-    #: what GET /events gives: agent events with their ``seq`` (1, 2, ...)
+    #: the agent's events, with their ``seq`` (1, 2, ...)
     emitted: list[dict[str, Any]] = field(default_factory=list)
 
     def _check(self) -> None:
@@ -125,16 +126,21 @@ class FakeAgent:
         self.stops.append((cause, reason))
         return {}
 
-    def events(self, after: int = 0) -> dict[str, Any]:
-        self._check()
-        page = [e for e in self.emitted if e["seq"] > after]
-        return {"events": page, "next": page[-1]["seq"] if page else after}
-
-    def log_sizes(self) -> dict[str, int]:
-        return {}
+    def poll(
+        self, events_after: int = 0, offsets: dict[str, int] | None = None, log_limit: int = 0
+    ) -> PollAnswer:
+        """``GET /poll``: the status and the events after ``events_after`` (no stage logs)."""
+        status = self.status()
+        page = [e for e in self.emitted if e["seq"] > events_after]
+        nxt = page[-1]["seq"] if page else events_after
+        return PollAnswer.model_validate({"status": status, "events": page, "events_next": nxt})
 
     def close(self) -> None:
         return None
+
+
+#: when a test's agent events happened (the agent stamps each one)
+TS = "2026-01-01T00:00:00.000Z"
 
 
 @dataclass

@@ -3,6 +3,7 @@ the copied stage logs or the controller's log."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -123,14 +124,19 @@ def test_copied_logs_are_redacted_by_a_controller_that_did_not_launch_the_run(
     run_id = submit(spec)
     lines = f"2026-01-01T00:00:00Z value {FROM_ENV}\n2026-01-01T00:00:01Z done\n"
 
-    class Agent:  # what the agent API answers: whole lines, byte offsets
-        def log_sizes(self) -> dict[str, int]:
-            return {"main": len(lines.encode())}
+    from corral.wire.poll import LogChunk, PollAnswer
+    from corral.wire.status import AgentStatus
 
-        def logs(self, stage: str, offset: int = 0, limit: int = 0) -> dict:
-            return {"data": lines[offset:], "next_offset": len(lines.encode())}
+    size = len(lines.encode())
+
+    class Agent:  # what the agent's /poll answers: whole lines, byte offsets
+        def poll(self, events_after: int, offsets: dict, log_limit: int) -> PollAnswer:
+            status = AgentStatus(run_id=run_id, attempt=1, phase="running")
+            chunk = LogChunk(offset=0, next_offset=size, data=lines)
+            return PollAnswer(status=status, logs={"main": chunk}, log_sizes={"main": size})
 
     ctx = Context(store=Store.open(), providers={})
-    sync.sync_logs(ctx, run_id, 1, Agent())  # type: ignore[arg-type]
+    run = dataclasses.replace(ctx.store.get_run(run_id), attempt=1)  # as once launched
+    sync.drain(ctx, run, Agent())  # type: ignore[arg-type]
     copied = (corral_home / "runs" / run_id / "logs" / "a1" / "main.log").read_text()
     assert copied == lines.replace(FROM_ENV, "***")

@@ -24,7 +24,7 @@ def setup(tmp_path: Path, *, storage=None, keep_last: int = 2, grace: float = 0.
         tmp_path,
         [{"name": "train", "run": "true"}],
         checkpoint_storage=str(tmp_path / "remote"),
-        env={"CORRAL_CHECKPOINT_KEEP_LAST": str(keep_last)},
+        checkpoint_policy={"keep_last": keep_last},
         grace_seconds=grace,
     )
     Path(plan.checkpoint_dir).mkdir(parents=True)  # as the agent does

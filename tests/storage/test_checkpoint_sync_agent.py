@@ -43,7 +43,8 @@ def plan_for(tmp_path: Path, storage: str, attempt: int, steps: int):
         checkpoint_dir=str(tmp_path / f"ckpt-a{attempt}"),  # a new machine: empty
         state_dir=str(tmp_path / f"state-a{attempt}"),
         checkpoint_storage=storage,
-        env={"STEPS": str(steps), "CORRAL_CHECKPOINT_KEEP_LAST": "2"},
+        env={"STEPS": str(steps)},
+        checkpoint_policy={"keep_last": 2},
     )
 
 

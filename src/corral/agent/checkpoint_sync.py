@@ -13,7 +13,7 @@ attempts), each checkpoint with its files and its ``COMPLETE`` manifest, uploade
 * while the stages run, a thread polls the local directory every ``poll_seconds`` and uploads
   each new complete checkpoint, one at a time, newest first, skipping those the retention
   policy would delete anyway (``checkpoint.uploaded``); then applies the job's retention
-  (``CORRAL_CHECKPOINT_KEEP_*`` in the plan env) to the remote copies. A failed upload is
+  (the plan's ``checkpoint_policy``) to the remote copies. A failed upload is
   retried with backoff (1 s doubling to 60 s); each new error is an ``agent.error`` event.
 * ``after_stages``: when the attempt was stopped or preempted, waits at most
   ``plan.grace_seconds`` for the newest complete checkpoint of each series to be uploaded;
@@ -80,7 +80,7 @@ class CheckpointSync:
         self.root = ""
         self.storage: Storage = self._local
         try:
-            self.policy = mirror.policy_from_env(plan.env)
+            self.policy = mirror.policy_of(plan.checkpoint_policy)
             uri = plan.checkpoint_storage or ""
             if storage is None:
                 options = {"environ": self._env} if uri.startswith("s3://") else {}

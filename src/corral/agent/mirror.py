@@ -20,17 +20,16 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from corral.errors import BadInput
 from corral.sdk.layout import Found, Layout
 from corral.sdk.manifest import MANIFEST_NAME, CheckpointError, FileEntry, Manifest
-from corral.sdk.retention import select_to_keep, validate_policy
+from corral.sdk.retention import select_to_keep
 from corral.sdk.storage import CHUNK_BYTES, LocalStorage, Storage
 from corral.storage.errors import SourceMismatch
-from corral.wire.env import ENV_CKPT_KEEP_BEST, ENV_CKPT_KEEP_LAST, ENV_CKPT_METRIC, ENV_CKPT_MODE
+from corral.wire.plan import CheckpointPolicy
 
 #: A checkpoint directory: ``<prefix>-<step>``, or ``<prefix>-<step>.v<k>`` (a re-saved step on
 #: an object store, see :mod:`corral.sdk.layout`).
@@ -75,27 +74,10 @@ class Policy:
         )
 
 
-def policy_from_env(env: Mapping[str, str]) -> Policy:
-    """The policy the job's checkpoints use (``CORRAL_CHECKPOINT_KEEP_*`` in the agent's plan
-    env, the same values the SDK's Checkpointer reads); defaults 3, 0, none, min."""
-
-    def number(name: str, default: int) -> int:
-        raw = env.get(name)
-        if raw is None or raw == "":
-            return default
-        try:
-            return int(raw)
-        except ValueError:
-            raise BadInput(f"{name}={raw!r} is not an integer") from None
-
-    policy = Policy(
-        keep_last=number(ENV_CKPT_KEEP_LAST, 3),
-        keep_best=number(ENV_CKPT_KEEP_BEST, 0),
-        metric=env.get(ENV_CKPT_METRIC) or None,
-        mode=env.get(ENV_CKPT_MODE) or "min",
-    )
-    validate_policy(policy.keep_last, policy.keep_best, policy.metric, policy.mode)
-    return policy
+def policy_of(plan: CheckpointPolicy) -> Policy:
+    """The retention of the plan's checkpoint policy (the same the SDK's Checkpointer is
+    given, as ``CORRAL_CHECKPOINT_KEEP_*``, by the agent)."""
+    return Policy(plan.keep_last, plan.keep_best, plan.metric, plan.mode)
 
 
 # --- listing ----------------------------------------------------------------------------------

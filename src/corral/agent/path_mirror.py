@@ -35,7 +35,7 @@ Without ``COMPLETE`` a snapshot does not exist.
   stages then resume from it (``runner.set_resume``: ``CORRAL_RESUME=1``,
   ``CORRAL_RESUME_FROM=<path>``, the stage's ``resume_args``). Without storage, from the
   second attempt on, the newest item already in the workdir is the one resumed from.
-* retention: the newest ``CORRAL_CHECKPOINT_KEEP_LAST`` snapshots are kept.
+* retention: the newest ``checkpoint_policy.keep_last`` snapshots (the plan's) are kept.
 * storage set and nothing recognised at the paths for the whole attempt, or for a few settle
   periods while the job makes progress, or a job that starts far below the step of the
   snapshot restored for it (``mirror_advice``): a ``checkpoint.warning`` event and
@@ -56,7 +56,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from corral.agent.mirror import policy_from_env
 from corral.agent.mirror_advice import MirrorAdvice, stage_steps
 from corral.agent.path_items import (
     OLD_SUFFIX,
@@ -147,7 +146,7 @@ class PathMirror:
         self.keep_last = 3
         if plan.checkpoint_storage:
             try:
-                self.keep_last = policy_from_env(plan.env).keep_last
+                self.keep_last = plan.checkpoint_policy.keep_last
                 uri = plan.checkpoint_storage
                 if storage is None:
                     options = {"environ": env} if uri.startswith("s3://") else {}

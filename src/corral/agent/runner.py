@@ -49,7 +49,7 @@ from corral.wire.outcome import (
 )
 from corral.wire.plan import AgentPlan, StagePlan
 from corral.wire.progress_patterns import PRESET_ENV, PRESETS
-from corral.wire.status import Phase, StageState
+from corral.wire.status import HOOK_SECTIONS, Phase, StageState
 
 if TYPE_CHECKING:
     from corral.agent.code import CodeStage
@@ -215,9 +215,11 @@ class Runner:
         extra: dict[str, Any] = {}
         for hook in self.hooks:
             try:
-                extra.update(hook.status())
+                sections = hook.status()
             except Exception:  # a status call never fails because of a hook
-                pass
+                continue
+            # only the sections the wire model has: a stray key would fail the whole answer
+            extra.update((k, v) for k, v in sections.items() if k in HOOK_SECTIONS)
         if self.code is not None:
             extra["code"] = self.code.status()
         return {**extra, **out, "stages": stages}
@@ -587,9 +589,11 @@ class Runner:
 
     def _env(self, stage: StagePlan | None, gpus: list[str]) -> dict[str, str]:
         """os.environ + plan.env + stage.env, then the agent's own variables on top (a stage
-        cannot override its GPUs or the CORRAL_* contract); never the agent's token."""
+        cannot override its GPUs or the CORRAL_* contract, the checkpoint policy's included:
+        the SDK keeps what the agent's mirrors keep); never the agent's token."""
         plan = self.plan
         env = {**self._environ, **plan.env, **(stage.env if stage else {})}
+        env.update(plan.checkpoint_policy.env())
         env.update(
             {
                 "CUDA_VISIBLE_DEVICES": ",".join(gpus),

@@ -49,6 +49,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+from pydantic import BaseModel
+
 from corral import __version__
 from corral.agent import logs
 from corral.agent.events import EventLog
@@ -60,14 +62,20 @@ from corral.agent.services import Services, Target
 from corral.errors import BadInput
 from corral.secrets.redact import Redactor
 from corral.wire import WIRE_VERSION
+from corral.wire.events import EventsPage
 from corral.wire.outcome import StopCause
 from corral.wire.poll import (
     DEFAULT_LOG_LIMIT,
     MAX_POLL_EVENTS,
     POLL_FEATURE,
     POLL_VERSION,
+    LogChunk,
+    LogSizes,
+    PollAnswer,
+    StageLogChunk,
     decode_offsets,
 )
+from corral.wire.status import AgentStatus
 
 GPU_USAGE_TTL = 5.0
 
@@ -208,14 +216,17 @@ class AgentApi:
                 self._gpu_cache = (now, rows)
             return [dict(r) for r in self._gpu_cache[1]]
 
-    def status(self) -> dict:
-        status = self.runner.status()
+    def status(self) -> AgentStatus:
+        """``GET /status``: the runner's status (its hooks' sections with it), the GPUs, the
+        last checkpoint and the services, as the wire model (:mod:`corral.wire.status`)."""
+        raw = self.runner.status()
         gpus = self.gpus()
-        self._note_utilisation(gpus, _holders(status))
-        out = {**status, "gpus": gpus, "last_checkpoint": self.tailer.last_checkpoint()}
+        self._note_utilisation(gpus, _holders(raw))
+        raw["gpus"] = gpus
+        raw["last_checkpoint"] = self.tailer.last_checkpoint()
         if self.services:
-            out["services"] = self.services.status()
-        return out
+            raw["services"] = self.services.status()
+        return AgentStatus.model_validate(raw)
 
     def _note_utilisation(self, rows: list[dict], holders: dict[str, str]) -> None:
         """Remember since when each GPU a running stage holds has read (about) zero; a GPU
@@ -261,37 +272,37 @@ class AgentApi:
             "wire_version": WIRE_VERSION,
         }
 
-    def events_after(self, after: int, limit: int) -> dict:
+    def events_after(self, after: int, limit: int) -> EventsPage:
         ended = self.runner.finished.is_set()  # before the read: no event of the end missed
         page, next_after = self.events.after(after, limit)
         if ended and len(page) < limit:
             self.collected.set()
-        return {"events": page, "next": next_after}
+        return EventsPage.model_validate({"events": page, "next": next_after})
 
     def log_names(self) -> list[str]:
         names = [s.name for s in self.runner.plan.stages]
         return [SETUP, *names] if self.runner.plan.setup else names
 
-    def log_sizes(self) -> dict:
+    def log_sizes(self) -> LogSizes:
         directory = self.runner.logs_dir
-        return {"stages": {n: logs.log_size(directory / f"{n}.log") for n in self.log_names()}}
+        return LogSizes(stages={n: logs.log_size(directory / f"{n}.log") for n in self.log_names()})
 
-    def log_chunk(self, stage: str, offset: int, limit: int) -> dict:
+    def log_chunk(self, stage: str, offset: int, limit: int) -> StageLogChunk:
         if stage not in self.log_names():
             raise HttpError(404, f"unknown stage {stage!r}")
         finished = self.runner.stage_finished(stage)  # read before the file: no lost tail
         path = self.runner.logs_dir / f"{stage}.log"
         data, next_offset = logs.read_chunk(path, offset, limit)
         eof = finished and next_offset >= logs.log_size(path)
-        return {
-            "stage": stage,
-            "offset": offset,
-            "next_offset": next_offset,
-            "data": data.decode("utf-8", errors="replace"),
-            "eof": eof,
-        }
+        return StageLogChunk(
+            stage=stage,
+            offset=offset,
+            next_offset=next_offset,
+            data=data.decode("utf-8", errors="replace"),
+            eof=eof,
+        )
 
-    def poll(self, events_after: int, offsets: dict[str, int], log_limit: int) -> dict:
+    def poll(self, events_after: int, offsets: dict[str, int], log_limit: int) -> PollAnswer:
         """``GET /poll``: the status, then the events after ``events_after``, then the bytes
         of every stage log past the controller's offset (``offsets``; 0 for a stage not
         named), at most ``log_limit`` bytes in all (:mod:`corral.wire.poll`). Read in that
@@ -300,7 +311,7 @@ class AgentApi:
         status = self.status()
         events, events_next = self.events.after(events_after, MAX_POLL_EVENTS)
         more = len(events) >= MAX_POLL_EVENTS
-        chunks: dict[str, dict] = {}
+        chunks: dict[str, LogChunk] = {}
         sizes: dict[str, int] = {}
         budget = log_limit
         directory = self.runner.logs_dir
@@ -323,23 +334,26 @@ class AgentApi:
                 continue
             budget -= next_offset - offset
             more = more or next_offset < size
-            chunks[name] = {
-                "offset": offset,
-                "next_offset": next_offset,
-                "data": data.decode("utf-8", errors="replace"),
-                "eof": finished and next_offset >= logs.log_size(path),
-            }
+            chunks[name] = LogChunk(
+                offset=offset,
+                next_offset=next_offset,
+                data=data.decode("utf-8", errors="replace"),
+                eof=finished and next_offset >= logs.log_size(path),
+            )
         if ended and not more:
             self.collected.set()
-        return {
-            "wire_version": WIRE_VERSION,
-            "status": status,
-            "events": events,
-            "events_next": events_next,
-            "logs": chunks,
-            "log_sizes": sizes,
-            "more": more,
-        }
+        # one validation for the whole answer (the events are the agent's own records)
+        return PollAnswer.model_validate(
+            {
+                "wire_version": WIRE_VERSION,
+                "status": status,
+                "events": events,
+                "events_next": events_next,
+                "logs": chunks,
+                "log_sizes": sizes,
+                "more": more,
+            }
+        )
 
     def stop(self, body: dict[str, Any] | None = None) -> dict:
         """``POST /stop`` with an optional JSON body ``{"cause": "budget", "reason": "..."}``
@@ -514,7 +528,7 @@ class _Handler(BaseHTTPRequestHandler):
     def _dispatch(self, method: str) -> None:
         api = self.server.api
         status: int
-        body: dict | Path
+        body: dict | BaseModel | Path
         url = urlsplit(self.path)
         if url.path.startswith("/services/") and api.services:
             self._service(method, url.path, url.query)
@@ -636,7 +650,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _route(
         self, method: str, path: str, query: dict[str, list[str]], raw: bytes = b""
-    ) -> tuple[int, dict | Path]:
+    ) -> tuple[int, dict | BaseModel | Path]:
         api = self.server.api
         if method not in ("GET", "POST"):
             raise HttpError(405, "method not allowed")
@@ -714,13 +728,21 @@ class _Handler(BaseHTTPRequestHandler):
             return False
         return hmac.compare_digest(given.strip().encode(), self.server.token)
 
-    def _send(self, status: int, body: dict) -> None:
+    def _send(self, status: int, body: dict | BaseModel) -> None:
         """A JSON answer (its head only to a HEAD request, as HTTP wants). Always with a status
-        line and headers: a request without a valid version (HTTP/0.9 style) gets HTTP/1.0's."""
+        line and headers: a request without a valid version (HTTP/0.9 style) gets HTTP/1.0's.
+        A wire model is serialised by pydantic (``model_dump(mode="json")`` when a secret
+        value is to be masked in it first)."""
         if self.request_version == "HTTP/0.9":
             self.request_version = "HTTP/1.0"
             self.close_connection = True
-        payload = json.dumps(self.server.api.redactor.redact_data(body)).encode()
+        redactor = self.server.api.redactor
+        if isinstance(body, BaseModel) and not redactor:  # nothing to mask: straight to JSON
+            payload = body.model_dump_json().encode()
+        else:
+            if isinstance(body, BaseModel):
+                body = body.model_dump(mode="json")
+            payload = json.dumps(redactor.redact_data(body)).encode()
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(payload)))

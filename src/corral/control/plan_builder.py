@@ -14,20 +14,12 @@ from corral.control.node_paths import checkpoint_dir
 from corral.providers.base import NodeProfile, Offer
 from corral.spec import JobSpec
 from corral.wire.code import CodePlan
-from corral.wire.env import (
-    DEFAULT_GRACE_SECONDS,
-    ENV_CKPT_INTERVAL,
-    ENV_CKPT_KEEP_BEST,
-    ENV_CKPT_KEEP_LAST,
-    ENV_CKPT_METRIC,
-    ENV_CKPT_MODE,
-    ENV_INTERRUPTIONS_PER_HOUR,
-    ENV_TRACKERS,
-)
+from corral.wire.env import DEFAULT_GRACE_SECONDS, ENV_TRACKERS
 from corral.wire.plan import (
     AcceptancePlan,
     AgentPlan,
     ArtifactsPlan,
+    CheckpointPolicy,
     EvalPlan,
     ServicePlan,
     StagePlan,
@@ -99,21 +91,19 @@ def build_plan(
     budget = spec.budget.max_cost_usd if spec.budget else None
     env = dict(spec.env)
     ck = spec.checkpoints
-    env.setdefault(ENV_CKPT_KEEP_LAST, str(ck.keep_last))
-    env.setdefault(ENV_CKPT_KEEP_BEST, str(ck.keep_best))
-    env.setdefault(ENV_CKPT_MODE, ck.mode)
-    if ck.metric:
-        env.setdefault(ENV_CKPT_METRIC, ck.metric)
     rate = (
         interruptions_per_hour
         if interruptions_per_hour is not None
         else node.interruptions_per_hour
     )
-    every = ck.interval or checkpoint_interval(rate, ck.max_lost_work)
-    if every is not None:
-        env.setdefault(ENV_CKPT_INTERVAL, f"{every:g}")
-    if rate is not None:
-        env.setdefault(ENV_INTERRUPTIONS_PER_HOUR, f"{rate:.4g}")
+    policy = CheckpointPolicy(
+        keep_last=ck.keep_last,
+        keep_best=ck.keep_best,
+        metric=ck.metric,
+        mode=ck.mode,
+        interval_s=ck.interval or checkpoint_interval(rate, ck.max_lost_work),
+        interruptions_per_hour=rate,
+    )
     if spec.trackers:
         env.setdefault(ENV_TRACKERS, json.dumps([t.model_dump(mode="json") for t in spec.trackers]))
     return AgentPlan(
@@ -134,6 +124,7 @@ def build_plan(
         run_name=spec.name,
         spec_hash=spec_hash,
         checkpoint_storage=spec.checkpoints.storage,
+        checkpoint_policy=policy,
         checkpoint_paths=list(ck.path),
         checkpoint_settle_s=ck.settle,
         artifacts=ArtifactsPlan(paths=list(spec.artifacts.paths), storage=spec.artifacts.storage),

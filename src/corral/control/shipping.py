@@ -458,12 +458,11 @@ def upload_step(ctx: Context, run: RunRecord, client: AgentClient, status: Agent
             attempt=run.attempt,
             data={"bytes": sent, "to": "agent"},
         )
-    code = (status.model_extra or {}).get("code")
-    if not isinstance(code, dict) or code.get("state") != "waiting":
+    code = status.code
+    if code is None or code.state != "waiting":
         return
-    sha = code.get("sha256")
-    received = code.get("received")
-    if not isinstance(sha, str) or not isinstance(received, int):
+    sha, received = code.sha256, code.received
+    if sha is None or received is None:
         return
     path = cache_dir(ctx.home) / f"{sha}.tar.gz"  # corral.bundle.pack.bundle_path
     if not path.is_file():

@@ -7,8 +7,7 @@ pass through the run's redactor first (values, and dict keys such as a metric's 
 ``***``; :func:`corral.secrets.redactor_for`).
 
 One ``GET /poll`` brings the status, the events after the controller's cursor and the new
-bytes of every stage log (:mod:`corral.wire.poll`); an agent from before it is read through
-``/status``, ``/events`` and ``/logs``. The agent's byte offset reached for each stage log is
+bytes of every stage log (:mod:`corral.wire.poll`). The agent's byte offset reached for each stage log is
 kept beside the copy and the event cursor on the attempt, so a restarted controller continues
 where it stopped; while it runs, both are kept in memory too (:class:`PollState`), so a poll
 reads nothing first.
@@ -24,11 +23,12 @@ from typing import TYPE_CHECKING, Any
 from pydantic import ValidationError
 
 from corral import paths
-from corral.control.context import Context, log
+from corral.control.context import Context
 from corral.control.cost import run_cost
-from corral.errors import AgentError, NotFound
+from corral.errors import NotFound
 from corral.secrets.redact import Redactor, redactor_for
 from corral.store.records import RunRecord
+from corral.wire.events import AgentEvent
 from corral.wire.status import AgentStatus
 
 if TYPE_CHECKING:  # annotations only: httpx stays off the CLI launch path
@@ -113,22 +113,11 @@ class Pulled:
 
 
 def pull(ctx: Context, run: RunRecord, client: AgentClient) -> Pulled:
-    """Ask the agent for its status, new events and new log bytes (one ``GET /poll``; an
-    agent from before it: ``/status``, ``/events`` and ``/logs``) and copy the events and log
-    bytes (masked) into the store and the log copies. Raises AgentError when the agent does
-    not answer; an interruption after the status only logs (the rest comes next time)."""
+    """Ask the agent for its status, new events and new log bytes (one ``GET /poll``) and
+    copy the events and log bytes (masked) into the store and the log copies. Raises
+    AgentError when the agent does not answer."""
     state = poll_state(ctx, run)
-    poll = getattr(client, "poll", None)  # test doubles may speak only the old endpoints
-    answer = poll(state.cursor, state.offsets, _log_limit(ctx)) if poll is not None else None
-    if answer is None:
-        status = client.status()
-        before = (state.cursor, dict(state.offsets))
-        try:
-            _old_events(ctx, run, state, client)
-            _old_logs(ctx, run, state, client)
-        except AgentError as e:
-            log.info("run %s: sync interrupted: %s", run.id, e.message)
-        return Pulled(status, news=before != (state.cursor, state.offsets))
+    answer = client.poll(state.cursor, state.offsets, _log_limit(ctx))
     redactor = _redactor(ctx, run) if answer.events or answer.logs else None
     news = _copy_events(ctx, run, state, answer.events, answer.events_next, redactor)
     for stage, c in answer.logs.items():
@@ -139,16 +128,10 @@ def pull(ctx: Context, run: RunRecord, client: AgentClient) -> Pulled:
 
 def drain(ctx: Context, run: RunRecord, client: AgentClient, *, rounds: int = 16) -> None:
     """Copy what the agent still holds (events, log bytes), up to ``rounds`` polls; the
-    status is not looked at (an agent from before ``/poll`` is not even asked for it).
-    Before teardown: the machine's last words."""
+    status is not looked at. Before teardown: the machine's last words."""
     state = poll_state(ctx, run)
-    poll = getattr(client, "poll", None)
     for _ in range(rounds):
-        answer = poll(state.cursor, state.offsets, _log_limit(ctx)) if poll else None
-        if answer is None:
-            _old_events(ctx, run, state, client)
-            _old_logs(ctx, run, state, client)
-            return
+        answer = client.poll(state.cursor, state.offsets, _log_limit(ctx))
         _copy_events(ctx, run, state, answer.events, answer.events_next)
         for stage, chunk in answer.logs.items():
             _append_log(ctx, run, state, stage, chunk.offset, chunk.next_offset, chunk.data)
@@ -188,27 +171,6 @@ def _append_log(
     return True
 
 
-def sync_logs(ctx: Context, run_id: str, attempt: int, client: AgentClient) -> None:
-    """Append new log bytes of every stage of attempt ``attempt`` through ``GET /logs`` (an
-    agent without ``/poll``). The remote offset is kept beside each file (a crash between the
-    append and the offset update repeats at most one chunk). Secret values are ``***``."""
-    run = ctx.store.get_run(run_id)
-    _old_logs(ctx, run, poll_state(ctx, run, attempt), client)
-
-
-def _old_logs(ctx: Context, run: RunRecord, state: PollState, client: AgentClient) -> None:
-    for stage, remote_size in client.log_sizes().items():
-        offset = state.offsets.get(Path(stage).name, 0)
-        budget = ctx.settings.log_chunk
-        while offset < remote_size and budget > 0:
-            chunk = client.logs(stage, offset=offset, limit=min(budget, 256 * 1024))
-            nxt = int(chunk.get("next_offset", offset))
-            if not _append_log(ctx, run, state, stage, offset, nxt, chunk.get("data", "")):
-                break
-            budget -= nxt - offset
-            offset = nxt
-
-
 def _redactor(ctx: Context, run: RunRecord) -> Redactor:
     """Every secret value in play, the run's spec ``secrets:`` included (for a controller
     restarted since the launch, which has not resolved them itself). Asked afresh for each
@@ -226,10 +188,8 @@ def redact_status(redactor: Redactor, status: AgentStatus) -> AgentStatus:
         return status
 
 
-def _describe(ev: dict[str, Any]) -> str:
-    t = ev.get("type", "")
-    stage = ev.get("stage")
-    d = ev.get("data") or {}
+def _describe(ev: AgentEvent) -> str:
+    t, stage, d = ev.type, ev.stage, ev.data
     if t == "stage.started":
         gpus = d.get("gpus")
         return f"stage '{stage}' started" + (f" on GPUs {','.join(gpus)}" if gpus else "")
@@ -270,7 +230,7 @@ def _copy_events(
     ctx: Context,
     run: RunRecord,
     state: PollState,
-    events: list[dict[str, Any]],
+    events: list[AgentEvent],
     nxt: int,
     redactor: Redactor | None = None,
 ) -> bool:
@@ -281,30 +241,22 @@ def _copy_events(
     redactor = redactor if redactor is not None else _redactor(ctx, run)
     batch = []
     for ev in events:
-        data = dict(ev.get("data") or {})
-        if ev.get("stage"):
-            data.setdefault("stage", ev["stage"])
-        data["agent_seq"] = ev.get("seq")
-        data["agent_ts"] = ev.get("ts")
+        data = dict(ev.data)
+        if ev.stage:
+            data.setdefault("stage", ev.stage)
+        data["agent_seq"] = ev.seq
+        data["agent_ts"] = ev.ts
         batch.append(
             {
-                "type": str(ev.get("type", "agent")),
+                "type": ev.type,
                 "reason": redactor.redact(_describe(ev)),
                 "data": redactor.redact_data(data),
             }
         )
-    cursor = int(nxt or events[-1].get("seq") or state.cursor)
+    cursor = nxt or events[-1].seq
     ctx.store.append_agent_events(run.id, state.attempt, batch, cursor=cursor)
     state.cursor = cursor
     return True
-
-
-def _old_events(ctx: Context, run: RunRecord, state: PollState, client: AgentClient) -> int:
-    while True:
-        page = client.events(after=state.cursor)
-        events = page.get("events") or []
-        if not _copy_events(ctx, run, state, events, int(page.get("next") or 0)):
-            return state.cursor
 
 
 def record_status(ctx: Context, run: RunRecord, status: AgentStatus) -> AgentStatus:

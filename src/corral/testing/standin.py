@@ -20,6 +20,10 @@ longer answers). Its ``status`` reads one listing of every machine, kept for
 ``CORRAL_STANDIN_LIST_CACHE_S`` seconds (default 1; 0 asks for each machine alone), as the
 container clouds' providers do.
 
+Its agents answer with the wire's own models (:mod:`corral.wire.status`,
+:mod:`corral.wire.events`, :mod:`corral.wire.poll`), built and serialised as the agent does:
+a change of the wire is a change of the stand-in's answers, never a drift between the two.
+
 ``python -m corral.testing.standin --port 0 --ready-file F`` serves one (the URL is written
 to F once it listens). Test and benchmark support only: nothing in the product imports it.
 """
@@ -43,6 +47,7 @@ from typing import Any, ClassVar
 from urllib.parse import parse_qs, urlsplit
 
 import httpx
+from pydantic import BaseModel
 
 from corral.errors import NotFound, ProviderError
 from corral.providers.base import (
@@ -56,6 +61,17 @@ from corral.providers.base import (
     SupportsSimulatedPreemption,
 )
 from corral.wire import WIRE_VERSION
+from corral.wire.events import AgentEvent, EventsPage
+from corral.wire.poll import (
+    DEFAULT_LOG_LIMIT,
+    MAX_POLL_EVENTS,
+    LogChunk,
+    LogSizes,
+    PollAnswer,
+    StageLogChunk,
+    decode_offsets,
+)
+from corral.wire.status import AgentStatus, Phase, StageState, StageStatus
 
 ENV_URL = "CORRAL_STANDIN_URL"
 ENV_PRICE = "CORRAL_STANDIN_PRICE"
@@ -93,7 +109,7 @@ class SimAgent:
     stop_cause: str | None = None
     stop_reason: str = ""
     killed_at: float | None = None
-    events: list[dict[str, Any]] = field(default_factory=list)
+    events: list[AgentEvent] = field(default_factory=list)
     log: list[bytes] = field(default_factory=list)
     log_size: int = 0
     polls: list[float] = field(default_factory=list)
@@ -104,7 +120,7 @@ class SimAgent:
     def _emit(self, now: float, type_: str, stage: str | None = None, **data: Any) -> None:
         ts = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime()) + "Z"
         self.events.append(
-            {"seq": len(self.events) + 1, "ts": ts, "type": type_, "stage": stage, "data": data}
+            AgentEvent(seq=len(self.events) + 1, ts=ts, type=type_, stage=stage, data=data)
         )
 
     def advance(self, now: float, cfg: Config) -> None:
@@ -146,25 +162,47 @@ class SimAgent:
     def answers(self, now: float) -> bool:
         return self.state != "terminated" and (self.killed_at is None or now < self.killed_at)
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> AgentStatus:
         stage_state = {"setup": "pending", "stopping": "running"}.get(self._phase, self._phase)
-        if self._phase == "succeeded":
-            stage_state = "succeeded"
-        return {
-            "wire_version": WIRE_VERSION,
-            "run_id": self.run_id,
-            "attempt": self.attempt,
-            "phase": self._phase,
-            "started_at": None,
-            "finished_at": None,
-            "failed_stage": None,
-            "exit_code": None,
-            "reason": self.stop_reason if self._phase == "stopped" else "",
-            "stop_cause": self.stop_cause if self._phase == "stopped" else None,
-            "stages": [{"name": self.stage, "state": stage_state, "gpus": [], "progress": None}],
-            "gpus": [],
-            "last_checkpoint": None,
-        }
+        stopped = self._phase == "stopped"
+        return AgentStatus(
+            wire_version=WIRE_VERSION,
+            run_id=self.run_id,
+            attempt=self.attempt,
+            phase=Phase(self._phase),
+            reason=self.stop_reason if stopped else "",
+            stop_cause=self.stop_cause if stopped else None,
+            stages=[StageStatus(name=self.stage, state=StageState(stage_state))],
+        )
+
+    def events_after(
+        self, after: int, limit: int = MAX_POLL_EVENTS
+    ) -> tuple[list[AgentEvent], int]:
+        """The events after ``after`` (at most ``limit``) and the cursor after them."""
+        page = self.events[after : after + limit]
+        return page, page[-1].seq if page else min(after, len(self.events))
+
+    def poll(self, query: dict[str, str]) -> PollAnswer:
+        """``GET /poll`` as the agent answers it (:mod:`corral.wire.poll`)."""
+        after = int(query.get("events_after") or 0)
+        offsets = decode_offsets(query.get("logs", ""))
+        limit = int(query.get("log_limit") or DEFAULT_LOG_LIMIT)
+        logs = {}
+        offset = offsets.get(self.stage, 0)
+        if offset < self.log_size:
+            data, nxt = self.chunk(offset, limit)
+            if nxt > offset:
+                logs[self.stage] = LogChunk(offset=offset, next_offset=nxt, data=data)
+        events, events_next = self.events_after(after)
+        return PollAnswer(
+            wire_version=WIRE_VERSION,
+            status=self.status(),
+            events=events,
+            events_next=events_next,
+            logs=logs,
+            log_sizes={self.stage: self.log_size},
+            more=len(events) >= MAX_POLL_EVENTS,
+        )
 
     def chunk(self, offset: int, limit: int) -> tuple[str, int]:
         """Whole log lines from byte ``offset`` (a line start), at most ``limit`` bytes."""
@@ -270,6 +308,8 @@ class _Handler(BaseHTTPRequestHandler):
         self._dispatch("POST")
 
     def _send(self, status: int, body: Any) -> None:
+        if isinstance(body, BaseModel):  # a wire model: serialised as the agent does
+            body = body.model_dump(mode="json")
         payload = json.dumps(body).encode()
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
@@ -346,40 +386,19 @@ class _Handler(BaseHTTPRequestHandler):
                 agent.polls.append(now)
                 return 200, agent.status()
             if what == "poll":
-                from corral.wire.poll import decode_offsets  # the server's side only
-
                 agent.polls.append(now)
-                after = int(query.get("events_after") or 0)
-                offsets = decode_offsets(query.get("logs", ""))
-                limit = int(query.get("log_limit") or 256 * 1024)
-                logs = {}
-                offset = offsets.get(agent.stage, 0)
-                if offset < agent.log_size:
-                    data, nxt = agent.chunk(offset, limit)
-                    if nxt > offset:
-                        logs[agent.stage] = {"offset": offset, "next_offset": nxt, "data": data}
-                events = agent.events[after : after + 1000]
-                return 200, {
-                    "wire_version": WIRE_VERSION,
-                    "status": agent.status(),
-                    "events": events,
-                    "events_next": events[-1]["seq"] if events else min(after, len(agent.events)),
-                    "logs": logs,
-                    "log_sizes": {agent.stage: agent.log_size},
-                    "more": len(events) >= 1000,
-                }
+                return 200, agent.poll(query)
             if what == "events":
-                after = int(query.get("after") or 0)
-                events = agent.events[after : after + 1000]
-                nxt = events[-1]["seq"] if events else min(after, len(agent.events))
-                return 200, {"events": events, "next": nxt}
+                events, nxt = agent.events_after(int(query.get("after") or 0))
+                return 200, EventsPage(events=events, next=nxt)
             if what == "logs":
                 if "stage" not in query:
-                    return 200, {"stages": {agent.stage: agent.log_size}}
+                    return 200, LogSizes(stages={agent.stage: agent.log_size})
                 offset = int(query.get("offset") or 0)
-                data, nxt = agent.chunk(offset, int(query.get("limit") or 256 * 1024))
-                chunk = {"stage": agent.stage, "offset": offset, "data": data, "next_offset": nxt}
-                return 200, {**chunk, "eof": False}
+                data, nxt = agent.chunk(offset, int(query.get("limit") or DEFAULT_LOG_LIMIT))
+                return 200, StageLogChunk(
+                    stage=agent.stage, offset=offset, next_offset=nxt, data=data
+                )
             if what == "stop" and method == "POST":
                 if agent.stop_at is None:
                     agent.stop_at = now

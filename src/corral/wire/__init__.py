@@ -4,7 +4,7 @@ Everything that travels between ``corral.control`` (the controller) and ``corral
 node) is defined here and nowhere else:
 
 * :mod:`~corral.wire.plan`     the agent plan, built once by the controller for one attempt;
-* :mod:`~corral.wire.status`   the agent's ``GET /status`` answer, typed, with the phase enum;
+* :mod:`~corral.wire.status`   the agent's ``GET /status`` answer, typed, hook sections too;
 * :mod:`~corral.wire.events`   the agent's event records and their types;
 * :mod:`~corral.wire.outcome`  what the end of an attempt means (one decision, one typed value);
 * :mod:`~corral.wire.machine`  the provider's view of a machine (``InstanceState``);

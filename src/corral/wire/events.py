@@ -76,13 +76,14 @@ EVENT_TYPES = frozenset(
 
 
 class AgentEvent(BaseModel):
-    """One event as the agent serves it. Unknown keys are kept (a newer agent may add some)."""
+    """One event as the agent records and serves it (what ``EventLog.emit`` writes). The
+    producer is ours: an unknown key is refused."""
 
-    model_config = ConfigDict(extra="allow", defer_build=True)
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
     seq: int = Field(ge=1)
-    ts: str | None = None
-    type: str = "agent"
+    ts: str
+    type: str
     stage: str | None = None
     data: dict[str, Any] = Field(default_factory=dict)
 
@@ -90,7 +91,7 @@ class AgentEvent(BaseModel):
 class EventsPage(BaseModel):
     """``GET /events?after=N``: the events after ``N`` and the cursor to ask with next."""
 
-    model_config = ConfigDict(extra="allow", defer_build=True)
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
     events: list[AgentEvent] = Field(default_factory=list)
-    next: int | None = None
+    next: int = Field(0, ge=0)

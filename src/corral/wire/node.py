@@ -19,7 +19,9 @@ The runner then calls it at fixed points of the attempt:
 * ``stopping()`` (optional: a hook without it is not called) right before the runner asks
   the stages to stop (a stop request, a preemption, a failed stage), on the runner's thread,
   before any save or stop signal goes out: keep it short; it must not raise.
-* ``status()`` extra keys merged into the agent's ``GET /status`` answer.
+* ``status()`` its sections of the agent's ``GET /status`` answer: keys of
+  :data:`corral.wire.status.HOOK_SECTIONS` (typed fields of ``AgentStatus``; a provider's
+  hook uses ``notices`` or ``node``); any other key is left out.
 * ``close()`` when the agent shuts down.
 
 What a hook may ask of the runner is :class:`NodeRunner`: a graceful stop of the attempt with

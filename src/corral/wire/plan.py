@@ -20,9 +20,10 @@ import re
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from corral.wire import WIRE_VERSION
+from corral.wire import env as C
 from corral.wire.code import CodePlan
 from corral.wire.env import DEFAULT_GRACE_SECONDS
 
@@ -99,6 +100,49 @@ class EvalPlan(_Model):
     fail_run_on_reject: bool = False
 
 
+class CheckpointPolicy(_Model):
+    """The job's checkpoint policy, from the spec's ``checkpoints:`` section: the retention
+    that the SDK's Checkpointer and the agent's mirrors (checkpoint sync, the path mirror)
+    apply alike, and the interval the SDK's CheckpointTimer aims for. The agent reads it from
+    the plan and hands it to the job as the ``CORRAL_CHECKPOINT_*`` variables the SDK reads
+    (:meth:`env`); nothing parses those back."""
+
+    keep_last: int = Field(3, ge=0, description="The newest N checkpoints kept.")
+    keep_best: int = Field(0, ge=0, description="Also the best N by `metric`.")
+    metric: str | None = Field(None, description="The metric that ranks checkpoints.")
+    mode: Literal["min", "max"] = Field("min", description="Whether lower or higher is better.")
+    interval_s: float | None = Field(
+        None,
+        gt=0,
+        description="Seconds between two checkpoints the SDK aims for (the spec's interval, or "
+        "what the interruption rate and max_lost_work give); None: none given.",
+    )
+    interruptions_per_hour: float | None = Field(
+        None, ge=0, description="The rate interval_s was worked out from (information)."
+    )
+
+    @model_validator(mode="after")
+    def _metric_for_best(self) -> CheckpointPolicy:
+        if self.keep_best > 0 and not self.metric:
+            raise ValueError("keep_best > 0 needs a metric to rank checkpoints by")
+        return self
+
+    def env(self) -> dict[str, str]:
+        """The ``CORRAL_CHECKPOINT_*`` variables of the job's processes (what the SDK reads)."""
+        out = {
+            C.ENV_CKPT_KEEP_LAST: str(self.keep_last),
+            C.ENV_CKPT_KEEP_BEST: str(self.keep_best),
+            C.ENV_CKPT_MODE: self.mode,
+        }
+        if self.metric:
+            out[C.ENV_CKPT_METRIC] = self.metric
+        if self.interval_s is not None:
+            out[C.ENV_CKPT_INTERVAL] = f"{self.interval_s:g}"
+        if self.interruptions_per_hour is not None:
+            out[C.ENV_INTERRUPTIONS_PER_HOUR] = f"{self.interruptions_per_hour:.4g}"
+        return out
+
+
 class AgentPlan(_Model):
     wire_version: int = Field(
         WIRE_VERSION, description="Version of the wire contract the plan was built for."
@@ -135,6 +179,10 @@ class AgentPlan(_Model):
         default_factory=list,
         description="Workdir-relative files, directories or globs where the job writes "
         "checkpoints of its own (mirrored to checkpoint_storage as they settle).",
+    )
+    checkpoint_policy: CheckpointPolicy = Field(
+        default_factory=CheckpointPolicy,
+        description="Retention and interval of the job's checkpoints (the spec's checkpoints).",
     )
     checkpoint_settle_s: float = Field(
         10.0,

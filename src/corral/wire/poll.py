@@ -12,19 +12,19 @@ status (what ``GET /status`` answers), a page of events (what ``GET /events`` an
 for each stage with new bytes, a chunk (what ``GET /logs?stage=`` answers). ``more`` says
 that the agent holds more than fitted: the controller asks again at once.
 
-Additive to wire version 1: an agent without ``/poll`` answers 404 and the controller falls
-back to ``/status``, ``/events`` and ``/logs`` (:data:`POLL_VERSION` is what the agent's
-``/health`` lists under ``features`` once it serves it).
+Every agent serves ``/poll`` (:data:`POLL_VERSION` is what its ``/health`` lists under
+``features``). The agent builds :class:`PollAnswer` and the controller validates it, once
+per answer; as for the status, an unknown key is refused.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 from urllib.parse import quote, unquote
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from corral.wire.events import AgentEvent
 from corral.wire.status import AgentStatus
 
 #: the feature name (and version) an agent that serves ``/poll`` lists in ``/health``
@@ -41,7 +41,7 @@ class LogChunk(BaseModel):
     (whole lines; UTF-8), ``eof``: the stage is over and nothing follows."""
 
     # built on first use: an agent starting its stages needs none of the poll models
-    model_config = ConfigDict(extra="allow", defer_build=True)
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
     offset: int = Field(ge=0)
     next_offset: int = Field(ge=0)
@@ -49,15 +49,29 @@ class LogChunk(BaseModel):
     eof: bool = False
 
 
+class StageLogChunk(LogChunk):
+    """``GET /logs?stage=S``: one chunk of one stage log, naming the stage."""
+
+    stage: str
+
+
+class LogSizes(BaseModel):
+    """``GET /logs``: every stage log's size in bytes."""
+
+    model_config = ConfigDict(extra="forbid", defer_build=True)
+
+    stages: dict[str, int] = Field(default_factory=dict)
+
+
 class PollAnswer(BaseModel):
     """The answer to ``GET /poll``."""
 
-    model_config = ConfigDict(extra="allow", defer_build=True)
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
     wire_version: int | None = None
     status: AgentStatus
-    #: events after the request's ``events_after``, oldest first (``AgentEvent`` objects)
-    events: list[dict[str, Any]] = Field(default_factory=list)
+    #: events after the request's ``events_after``, oldest first
+    events: list[AgentEvent] = Field(default_factory=list)
     #: the ``events_after`` of the next request
     events_next: int = Field(0, ge=0)
     #: stage name -> its new bytes (stages without new bytes are left out)

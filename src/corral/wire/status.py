@@ -1,5 +1,11 @@
 """The agent's ``GET /status`` answer, typed: the attempt's phase, its stages, GPUs, the last
-checkpoint, and whatever the node's hooks add (notices, checkpoint sync, ...).
+checkpoint, and the sections the node's hooks add (code, checkpoint sync, manifest, notices,
+...), each a typed optional field left out of the JSON when the hook is not there.
+
+The agent builds this model and serialises it; the controller validates it once per answer.
+The producer is ours, so an unknown key is refused (``extra="forbid"``): a field added on one
+side only is an error naming it, not a value silently kept or dropped. A node hook
+(:mod:`corral.wire.node`) adds its section under one of the fields below.
 
 Phases of an attempt (the runner moves through them in this order)::
 
@@ -70,8 +76,17 @@ TERMINAL_STAGE_STATES = frozenset(
 )
 
 
+#: what every model of the status is built with (built on first use: an agent starting its
+#: stages needs none of them)
+_STRICT = ConfigDict(extra="forbid", defer_build=True)
+
+
+def _absent(value: object) -> bool:
+    return value is None
+
+
 class StageStatus(BaseModel):
-    model_config = ConfigDict(extra="allow", defer_build=True)
+    model_config = _STRICT
 
     name: str
     state: StageState
@@ -82,6 +97,8 @@ class StageStatus(BaseModel):
     pid: int | None = None
     #: the latest progress record of the stage (step, total, percent, loss, metrics...)
     progress: dict[str, Any] | None = None
+    #: what the progress file holds that the agent could not read (left out when nothing)
+    progress_unread: dict[str, Any] | None = Field(None, exclude_if=_absent)
 
     @property
     def step(self) -> Any:
@@ -89,7 +106,7 @@ class StageStatus(BaseModel):
 
 
 class GpuUsage(BaseModel):
-    model_config = ConfigDict(extra="allow", defer_build=True)
+    model_config = _STRICT
 
     id: str
     utilization_pct: float | None = None
@@ -97,10 +114,70 @@ class GpuUsage(BaseModel):
     memory_total_mb: float | None = None
 
 
-class AgentStatus(BaseModel):
-    """``GET /status``. Hook keys (``notices``, ``checkpoint_sync``, ...) are kept as extras."""
+class CodeStatus(BaseModel):
+    """``code``: where the attempt's shipped code stands (``corral.agent.code``)."""
 
-    model_config = ConfigDict(extra="allow", defer_build=True)
+    model_config = _STRICT
+
+    #: pending, waiting (for the controller's upload), ready or failed
+    state: str
+    #: where the code came from: upload, git, cache, storage (None: not known yet)
+    source: str | None = None
+    sha256: str | None = Field(None, exclude_if=_absent)
+    size: int | None = Field(None, exclude_if=_absent)
+    #: bytes of the bundle the agent holds (an upload resumes from here)
+    received: int | None = Field(None, exclude_if=_absent)
+    commit: str | None = Field(None, exclude_if=_absent)
+    reason: str | None = Field(None, exclude_if=_absent)
+
+
+class CheckpointSyncStatus(BaseModel):
+    """``checkpoint_sync``: the SDK's checkpoints mirrored to storage."""
+
+    model_config = _STRICT
+
+    warning: str | None = None
+    uri: str | None = None
+    last_uploaded_step: int | None = None
+    restored_step: int | None = None
+    pending: int = 0
+    uploading: str | None = None
+    last_error: str | None = None
+
+
+class CheckpointMirrorStatus(BaseModel):
+    """``checkpoint_mirror``: the job's own checkpoint paths mirrored to storage."""
+
+    model_config = _STRICT
+
+    paths: list[str] = Field(default_factory=list)
+    uri: str | None = None
+    uploaded: int = 0
+    last_uploaded: str | None = None
+    restored: str | None = None
+    last_error: str | None = None
+    warning: str | None = None
+
+
+class ServiceStatus(BaseModel):
+    """One service stage in ``services``."""
+
+    model_config = _STRICT
+
+    stage: str
+    ports: list[int]
+    health: str | None = None
+    healthy: bool | None = None
+    public: bool = True
+    running: bool = False
+    #: the way in through the agent (``/services/<stage>/``)
+    path: str
+
+
+class AgentStatus(BaseModel):
+    """``GET /status``."""
+
+    model_config = _STRICT
 
     wire_version: int | None = None
     run_id: str
@@ -117,6 +194,20 @@ class AgentStatus(BaseModel):
     gpus: list[GpuUsage] = Field(default_factory=list)
     last_checkpoint: dict[str, Any] | None = None
 
+    # --- the hooks' sections (left out of the JSON when the hook is not there) ------------
+    code: CodeStatus | None = Field(None, exclude_if=_absent)
+    checkpoint_sync: CheckpointSyncStatus | None = Field(None, exclude_if=_absent)
+    checkpoint_mirror: CheckpointMirrorStatus | None = Field(None, exclude_if=_absent)
+    #: the eval's acceptance verdict (criteria, all_pass) once the report was read
+    acceptance: dict[str, Any] | None = Field(None, exclude_if=_absent)
+    #: the run manifest's summary once it is written (uri, ...)
+    manifest: dict[str, Any] | None = Field(None, exclude_if=_absent)
+    services: list[ServiceStatus] | None = Field(None, exclude_if=_absent)
+    #: a provider's preemption-notice poller (node hook): its own words
+    notices: dict[str, Any] | None = Field(None, exclude_if=_absent)
+    #: what the node is, as its provider's node hook says (provider, ids, probes, ...)
+    node: dict[str, Any] | None = Field(None, exclude_if=_absent)
+
     @property
     def terminal(self) -> bool:
         return self.phase.terminal
@@ -130,3 +221,9 @@ class AgentStatus(BaseModel):
     def as_dict(self) -> dict[str, Any]:
         """The JSON form kept with the attempt and shown by ``corral status``."""
         return self.model_dump(mode="json")
+
+
+#: the keys a hook's ``status()`` may add to the answer (any other is left out by the runner)
+HOOK_SECTIONS = frozenset(
+    {"code", "checkpoint_sync", "checkpoint_mirror", "acceptance", "manifest", "notices", "node"}
+)

@@ -42,10 +42,11 @@ def test_the_plan_carries_the_specs_retention(tmp_path):
         base_dir=tmp_path,
     )
     plan = build_plan(spec, run_id="r-1", attempt=1, offer=Offer(provider="local", offer_id="x"))
-    assert plan.env["CORRAL_CHECKPOINT_KEEP_LAST"] == "4"
-    assert plan.env["CORRAL_CHECKPOINT_KEEP_BEST"] == "2"
-    assert plan.env["CORRAL_CHECKPOINT_METRIC"] == "cer"
-    assert plan.env["CORRAL_CHECKPOINT_MODE"] == "min"
+    env = plan.checkpoint_policy.env()  # what the agent gives the script's processes
+    assert env["CORRAL_CHECKPOINT_KEEP_LAST"] == "4"
+    assert env["CORRAL_CHECKPOINT_KEEP_BEST"] == "2"
+    assert env["CORRAL_CHECKPOINT_METRIC"] == "cer"
+    assert env["CORRAL_CHECKPOINT_MODE"] == "min"
 
 
 def test_retention_policy_takes_arguments_then_environment_then_fallback(monkeypatch):

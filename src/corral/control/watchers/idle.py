@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from pydantic import ValidationError
+
 from corral.control.context import Context
 from corral.control.notes import IdleMark
 from corral.control.observe import Observation
@@ -69,7 +71,10 @@ class IdleWatcher(Watcher):
         cached = (ctx.store.get_attempt(run.id, run.attempt).data or {}).get("status")
         if not cached:
             return None
-        status = AgentStatus.model_validate(cached)
+        try:
+            status = AgentStatus.model_validate(cached)
+        except ValidationError:  # stored by another corral release: the next look stores anew
+            return None
         if status.phase != Phase.RUNNING:
             return None  # setup, finishing, stopping: not idle by definition
         notes = ctx.notes(run.id).attempt(run.attempt)

@@ -73,6 +73,7 @@ from corral.providers.base import (
     SupportsVolumes,
     VolumeInfo,
 )
+from corral.providers.common.create import create_or_adopt
 from corral.providers.common.credentials import first_credential
 from corral.providers.common.files import check_key
 from corral.providers.http import RetryPolicy
@@ -245,27 +246,25 @@ class RunPodProvider(
         mount = self.named.ensure(offer)
         image = bootstrap.image.name if bootstrap.image else None
         auth = self._registry_auth(bootstrap.image) if bootstrap.image else None
-        last: ProviderError | None = None
-        for attempt in range(1, self.settings.create_attempts + 1):
-            try:
-                pod = self._create(offer, env, key, mount, image, auth)
-            except ProviderUnavailable as exc:  # a timeout or a 5xx: the pod may exist
-                last = exc
-                log.warning("runpod: create of %s was ambiguous (%s)", boot.pod_name(key), exc)
-            else:
-                log.info("runpod: created pod %s for %s", pod.id, key)
-                return self._instance(pod, key, offer)
+
+        def create() -> Instance:
+            pod = self._create(offer, env, key, mount, image, auth)
+            log.info("runpod: created pod %s for %s", pod.id, key)
+            return self._instance(pod, key, offer)
+
+        def adopt() -> Instance | None:
             found = self._lookup_after_failure(key)
-            if found is not None:
-                log.info("runpod: pod %s for %s existed after all: adopted", found.id, key)
-                return self._instance(found, key)
-            if attempt < self.settings.create_attempts:
-                self._sleep(min(2.0**attempt, 10.0))
-        assert last is not None
-        raise ProviderUnavailable(
-            f"runpod: could not create pod {boot.pod_name(key)} in "
-            f"{self.settings.create_attempts} tries, and none exists: {last.message}",
-            fields={"key": key},
+            return None if found is None else self._instance(found, key)
+
+        # a timeout or a 5xx: the pod may exist
+        return create_or_adopt(
+            f"pod {boot.pod_name(key)}",
+            provider="runpod",
+            key=key,
+            attempts=self.settings.create_attempts,
+            sleep=self._sleep,
+            create=create,
+            adopt=adopt,
         )
 
     def _create(

@@ -298,7 +298,7 @@ from typing import ClassVar
 
 import httpx
 
-from corral.errors import AuthFailed, BadInput, ProviderError
+from corral.errors import BadInput, ProviderError
 from corral.providers.base import (
     Bootstrap,
     Instance,
@@ -310,7 +310,7 @@ from corral.providers.base import (
     Requirements,
 )
 from corral.providers.common.create import create_or_adopt
-from corral.providers.common.credentials import first_credential, names_hint
+from corral.providers.common.credentials import require_credential
 from corral.providers.common.files import check_key
 from corral.providers.common.gpu_names import matches
 from corral.providers.common.listing_cache import ListingCache
@@ -356,10 +356,7 @@ class ${Cls}Provider(Provider):
         sleep: Callable[[float], None] = time.sleep,
         clock: Callable[[], float] = time.monotonic,
     ):
-        found = None if api_key else first_credential(API_KEY_NAMES)
-        key = api_key or (found[1] if found else None)
-        if not key:
-            raise AuthFailed(f"$name: no API key: {names_hint(API_KEY_NAMES)}")
+        key = require_credential(self.name, API_KEY_NAMES, api_key)
         self.settings = settings if settings is not None else ${Cls}Settings.from_env()
         self.api = ${Cls}API(
             key,

@@ -57,7 +57,7 @@ from corral.providers.base import (
     SupportsPriceRefresh,
 )
 from corral.providers.common.create import create_or_adopt
-from corral.providers.common.credentials import first_credential, names_hint
+from corral.providers.common.credentials import require_credential
 from corral.providers.common.files import check_key
 from corral.providers.common.listing_cache import ListingCache
 from corral.providers.common.machine_memory import MachineMemory
@@ -124,10 +124,7 @@ class IonetProvider(Provider, SupportsLogs, SupportsPriceRefresh):
         sleep: Callable[[float], None] = time.sleep,
         clock: Callable[[], float] = time.monotonic,
     ):
-        found = None if api_key else first_credential(API_KEY_NAMES)
-        key = api_key or (found[1] if found else None)
-        if not key:
-            raise AuthFailed(f"ionet: no API key: {names_hint(API_KEY_NAMES)}")
+        key = require_credential("ionet", API_KEY_NAMES, api_key)
         self.settings = settings if settings is not None else IonetSettings.from_env()
         self.api = IonetAPI(
             key, self.settings, client=client, retry=retry, bucket=bucket, sleep=sleep, clock=clock

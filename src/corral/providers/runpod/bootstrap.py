@@ -24,8 +24,8 @@ import json
 from typing import Any
 
 from corral.providers.base import Bootstrap, NodeProfile, Offer
+from corral.providers.common import wheel
 from corral.providers.common.boot_blob import boot_env
-from corral.providers.common.wheel import bootstrap_script
 from corral.providers.runpod.graphql import EnumValue
 from corral.providers.runpod.settings import RunPodSettings
 from corral.wire.env import ENV_AGENT_BIND
@@ -92,14 +92,7 @@ def start_script(settings: RunPodSettings) -> str:
     (this corral's version from the controller's wheel or an index, see
     :mod:`corral.providers.common.wheel`), preceded by ``install_command`` when set (an
     advanced override, run only when the image's python lacks corral)."""
-    legacy = ""
-    if settings.install_command:
-        legacy = (
-            'PY0="$(command -v python3 || command -v python || true)"\n'
-            '"$PY0" -c "import corral" 2>/dev/null || '
-            f'{{ echo "corral: installing corral (install_command)" >&2; {settings.install_command}; }}\n'
-        )
-    return legacy + bootstrap_script()
+    return wheel.start_script(settings.install_command)
 
 
 def start_command(settings: RunPodSettings) -> list[str]:

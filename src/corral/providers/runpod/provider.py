@@ -74,7 +74,7 @@ from corral.providers.base import (
     VolumeInfo,
 )
 from corral.providers.common.create import create_or_adopt
-from corral.providers.common.credentials import first_credential
+from corral.providers.common.credentials import require_credential
 from corral.providers.common.files import check_key
 from corral.providers.http import RetryPolicy
 from corral.providers.runpod import bootstrap as boot
@@ -99,11 +99,6 @@ def _sells_spot(gpu: dict[str, Any]) -> bool:
     return any(isinstance(p, int | float) and not isinstance(p, bool) and p > 0 for p in prices)
 
 
-def _api_key() -> str | None:
-    found = first_credential(API_KEY_NAMES)
-    return found[1] if found else None
-
-
 class RunPodProvider(
     Provider, SupportsSpot, SupportsStop, SupportsVolumes, SupportsLogs, SupportsPriceRefresh
 ):
@@ -126,12 +121,13 @@ class RunPodProvider(
         sleep: Callable[[float], None] = time.sleep,
         clock: Callable[[], float] = time.monotonic,
     ):
-        key = api_key or _api_key()
-        if not key:
-            raise AuthFailed(
-                f"runpod: no API key: `corral secret set {ENV_API_KEY}` or export {ENV_API_KEY} "
-                f"(or {API_KEY_NAMES[0]}, which wins when both are set)"
-            )
+        key = require_credential(
+            "runpod",
+            API_KEY_NAMES,
+            api_key,
+            hint=f"`corral secret set {ENV_API_KEY}` or export {ENV_API_KEY} "
+            f"(or {API_KEY_NAMES[0]}, which wins when both are set)",
+        )
         self.settings = settings if settings is not None else RunPodSettings.from_env()
         self.api = RunPodAPI(
             key, self.settings, client=client, retry=retry, sleep=sleep, clock=clock

@@ -33,8 +33,8 @@ from typing import Any
 
 from corral.agent.boot import MAX_VALUE
 from corral.providers.base import Bootstrap, ImageRef, NodeProfile, Offer
+from corral.providers.common import wheel
 from corral.providers.common.boot_blob import boot_env, label_name
-from corral.providers.common.wheel import bootstrap_script
 from corral.providers.salad.settings import SaladSettings
 
 NAME_PREFIX = "corral-"
@@ -143,15 +143,7 @@ def start_script(settings: SaladSettings) -> str:
     """The node bootstrap (see :mod:`corral.providers.common.wheel`), preceded by
     ``install_command`` when set (an advanced override, run only when the image's python
     lacks corral)."""
-    legacy = ""
-    if settings.install_command:
-        legacy = (
-            'PY0="$(command -v python3 || command -v python || true)"\n'
-            '"$PY0" -c "import corral" 2>/dev/null || '
-            f'{{ echo "corral: installing corral (install_command)" >&2; '
-            f"{settings.install_command}; }}\n"
-        )
-    return legacy + bootstrap_script()
+    return wheel.start_script(settings.install_command)
 
 
 def command() -> list[str]:

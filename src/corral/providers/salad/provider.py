@@ -64,6 +64,7 @@ from corral.providers.base import (
     SupportsStop,
 )
 from corral.providers.common.create import create_or_adopt
+from corral.providers.common.credentials import require_credential
 from corral.providers.common.files import check_key
 from corral.providers.common.listing_cache import ListingCache
 from corral.providers.common.machine_memory import MachineMemory
@@ -130,11 +131,7 @@ class SaladProvider(
         sleep: Callable[[float], None] = time.sleep,
         clock: Callable[[], float] = time.monotonic,
     ):
-        key = api_key or _secret(ENV_API_KEY)
-        if not key:
-            raise AuthFailed(
-                f"salad: no API key: `corral secret set {ENV_API_KEY}` or export {ENV_API_KEY}"
-            )
+        key = require_credential("salad", (ENV_API_KEY,), api_key)
         self.settings = settings if settings is not None else SaladSettings.from_env()
         self.settings.where()  # no organization or project: left out, with the variable named
         self.api = SaladAPI(

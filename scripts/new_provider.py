@@ -339,9 +339,6 @@ class ${Cls}Provider(Provider):
         "SupportsLogs": "corral does not read $Title's machine logs yet",
         "SupportsSimulatedPreemption": "$Title cannot be asked to fail a machine; simulate "
         "preemptions with the fake provider",
-        "RunsOnThisMachine": "$Title machines are remote",
-        "SupportsPriceRefresh": "$Title's offers are listed afresh at every look",
-        "ReportsQueue": "$Title has no queue corral can read",
     }
 
     def __init__(

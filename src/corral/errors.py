@@ -172,6 +172,17 @@ class ProviderUnavailable(ProviderError):
     retryable = True
 
 
+class MaybeLaunched(ProviderUnavailable):
+    """A launch whose outcome is unknown: the create request was sent and no clear answer came
+    back (a timeout, a dropped connection, a 5xx), and no machine of the launch key could be
+    found afterwards, yet one may exist and bill: a listing can lag behind a create. Raised by
+    ``launch``; the controller keeps the key as an intent and launches the same key again
+    later, and since ``launch`` looks the key up first, the machine is adopted if it appeared,
+    never created twice nor forgotten (a leak)."""
+
+    code = "maybe_launched"
+
+
 class NotYetTerminated(ProviderError):
     """``terminate`` was accepted but the instance is not gone yet; call again later."""
 

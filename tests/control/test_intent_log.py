@@ -8,6 +8,7 @@ from pathlib import Path
 from corral.control.context import Context, Settings
 from corral.control.controller import Controller
 from corral.control.launching import attempt_key
+from corral.errors import MaybeLaunched
 from corral.providers.base import Requirements
 from corral.providers.local.provider import LocalProvider
 from corral.store import Store
@@ -109,3 +110,32 @@ def test_a_young_intent_is_left_to_the_process_that_is_launching_it(tmp_path: Pa
     [res] = store.resources(run_id=run_id)
     assert res.state == "intent"  # not closed while the launch may be in flight
     assert store.get_run(run_id).state == "STOPPING"
+
+
+class LostAnswerProvider(CountingProvider):
+    """Its first create goes through but the answer is lost (MaybeLaunched)."""
+
+    def launch(self, offer, bootstrap, key):  # type: ignore[override]
+        instance = super().launch(offer, bootstrap, key)
+        if len(self.launches) == 1:
+            raise MaybeLaunched(f"local: no answer to the create of {key}")
+        return instance
+
+
+def test_a_launch_whose_outcome_is_unknown_keeps_its_key_and_adopts_the_machine(
+    tmp_path: Path,
+) -> None:
+    store, _, controller, run_id = _setup(tmp_path)
+    provider = LostAnswerProvider(gpus=[])
+    provider.launches = []
+    controller.ctx.providers["local"] = provider
+    controller.tick()
+    [res] = store.resources(run_id=run_id, open_only=True)
+    assert res.state == "intent"  # not abandoned: the machine may exist and bill
+    events = [e.reason for e in store.events(run_id, types=["provider.error"])]
+    assert events == [f"local: no answer to the create of {res.key} (will retry the same key)"]
+    controller.tick()  # the same key again: the provider finds the machine it made
+    assert provider.launches == [res.key, res.key]
+    [again] = store.resources(run_id=run_id, open_only=True)
+    assert again.key == res.key and again.state == "active"
+    assert len(list((provider.home / "local" / "instances").iterdir())) == 1

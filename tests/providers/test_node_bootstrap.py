@@ -19,7 +19,7 @@ import pytest
 
 from agent.helpers import make_plan
 from corral import __version__
-from corral.agent.boot import encode_plan
+from corral.agent.boot import Delivered, delivery_env
 from corral.providers.common import wheel
 from support.waiting import wait_until
 
@@ -179,8 +179,7 @@ def test_an_image_without_corral_gets_the_controllers_wheel_then_starts_the_agen
     env = {
         **base,
         "CORRAL_WHEEL_SHA256": built.sha256,
-        "CORRAL_PLAN_GZ": encode_plan(plan.model_dump_json()),
-        "CORRAL_AGENT_TOKEN": "tok-entrypoint",
+        **delivery_env(Delivered(plan=plan.model_dump(mode="json"), token="tok-entrypoint")),
         "CORRAL_AGENT_BIND": f"127.0.0.1:{port}",
         "CORRAL_NODE_ROOT": str(tmp_path / "root"),
     }

@@ -26,6 +26,7 @@ from corral.control.transitions import Note, Transition
 from corral.errors import (
     Conflict,
     CorralError,
+    MaybeLaunched,
     NoBalance,
     NoCapacity,
     NotFound,
@@ -307,7 +308,7 @@ def launch_key(
         )
         return Launch.NEXT, None
     except ProviderError as e:
-        if e.fields.get("maybe_done"):
+        if isinstance(e, MaybeLaunched):
             # the request may have reached the provider: the key stays an intent and is
             # launched again (idempotently) after intent_grace_s, never abandoned to a leak
             ctx.store.add_event(

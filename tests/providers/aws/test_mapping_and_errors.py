@@ -7,6 +7,7 @@ from botocore import exceptions as bx
 
 from corral.errors import (
     AuthFailed,
+    MaybeLaunched,
     NoCapacity,
     ProviderError,
     ProviderUnavailable,
@@ -103,9 +104,12 @@ def test_ec2_error_codes_map_to_typed_errors(code: str, status: int, cls: type) 
 
 def test_transport_failures_map_to_unavailable_and_say_whether_the_call_may_have_happened() -> None:
     timeout = map_error(bx.ReadTimeoutError(endpoint_url="https://ec2"), "run_instances", "r")
-    assert isinstance(timeout, ProviderUnavailable) and timeout.fields["maybe_done"] is True
+    assert isinstance(timeout, MaybeLaunched)  # the controller looks the key up, never drops it
+    assert isinstance(timeout, ProviderUnavailable)
+    read = map_error(bx.ReadTimeoutError(endpoint_url="https://ec2"), "describe_instances", "r")
+    assert type(read) is ProviderUnavailable  # no launch to lose: retried like any other
     refused = map_error(bx.EndpointConnectionError(endpoint_url="https://ec2"), "x", "r")
-    assert isinstance(refused, ProviderUnavailable) and "maybe_done" not in refused.fields
+    assert type(refused) is ProviderUnavailable
     assert isinstance(map_error(bx.NoCredentialsError(), "x", "r"), AuthFailed)
 
 

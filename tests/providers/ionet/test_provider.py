@@ -10,10 +10,11 @@ import uuid
 import httpx
 import pytest
 
+from corral.agent.boot import ENV_BOOT, ENV_PARTS
 from corral.errors import InfeasibleRequest, NoCapacity, ProviderError, ProviderUnavailable
 from corral.providers.base import Bootstrap, InstanceState, Requirements
 from corral.providers.ionet.api import NameTaken
-from corral.providers.ionet.bootstrap import ENV_BOOT, ENV_KEY, deployment_name
+from corral.providers.ionet.bootstrap import ENV_KEY, deployment_name
 from corral.providers.ionet.deployments import Deployment, Worker, deployment_state
 from support.waiting import wait_until
 
@@ -65,7 +66,9 @@ def test_a_deployment_runs_the_agent_on_its_one_traffic_port(make_provider, fake
     config = body["container_config"]
     assert config["traffic_port"] == 8750 and config["replica_count"] == 1
     assert config["env_variables"][ENV_KEY] == inst.key
-    assert list(config["secret_env_variables"]) == [ENV_BOOT]
+    secret = config["secret_env_variables"]  # the boot blob, in the one delivery format
+    parts = int(secret[ENV_PARTS])
+    assert sorted(secret) == sorted([ENV_PARTS, *(f"{ENV_BOOT}_{i}" for i in range(parts))])
     assert "r2-secret-value" not in str(config["env_variables"])
     # the details never show secret values, only their keys
     details = provider.api.deployment(inst.instance_id)

@@ -15,6 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from corral.agent.boot import ENV_BOOT, ENV_PARTS, Delivered, delivery_env, take_delivery
 from corral.errors import BadInput, NoCapacity, ProviderError
 from corral.providers.base import Bootstrap, InstanceState, Requirements
 from corral.providers.common.wheel import bootstrap_script
@@ -22,10 +23,7 @@ from corral.providers.runpod import boot
 from corral.providers.runpod.bootstrap import (
     BOOT_ARGS,
     ENV_BIND,
-    ENV_PLAN,
     ENV_REST_URL,
-    decode_plan,
-    encode_plan,
     start_command,
     start_script,
 )
@@ -62,11 +60,12 @@ def test_on_demand_create_body_starts_the_agent_with_plan_and_token_in_env(
     assert start["entrypoint"] == ["bash", "-c"] and start["cmd"][0] == bootstrap_script()
     assert start["cmd"][1:] == ["corral-boot", "-m", "corral.providers.runpod.boot", "agent"]
     env = body["env"]
-    assert env[ENV_AGENT_TOKEN] == bs.token and env["HF_TOKEN"] == "hf_secret_value"
     assert env[ENV_REST_URL] == fake.settings()["rest_url"]  # the shutdown command's API
-    plan = decode_plan(env[ENV_PLAN])
-    assert plan == bs.plan.model_dump(mode="json")  # delivered as built, never edited
-    assert bs.token not in env[ENV_PLAN] and "hf_secret" not in str(plan)
+    # the plan, token and job env in the one delivery format, nothing of them in plain sight
+    assert bs.token not in str(env) and "hf_secret_value" not in str(env)
+    delivered = take_delivery(dict(env))
+    assert (delivered.token, delivered.env) == (bs.token, {"HF_TOKEN": "hf_secret_value"})
+    assert delivered.plan == bs.plan.model_dump(mode="json")  # delivered as built, never edited
 
 
 def test_a_pods_plan_binds_every_interface_on_the_agent_port(make_provider, tmp_path):
@@ -92,7 +91,7 @@ def test_spot_create_is_a_graphql_bid_at_the_offer_price(make_provider, fake, tm
     assert inp["cloudType"] == o.details["cloud_type"] and inp["ports"] == "8750/http"
     assert json.loads(inp["dockerArgs"]) == json.loads(fake.creates[-1]["dockerArgs"])
     assert json.loads(inp["dockerArgs"])["entrypoint"] == ["bash", "-c"]
-    assert {e["key"] for e in inp["env"]} >= {ENV_PLAN, ENV_AGENT_TOKEN}
+    assert {e["key"] for e in inp["env"]} >= {f"{ENV_BOOT}_0", ENV_PARTS}
 
 
 def test_on_demand_create_keeps_the_jobs_cpu_and_memory_minimums(make_provider, fake, tmp_path):
@@ -157,7 +156,7 @@ def test_network_volume_holds_the_checkpoints_and_pins_the_data_center(
     assert body["mounts"] == {"network": [{"volumeId": volume["id"], "path": str(mount)}]}
     assert body["dataCenterIds"] == ["EU-RO-1"]
     checkpoints = mount / "corral" / key[:-3] / "checkpoints"
-    assert decode_plan(body["env"][ENV_PLAN])["checkpoint_dir"] == str(checkpoints)
+    assert take_delivery(dict(body["env"])).plan["checkpoint_dir"] == str(checkpoints)
     wait_state(p, inst, InstanceState.RUNNING)
     # the pod mounts the volume at `mount` in its own filesystem; its files are the volume's
     on_volume = fake.cloud.volume_dir(volume["id"]) / "corral" / key[:-3] / "checkpoints"
@@ -178,7 +177,8 @@ def test_a_missing_network_volume_is_bad_input(make_provider):
 
 def test_boot_writes_the_plan_privately_and_binds_where_told(tmp_path):
     plan = bootstrap(tmp_path / "work", "rboot-a1", host="0.0.0.0", port=8750).plan
-    env = {ENV_PLAN: encode_plan(plan), ENV_BIND: "127.0.0.1:5555", ENV_AGENT_TOKEN: "t"}
+    delivered = Delivered(plan=plan.model_dump(mode="json"), token="t")
+    env = {**delivery_env(delivered), ENV_BIND: "127.0.0.1:5555"}
     argv = boot.start_agent(env, exec_agent=False)
     path = Path(argv[-1])
     assert argv[-2] == "--plan" and stat.S_IMODE(path.stat().st_mode) == 0o600
@@ -186,11 +186,12 @@ def test_boot_writes_the_plan_privately_and_binds_where_told(tmp_path):
     assert argv[argv.index("--bind") + 1] == "127.0.0.1:5555"
     shutdown = argv[argv.index("--shutdown-command") + 1]
     assert shutdown.endswith("-m corral.providers.runpod.boot shutdown")
-    assert ENV_PLAN not in env  # the plan leaves the environment the agent passes on
-    with pytest.raises(SystemExit, match="CORRAL_PLAN_GZ is not set"):
+    assert env[ENV_AGENT_TOKEN] == "t"  # the agent takes it out of its environment
+    assert ENV_PARTS not in env and f"{ENV_BOOT}_0" not in env  # the plan leaves it
+    with pytest.raises(SystemExit, match="CORRAL_BOOT_PARTS is not set"):
         boot.start_agent({}, exec_agent=False)
-    with pytest.raises(SystemExit, match="does not hold a plan"):
-        boot.start_agent({ENV_PLAN: "bm90IGd6aXA="}, exec_agent=False)
+    with pytest.raises(SystemExit, match="do not hold a plan"):
+        boot.start_agent({ENV_PARTS: "1", f"{ENV_BOOT}_0": "bm90IGd6aXA="}, exec_agent=False)
 
 
 def test_shutdown_terminates_its_pod_through_the_api(make_provider, fake, tmp_path, capsys):

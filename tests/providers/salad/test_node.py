@@ -11,14 +11,12 @@ import uuid
 
 import pytest
 
+from corral.agent.boot import ENV_BOOT, ENV_PARTS, unpack
 from corral.agent.events import EventLog
 from corral.agent.hooks import load_node_hook
 from corral.providers.base import Bootstrap, Offer
-from corral.providers.common import boot_blob
 from corral.providers.salad import SaladSettings, boot
 from corral.providers.salad.bootstrap import (
-    ENV_BOOT,
-    ENV_PARTS,
     JOIN,
     NODE_HOOK,
     command,
@@ -87,7 +85,7 @@ def test_the_boot_blob_travels_in_short_values_and_starts_the_agent_on_the_nodes
     with pytest.raises(SystemExit, match="do not hold a plan"):
         boot.start_agent(missing, exec_agent=False)
     with pytest.raises(ValueError):
-        boot_blob.read_blob("not base64 at all")
+        unpack("not base64 at all")
 
 
 def test_an_image_without_base64_stops_with_a_line_saying_so(tmp_path):

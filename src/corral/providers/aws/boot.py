@@ -16,15 +16,12 @@ import os
 import sys
 from pathlib import Path
 
+from corral.agent.boot import Delivered
+from corral.agent.boot import prepare as prepare_agent
 from corral.errors import CorralError
 from corral.providers.aws.userdata import decode_payload
 from corral.providers.common.process import spawn_detached
-from corral.wire.env import (
-    ENV_AGENT_BIND,
-    ENV_AGENT_TOKEN,
-    ENV_NODE_ROOT,
-    ENV_SHUTDOWN_COMMAND,
-)
+from corral.wire.env import ENV_NODE_ROOT
 
 
 def state_dir(root: str, key: str) -> str:
@@ -35,11 +32,14 @@ def state_dir(root: str, key: str) -> str:
 def prepare(
     payload_path: Path, environ: dict[str, str] | None = None
 ) -> tuple[list[str], dict[str, str], str, Path]:
-    """(argv, env, cwd, output file) of the agent to start; writes the plan file. A test host
-    playing the instance sets ``CORRAL_NODE_ROOT`` (the machine's "/"), ``CORRAL_AGENT_BIND``
-    and ``CORRAL_SHUTDOWN_COMMAND``; a real instance sets none."""
-    base = dict(os.environ if environ is None else environ)
-    node = base.get(ENV_NODE_ROOT, "")
+    """(argv, env, cwd, output file) of the agent to start; writes the plan file (the one
+    boot path, :mod:`corral.agent.boot`, with EC2's hooks: the payload arrives in a file the
+    user-data wrote, the agents of several launches keep their files side by side under
+    ``<root>/agent/``). A test host playing the instance sets ``CORRAL_NODE_ROOT`` (the
+    machine's "/"), ``CORRAL_AGENT_BIND`` and ``CORRAL_SHUTDOWN_COMMAND``; a real instance
+    sets none."""
+    env = dict(os.environ if environ is None else environ)
+    node = env.get(ENV_NODE_ROOT, "")
 
     def here(path: str) -> Path:
         return Path(node, path.lstrip("/")) if node else Path(path)
@@ -48,24 +48,14 @@ def prepare(
     plan = payload.plan
     agent_dir = here(payload.root) / "agent"
     agent_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-    state = str(here(state_dir(payload.root, payload.key)))
-    if plan.code is None:  # shipped code makes its own workdir
-        here(plan.workdir).mkdir(parents=True, exist_ok=True)
     here(plan.checkpoint_dir).mkdir(parents=True, exist_ok=True)
-    Path(state).mkdir(mode=0o700, parents=True, exist_ok=True)
-    plan_path = agent_dir / f"{payload.key}.plan.json"
-    fd = os.open(plan_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(plan.model_dump_json(indent=2))
-    env = {**base, **payload.env, ENV_AGENT_TOKEN: payload.token}
-    argv = [sys.executable, "-m", "corral.agent", "--state-dir", state]
-    if node:
-        argv += ["--root", node]
-    if base.get(ENV_AGENT_BIND):
-        argv += ["--bind", base[ENV_AGENT_BIND]]
-    if ENV_SHUTDOWN_COMMAND in base:
-        argv += ["--shutdown-command", base[ENV_SHUTDOWN_COMMAND]]
-    argv += ["--plan", str(plan_path)]
+    delivered = Delivered(plan.model_dump(mode="json"), payload.token, dict(payload.env))
+    argv = prepare_agent(
+        delivered,
+        env,
+        state_dir=here(state_dir(payload.root, payload.key)),
+        plan_file=agent_dir / f"{payload.key}.plan.json",
+    )
     return argv, env, str(agent_dir), agent_dir / f"{payload.key}.out"
 
 

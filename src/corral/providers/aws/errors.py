@@ -17,8 +17,9 @@ anything else                                                 :class:`ProviderEr
 
 A message is one line: the operation, the region, the EC2 code and EC2's own message, with
 anything shaped like an AWS access key id removed. A timeout or a dropped connection after the
-request was sent sets ``fields["maybe_done"]``: the call may have taken effect (``launch``
-looks for the instance before it tries again).
+request was sent may have taken effect: for ``run_instances`` it is
+:class:`~corral.errors.MaybeLaunched` (``launch`` looks for the instance before it tries
+again, the controller after it).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from botocore import exceptions as bx
 
 from corral.errors import (
     AuthFailed,
+    MaybeLaunched,
     NoCapacity,
     ProviderError,
     ProviderUnavailable,
@@ -110,9 +112,10 @@ def map_error(exc: BaseException, op: str, region: str) -> ProviderError:
     if isinstance(exc, bx.CredentialRetrievalError | bx.UnknownCredentialError):
         return AuthFailed(f"{where}: AWS credentials could not be loaded ({type(exc).__name__})")
     if isinstance(exc, bx.ReadTimeoutError | bx.ConnectionClosedError):
-        return ProviderUnavailable(
+        cls = MaybeLaunched if op == "run_instances" else ProviderUnavailable
+        return cls(
             f"{where}: no answer from EC2 ({type(exc).__name__}); the call may have happened",
-            fields={"maybe_done": True, "region": region, "operation": op},
+            fields={"region": region, "operation": op},
         )
     if isinstance(exc, bx.ConnectTimeoutError | bx.EndpointConnectionError | bx.ConnectionError):
         return ProviderUnavailable(

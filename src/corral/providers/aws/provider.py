@@ -47,6 +47,7 @@ from corral.errors import (
     AuthFailed,
     BadInput,
     InfeasibleRequest,
+    MaybeLaunched,
     NoCapacity,
     NotYetTerminated,
     ProviderError,
@@ -269,9 +270,7 @@ class AwsProvider(
         )
         try:
             resp = self.ec2.call(region, "run_instances", **request)
-        except ProviderError as exc:
-            if not exc.fields.get("maybe_done"):
-                raise
+        except MaybeLaunched:
             # the request may have gone through: look before asking again (same ClientToken)
             found = self._find_after_timeout(region, key)
             if found is not None:

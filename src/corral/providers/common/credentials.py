@@ -15,6 +15,8 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
+from corral.errors import AuthFailed
+
 if TYPE_CHECKING:
     from corral.secrets.store import SecretStore
 
@@ -59,3 +61,17 @@ def names_hint(names: Sequence[str]) -> str:
     first = names[0]
     rest = f" (or {' / '.join(names[1:])})" if len(names) > 1 else ""
     return f"`corral secret set {first}` or export {first}{rest}"
+
+
+def require_credential(
+    provider: str, names: Sequence[str], given: str | None = None, *, hint: str | None = None
+) -> str:
+    """The API key a provider is built with: ``given`` (passed by code), else the first of
+    ``names`` that is set (:func:`first_credential`); none is :class:`AuthFailed`
+    ``"<provider>: no API key: <hint>"`` (default :func:`names_hint`)."""
+    if given:
+        return given
+    found = first_credential(names)
+    if found is None:
+        raise AuthFailed(f"{provider}: no API key: {hint or names_hint(names)}")
+    return found[1]

@@ -196,3 +196,17 @@ def bootstrap_script() -> str:
     """The node's bootstrap (``node_bootstrap.sh``): make sure this corral runs there, then
     run the command it is given with that python."""
     return (Path(__file__).with_name("node_bootstrap.sh")).read_text()
+
+
+def start_script(install_command: str | None = None) -> str:
+    """What a container runs first: the node bootstrap (:func:`bootstrap_script`), preceded
+    by ``install_command`` when set (an advanced override, run only when the image's python
+    lacks corral)."""
+    legacy = ""
+    if install_command:
+        legacy = (
+            'PY0="$(command -v python3 || command -v python || true)"\n'
+            '"$PY0" -c "import corral" 2>/dev/null || '
+            f'{{ echo "corral: installing corral (install_command)" >&2; {install_command}; }}\n'
+        )
+    return legacy + bootstrap_script()

@@ -10,7 +10,8 @@ version from the controller's wheel or an index when the image lacks it), which 
 ``python -m corral.providers.ionet.boot agent``. The job's code is shipped to
 ``/corral/runs/<run>/work`` (through the run's storage, or the agent's traffic port).
 
-The boot blob (the plan, the agent token and the job's env, secrets included) and the
+The boot blob (the plan, the agent token and the job's env, secrets included; the one
+delivery format of container clouds, :mod:`corral.agent.boot`) and the
 bootstrap's install values (a presigned wheel URL is a credential) go in
 ``secret_env_variables``: IO.net returns only the keys of those, never their values.
 """
@@ -20,14 +21,13 @@ from __future__ import annotations
 from typing import Any
 
 from corral.providers.base import Bootstrap, NodeProfile, Offer
-from corral.providers.common.boot_blob import boot_blob, label_name
-from corral.providers.common.wheel import bootstrap_script
+from corral.providers.common import wheel
+from corral.providers.common.boot_blob import boot_env, label_name
 from corral.providers.ionet.settings import IonetSettings
 
 NAME_PREFIX = "corral-"
 ENV_KEY = "CORRAL_IONET_LAUNCH_KEY"
 ENV_OFFER = "CORRAL_IONET_OFFER"
-ENV_BOOT = "CORRAL_BOOT_GZ"
 #: "host:port" the agent binds instead of ``[::]:<traffic_port>`` (a fake cloud's containers
 #: share one host; a real container never sets it)
 ENV_BIND = "CORRAL_AGENT_BIND"
@@ -62,15 +62,7 @@ def start_script(settings: IonetSettings) -> str:
     """The node bootstrap (see :mod:`corral.providers.common.wheel`), preceded by
     ``install_command`` when set (an advanced override, run only when the image's python
     lacks corral)."""
-    legacy = ""
-    if settings.install_command:
-        legacy = (
-            'PY0="$(command -v python3 || command -v python || true)"\n'
-            '"$PY0" -c "import corral" 2>/dev/null || '
-            f'{{ echo "corral: installing corral (install_command)" >&2; '
-            f"{settings.install_command}; }}\n"
-        )
-    return legacy + bootstrap_script()
+    return wheel.start_script(settings.install_command)
 
 
 def deploy_body(
@@ -109,7 +101,7 @@ def deploy_body(
                 ENV_KEY: key,
                 ENV_OFFER: offer.model_dump_json(exclude_defaults=True),
             },
-            "secret_env_variables": {**bootstrap.install, ENV_BOOT: boot_blob(bootstrap)},
+            "secret_env_variables": {**bootstrap.install, **boot_env(bootstrap)},
             "entrypoint": ["bash", "-c"],
             "args": [start_script(settings), "corral-boot", *BOOT_ARGS],
         },

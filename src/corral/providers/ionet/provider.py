@@ -56,7 +56,8 @@ from corral.providers.base import (
     SupportsLogs,
     SupportsPriceRefresh,
 )
-from corral.providers.common.credentials import first_credential, names_hint
+from corral.providers.common.create import create_or_adopt
+from corral.providers.common.credentials import require_credential
 from corral.providers.common.files import check_key
 from corral.providers.common.listing_cache import ListingCache
 from corral.providers.common.machine_memory import MachineMemory
@@ -123,10 +124,7 @@ class IonetProvider(Provider, SupportsLogs, SupportsPriceRefresh):
         sleep: Callable[[float], None] = time.sleep,
         clock: Callable[[], float] = time.monotonic,
     ):
-        found = None if api_key else first_credential(API_KEY_NAMES)
-        key = api_key or (found[1] if found else None)
-        if not key:
-            raise AuthFailed(f"ionet: no API key: {names_hint(API_KEY_NAMES)}")
+        key = require_credential("ionet", API_KEY_NAMES, api_key)
         self.settings = settings if settings is not None else IonetSettings.from_env()
         self.api = IonetAPI(
             key, self.settings, client=client, retry=retry, bucket=bucket, sleep=sleep, clock=clock
@@ -211,35 +209,38 @@ class IonetProvider(Provider, SupportsLogs, SupportsPriceRefresh):
             )
         body = boot.deploy_body(offer, bootstrap, key, self.settings, secret)
         name = boot.deployment_name(key)
-        last: CorralError | None = None
-        for attempt in range(1, self.settings.create_attempts + 1):
-            try:
-                dep_id = self.api.deploy(body)
-            except (ProviderUnavailable, NameTaken) as exc:
-                last = exc
-                log.warning("ionet: deploy of %s was ambiguous (%s)", name, exc)
-            else:
-                log.info("ionet: deployed %s (%s) for %s", dep_id, name, key)
-                self._touch(dep_id)
-                dep = Deployment(id=dep_id, status="deployment requested", name=name)
-                return self._instance(dep, key, offer)
+
+        def create() -> Instance:
+            dep_id = self.api.deploy(body)
+            log.info("ionet: deployed %s (%s) for %s", dep_id, name, key)
+            self._touch(dep_id)
+            dep = Deployment(id=dep_id, status="deployment requested", name=name)
+            return self._instance(dep, key, offer)
+
+        def adopt() -> Instance | None:
             found = self._lookup_quietly(key)
-            if found is not None:
-                log.info("ionet: deployment %s for %s existed after all: adopted", found.id, key)
-                return self._instance(found, key)
-            if isinstance(last, NameTaken):  # the same name again would be refused again
-                raise ProviderError(
-                    f"ionet: {name} is taken by a deployment that is not this launch's or is "
-                    f"ending: {last.message}",
-                    fields={"key": key},
-                )
-            if attempt < self.settings.create_attempts:
-                self._sleep(min(2.0**attempt, 10.0))
-        assert last is not None
-        raise ProviderUnavailable(
-            f"ionet: could not deploy {name} in {self.settings.create_attempts} tries, and "
-            f"none exists: {last.message}",
-            fields={"key": key},
+            return None if found is None else self._instance(found, key)
+
+        def refuse(exc: CorralError) -> ProviderError | None:
+            if not isinstance(exc, NameTaken):
+                return None
+            # the same name again would be refused again
+            return ProviderError(
+                f"ionet: {name} is taken by a deployment that is not this launch's or is "
+                f"ending: {exc.message}",
+                fields={"key": key},
+            )
+
+        return create_or_adopt(
+            f"deployment {name}",
+            provider="ionet",
+            key=key,
+            attempts=self.settings.create_attempts,
+            sleep=self._sleep,
+            create=create,
+            adopt=adopt,
+            ambiguous=(ProviderUnavailable, NameTaken),
+            refuse=refuse,
         )
 
     def _lookup(self, key: str) -> Deployment | None:

@@ -28,10 +28,10 @@ from corral.errors import (
     BadInput,
     Conflict,
     InfeasibleRequest,
+    MaybeLaunched,
     NotFound,
     NotYetTerminated,
     ProviderError,
-    ProviderUnavailable,
 )
 from corral.providers.base import (
     Bootstrap,
@@ -275,9 +275,8 @@ class PoolProvider(Provider, SupportsSimulatedPreemption, ReportsQueue):
                 time_limit=hard,
             )
         except Exception as exc:  # kombu's errors: the send may or may not have happened
-            raise ProviderUnavailable(
-                f"the pool's broker did not take attempt {key}: {type(exc).__name__}",
-                fields={"maybe_done": True},
+            raise MaybeLaunched(
+                f"the pool's broker did not take attempt {key}: {type(exc).__name__}"
             ) from None
         with broker_errors(self.settings):
             self.attempts.mark_sent(key)

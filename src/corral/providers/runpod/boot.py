@@ -1,12 +1,10 @@
 """Runs inside a RunPod pod: start corral's agent, or terminate the pod.
 
-``python -m corral.providers.runpod.boot agent`` (the pod's start command ends with it):
-reads the plan from ``CORRAL_PLAN_GZ``, creates the workdir, writes the plan as the
-controller built it (mode 0600) in the agent's state directory, and replaces itself with
-``python -m corral.agent --shutdown-command '<this python> -m ... boot shutdown' --plan FILE``
-(plus ``--bind`` when ``CORRAL_AGENT_BIND`` says so, ``--root`` when ``CORRAL_NODE_ROOT`` does;
-the token stays in
-``CORRAL_AGENT_TOKEN``, which the agent removes from its environment).
+``python -m corral.providers.runpod.boot agent`` (the pod's start command ends with it): the
+one boot path (:mod:`corral.agent.boot`: the boot blob from the pod's environment, the plan
+written in the plan's state directory) with RunPod's hooks: the agent's shutdown command is
+``<this python> -m corral.providers.runpod.boot shutdown``, and it binds the plan's address
+unless ``CORRAL_AGENT_BIND`` says otherwise.
 
 ``python -m corral.providers.runpod.boot shutdown`` (the agent runs it when its job ended and
 no controller called for a long time): terminates this pod through the REST v2 API
@@ -27,6 +25,7 @@ from corral.agent import boot
 from corral.providers.runpod.bootstrap import ENV_REST_URL
 
 DEFAULT_REST_URL = "https://api.runpod.io/v2"
+SHUTDOWN = f"{shlex.quote(sys.executable)} -m corral.providers.runpod.boot shutdown"
 
 
 def _say(message: str) -> None:
@@ -36,12 +35,7 @@ def _say(message: str) -> None:
 def start_agent(environ: dict[str, str] | None = None, exec_agent: bool = True) -> list[str]:
     """Write the plan file and exec the agent (or return the agent's command line when
     ``exec_agent`` is False), with this module's ``shutdown`` as the shutdown command."""
-    python = shlex.quote(sys.executable)
-    return boot.start_agent(
-        environ,
-        exec_agent=exec_agent,
-        shutdown_command=f"{python} -m corral.providers.runpod.boot shutdown",
-    )
+    return boot.start_agent(environ, exec_agent=exec_agent, shutdown_command=SHUTDOWN)
 
 
 def terminate_pod(environ: dict[str, str] | None = None) -> int:
@@ -92,14 +86,13 @@ def terminate_pod(environ: dict[str, str] | None = None) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
-    if args == ["agent"]:
-        start_agent()
-        return 0
-    if args == ["shutdown"]:
-        return terminate_pod()
-    print("usage: python -m corral.providers.runpod.boot {agent|shutdown}", file=sys.stderr)
-    return 2
+    return boot.node_main(
+        argv,
+        prog="corral.providers.runpod.boot",
+        layout=boot.Layout(),
+        shutdown_command=SHUTDOWN,
+        shutdown=terminate_pod,
+    )
 
 
 if __name__ == "__main__":

@@ -7,8 +7,8 @@ python, installs this corral's version if the image lacks it (the controller's w
 from the run's storage, or the same version from an index), and runs
 ``python -m corral.providers.runpod.boot agent``, which writes the plan from the environment
 and starts corral's agent on the agent port (exposed as ``<port>/http``, reached through
-RunPod's proxy). The plan (gzip + base64), the agent token and the job's env travel as pod
-environment variables: RunPod shows a pod's env to holders of the account's API key, like a
+RunPod's proxy). The plan, the agent token and the job's env travel as pod environment
+variables, in the one delivery format of container clouds (:mod:`corral.agent.boot`): RunPod shows a pod's env to holders of the account's API key, like a
 cloud shows user-data, and never to anyone else; corral never logs or returns them.
 
 What a pod needs from the plan is the provider's node contribution (:func:`node_profile`):
@@ -20,21 +20,18 @@ travels as the controller built it.
 
 from __future__ import annotations
 
-import base64
-import gzip
 import json
 from typing import Any
 
 from corral.providers.base import Bootstrap, NodeProfile, Offer
-from corral.providers.common.wheel import bootstrap_script
+from corral.providers.common import wheel
+from corral.providers.common.boot_blob import boot_env
 from corral.providers.runpod.graphql import EnumValue
 from corral.providers.runpod.settings import RunPodSettings
-from corral.wire.env import ENV_AGENT_BIND, ENV_AGENT_TOKEN, ENV_PLAN_GZ
+from corral.wire.env import ENV_AGENT_BIND
 from corral.wire.env import ENV_NODE_ROOT as WIRE_NODE_ROOT
-from corral.wire.plan import AgentPlan
 
 NAME_PREFIX = "corral-"
-ENV_PLAN = ENV_PLAN_GZ
 ENV_KEY = "CORRAL_RUNPOD_LAUNCH_KEY"
 ENV_OFFER = "CORRAL_RUNPOD_OFFER"
 #: where the pod's shutdown command sends its DELETE (set only when not the default)
@@ -75,21 +72,10 @@ def node_profile(run_id: str, settings: RunPodSettings) -> NodeProfile:
     )
 
 
-def encode_plan(plan: AgentPlan) -> str:
-    raw = plan.model_dump_json().encode()
-    return base64.b64encode(gzip.compress(raw, mtime=0)).decode("ascii")
-
-
-def decode_plan(value: str) -> dict[str, Any]:
-    return json.loads(gzip.decompress(base64.b64decode(value)))
-
-
 def pod_env(
     bootstrap: Bootstrap, offer: Offer, key: str, settings: RunPodSettings
 ) -> dict[str, str]:
-    env = {**bootstrap.install, **bootstrap.env}
-    env[ENV_PLAN] = encode_plan(bootstrap.plan)
-    env[ENV_AGENT_TOKEN] = bootstrap.token
+    env = {**bootstrap.install, **boot_env(bootstrap)}
     env[ENV_KEY] = key
     env[ENV_OFFER] = offer.model_dump_json()
     if settings.rest_url != RunPodSettings.model_fields["rest_url"].default:
@@ -106,14 +92,7 @@ def start_script(settings: RunPodSettings) -> str:
     (this corral's version from the controller's wheel or an index, see
     :mod:`corral.providers.common.wheel`), preceded by ``install_command`` when set (an
     advanced override, run only when the image's python lacks corral)."""
-    legacy = ""
-    if settings.install_command:
-        legacy = (
-            'PY0="$(command -v python3 || command -v python || true)"\n'
-            '"$PY0" -c "import corral" 2>/dev/null || '
-            f'{{ echo "corral: installing corral (install_command)" >&2; {settings.install_command}; }}\n'
-        )
-    return legacy + bootstrap_script()
+    return wheel.start_script(settings.install_command)
 
 
 def start_command(settings: RunPodSettings) -> list[str]:

@@ -73,7 +73,8 @@ from corral.providers.base import (
     SupportsVolumes,
     VolumeInfo,
 )
-from corral.providers.common.credentials import first_credential
+from corral.providers.common.create import create_or_adopt
+from corral.providers.common.credentials import require_credential
 from corral.providers.common.files import check_key
 from corral.providers.http import RetryPolicy
 from corral.providers.runpod import bootstrap as boot
@@ -98,11 +99,6 @@ def _sells_spot(gpu: dict[str, Any]) -> bool:
     return any(isinstance(p, int | float) and not isinstance(p, bool) and p > 0 for p in prices)
 
 
-def _api_key() -> str | None:
-    found = first_credential(API_KEY_NAMES)
-    return found[1] if found else None
-
-
 class RunPodProvider(
     Provider, SupportsSpot, SupportsStop, SupportsVolumes, SupportsLogs, SupportsPriceRefresh
 ):
@@ -125,12 +121,13 @@ class RunPodProvider(
         sleep: Callable[[float], None] = time.sleep,
         clock: Callable[[], float] = time.monotonic,
     ):
-        key = api_key or _api_key()
-        if not key:
-            raise AuthFailed(
-                f"runpod: no API key: `corral secret set {ENV_API_KEY}` or export {ENV_API_KEY} "
-                f"(or {API_KEY_NAMES[0]}, which wins when both are set)"
-            )
+        key = require_credential(
+            "runpod",
+            API_KEY_NAMES,
+            api_key,
+            hint=f"`corral secret set {ENV_API_KEY}` or export {ENV_API_KEY} "
+            f"(or {API_KEY_NAMES[0]}, which wins when both are set)",
+        )
         self.settings = settings if settings is not None else RunPodSettings.from_env()
         self.api = RunPodAPI(
             key, self.settings, client=client, retry=retry, sleep=sleep, clock=clock
@@ -245,27 +242,25 @@ class RunPodProvider(
         mount = self.named.ensure(offer)
         image = bootstrap.image.name if bootstrap.image else None
         auth = self._registry_auth(bootstrap.image) if bootstrap.image else None
-        last: ProviderError | None = None
-        for attempt in range(1, self.settings.create_attempts + 1):
-            try:
-                pod = self._create(offer, env, key, mount, image, auth)
-            except ProviderUnavailable as exc:  # a timeout or a 5xx: the pod may exist
-                last = exc
-                log.warning("runpod: create of %s was ambiguous (%s)", boot.pod_name(key), exc)
-            else:
-                log.info("runpod: created pod %s for %s", pod.id, key)
-                return self._instance(pod, key, offer)
+
+        def create() -> Instance:
+            pod = self._create(offer, env, key, mount, image, auth)
+            log.info("runpod: created pod %s for %s", pod.id, key)
+            return self._instance(pod, key, offer)
+
+        def adopt() -> Instance | None:
             found = self._lookup_after_failure(key)
-            if found is not None:
-                log.info("runpod: pod %s for %s existed after all: adopted", found.id, key)
-                return self._instance(found, key)
-            if attempt < self.settings.create_attempts:
-                self._sleep(min(2.0**attempt, 10.0))
-        assert last is not None
-        raise ProviderUnavailable(
-            f"runpod: could not create pod {boot.pod_name(key)} in "
-            f"{self.settings.create_attempts} tries, and none exists: {last.message}",
-            fields={"key": key},
+            return None if found is None else self._instance(found, key)
+
+        # a timeout or a 5xx: the pod may exist
+        return create_or_adopt(
+            f"pod {boot.pod_name(key)}",
+            provider="runpod",
+            key=key,
+            attempts=self.settings.create_attempts,
+            sleep=self._sleep,
+            create=create,
+            adopt=adopt,
         )
 
     def _create(

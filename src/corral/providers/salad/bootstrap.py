@@ -10,9 +10,10 @@ the port of the container gateway. The job's code is shipped to ``/corral/runs/<
 
 SaladCloud bounds every environment value and every command argument to 1,000 characters on
 one line (the document's ``maxLength: 1000``, ``pattern: ^.*$``), so what is longer travels in
-pieces and what has a line break travels in base64: the boot blob (the plan as the controller
-built it, the agent token and the job's env, secrets included; gzip + base64) in
-``CORRAL_BOOT_GZ_<i>`` with ``CORRAL_BOOT_PARTS``, the node bootstrap script base64-encoded in
+pieces and what has a line break travels in base64: the boot blob in the one delivery format
+of container clouds (:mod:`corral.agent.boot`: the plan as the controller built it, the agent
+token and the job's env, secrets included; gzip + base64 in ``CORRAL_BOOT_GZ_<i>`` with
+``CORRAL_BOOT_PARTS``, made for this bound), the node bootstrap script base64-encoded in
 ``CORRAL_BOOTSTRAP__<i>``, a long install value (a presigned wheel URL) in ``<NAME>__<i>``
 named in ``CORRAL_SPLIT``, and an install value with a line break base64-encoded and named in
 ``CORRAL_B64``; the command (:data:`JOIN`, under 1,000 characters) joins and decodes them back
@@ -30,19 +31,15 @@ from __future__ import annotations
 import base64
 from typing import Any
 
+from corral.agent.boot import MAX_VALUE
 from corral.providers.base import Bootstrap, ImageRef, NodeProfile, Offer
-from corral.providers.common import boot_blob as blob
-from corral.providers.common.boot_blob import label_name
-from corral.providers.common.wheel import bootstrap_script
+from corral.providers.common import wheel
+from corral.providers.common.boot_blob import boot_env, label_name
 from corral.providers.salad.settings import SaladSettings
 
 NAME_PREFIX = "corral-"
 ENV_KEY = "CORRAL_SALAD_LAUNCH_KEY"
 ENV_OFFER = "CORRAL_SALAD_OFFER"
-ENV_BOOT = "CORRAL_BOOT_GZ"
-ENV_PARTS = "CORRAL_BOOT_PARTS"
-#: SaladCloud's most characters in one environment value
-MAX_VALUE = 1000
 #: "host:port" the agent binds instead of ``[::]:<agent_port>`` (a fake cloud running several
 #: containers on one host gives each its own port; a real container never sets it)
 ENV_BIND = "CORRAL_AGENT_BIND"
@@ -100,11 +97,6 @@ def node_profile(
     )
 
 
-def joined(environ: dict[str, str]) -> str:
-    """The boot blob the node was created with (ValueError if a piece is missing)."""
-    return blob.joined(environ, ENV_BOOT, int(environ.get(ENV_PARTS) or "0"))
-
-
 def one_line(value: str) -> bool:
     """Whether SaladCloud takes ``value`` as an environment value or a command argument as it
     is (the document's ``^.*$``: no line break, in the ECMA-262 reading of ``.``)."""
@@ -130,8 +122,7 @@ def _pieces(env: dict[str, str], name: str, value: str, *, always: bool = False)
 def container_env(
     bootstrap: Bootstrap, offer: Offer, key: str, settings: SaladSettings
 ) -> dict[str, str]:
-    env = blob.chunks(ENV_BOOT, blob.boot_blob(bootstrap), MAX_VALUE)
-    env[ENV_PARTS] = str(len(env))
+    env = boot_env(bootstrap)
     # an empty value is left out (SaladCloud takes 1-1,000 characters): unset to the bootstrap
     install = [(n, v) for n, v in sorted(bootstrap.install.items()) if v]
     encoded = [n for n, v in install if not one_line(v)]
@@ -152,15 +143,7 @@ def start_script(settings: SaladSettings) -> str:
     """The node bootstrap (see :mod:`corral.providers.common.wheel`), preceded by
     ``install_command`` when set (an advanced override, run only when the image's python
     lacks corral)."""
-    legacy = ""
-    if settings.install_command:
-        legacy = (
-            'PY0="$(command -v python3 || command -v python || true)"\n'
-            '"$PY0" -c "import corral" 2>/dev/null || '
-            f'{{ echo "corral: installing corral (install_command)" >&2; '
-            f"{settings.install_command}; }}\n"
-        )
-    return legacy + bootstrap_script()
+    return wheel.start_script(settings.install_command)
 
 
 def command() -> list[str]:

@@ -43,7 +43,6 @@ from corral.errors import (
     AuthFailed,
     BadInput,
     Conflict,
-    CorralError,
     NotFound,
     NotYetTerminated,
     ProviderError,
@@ -64,6 +63,8 @@ from corral.providers.base import (
     SupportsSpot,
     SupportsStop,
 )
+from corral.providers.common.create import create_or_adopt
+from corral.providers.common.credentials import require_credential
 from corral.providers.common.files import check_key
 from corral.providers.common.listing_cache import ListingCache
 from corral.providers.common.machine_memory import MachineMemory
@@ -130,11 +131,7 @@ class SaladProvider(
         sleep: Callable[[float], None] = time.sleep,
         clock: Callable[[], float] = time.monotonic,
     ):
-        key = api_key or _secret(ENV_API_KEY)
-        if not key:
-            raise AuthFailed(
-                f"salad: no API key: `corral secret set {ENV_API_KEY}` or export {ENV_API_KEY}"
-            )
+        key = require_credential("salad", (ENV_API_KEY,), api_key)
         self.settings = settings if settings is not None else SaladSettings.from_env()
         self.settings.where()  # no organization or project: left out, with the variable named
         self.api = SaladAPI(
@@ -210,28 +207,26 @@ class SaladProvider(
             )
         env = boot.container_env(bootstrap, offer, key, self.settings)
         body = boot.create_body(offer, env, key, self.settings, password, image)
-        last: CorralError | None = None
-        for attempt in range(1, self.settings.create_attempts + 1):
-            try:
-                group = self.api.create_group(body)
-            except (ProviderUnavailable, Conflict) as exc:  # the group may exist
-                last = exc
-                log.warning("salad: create of %s was ambiguous (%s)", name, exc)
-            else:
-                log.info("salad: created container group %s for %s", group.name, key)
-                self._touch(group.name)
-                return self._instance(group, key, offer)
+
+        def create() -> Instance:
+            group = self.api.create_group(body)
+            log.info("salad: created container group %s for %s", group.name, key)
+            self._touch(group.name)
+            return self._instance(group, key, offer)
+
+        def adopt() -> Instance | None:
             found = self._lookup_quietly(key)
-            if found is not None:
-                log.info("salad: container group %s existed after all: adopted", name)
-                return self._instance(found, key)
-            if attempt < self.settings.create_attempts:
-                self._sleep(min(2.0**attempt, 10.0))
-        assert last is not None
-        raise ProviderUnavailable(
-            f"salad: could not create container group {name} in "
-            f"{self.settings.create_attempts} tries, and none exists: {last.message}",
-            fields={"key": key},
+            return None if found is None else self._instance(found, key)
+
+        return create_or_adopt(
+            f"container group {name}",
+            provider="salad",
+            key=key,
+            attempts=self.settings.create_attempts,
+            sleep=self._sleep,
+            create=create,
+            adopt=adopt,
+            ambiguous=(ProviderUnavailable, Conflict),  # the group may exist
         )
 
     def _lookup(self, key: str) -> ContainerGroup | None:

@@ -3,10 +3,13 @@
 A container cloud's create (a group, a pod, a deployment) is not idempotent, and its answer
 can be lost after the request arrived: a timeout, a dropped connection, a 5xx. Each such
 ambiguous failure is followed by a look for the machine named for the key (adopted if there),
-then, after a backoff, by another create; when every try failed so and no machine was found,
-the outcome is still unknown (a listing can lag behind a create), which
-:class:`~corral.errors.MaybeLaunched` tells the controller: it keeps the key and launches it
-again later, and ``launch`` looks the key up first.
+then, after a backoff, by another create. When every try failed so and no machine of the key
+is listed, the launch failed (:class:`~corral.errors.ProviderUnavailable`): the controller
+tries the next offer, so a cloud whose API is down does not hold a run back. A machine that
+shows up later all the same (a listing that lagged behind a create) is named for a key no
+attempt uses: the provider's leak sweep deletes it. (:class:`~corral.errors.MaybeLaunched`,
+where the key is kept and launched again, is for a single call whose outcome stays unknown
+and that the provider can repeat safely: EC2's ``run_instances`` with its client token.)
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from corral.errors import CorralError, MaybeLaunched, ProviderError, ProviderUnavailable
+from corral.errors import CorralError, ProviderError, ProviderUnavailable
 from corral.providers.base import Instance
 
 log = logging.getLogger(__name__)
@@ -53,8 +56,8 @@ def create_or_adopt(
         if attempt < attempts:
             sleep(min(2.0**attempt, 10.0))
     message = last.message if last is not None else "no try"
-    raise MaybeLaunched(
-        f"{provider}: could not create {what} in {attempts} tries, and none is listed yet: "
+    raise ProviderUnavailable(
+        f"{provider}: could not create {what} in {attempts} tries, and none is listed: "
         f"{message}",
         fields={"key": key},
     )

@@ -32,6 +32,7 @@ from corral.errors import (
     NotFound,
     NotYetTerminated,
     ProviderError,
+    ProviderUnavailable,
 )
 from corral.providers.base import (
     Bootstrap,

@@ -38,11 +38,19 @@ PASSED = ("PATH", "LANG", "LC_ALL", "TZ", "PYTHONPATH", "SYSTEMROOT")
 
 #: where a node's processes see their machine's directory, on every machine (see module doc)
 NODE_MOUNT = "/mnt"
+#: ``unshare``'s options: a new mount namespace whose mounts stay in it
+_PRIVATE = ("--mount", "--propagation", "private", "--")
 
-#: a new mount namespace whose mounts stay in it
-_UNSHARE = ["unshare", "--mount", "--propagation", "private", "--"]
-#: run in the node's new mount namespace: mount its machine's directory ($0), run the command
-_MOUNT_THEN_EXEC = f'mount --bind "$0" {NODE_MOUNT} && exec "$@"'
+
+def _namespace_argv(machine_dir: str, argv: list[str]) -> list[str] | None:
+    """``argv`` run in a new mount namespace where ``machine_dir``
+    is bind-mounted over :data:`NODE_MOUNT`; None without the tools. Absolute paths: the
+    node's ``PATH`` may have none of them."""
+    unshare, sh, mount = (shutil.which(t) for t in ("unshare", "sh", "mount"))
+    if not (unshare and sh and mount):
+        return None
+    script = f'{mount} --bind "$0" {NODE_MOUNT} && exec "$@"'
+    return [unshare, *_PRIVATE, sh, "-c", script, machine_dir, *argv]
 
 
 def node_root(machine_dir: Path) -> Path:
@@ -71,16 +79,12 @@ def private_mounts() -> bool:
     directory bind-mounted over :data:`NODE_MOUNT` (tried once per process)."""
     if sys.platform != "linux" or os.geteuid() != 0 or not os.path.isdir(NODE_MOUNT):
         return False
-    if not (shutil.which("unshare") and shutil.which("mount")):
-        return False
     with tempfile.TemporaryDirectory() as probe:
+        argv = _namespace_argv(probe, ["true"])
+        if argv is None:
+            return False
         try:
-            done = subprocess.run(
-                [*_UNSHARE, "sh", "-c", _MOUNT_THEN_EXEC, probe, "true"],
-                stdin=subprocess.DEVNULL,
-                capture_output=True,
-                timeout=10,
-            )
+            done = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, timeout=10)
         except (OSError, subprocess.TimeoutExpired):
             return False
     return done.returncode == 0
@@ -114,9 +118,8 @@ class NodeView:
     def argv(self, argv: list[str]) -> list[str]:
         """The command line that runs ``argv`` as a process of this node. The process keeps
         its pid (``unshare`` and ``sh`` exec into it), so it is tracked as ever."""
-        if not self.isolated:
-            return list(argv)
-        return [*_UNSHARE, "sh", "-c", _MOUNT_THEN_EXEC, str(self.machine_dir), *argv]
+        wrapped = _namespace_argv(str(self.machine_dir), argv) if self.isolated else None
+        return list(argv) if wrapped is None else wrapped
 
     def erase(self, *disks: Path) -> None:
         """The machine is gone and its disk with it: the node's root and ``disks`` (its

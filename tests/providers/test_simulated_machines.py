@@ -1,5 +1,6 @@
 """The fake cloud's machines behave like a real cloud's: every machine of a run sees its workdir
-at the same absolute path, a file one machine writes there is not on another, and a machine
+at the same absolute path, a file one machine writes there is not on another (nor are the
+other machines' directories on this one), and a machine
 that is gone leaves nothing the next one can read. So a tool that keeps an absolute path in
 its checkpoint (Ultralytics' ``save_dir`` in ``last.pt``) writes, after a resume, on the new
 machine, where corral mirrors it.
@@ -80,11 +81,15 @@ def test_two_machines_see_the_same_workdir_path_and_not_each_others_files(
     where = written(first, tmp_path / "where")
     assert where == f"{NODE_MOUNT}/fs{tmp_path}"  # the node's root, not the machine's dir
     assert written(first, tmp_path / "mine") == "one"
-    # the first machine still runs and has its file at that very path: not on the second
-    look = f'echo "$PWD" > where; if [ -e "{where}/mine" ]; then echo seen; else echo absent; fi > saw; sleep 60'
+    # the first machine still runs and has its file at that very path: not on the second,
+    # nor where this machine keeps the first machine's files
+    theirs = on_node(first, tmp_path / "mine")
+    look = f'echo "$PWD" > where; for f in "{where}/mine" "{theirs}" "{machine(first)}"; do '
+    look += '[ -e "$f" ] && echo "$f"; done > saw; echo done > ended; sleep 60'
     second = launch(p, tmp_path, "same-a2", look)
     assert written(second, tmp_path / "where") == where
-    assert written(second, tmp_path / "saw") == "absent"
+    written(second, tmp_path / "ended")
+    assert on_node(second, tmp_path / "saw").read_text() == ""
     assert on_node(first, tmp_path / "mine").read_text() == "one\n"
     for inst in (first, second):
         p.terminate(inst)

@@ -8,7 +8,8 @@ one, so the container's python imports the corral under test as an image would h
 it sees none of the test's files unless they travel the way they would on the cloud. Where
 this machine allows it (root, ``unshare``), the container runs in a mount namespace of its own
 that shows ``<root>`` at ``/mnt`` (:class:`corral.providers.common.node.NodeView`): every
-container's "/" is ``/mnt/fs``, the same absolute paths on every node, as on a real cloud. A
+container's "/" is ``/mnt/fs``, the same absolute paths on every node, as on a real cloud, and
+the directory of the containers beside it (``<root>/..``) holds its own alone. A
 container that is killed (its node went away) loses its files. One host runs many containers,
 so each gets a free local port for its HTTP server, passed as ``CORRAL_AGENT_BIND`` (a real
 container has its own network namespace).
@@ -64,7 +65,7 @@ class Container:
         self.root = Path(root)
         self.fs = self.root / "fs"  # the container's own "/" (CORRAL_NODE_ROOT)
         self.fs.mkdir(parents=True, exist_ok=True)
-        self.node = NodeView(self.root)
+        self.node = NodeView(self.root, hide=self.root.parent)  # no other container's files
         self.argv = self.node.argv(list(argv))
         self.port = free_port() if http else None
         base = self.node.env()

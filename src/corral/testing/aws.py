@@ -11,7 +11,8 @@ said in the script's environment, which a real instance never sets:
   the agent's plan (``/opt/corral``, the workdir the code is shipped to, checkpoints, the data
   mount, the bootstrap log) lives under it. Where this machine allows it the script runs in a
   mount namespace of its own that shows ``<machine>`` at ``/mnt``, so the root is ``/mnt/fs``
-  on every machine (:class:`~corral.providers.common.node.NodeView`); a machine that is gone
+  on every machine and ``aws-machines/`` holds its own directory alone
+  (:class:`~corral.providers.common.node.NodeView`); a machine that is gone
   (:meth:`~LocalMachineRunner.stop`, :meth:`~LocalMachineRunner.kill`) loses that disk;
 * ``CORRAL_AGENT_BIND=127.0.0.1:0`` (loopback, a free port) and ``CORRAL_SHUTDOWN_COMMAND=""``
   (a test host never powers itself off);
@@ -119,7 +120,7 @@ class LocalMachineRunner:
         machine = self.root / instance_id
         fs = node_root(machine)
         fs.mkdir(parents=True, exist_ok=True)
-        node = NodeView(machine)
+        node = NodeView(machine, hide=self.root)  # it sees no other machine
         for m in payload.mounts:  # named volumes: the job's paths reach them
             self._mount(m.volume_id, m.path)
         script = machine / "user-data.sh"

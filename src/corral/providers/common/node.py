@@ -18,8 +18,10 @@ container), the node's processes start in a private mount namespace in which the
 directory is bind-mounted over :data:`NODE_MOUNT` (``/mnt``, a directory every Linux machine
 has and that holds the instance store on EC2): every machine's root is ``/mnt/fs``, its
 workdir ``/mnt/fs/corral/runs/<run id>/work``, and a path written by one machine is, on the
-next, that machine's own. The mount lives as long as the node's processes; nothing is mounted
-in this process's namespace. Elsewhere (a laptop, not root) each machine's paths are under its
+next, that machine's own. The directory of the cloud's machines is covered by an empty one
+there, but for the machine's own (its host reads and writes the agent's files at their real
+paths): no machine sees another's files. The mounts live as long as the node's processes;
+nothing is mounted in this process's namespace. Elsewhere (a laptop, not root) each machine's paths are under its
 own directory, as before. A machine that is gone takes its disk with it (:meth:`NodeView.erase`).
 """
 
@@ -42,15 +44,23 @@ NODE_MOUNT = "/mnt"
 _PRIVATE = ("--mount", "--propagation", "private", "--")
 
 
-def _namespace_argv(machine_dir: str, argv: list[str]) -> list[str] | None:
-    """``argv`` run in a new mount namespace where ``machine_dir``
-    is bind-mounted over :data:`NODE_MOUNT`; None without the tools. Absolute paths: the
-    node's ``PATH`` may have none of them."""
-    unshare, sh, mount = (shutil.which(t) for t in ("unshare", "sh", "mount"))
-    if not (unshare and sh and mount):
+def _namespace_argv(machine_dir: str, argv: list[str], hide: str | None = None) -> list[str] | None:
+    """``argv`` run in a new mount namespace where ``machine_dir`` is bind-mounted over
+    :data:`NODE_MOUNT` and, with ``hide`` (a directory above it: the cloud's machines), an
+    empty directory is mounted over ``hide`` and ``machine_dir`` alone mounted back in it.
+    None without the tools. Absolute paths: the node's ``PATH`` may have none of them."""
+    tools = [shutil.which(t) for t in ("unshare", "sh", "mount", "mkdir")]
+    unshare, sh, mount, mkdir = tools
+    if not (unshare and sh and mount and mkdir):
         return None
-    script = f'{mount} --bind "$0" {NODE_MOUNT} && exec "$@"'
-    return [unshare, *_PRIVATE, sh, "-c", script, machine_dir, *argv]
+    script = f'set -e; {mount} --bind "$0" {NODE_MOUNT}; '
+    if hide is not None:
+        script += (
+            f'{mount} -t tmpfs -o mode=755,size=1m corral-machines "$1"; {mkdir} -p "$0"; '
+            f'{mount} --bind {NODE_MOUNT} "$0"; cd "$(pwd -P)" 2>/dev/null || true; shift; '
+        )
+    tail = [machine_dir] if hide is None else [machine_dir, hide]
+    return [unshare, *_PRIVATE, sh, "-c", script + 'exec "$@"', *tail, *argv]
 
 
 def node_root(machine_dir: Path) -> Path:
@@ -95,8 +105,15 @@ class NodeView:
     :data:`NODE_MOUNT` in a mount namespace of their own where :func:`private_mounts` (the
     same paths on every machine), else where they are."""
 
-    def __init__(self, machine_dir: Path, isolated: bool | None = None) -> None:
+    def __init__(
+        self, machine_dir: Path, *, hide: Path | None = None, isolated: bool | None = None
+    ) -> None:
         self.machine_dir = Path(machine_dir)
+        #: a directory above ``machine_dir`` (the cloud's machines) of which the node sees
+        #: nothing but its own machine's directory
+        self.hide = hide
+        if hide is not None and not self.machine_dir.is_relative_to(hide):
+            raise ValueError(f"{hide} is not a directory above {machine_dir}")
         self.isolated = private_mounts() if isolated is None else isolated
 
     def path(self, inside: Path) -> str:
@@ -118,7 +135,8 @@ class NodeView:
     def argv(self, argv: list[str]) -> list[str]:
         """The command line that runs ``argv`` as a process of this node. The process keeps
         its pid (``unshare`` and ``sh`` exec into it), so it is tracked as ever."""
-        wrapped = _namespace_argv(str(self.machine_dir), argv) if self.isolated else None
+        hide = None if self.hide is None else str(self.hide)
+        wrapped = _namespace_argv(str(self.machine_dir), argv, hide) if self.isolated else None
         return list(argv) if wrapped is None else wrapped
 
     def erase(self, *disks: Path) -> None:

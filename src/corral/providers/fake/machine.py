@@ -14,7 +14,8 @@ runs with ``--root machine/fs`` and an environment of its own, so the job's code
 it would on a cloud machine (shipped by the controller, or from object storage). Where this
 machine allows it, the agent runs in a mount namespace of its own that shows ``machine/`` at
 ``/mnt``: every machine then sees its root at ``/mnt/fs`` and its disk at ``/mnt/disk``, the
-same absolute paths, like machines of a real cloud. A machine that is reclaimed or terminated
+same absolute paths, like machines of a real cloud, and nothing of the other machines
+(``fake/instances/`` is empty there but for its own). A machine that is reclaimed or terminated
 loses its disk (``fs/`` and ``disk/`` are deleted once its processes are gone); the run's
 volume and the agent's files its host reads (``instances/``) stay.
 """
@@ -40,11 +41,13 @@ class Machine:
         *,
         ephemeral_disk: bool = False,
         volume: Path | None = None,
+        cloud: Path | None = None,
     ) -> None:
         self.key = key
         self.home = home
-        #: the machine's processes and their view of ``home`` (``fs/``: its own "/")
-        self.node = NodeView(home)
+        #: the machine's processes and their view of ``home`` (``fs/``: its own "/"); of
+        #: ``cloud`` (the directory of every machine) they see nothing but ``home``
+        self.node = NodeView(home, hide=cloud)
         self.host = AgentHost(home, python, label="fake machine", node=self.node)
         #: the run's network volume in this cloud (checkpoints outlive a machine), unless
         #: the disk is ephemeral

@@ -21,8 +21,9 @@ workdir ``/mnt/fs/corral/runs/<run id>/work``, and a path written by one machine
 next, that machine's own. The directory of the cloud's machines is covered by an empty one
 there, but for the machine's own (its host reads and writes the agent's files at their real
 paths): no machine sees another's files. The mounts live as long as the node's processes;
-nothing is mounted in this process's namespace. Elsewhere (a laptop, not root) each machine's paths are under its
-own directory, as before. A machine that is gone takes its disk with it (:meth:`NodeView.erase`).
+nothing is mounted in this process's namespace. Elsewhere (a laptop, not root) each machine's
+paths are under its own directory, as before. A machine that is gone takes its disk with it
+(:meth:`NodeView.erase`).
 """
 
 from __future__ import annotations
@@ -105,16 +106,12 @@ class NodeView:
     :data:`NODE_MOUNT` in a mount namespace of their own where :func:`private_mounts` (the
     same paths on every machine), else where they are."""
 
-    def __init__(
-        self, machine_dir: Path, *, hide: Path | None = None, isolated: bool | None = None
-    ) -> None:
+    def __init__(self, machine_dir: Path, *, hide: Path | None = None) -> None:
         self.machine_dir = Path(machine_dir)
         #: a directory above ``machine_dir`` (the cloud's machines) of which the node sees
         #: nothing but its own machine's directory
         self.hide = hide
-        if hide is not None and not self.machine_dir.is_relative_to(hide):
-            raise ValueError(f"{hide} is not a directory above {machine_dir}")
-        self.isolated = private_mounts() if isolated is None else isolated
+        self.isolated = private_mounts()
 
     def path(self, inside: Path) -> str:
         """``inside`` (a path in the machine's directory) as the node's processes see it."""

@@ -30,6 +30,7 @@ from corral.providers.base import (
     SupportsSimulatedPreemption,
     SupportsSpot,
 )
+from corral.providers.common.node import NodeView
 from corral.providers.fake import ENV_FAKE_CLOUD, FakeCloud, FakeProvider, preemption_at
 from corral.providers.local import LocalProvider
 from corral.providers.registry import get_provider
@@ -417,7 +418,8 @@ def test_ephemeral_disk_gives_each_machine_its_own_checkpoint_dir(make_fake, tmp
     assert json.loads(plan.read_text())["checkpoint_dir"] == boot.plan.checkpoint_dir
     where = on_node(inst, tmp_path / "where")
     ckpt = wait_until(lambda: where.exists() and where.read_text().strip(), message="the stage")
-    assert ckpt == str(Path(inst.data["dir"]) / "machine" / "disk" / "checkpoints")
+    machine = Path(inst.data["dir"]) / "machine"
+    assert ckpt == NodeView(machine).path(machine / "disk" / "checkpoints")
 
 
 def test_fake_and_local_providers_support_simulated_preemption() -> None:

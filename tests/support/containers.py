@@ -5,9 +5,14 @@ its "/" (``<root>/fs``, passed as ``CORRAL_NODE_ROOT``: the agent puts every pat
 under it), with a fresh environment (:func:`corral.providers.common.node.node_env`: ``HOME``
 and ``TMPDIR`` inside that root, a ``CORRAL_HOME`` of its own, ``PYTHONPATH`` when the test has
 one, so the container's python imports the corral under test as an image would have it):
-it sees none of the test's files unless they travel the way they would on the cloud. One
-host runs many containers, so each gets a free local port for its HTTP server, passed as
-``CORRAL_AGENT_BIND`` (a real container has its own network namespace).
+it sees none of the test's files unless they travel the way they would on the cloud. Where
+this machine allows it (root, ``unshare``), the container runs in a mount namespace of its own
+that shows ``<root>`` at ``/mnt`` (:class:`corral.providers.common.node.NodeView`): every
+container's "/" is ``/mnt/fs``, the same absolute paths on every node, as on a real cloud, and
+the directory of the containers beside it (``<root>/..``) holds its own alone. A
+container that is killed (its node went away) loses its files. One host runs many containers,
+so each gets a free local port for its HTTP server, passed as ``CORRAL_AGENT_BIND`` (a real
+container has its own network namespace).
 """
 
 from __future__ import annotations
@@ -55,16 +60,17 @@ class Container:
     """One container start: ``argv`` with ``env`` in ``root``, its HTTP server on ``port``."""
 
     def __init__(self, argv: list[str], env: dict[str, str], root: Path, *, http: bool = True):
-        from corral.providers.common.node import node_env
+        from corral.providers.common.node import NodeView
 
-        self.argv = list(argv)
         self.root = Path(root)
         self.fs = self.root / "fs"  # the container's own "/" (CORRAL_NODE_ROOT)
         self.fs.mkdir(parents=True, exist_ok=True)
+        self.node = NodeView(self.root, hide=self.root.parent)  # no other container's files
+        self.argv = self.node.argv(list(argv))
         self.port = free_port() if http else None
-        base = node_env(self.fs)
+        base = self.node.env()
         base["PATH"] = os.path.dirname(sys.executable) + os.pathsep + base.get("PATH", "")
-        base[NODE_ROOT] = str(self.fs)
+        base[NODE_ROOT] = self.node.root
         self.env = {**base, **env}
         if self.port is not None:
             self.env[AGENT_BIND] = f"127.0.0.1:{self.port}"
@@ -108,10 +114,12 @@ class Container:
         timer.start()
 
     def kill(self) -> None:
-        """SIGKILL to every process of the container at once (a node that went away)."""
+        """SIGKILL to every process of the container at once (a node that went away): its
+        files go with it."""
         _signal(_tree(self.proc), signal.SIGKILL)
         for timer in self._timers:
             timer.cancel()
+        self.node.erase()
 
 
 class Forwarder:

@@ -9,7 +9,11 @@ said in the script's environment, which a real instance never sets:
 
 * ``CORRAL_NODE_ROOT=<machine>/fs``: the machine's own disk; every path of the script and of
   the agent's plan (``/opt/corral``, the workdir the code is shipped to, checkpoints, the data
-  mount, the bootstrap log) lives under it;
+  mount, the bootstrap log) lives under it. Where this machine allows it the script runs in a
+  mount namespace of its own that shows ``<machine>`` at ``/mnt``, so the root is ``/mnt/fs``
+  on every machine and ``aws-machines/`` holds its own directory alone
+  (:class:`~corral.providers.common.node.NodeView`); a machine that is gone
+  (:meth:`~LocalMachineRunner.stop`, :meth:`~LocalMachineRunner.kill`) loses that disk;
 * ``CORRAL_AGENT_BIND=127.0.0.1:0`` (loopback, a free port) and ``CORRAL_SHUTDOWN_COMMAND=""``
   (a test host never powers itself off);
 * ``CORRAL_FAKE_GPUS``: the instance type's GPUs, as the agent would detect them;
@@ -57,7 +61,7 @@ from corral.providers.aws.provider import AwsProvider
 from corral.providers.aws.userdata import extract_payload
 from corral.providers.common import process
 from corral.providers.common.agent_files import agent_endpoint, stage_groups
-from corral.providers.common.node import node_env, node_root
+from corral.providers.common.node import NodeView, node_root
 from corral.wire.env import (
     ENV_AGENT_BIND,
     ENV_FAKE_GPUS,
@@ -116,6 +120,7 @@ class LocalMachineRunner:
         machine = self.root / instance_id
         fs = node_root(machine)
         fs.mkdir(parents=True, exist_ok=True)
+        node = NodeView(machine, hide=self.root)  # it sees no other machine
         for m in payload.mounts:  # named volumes: the job's paths reach them
             self._mount(m.volume_id, m.path)
         script = machine / "user-data.sh"
@@ -125,9 +130,9 @@ class LocalMachineRunner:
         entry = load_catalog("aws", "ec2").entry(instance_type)
         count = entry.gpu_count if entry else 0
         env = {
-            **node_env(fs),
+            **node.env(),
             **self.instance_profile(),
-            ENV_NODE_ROOT: str(fs),
+            ENV_NODE_ROOT: node.root,
             ENV_AGENT_BIND: "127.0.0.1:0",
             ENV_SHUTDOWN_COMMAND: "",
             ENV_FAKE_GPUS: f"{entry.gpu_type if entry and count else 'GPU'}:{count}",
@@ -138,7 +143,7 @@ class LocalMachineRunner:
             env[ENV_NOTICE_INTERVAL] = str(self.notice_interval)
         since = time.time()
         pid, create_time = process.spawn_detached(
-            ["bash", str(script)], str(fs), env, machine / CONSOLE
+            node.argv(["bash", str(script)]), str(fs), env, machine / CONSOLE
         )
         write_json_atomic(
             machine / MACHINE_FILE,
@@ -231,12 +236,14 @@ class LocalMachineRunner:
             time.sleep(0.1)
 
     def stop(self, instance_id: str, timeout: float = 10.0) -> None:
-        """The machine is gone: every process of it stops (idempotent)."""
+        """The machine is gone: every process of it stops, then its disk goes (idempotent)."""
         self._halt(instance_id, grace=2.0, timeout=timeout)
+        NodeView(self.root / instance_id).erase()
 
     def kill(self, instance_id: str) -> None:
-        """The machine is reclaimed: SIGKILL to all its processes now."""
+        """The machine is reclaimed: SIGKILL to all its processes now; its disk goes."""
         self._halt(instance_id, grace=0.0, timeout=10.0)
+        NodeView(self.root / instance_id).erase()
 
     def stop_all(self) -> None:
         for instance_id in self.machines():

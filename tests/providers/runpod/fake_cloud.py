@@ -9,7 +9,9 @@ create; until then the pod is RUNNING with no runtime. One host runs many "conta
 each pod's first HTTP port is given a free local port, passed as ``CORRAL_AGENT_BIND`` (a real
 pod has its own network namespace), and the server's proxy maps ``<pod>-<port>`` to it. Each
 container has a root of its own (``<root>/<pod id>/fs``, passed as ``CORRAL_NODE_ROOT``: a real
-pod has its own filesystem), and an environment of its own: nothing of the controller's. What
+pod has its own filesystem; where this machine allows it, the container runs in a mount
+namespace of its own where that root is ``/mnt/fs``, the same path in every pod; a deleted pod's
+root is deleted), and an environment of its own: nothing of the controller's. What
 the container prints (stdout and stderr) is kept in ``<root>/<pod id>/container.log``, which the
 server's log stream serves. An image in ``images_without_python`` has a shell and nothing
 else on its PATH: the node bootstrap finds no python there, says so and exits.
@@ -36,6 +38,8 @@ from pathlib import Path
 from typing import Any
 
 import psutil
+
+from corral.providers.common.node import NodeView
 
 CAPACITY_MESSAGE = (
     "There are no longer any instances available with the requested specifications. "
@@ -455,9 +459,10 @@ class FakeCloud:
             fs = home / "fs"  # the container's own "/": nothing of the controller's is there
             fs.mkdir(exist_ok=True)
             self._mount(pod, fs)
+            node = NodeView(home)  # at /mnt in a mount namespace of its own, where possible
             env = {
                 "PATH": os.path.dirname(self.python) + os.pathsep + os.environ.get("PATH", ""),
-                "HOME": str(home),
+                "HOME": node.path(home),
                 "LANG": "C.UTF-8",
                 # the "image" has this interpreter's corral (a checkout's through PYTHONPATH)
                 **(
@@ -467,7 +472,7 @@ class FakeCloud:
                 "RUNPOD_POD_ID": pod.id,
                 "RUNPOD_API_KEY": self.pod_key(pod.id),  # the pod's own, not the account's
                 "RUNPOD_GPU_COUNT": str(pod.gpu_count),
-                NODE_ROOT: str(fs),
+                NODE_ROOT: node.root,
             }
             if os.environ.get("PYTHONPATH"):  # the corral under test, not an installed one
                 env["PYTHONPATH"] = os.environ["PYTHONPATH"]
@@ -478,12 +483,12 @@ class FakeCloud:
             if argv and pod.image in self.images_without_python:
                 bare = home / "bin"  # a shell and nothing else on its PATH
                 bare.mkdir(exist_ok=True)
-                env["PATH"] = str(bare)
+                env["PATH"] = node.path(bare)
                 argv[0] = shutil.which(argv[0]) or argv[0]
             if argv:
                 with open(self.log_path(pod.id), "ab") as out:
                     pod.proc = subprocess.Popen(
-                        argv,
+                        node.argv(argv),
                         env=env,
                         cwd=home,
                         stdin=subprocess.DEVNULL,
@@ -585,6 +590,7 @@ class FakeCloud:
                 raise CloudError(400, "pod not found to terminate")
             self.deleted.append(pod_id)
             self._halt(pod, None)
+            NodeView(self.root / pod.id).erase()  # the pod's disk is gone; its volume stays
 
     def list(self, name: str | None = None) -> list[Pod]:
         with self.lock:

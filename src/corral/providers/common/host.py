@@ -41,6 +41,7 @@ from corral.providers.common.host_state import (
     InstanceRecord,
     Layout,
 )
+from corral.providers.common.node import NodeView
 from corral.wire.env import ENV_AGENT_TOKEN
 
 #: Seconds ``terminate`` gives processes between SIGTERM and SIGKILL.
@@ -59,12 +60,12 @@ class AgentHost:
         python: str = sys.executable,
         label: str = "local",
         device_locks: DeviceLocks | None = None,
-        node_env: Callable[[Path], dict[str, str]] | None = None,
+        node: NodeView | None = None,
     ) -> None:
         self.layout = Layout(root)
-        #: ``node_env(instance dir)``: the environment the agent starts with, before the
-        #: bootstrap's; None: this process's (the local machine: same files, same user)
-        self.node_env = node_env
+        #: the node the agent runs as (its environment, before the bootstrap's, and its view
+        #: of the files); None: this process's (the local machine: same files, same user)
+        self.node = node
         self.python = python
         #: how messages name this host's instances ("local instance <key>")
         self.label = label
@@ -128,13 +129,15 @@ class AgentHost:
         found = self._started(rec) if resume else None
         if found is None:
             write_atomic(plan_path, bootstrap.plan.model_dump_json(indent=2), mode=0o600)
-            base = dict(os.environ) if self.node_env is None else self.node_env(d)
+            base = dict(os.environ) if self.node is None else self.node.env()
             env = {**base, **bootstrap.env, ENV_AGENT_TOKEN: bootstrap.token}
             # shipped code is not there yet: the agent starts in its instance's directory
             cwd = bootstrap.plan.workdir if bootstrap.plan.code is None else str(d)
             argv = [self.python, "-m", "corral.agent", "--devices", ",".join(rec.gpus)]
             argv += ["--state-dir", str(agent_dir), *rec.launch_args]
             argv += ["--plan", str(plan_path)]  # last: how find_agent recognises it
+            if self.node is not None:
+                argv = self.node.argv(argv)
             with self._locked(rec.gpus) as fds:  # the agent inherits the locks
                 try:
                     found = process.spawn_detached(argv, cwd, env, d / AGENT_OUT, pass_fds=fds)

@@ -11,7 +11,13 @@ machine of the run mounts.
 
 A machine shares nothing with the controller (:mod:`corral.providers.common.node`): its agent
 runs with ``--root machine/fs`` and an environment of its own, so the job's code arrives the way
-it would on a cloud machine (shipped by the controller, or from object storage).
+it would on a cloud machine (shipped by the controller, or from object storage). Where this
+machine allows it, the agent runs in a mount namespace of its own that shows ``machine/`` at
+``/mnt``: every machine then sees its root at ``/mnt/fs`` and its disk at ``/mnt/disk``, the
+same absolute paths, like machines of a real cloud, and nothing of the other machines
+(``fake/instances/`` is empty there but for its own). A machine that is reclaimed or terminated
+loses its disk (``fs/`` and ``disk/`` are deleted once its processes are gone); the run's
+volume and the agent's files its host reads (``instances/``) stay.
 """
 
 from __future__ import annotations
@@ -21,7 +27,7 @@ from pathlib import Path
 from corral.providers.base import Bootstrap, InstanceState, InstanceStatus, Offer
 from corral.providers.common.host import AgentHost
 from corral.providers.common.host_state import InstanceRecord
-from corral.providers.common.node import node_env, node_root
+from corral.providers.common.node import NodeView
 
 
 class Machine:
@@ -35,14 +41,14 @@ class Machine:
         *,
         ephemeral_disk: bool = False,
         volume: Path | None = None,
+        cloud: Path | None = None,
     ) -> None:
         self.key = key
         self.home = home
-        #: the machine's own "/": the agent runs with ``--root`` there and this environment
-        self.root = node_root(home)
-        self.host = AgentHost(
-            home, python, label="fake machine", node_env=lambda _d: node_env(self.root)
-        )
+        #: the machine's processes and their view of ``home`` (``fs/``: its own "/"); of
+        #: ``cloud`` (the directory of every machine) they see nothing but ``home``
+        self.node = NodeView(home, hide=cloud)
+        self.host = AgentHost(home, python, label="fake machine", node=self.node)
         #: the run's network volume in this cloud (checkpoints outlive a machine), unless
         #: the disk is ephemeral
         self.volume = volume
@@ -63,12 +69,12 @@ class Machine:
             offer=offer,
             choose_gpus=lambda _held: list(self.gpus),
             gpu_type=self.gpu_type,
-            launch_args=["--root", str(self.root), *self._checkpoints()],
+            launch_args=["--root", self.node.root, *self._checkpoints()],
         )
 
     def _checkpoints(self) -> list[str]:
         if self.ephemeral_disk:
-            return ["--checkpoint-dir", str(self.disk / "checkpoints")]
+            return ["--checkpoint-dir", self.node.path(self.disk / "checkpoints")]
         if self.volume is not None:
             return ["--checkpoint-dir", str(self.volume / "checkpoints")]
         return []
@@ -87,12 +93,14 @@ class Machine:
         rec = self.record()
         if rec is not None and rec.state == "active":
             self.host.preempt(rec.key, rec.instance_id, grace=0.0)
+        self.node.erase(self.disk)
 
     def terminate(self) -> None:
         """Stop everything and mark it terminated. May raise NotYetTerminated."""
         rec = self.record()
         if rec is not None:
             self.host.terminate(rec)
+        self.node.erase(self.disk)
 
     def status(self) -> InstanceStatus:
         rec = self.record()

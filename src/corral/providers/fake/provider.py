@@ -197,6 +197,7 @@ class FakeProvider(
             self.python,
             ephemeral_disk=rec.ephemeral_disk,
             volume=self.layout.root / "volumes" / rec.run_id,
+            cloud=self.layout.instances,
         )
 
     def _advance(

@@ -11,6 +11,7 @@ from corral.service._store import using
 from corral.service.run_view import RunView
 from corral.store import AttemptRecord, RunRecord, Store
 from corral.store.states import RUN_STATES
+from corral.store.states import RunState as RunState  # what a front door takes as a state
 
 
 def _states(states: Iterable[str] | None) -> list[str] | None:

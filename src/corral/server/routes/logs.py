@@ -14,6 +14,7 @@ from sse_starlette.sse import EventSourceResponse, ServerSentEvent
 
 from corral.server import deps
 from corral.server.auth import reader
+from corral.server.openapi import READ, errors
 from corral.service.log_hub import LogHub, Subscription
 from corral.service.logs import MAX_CHUNK, log_files, read_log
 from corral.service.session import Store
@@ -22,11 +23,13 @@ from corral.service.views import MAX_OFFSET, LogLine
 router = APIRouter(prefix="/api/v1/runs/{ref}/logs", tags=["logs"])
 
 
-@router.get("", dependencies=[Depends(reader)])
+@router.get("", dependencies=[Depends(reader)], responses=errors(*READ, 404))
 def logs(
     ref: str,
     stage: str | None = Query(None, description="read this stage's log (default: list them)"),
-    attempt: int | None = Query(None, ge=1, description="default: the current attempt"),
+    attempt: int | None = Query(
+        None, ge=1, le=MAX_OFFSET, description="default: the current attempt"
+    ),
     offset: int = Query(0, ge=0, le=MAX_OFFSET),
     max_bytes: int = Query(64 * 1024, ge=1, le=MAX_CHUNK),
     store: Store = Depends(deps.store),
@@ -67,7 +70,22 @@ async def _follow(sub: Subscription, wake: asyncio.Event) -> AsyncIterator[bytes
         sub.close()
 
 
-@router.get("/stream", dependencies=[Depends(reader)])
+#: the stream's success as the document shows it: server-sent events, not JSON
+_EVENT_STREAM = {
+    200: {
+        "description": "server-sent events: `log` (data: `{attempt, stage, ts, text}`) per "
+        "line, then `end` (data: the run) once it has ended",
+        "content": {"text/event-stream": {"schema": {"type": "string"}}},
+    }
+}
+
+
+@router.get(
+    "/stream",
+    dependencies=[Depends(reader)],
+    response_class=EventSourceResponse,
+    responses={**_EVENT_STREAM, **errors(*READ, 404)},
+)
 async def stream(
     ref: str,
     stage: list[str] | None = Query(None, description="only these stages"),

@@ -223,9 +223,7 @@ class RemoteClient:
         offset: int = 0,
     ) -> RunPage:
         """One page of runs, newest first (``limit`` None: every run, page by page)."""
-        # the API takes states as the server names them (upper case); a user may type any case
-        wanted = [s.upper() for s in states or []]
-        params: dict[str, Any] = {"state": wanted, "active": active_only}
+        params: dict[str, Any] = {"state": list(states or []), "active": active_only}
         runs: list[RunView] = []
         total = 0
         at = offset

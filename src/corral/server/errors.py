@@ -4,6 +4,7 @@ the error's class. Bad input is a 4xx, never a 5xx."""
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -20,6 +21,7 @@ from corral.errors import (
     NotFound,
     ProviderError,
 )
+from corral.server.openapi import meaning_of
 from corral.service.tokens import ReadOnlyToken, TokenRejected
 from corral.storage.errors import StorageError
 
@@ -50,13 +52,22 @@ def _corral_error(request: Request, exc: Exception) -> JSONResponse:
     return JSONResponse(exc.to_dict(), status_code=status_of(exc), headers=headers)
 
 
+def _message(error: Any) -> str:
+    """Pydantic's message, but for a pattern the document describes: the value and what
+    was expected, not the regex."""
+    meaning = meaning_of(str((error.get("ctx") or {}).get("pattern", "")))
+    if error.get("type") == "string_pattern_mismatch" and meaning is not None:
+        return f"{str(error.get('input'))[:80]!r}: expected {meaning}"
+    return str(error.get("msg", ""))
+
+
 def _invalid_request(request: Request, exc: Exception) -> JSONResponse:
     """A request FastAPI could not parse (bad JSON, a missing field, a wrong type)."""
     assert isinstance(exc, RequestValidationError)
     errors = [
         {
             "field": ".".join(str(p) for p in e.get("loc", ()) if p != "body"),
-            "message": str(e.get("msg", "")),
+            "message": _message(e),
         }
         for e in exc.errors()
     ]

@@ -8,6 +8,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from corral.service.bundles import SHA256_PATTERN
+
 
 class ErrorBody(BaseModel):
     """Every error the API answers: a machine code, one line for a person, and for bad
@@ -58,3 +60,21 @@ def errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
 READ = (401, 422)
 #: the errors of a route that needs a write token
 WRITE = (401, 403, 422)
+
+#: what each pattern of the document means, for the 422 of a value that does not match it
+_PATTERNS: dict[str, str] = {}
+
+
+def pattern(regex: str, meaning: str) -> str:
+    """``regex`` for a ``pattern=`` of the document; a value that does not match it is
+    refused with ``meaning`` (not the regex) in the error's message."""
+    _PATTERNS[regex] = meaning
+    return regex
+
+
+def meaning_of(regex: str) -> str | None:
+    return _PATTERNS.get(regex)
+
+
+#: a bundle's name: its sha256
+SHA256 = pattern(SHA256_PATTERN, "a sha256 (64 lowercase hex digits)")

@@ -10,6 +10,7 @@ from fastapi import APIRouter, Depends, Path, Query, Request, Response
 
 from corral.errors import NotFound
 from corral.server.auth import writer
+from corral.server.openapi import SHA256 as SHA256_PATTERN
 from corral.server.openapi import WRITE, errors
 from corral.service import bundles
 
@@ -18,9 +19,9 @@ router = APIRouter(prefix="/api/v1/bundles", tags=["bundles"])
 #: the header of a ``HEAD`` answer that holds the bundle's size
 SIZE_HEADER = "X-Corral-Bundle-Size"
 #: a bundle's name in the path: its sha256
-SHA256 = Path(pattern=bundles.SHA256_PATTERN, description="the bundle's sha256 (lowercase hex)")
+SHA256 = Path(pattern=SHA256_PATTERN, description="the bundle's sha256 (lowercase hex)")
 #: a ``HEAD`` that finds the bundle: no body, its size in a header
-_HELD = {
+_HELD: dict[int | str, dict[str, Any]] = {
     200: {
         "description": "the server holds the bundle",
         "headers": {

@@ -71,7 +71,7 @@ async def _follow(sub: Subscription, wake: asyncio.Event) -> AsyncIterator[bytes
 
 
 #: the stream's success as the document shows it: server-sent events, not JSON
-_EVENT_STREAM = {
+_EVENT_STREAM: dict[int | str, dict[str, Any]] = {
     200: {
         "description": "server-sent events: `log` (data: `{attempt, stage, ts, text}`) per "
         "line, then `end` (data: the run) once it has ended",

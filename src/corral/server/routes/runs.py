@@ -9,11 +9,10 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from corral.server import deps
 from corral.server.auth import reader, writer
-from corral.server.openapi import READ, WRITE, errors
+from corral.server.openapi import READ, SHA256, WRITE, errors, pattern
 from corral.service import actions, bundles, details, events, run_charts, runs, submit
-from corral.service.bundles import SHA256_PATTERN
 from corral.service.events import MAX_EVENTS
-from corral.service.runs import RunState
+from corral.service.runs import STATE_NAMES, STATE_PATTERN
 from corral.service.session import Store
 from corral.service.views import MAX_OFFSET
 
@@ -22,7 +21,11 @@ router = APIRouter(prefix="/api/v1/runs", tags=["runs"])
 #: the most runs one page lists
 MAX_PAGE = 1000
 #: an event type: dotted lowercase words (``run.state``, ``stage.finished``)
-EVENT_TYPE = r"^[a-z][a-z0-9_]*(\.[a-z0-9_]+)*$"
+EVENT_TYPE = pattern(
+    r"^[a-z][a-z0-9_]*(\.[a-z0-9_]+)*$", "an event type: dotted lowercase words (run.state)"
+)
+#: a run state, any case
+STATE = pattern(STATE_PATTERN, f"a run state ({', '.join(STATE_NAMES)}; any case)")
 #: the most files a bundle's ``modes`` names, and the largest file mode (``0o7777``)
 MAX_MODES, MAX_MODE = 100_000, 0o7777
 
@@ -33,9 +36,7 @@ class CodeSent(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    sha256: str | None = Field(
-        default=None, pattern=SHA256_PATTERN, description="the uploaded bundle"
-    )
+    sha256: str | None = Field(default=None, pattern=SHA256, description="the uploaded bundle")
     members: int = Field(default=0, ge=0, le=MAX_OFFSET)
     content_bytes: int = Field(default=0, ge=0, le=MAX_OFFSET)
     modes: dict[
@@ -89,17 +90,16 @@ def submit_run(body: SubmitRequest, store: Store = Depends(deps.store)) -> Any:
 
 @router.get("", dependencies=[Depends(reader)], responses=errors(*READ))
 def list_runs(
-    state: list[RunState] | None = Query(None, description="only runs in these states"),
+    state: list[Annotated[str, Field(pattern=STATE)]] | None = Query(
+        None, description="only runs in these states (PENDING, RUNNING, ...; any case)"
+    ),
     active: bool = Query(False, description="only unfinished runs"),
     limit: int = Query(50, ge=1, le=MAX_PAGE),
     offset: int = Query(0, ge=0, le=MAX_OFFSET),
     store: Store = Depends(deps.store),
 ) -> Any:
     """Runs newest first, ``limit`` of them from ``offset``; ``total``: how many match."""
-    states = [s.value for s in state] if state is not None else None
-    page = runs.page_runs(
-        states=states, active_only=active, limit=limit, offset=offset, store=store
-    )
+    page = runs.page_runs(states=state, active_only=active, limit=limit, offset=offset, store=store)
     return {
         "runs": [r.to_json() for r in page.runs],
         "limit": limit,

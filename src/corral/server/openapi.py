@@ -27,9 +27,11 @@ _MEANING = {
     401: "no token, or one that is not valid (or was revoked)",
     403: "a read-only token where a write token is needed",
     404: "no such run (or no such stage, attempt, file)",
-    409: "the request conflicts with the run's state (e.g. it already ended)",
+    409: "the request conflicts with the run's state (it already ended), or an artifact "
+    "in storage differs from its manifest",
     422: "a request the API cannot take: a parameter or body that is invalid, named in "
     "`message` and `fields.errors`",
+    500: "the store or the controller failed (not the request: try again)",
     502: "the node's agent or the artifact storage failed to answer",
     503: "a cloud provider failed to answer",
 }
@@ -56,10 +58,11 @@ def errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
     return out
 
 
-#: the errors of a route any token may call (401: no valid token; 422: bad parameters)
-READ = (401, 422)
+#: the errors of a route any token may call (401: no valid token; 422: bad parameters; 500:
+#: the store failed)
+READ = (401, 422, 500)
 #: the errors of a route that needs a write token
-WRITE = (401, 403, 422)
+WRITE = (401, 403, 422, 500)
 
 #: what each pattern of the document means, for the 422 of a value that does not match it
 _PATTERNS: dict[str, str] = {}

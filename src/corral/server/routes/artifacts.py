@@ -39,7 +39,7 @@ def _download(media_type: str, what: str) -> dict[int | str, dict[str, Any]]:
             "headers": _DOWNLOAD_HEADERS,
             "content": {media_type: {"schema": {"type": "string", "format": "binary"}}},
         },
-        **errors(*READ, 404, 502),
+        **errors(*READ, 404, 409, 502),
     }
 
 

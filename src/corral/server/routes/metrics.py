@@ -27,7 +27,7 @@ router = APIRouter(tags=["monitoring"])
             "description": "the Prometheus text exposition format",
             "content": {CONTENT_TYPE_LATEST.split(";")[0]: {"schema": {"type": "string"}}},
         },
-        **errors(401),
+        **errors(401, 500),
     },
 )
 def metrics(

@@ -16,7 +16,7 @@ from corral.service.session import Store
 router = APIRouter(prefix="/api/v1/monitoring", tags=["monitoring"])
 
 
-@router.get("/gpu", dependencies=[Depends(reader)], responses=errors(401))
+@router.get("/gpu", dependencies=[Depends(reader)], responses=errors(401, 500))
 def gpus(store: Store = Depends(deps.store), thresholds: Any = Depends(deps.gpu_thresholds)) -> Any:
     """Per GPU its name, memory used and total, utilisation, temperature, process count and
     ECC errors, for this machine (``host``) and each running run's node (``nodes``, through

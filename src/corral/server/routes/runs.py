@@ -14,7 +14,7 @@ from corral.service import actions, bundles, details, events, run_charts, runs, 
 from corral.service.events import MAX_EVENTS
 from corral.service.runs import STATE_NAMES, STATE_PATTERN
 from corral.service.session import Store
-from corral.service.views import MAX_OFFSET
+from corral.service.views import MAX_OFFSET, EventPage
 
 router = APIRouter(prefix="/api/v1/runs", tags=["runs"])
 
@@ -114,7 +114,11 @@ def get_run(ref: str, store: Store = Depends(deps.store)) -> Any:
     return details.get_run(ref, store=store).to_json()
 
 
-@router.get("/{ref}/events", dependencies=[Depends(reader)], responses=errors(*READ, 404))
+@router.get(
+    "/{ref}/events",
+    dependencies=[Depends(reader)],
+    responses={200: {"model": EventPage}, **errors(*READ, 404)},
+)
 def run_events(
     ref: str,
     after: int = Query(0, ge=0, le=MAX_OFFSET, description="the cursor of the previous page"),

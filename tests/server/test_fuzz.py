@@ -28,7 +28,7 @@ pytestmark = pytest.mark.slow
 
 #: examples per operation, phase and mode: a bound, so the test stays well under two
 #: minutes on a loaded machine
-EXAMPLES = 6
+EXAMPLES = 4
 
 #: ``schemathesis.toml`` for this API: the two operations whose valid requests depend on
 #: more than a schema can say take a 422 as a valid request's answer. A submit's ``spec``

@@ -144,14 +144,22 @@ def cancel_run(ref: str, store: Store = Depends(deps.store)) -> Any:
     return actions.cancel_run(ref, store=store).to_json()
 
 
-@router.get("/{ref}/charts", dependencies=[Depends(reader)], responses=errors(*READ, 404))
+@router.get(
+    "/{ref}/charts",
+    dependencies=[Depends(reader)],
+    responses={200: {"model": run_charts.RunCharts}, **errors(*READ, 404)},
+)
 def charts(ref: str, store: Store = Depends(deps.store)) -> Any:
     """The run's loss and validation curves (x: step) from its progress events, and its cost
     over time (x: unix seconds) from its attempts."""
     return run_charts.run_charts(ref, store=store).to_json()
 
 
-@router.get("/{ref}/timeline", dependencies=[Depends(reader)], responses=errors(*READ, 404))
+@router.get(
+    "/{ref}/timeline",
+    dependencies=[Depends(reader)],
+    responses={200: {"model": run_charts.Timeline}, **errors(*READ, 404)},
+)
 def timeline(ref: str, store: Store = Depends(deps.store)) -> Any:
     """Every attempt with its stages' spans and how it ended, and the marks between them
     (preemption notices, recoveries, stop requests, the end); times in unix seconds."""

@@ -73,8 +73,15 @@ def create_app(
     app.state.gpu_thresholds = thresholds
     app.state.queue_providers = QueueProviders()
     errors.install(app)
-    for module in (health, runs, bundles, logs, artifacts, secrets, monitoring, metrics, dashboard):
-        app.include_router(module.router)
+    routers = [
+        m.router
+        for m in (health, runs, bundles, logs, artifacts, secrets, monitoring, metrics, dashboard)
+    ]
+    for router in routers:
+        app.include_router(router)
+    errors.index_methods(
+        app, [*app.router.routes, *(r for router in routers for r in router.routes)]
+    )
     app.mount("/static", StaticFiles(directory=ui.STATIC), name="static")
     if cors_origins:
         app.add_middleware(

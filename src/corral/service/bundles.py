@@ -25,13 +25,15 @@ from corral.spec.code import MAX_CODE_GB
 if TYPE_CHECKING:
     from corral.control.client_code import ClientCode
 
-_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+#: a bundle's name: its sha256, 64 lowercase hex digits (a front door's schema says so too)
+SHA256_PATTERN = r"^[0-9a-f]{64}$"
+_SHA256 = re.compile(SHA256_PATTERN)
 #: the largest bundle one upload may be (bytes): the ceiling of ``code.max_size``
 MAX_UPLOAD = int(MAX_CODE_GB * 1024**3)
 
 
 def check_sha256(sha256: str) -> str:
-    if not _SHA256.match(sha256):
+    if not _SHA256.fullmatch(sha256):
         raise BadInput(f"bundle {sha256[:80]!r}: expected a sha256 (64 lowercase hex digits)")
     return sha256
 

@@ -12,6 +12,15 @@ from corral.service.run_view import RunView
 from corral.store import AttemptRecord, RunRecord, Store
 from corral.store.states import RUN_STATES
 
+#: a state as a front door takes it: one of the run states, in any case (a JSON Schema
+#: pattern has no flags: each letter is a class of its two cases)
+STATE_NAMES = tuple(sorted(RUN_STATES))
+STATE_PATTERN = "^({})$".format(
+    "|".join(
+        "".join(f"[{c}{c.lower()}]" if c.isalpha() else c for c in s) for s in sorted(RUN_STATES)
+    )
+)
+
 
 def _states(states: Iterable[str] | None) -> list[str] | None:
     """Upper-cased states, each checked (BadInput naming the first unknown one)."""

@@ -10,23 +10,39 @@ from typing import Any
 
 import anyio
 from fastapi import APIRouter, Depends, Query
+from pydantic import BaseModel, ConfigDict
 from sse_starlette.sse import EventSourceResponse, ServerSentEvent
 
 from corral.server import deps
 from corral.server.auth import reader
+from corral.server.openapi import READ, errors
 from corral.service.log_hub import LogHub, Subscription
 from corral.service.logs import MAX_CHUNK, log_files, read_log
 from corral.service.session import Store
-from corral.service.views import MAX_OFFSET, LogLine
+from corral.service.views import MAX_OFFSET, LogChunk, LogFile, LogLine
 
 router = APIRouter(prefix="/api/v1/runs/{ref}/logs", tags=["logs"])
 
 
-@router.get("", dependencies=[Depends(reader)])
+class LogFiles(BaseModel):
+    """The run's copied stage logs (the answer without ``stage``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    files: list[LogFile]
+
+
+@router.get(
+    "",
+    dependencies=[Depends(reader)],
+    responses={200: {"model": LogChunk | LogFiles}, **errors(*READ, 404)},
+)
 def logs(
     ref: str,
     stage: str | None = Query(None, description="read this stage's log (default: list them)"),
-    attempt: int | None = Query(None, ge=1, description="default: the current attempt"),
+    attempt: int | None = Query(
+        None, ge=1, le=MAX_OFFSET, description="default: the current attempt"
+    ),
     offset: int = Query(0, ge=0, le=MAX_OFFSET),
     max_bytes: int = Query(64 * 1024, ge=1, le=MAX_CHUNK),
     store: Store = Depends(deps.store),
@@ -67,7 +83,32 @@ async def _follow(sub: Subscription, wake: asyncio.Event) -> AsyncIterator[bytes
         sub.close()
 
 
-@router.get("/stream", dependencies=[Depends(reader)])
+#: one event of the stream: ``log`` (data: a line) or ``end`` (data: the run), JSON text
+_EVENT = {
+    "type": "object",
+    "required": ["event", "data"],
+    "properties": {
+        "event": {"type": "string", "enum": ["log", "end"]},
+        "data": {"type": "string", "contentMediaType": "application/json"},
+    },
+}
+#: the stream's success as the document shows it: server-sent events, not JSON
+_EVENT_STREAM: dict[int | str, dict[str, Any]] = {
+    200: {
+        "description": "server-sent events: `log` (data: `{attempt, stage, ts, text}`) per "
+        "line, then `end` (data: the run) once it has ended",
+        # before OpenAPI 3.2 (FastAPI writes 3.1), a stream's schema describes each event
+        "content": {"text/event-stream": {"schema": _EVENT}},
+    }
+}
+
+
+@router.get(
+    "/stream",
+    dependencies=[Depends(reader)],
+    response_class=EventSourceResponse,
+    responses={**_EVENT_STREAM, **errors(*READ, 404)},
+)
 async def stream(
     ref: str,
     stage: list[str] | None = Query(None, description="only these stages"),

@@ -9,6 +9,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 
 from corral.server import deps
 from corral.server.auth import reader
+from corral.server.openapi import errors
 from corral.server.prometheus import exposition
 from corral.service.gpu_health import GpuThresholds
 from corral.service.metrics import snapshot
@@ -17,7 +18,18 @@ from corral.service.session import Store
 router = APIRouter(tags=["monitoring"])
 
 
-@router.get("/metrics", dependencies=[Depends(reader)], response_class=Response)
+@router.get(
+    "/metrics",
+    dependencies=[Depends(reader)],
+    response_class=Response,
+    responses={
+        200: {
+            "description": "the Prometheus text exposition format",
+            "content": {CONTENT_TYPE_LATEST.split(";")[0]: {"schema": {"type": "string"}}},
+        },
+        **errors(401, 500),
+    },
+)
 def metrics(
     request: Request,
     store: Store = Depends(deps.store),

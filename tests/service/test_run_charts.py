@@ -147,3 +147,59 @@ def test_an_attempt_whose_stage_events_never_arrived_shows_its_cached_stages(
     [train] = attempt.stages
     assert (train.name, train.state, train.finished_at) == ("train", "running", None)
     assert train.started_at == datetime(2026, 11, 25, 10, 0, 0, 500000, tzinfo=UTC).timestamp()
+
+
+def test_a_live_attempt_costs_what_it_has_accrued_on_the_chart_and_its_row(corral_home) -> None:
+    t = [datetime(2026, 1, 1, 10, 0, tzinfo=UTC)]
+    store = Store.open(clock=lambda: t[0])
+    try:
+        rid = make(store)
+        store.create_attempt(rid, 1, provider="p", offer={}, price_per_hour=3.6)
+        store.update_attempt(rid, 1, started_at=t[0])
+        now = datetime(2026, 1, 1, 10, 30, tzinfo=UTC)
+        cost = run_charts.run_charts(rid, store=store, now=now).cost
+        [attempt] = run_charts.run_timeline(rid, store=store, now=now).attempts
+    finally:
+        store.close()
+    start = datetime(2026, 1, 1, 10, 0, tzinfo=UTC).timestamp()
+    assert cost.points == [(start, 0.0), (start + 1800, 1.8)]
+    assert attempt.cost_usd == 1.8
+
+
+def test_a_stopped_attempt_draws_its_stage_stopped_and_no_stage_that_never_ran(
+    corral_home,
+) -> None:
+    store = Store.open()
+    try:
+        rid = make(store)
+        store.create_attempt(rid, 1, provider="fake", offer={}, price_per_hour=1.0)
+        store.add_event(rid, "stage.started", data={"stage": "train"}, attempt=1)
+        store.add_event(  # the job saved and exited 75 when asked to stop
+            rid, "stage.finished", data={"stage": "train", "state": "preempted"}, attempt=1
+        )
+        store.add_event(  # the next stage never started: the agent cancels it
+            rid, "stage.finished", data={"stage": "eval", "state": "cancelled"}, attempt=1
+        )
+        outcome = {"kind": "stopped", "reason": "stopped by the user", "cause": "user"}
+        store.update_attempt(rid, 1, data={"outcome": outcome}, ended_at=datetime.now(UTC))
+        [attempt] = run_charts.run_timeline(rid, store=store).attempts
+    finally:
+        store.close()
+    assert attempt.outcome == "stopped"
+    assert [(s.name, s.state) for s in attempt.stages] == [("train", "stopped")]
+
+
+def test_a_preempted_attempt_draws_no_stage_that_never_ran(corral_home) -> None:
+    store = Store.open()
+    try:
+        rid = make(store)
+        store.create_attempt(rid, 1, provider="fake", offer={}, price_per_hour=1.0)
+        store.add_event(
+            rid, "stage.finished", data={"stage": "train", "state": "cancelled"}, attempt=1
+        )
+        outcome = {"kind": "preempted", "reason": "the cloud took the machine back"}
+        store.update_attempt(rid, 1, data={"outcome": outcome}, ended_at=datetime.now(UTC))
+        [attempt] = run_charts.run_timeline(rid, store=store).attempts
+    finally:
+        store.close()
+    assert attempt.outcome == "preempted" and attempt.stages == []

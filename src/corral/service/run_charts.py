@@ -9,6 +9,13 @@ most :data:`MAX_POINTS` points (evenly thinned, the last one always kept).
 
 Cost: the attempts are billed one after the other, so the run's cost is a line through
 (each attempt's start, what the earlier ones cost) and (its end, or now, plus its own cost).
+A live attempt's own cost is what it has accrued until now (price x time since its start, as
+the controller bills it), not the 0 stored until its machine's teardown is confirmed.
+
+Timeline: a stage drawn on an attempt's bar ran on it: a stage the attempt ended before it
+started (``stage.finished`` ``cancelled`` without a start) is not drawn. A stage that exited 75
+because the attempt was asked to stop (user, budget, deadline) is shown ``stopped``, as
+``corral status`` shows it: only a preemption is drawn as one.
 """
 
 from __future__ import annotations
@@ -17,10 +24,12 @@ import math
 from datetime import UTC, datetime
 from typing import Any
 
+from corral.control.cost import NO_CAPACITY, attempt_cost
 from corral.service._store import using
 from corral.service.views import View
 from corral.store import AttemptRecord, EventRecord, Store
-from corral.wire.outcome import AttemptOutcome
+from corral.wire.outcome import AttemptOutcome, OutcomeKind
+from corral.wire.status import StageState
 
 #: the most points one series keeps
 MAX_POINTS = 1000
@@ -150,6 +159,14 @@ def _curves(
     return as_series, val_series, step, total
 
 
+def _live_cost(attempt: AttemptRecord, now: datetime) -> float:
+    """What the attempt has cost by ``now``: its stored cost once its billing ended, else
+    what it has accrued since its start (the controller's own rule, ``control.cost``)."""
+    if attempt.billed_until is not None or attempt.exit_reason == NO_CAPACITY:
+        return attempt.cost_usd
+    return max(attempt.cost_usd, attempt_cost(attempt, now))
+
+
 def _cost(attempts: list[AttemptRecord], now: datetime) -> Series:
     points: list[tuple[float, float]] = []
     spent = 0.0
@@ -159,7 +176,7 @@ def _cost(attempts: list[AttemptRecord], now: datetime) -> Series:
             continue
         end = a.ended_at or now
         points.append((start.timestamp(), round(spent, 6)))
-        spent += a.cost_usd
+        spent += _live_cost(a, now)
         points.append((max(end, start).timestamp(), round(spent, 6)))
     return Series(name="cost (USD)", points=points)
 
@@ -198,7 +215,22 @@ def _iso(value: Any) -> float | None:
         return None
 
 
-def _cached_stages(attempt: AttemptRecord) -> list[StageSpan]:
+def _shown_state(state: str, stopped: bool) -> str:
+    """A stage's state as drawn: one that exited 75 because its attempt was asked to stop is
+    ``stopped`` (only a preemption is drawn as one)."""
+    return StageState.STOPPED.value if stopped and state == StageState.PREEMPTED.value else state
+
+
+def _stage_span(span: dict[str, Any], stopped: bool) -> StageSpan:
+    return StageSpan(
+        name=span["name"],
+        state=_shown_state(str(span.get("state", "running")), stopped),
+        started_at=_unix(span.get("started_at")),
+        finished_at=_unix(span.get("finished_at")),
+    )
+
+
+def _cached_stages(attempt: AttemptRecord, stopped: bool) -> list[StageSpan]:
     """The stages as the agent last reported them (the status the controller cached on the
     attempt): for an attempt whose stage events never reached the store (a machine taken
     away between two polls)."""
@@ -206,7 +238,7 @@ def _cached_stages(attempt: AttemptRecord) -> list[StageSpan]:
     return [
         StageSpan(
             name=str(s.get("name")),
-            state=str(s.get("state") or "running"),
+            state=_shown_state(str(s.get("state") or "running"), stopped),
             started_at=_iso(s.get("started_at")),
             finished_at=_iso(s.get("finished_at")),
         )
@@ -250,18 +282,15 @@ def run_timeline(ref: str, *, store: Store | None = None, now: datetime | None =
             kind = _MARKS[e.type]
             marks.append(Mark(ts=e.ts.timestamp(), attempt=e.attempt, kind=kind, text=e.reason))
     out = []
+    moment = now or datetime.now(UTC)
     for a in attempts:
         outcome = _outcome(a)
+        stopped = outcome is not None and outcome.kind == OutcomeKind.STOPPED
         stages = [
-            StageSpan(
-                name=s["name"],
-                state=s.get("state", "running"),
-                started_at=_unix(s.get("started_at")),
-                finished_at=_unix(s.get("finished_at")),
-            )
+            _stage_span(s, stopped)
             for (number, _), s in spans.items()
-            if number == a.number
-        ] or _cached_stages(a)
+            if number == a.number and s.get("started_at") is not None
+        ] or _cached_stages(a, stopped)
         out.append(
             AttemptSpan(
                 number=a.number,
@@ -272,7 +301,7 @@ def run_timeline(ref: str, *, store: Store | None = None, now: datetime | None =
                 ended_at=_unix(a.ended_at),
                 outcome=outcome.kind.value if outcome else None,
                 reason=(outcome.reason if outcome else None) or a.exit_reason,
-                cost_usd=a.cost_usd,
+                cost_usd=_live_cost(a, moment),
                 stages=stages,
             )
         )
@@ -280,7 +309,7 @@ def run_timeline(ref: str, *, store: Store | None = None, now: datetime | None =
         run_id=run.id,
         state=run.state,
         created_at=run.created_at.timestamp(),
-        now=(now or datetime.now(UTC)).timestamp(),
+        now=moment.timestamp(),
         attempts=out,
         marks=marks,
     )

@@ -203,3 +203,21 @@ def test_a_preempted_attempt_draws_no_stage_that_never_ran(corral_home) -> None:
     finally:
         store.close()
     assert attempt.outcome == "preempted" and attempt.stages == []
+
+
+def test_metric_reports_that_waited_for_an_event_are_drawn_at_their_own_step(corral_home) -> None:
+    store = Store.open()
+    try:
+        rid = make(store)
+        progress(store, rid, 1, loss=2.0)
+        points = [[4, {"val_acc": 0.4}], [6, {"eval_f1": 0.5, "val_loss": 1.9}], ["x", {}], 7]
+        progress(store, rid, 11, loss=1.0, points=points)
+        progress(store, rid, 12, loss=0.9, metrics={}, points=[[12, {"val_acc": 0.6}]])
+        charts = run_charts.run_charts(rid, store=store)
+    finally:
+        store.close()
+    assert {s.name: s.points for s in charts.validation} == {
+        "val_acc": [(4.0, 0.4), (12.0, 0.6)],
+        "eval_f1": [(6.0, 0.5)],
+    }
+    assert {s.name: s.points for s in charts.loss}["val_loss"] == [(6.0, 1.9)]

@@ -3,7 +3,10 @@ time from its attempts, and the timeline of every attempt (stages, preemptions, 
 
 Curves: one point per ``progress`` event (x: the step), ``loss`` and every reported metric
 whose name says loss (``val_loss``, ``eval_loss``) in the loss chart, the other ``val*`` /
-``eval*`` metrics in the validation chart; a diverged loss (``nan``, ``inf``) is left out. A
+``eval*`` metrics in the validation chart; a diverged loss (``nan``, ``inf``) is left out. The
+metric reports the agent's throttle kept from an event of their own (an evaluation's
+``metrics`` record, the metrics of a progress record between two events) come with the next
+event as its ``points`` (``[step, {name: value}]``) and are drawn at their own step. A
 run with several stages reporting progress gets one series per stage. Each series keeps at
 most :data:`MAX_POINTS` points (evenly thinned, the last one always kept).
 
@@ -135,17 +138,8 @@ def _curves(
     loss: dict[str, list[tuple[float, float]]] = {}
     validation: dict[str, list[tuple[float, float]]] = {}
     step = total = None
-    for e in progress:
-        x = _number(e.data.get("step"))
-        if x is None:
-            continue
-        step = int(x)
-        total = int(t) if (t := _number(e.data.get("total"))) is not None else total
-        prefix = f"{e.data.get('stage')} " if many else ""
-        values: dict[str, Any] = {"loss": e.data.get("loss")}
-        metrics = e.data.get("metrics")
-        if isinstance(metrics, dict):
-            values.update({str(k): v for k, v in metrics.items() if k != "loss"})
+
+    def add(prefix: str, x: float, values: dict[str, Any]) -> None:
         for name, raw in values.items():
             y = _number(raw)
             if y is None:
@@ -154,6 +148,23 @@ def _curves(
                 loss.setdefault(prefix + name, []).append((x, y))
             elif _is_validation(name):
                 validation.setdefault(prefix + name, []).append((x, y))
+
+    for e in progress:
+        x = _number(e.data.get("step"))
+        if x is None:
+            continue
+        step = int(x)
+        total = int(t) if (t := _number(e.data.get("total"))) is not None else total
+        prefix = f"{e.data.get('stage')} " if many else ""
+        for point in e.data.get("points") or []:
+            if isinstance(point, list) and len(point) == 2 and isinstance(point[1], dict):
+                if (px := _number(point[0])) is not None:
+                    add(prefix, px, {str(k): v for k, v in point[1].items()})
+        values: dict[str, Any] = {"loss": e.data.get("loss")}
+        metrics = e.data.get("metrics")
+        if isinstance(metrics, dict):
+            values.update({str(k): v for k, v in metrics.items() if k != "loss"})
+        add(prefix, x, values)
     as_series = [Series(name=n, points=_thin(p)) for n, p in loss.items()]
     val_series = [Series(name=n, points=_thin(p)) for n, p in validation.items()]
     return as_series, val_series, step, total

@@ -144,10 +144,14 @@ def test_a_finished_run_shows_every_validation_point_its_verdict_and_why_it_ende
     table = reader.get("/").text
     row = table[table.index(f'data-run-id="{run["id"]}"') :].split("</tr>")[0]
     assert shown["state"] == "SUCCEEDED" and "SUCCEEDED" in row
-    assert '<span class="verdict rejected" title="acc = 0.5 (needs &gt;= 0.9)">rejected</span>' in row
+    assert (
+        '<span class="verdict rejected" title="acc = 0.5 (needs &gt;= 0.9)">rejected</span>' in row
+    )
     assert f'class="muted small why" title="{shown["reason"]}"' in row
     logs = reader.get(f"/ui/runs/{run['id']}").json()["parts"]["logs"]
-    assert logs.split("</pre>")[0].rstrip().endswith("the newest line: accuracy 0.5 is short of 0.9")
+    assert (
+        logs.split("</pre>")[0].rstrip().endswith("the newest line: accuracy 0.5 is short of 0.9")
+    )
 
 
 def test_a_live_attempt_shows_its_accrued_cost_in_its_row_and_the_cost_chart(

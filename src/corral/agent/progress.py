@@ -345,7 +345,7 @@ class ProgressTailer:
             if not self._unsent.get(stage) or latest is None:
                 return
             self._last_event_at[stage] = self._clock()
-            data = {
+            data: dict[str, Any] = {
                 "step": latest.get("step"),
                 "total": latest.get("total"),
                 "percent": latest.get("percent"),

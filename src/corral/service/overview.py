@@ -34,7 +34,9 @@ class RunRow:
     verdict: Verdict | None = None
 
     def to_json(self) -> dict[str, Any]:
-        verdict = None if self.verdict is None else {"word": self.verdict.word, "why": self.verdict.why}
+        verdict = (
+            None if self.verdict is None else {"word": self.verdict.word, "why": self.verdict.why}
+        )
         return {**self.run.to_json(), "progress": self.progress, "verdict": verdict}
 
 

@@ -157,9 +157,10 @@ def _curves(
         total = int(t) if (t := _number(e.data.get("total"))) is not None else total
         prefix = f"{e.data.get('stage')} " if many else ""
         for point in e.data.get("points") or []:
-            if isinstance(point, list) and len(point) == 2 and isinstance(point[1], dict):
-                if (px := _number(point[0])) is not None:
-                    add(prefix, px, {str(k): v for k, v in point[1].items()})
+            if not (isinstance(point, list) and len(point) == 2 and isinstance(point[1], dict)):
+                continue
+            if (px := _number(point[0])) is not None:
+                add(prefix, px, {str(k): v for k, v in point[1].items()})
         values: dict[str, Any] = {"loss": e.data.get("loss")}
         metrics = e.data.get("metrics")
         if isinstance(metrics, dict):

@@ -18,11 +18,13 @@ webhook) carries the same ``loss``. ``progress.metrics`` holds the latest
 value of every metric from ``progress`` and ``metrics`` records, at most ``MAX_METRICS`` keys
 (the most recently reported are kept).
 
-No reported metric value is lost to that throttle: the metrics of a ``progress`` record that
-made no event, and those of every ``metrics`` record (an evaluation's ``val_*``), wait as
-``[step, {name: value}]`` pairs and go out as ``points`` on the stage's next ``progress``
-event, or on one made for them when the stage ends (:meth:`ProgressTailer.flush`); at most
-``MAX_UNSENT`` of them wait per stage (the oldest are dropped).
+No validation value is lost to that throttle: the validation metrics
+(``corral.wire.metric_names``: ``val_*``, ``eval_*``, ``test_*``) of a ``progress`` record that
+made no event and of every ``metrics`` record (an evaluation's) wait as ``[step, {name:
+value}]`` pairs and go out as ``points`` on the stage's next ``progress`` event, or on one made
+for them when the stage ends (:meth:`ProgressTailer.flush`); at most ``MAX_UNSENT`` of them
+wait per stage (the oldest are dropped). Training metrics reported every step (``lr``,
+``tok/sec``) are not kept: the events sample them.
 
 The ETA (``eta_s``, seconds to ``total``) is worked out from the progress records themselves:
 the rate (``steps_per_s``) is the steps made over the span of the stage's records of the last
@@ -46,6 +48,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from corral.agent.events import EventLog
+from corral.wire.metric_names import is_validation
 
 POLL_SECONDS = 0.5
 _READ_MAX = 1024 * 1024
@@ -54,8 +57,8 @@ MAX_LINE = 16 * 1024 * 1024
 #: Keys kept in a stage's ``progress.metrics`` (the most recently reported).
 MAX_METRICS = 256
 _HEAD = 64
-#: The metric reports that wait per stage for the next ``progress`` event (the newest kept).
-MAX_UNSENT = 1000
+#: The validation reports that wait per stage for the next ``progress`` event (the newest kept).
+MAX_UNSENT = 500
 #: The ETA's rate is measured over the progress records of this many seconds.
 ETA_WINDOW_S = 120.0
 _NON_FINITE = ("nan", "inf", "-inf")
@@ -327,8 +330,10 @@ class ProgressTailer:
             self._events.emit("checkpoint.saved", stage=stage, data=data)
 
     def _hold(self, stage: str, step: float | int, metrics: dict[str, Any]) -> None:
-        unsent = self._unsent.setdefault(stage, deque(maxlen=MAX_UNSENT))
-        unsent.append([step, metrics])
+        kept = {k: v for k, v in metrics.items() if is_validation(str(k))}
+        if kept:
+            unsent = self._unsent.setdefault(stage, deque(maxlen=MAX_UNSENT))
+            unsent.append([step, kept])
 
     def _emit(self, stage: str, data: dict[str, Any]) -> None:
         """A ``progress`` event, with the metric reports that waited for it as ``points``."""

@@ -3,10 +3,11 @@ time from its attempts, and the timeline of every attempt (stages, preemptions, 
 
 Curves: one point per ``progress`` event (x: the step), ``loss`` and every reported metric
 whose name says loss (``val_loss``, ``eval_loss``) in the loss chart, the other ``val*`` /
-``eval*`` metrics in the validation chart; a diverged loss (``nan``, ``inf``) is left out. The
-metric reports the agent's throttle kept from an event of their own (an evaluation's
-``metrics`` record, the metrics of a progress record between two events) come with the next
-event as its ``points`` (``[step, {name: value}]``) and are drawn at their own step. A
+``eval*`` metrics in the validation chart (``corral.wire.metric_names``); a diverged loss
+(``nan``, ``inf``) is left out. The validation values the agent's throttle kept from an event
+of their own (an evaluation's ``metrics`` record, a progress record between two events) come
+with the next event as its ``points`` (``[step, {name: value}]``) and are drawn at their own
+step. A
 run with several stages reporting progress gets one series per stage. Each series keeps at
 most :data:`MAX_POINTS` points (evenly thinned, the last one always kept).
 
@@ -31,6 +32,7 @@ from corral.control.cost import NO_CAPACITY, attempt_cost
 from corral.service._store import using
 from corral.service.views import View
 from corral.store import AttemptRecord, EventRecord, Store
+from corral.wire.metric_names import is_validation
 from corral.wire.outcome import AttemptOutcome, OutcomeKind
 from corral.wire.status import StageState
 
@@ -38,8 +40,6 @@ from corral.wire.status import StageState
 MAX_POINTS = 1000
 #: progress events read per query
 PAGE = 5000
-#: metric name prefixes that make a metric a validation one
-VALIDATION_PREFIXES = ("val", "eval", "valid", "test")
 
 
 class Series(View):
@@ -125,11 +125,6 @@ def _events(store: Store, run_id: str, types: list[str]) -> list[EventRecord]:
         after = page[-1].id
 
 
-def _is_validation(name: str) -> bool:
-    low = name.lower()
-    return any(low.startswith(p) for p in VALIDATION_PREFIXES)
-
-
 def _curves(
     progress: list[EventRecord],
 ) -> tuple[list[Series], list[Series], int | None, int | None]:
@@ -146,7 +141,7 @@ def _curves(
                 continue
             if "loss" in name.lower():
                 loss.setdefault(prefix + name, []).append((x, y))
-            elif _is_validation(name):
+            elif is_validation(name):
                 validation.setdefault(prefix + name, []).append((x, y))
 
     for e in progress:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from corral.service import run_charts
-from corral.service.overview import progress_of
+from corral.service.overview import Verdict, progress_of, verdict_of
 from corral.store import Store
 
 
@@ -221,3 +221,21 @@ def test_metric_reports_that_waited_for_an_event_are_drawn_at_their_own_step(cor
         "eval_f1": [(6.0, 0.5)],
     }
     assert {s.name: s.points for s in charts.loss}["val_loss"] == [(6.0, 1.9)]
+
+
+def test_the_table_says_a_verdict_in_a_word_and_why_it_is_not_accepted() -> None:
+    failed = {"metric": "cer", "op": "<=", "value": 0.03, "observed": 0.05, "passed": False}
+    missing = {"metric": "wer", "op": "<=", "value": 0.1, "observed": None, "passed": False,
+               "note": "metric 'wer' is not in the report"}  # fmt: skip
+    passed = {"metric": "acc", "op": ">=", "value": 0.9, "observed": 0.95, "passed": True}
+    rejected = {"status": "ok", "all_pass": False, "criteria": [failed, missing, passed]}
+    assert verdict_of(rejected) == Verdict(
+        word="rejected", why="cer = 0.05 (needs <= 0.03); metric 'wer' is not in the report"
+    )
+    accepted = {"status": "ok", "all_pass": True, "criteria": [passed]}
+    assert verdict_of(accepted) == Verdict(word="accepted", why="")
+    not_run = {"status": "not_run", "all_pass": False, "error": "the attempt stopped before"}
+    assert verdict_of(not_run) == Verdict(word="not evaluated", why="the attempt stopped before")
+    no_report = {"status": "missing", "all_pass": False, "error": "no report.json"}
+    assert verdict_of(no_report) == Verdict(word="rejected", why="no report.json")
+    assert verdict_of(None) is None

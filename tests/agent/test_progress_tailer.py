@@ -325,3 +325,32 @@ def test_a_sharded_checkpoint_record_carries_its_rank_count(tmp_path):
     assert saved[0]["shards"] == 8 and "shards" not in saved[1]
     assert tailer.last_checkpoint() == {"stage": "train", "step": 5, "path": "/ck/ckpt-5",
                                         "ts": 2.0}  # fmt: skip
+
+
+def test_every_validation_value_reaches_an_event_though_progress_events_are_throttled(tmp_path):
+    clock = FakeClock()
+    tailer, events = _tailer(tmp_path, interval=10.0)
+    tailer._clock = clock
+    path = tailer.path_for("train")
+    for step in range(1, 13):  # loss every step, a validation every 4th, one event per 10 s
+        metrics = {"lr": 0.1} | ({"val_acc": step / 100} if step % 4 == 0 else {})
+        _append(path, {"ts": float(step), "kind": "progress", "step": step, "loss": 1.0,
+                       "metrics": metrics})  # fmt: skip
+        if step == 6:  # an evaluation's own record (what trackers.log writes)
+            _append(
+                path,
+                {"ts": 6.5, "kind": "metrics", "step": 6, "metrics": {"eval_f1": 0.5, "epoch": 1}},
+            )
+        tailer.poll(["train"])
+        clock.t += 1.0
+    tailer.flush("train")  # the stage ended: what waits goes out
+    tailer.flush("train")  # nothing left: no more event
+    _append(path, {"ts": 13.0, "kind": "progress", "step": 13, "loss": 1.0, "metrics": {"lr": 0.1}})
+    tailer.poll(["train"])
+    tailer.flush("train")  # a training metric (reported every step) waits for no event
+    progress = [e["data"] for e in events.after(0)[0] if e["type"] == "progress"]
+    assert [p["step"] for p in progress] == [1, 11, 12]
+    assert progress[1]["points"] == [[4, {"val_acc": 0.04}], [6, {"eval_f1": 0.5}],
+                                     [8, {"val_acc": 0.08}]]  # fmt: skip
+    assert progress[2]["points"] == [[12, {"val_acc": 0.12}]] and progress[2]["loss"] == 1.0
+    assert "points" not in progress[0]

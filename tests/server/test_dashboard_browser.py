@@ -1,7 +1,9 @@
 """The dashboard in a real headless Chromium (Debian's ``chromium``, driven by Playwright):
 a run submitted through the API appears in the live table, its page draws the loss chart
-from the run's progress events, Stop ends it STOPPED. A screenshot of the run page is saved
-under the test's tmp dir (its path is printed)."""
+from the run's progress events, Stop ends it STOPPED. A live run's page tells the truth: its
+accrued cost, every validation point, the log box on its newest line; once stopped, its
+stage is drawn as stopped and the runs table says why it ended. Screenshots of the run page
+are saved under the test's tmp dir (their paths are printed)."""
 
 from __future__ import annotations
 
@@ -96,3 +98,81 @@ def test_submit_see_open_chart_stop_in_a_real_browser(api: Api, tmp_path: Path, 
     print(f"\nscreenshot of the run page: {shot}")
     assert shot.stat().st_size > 10_000
     assert blocked == []
+
+
+LIVE = """\
+import time
+from corral.sdk import report
+
+for i in range(300):  # more lines than the log box shows
+    print(f"warming up {i}", flush=True)
+for step in range(1, 100000):
+    extra = {"val_acc": step / 1000} if step % 10 == 0 else {}  # between progress events
+    report(step, total=100000, loss=1.0 / step, **extra)
+    if step % 20 == 0:
+        print(f"newest line at step {step}", flush=True)
+    time.sleep(0.05)
+"""
+
+
+def _login(page, api: Api) -> None:
+    page.goto(f"{api.url}/")
+    page.fill("#token", api.token)
+    page.click("button[type=submit]")
+    page.wait_for_selector("#runs")
+
+
+def test_a_live_run_page_shows_its_cost_validation_log_end_and_why_it_ended(
+    api: Api, tmp_path: Path, browser
+) -> None:
+    from corral.store import Store
+    from support.waiting import wait_until
+
+    (tmp_path / "train.py").write_text(LIVE)
+    page = browser.new_page(viewport={"width": 1360, "height": 900})
+    _login(page, api)
+    with api.client(api.token) as c:
+        run = submit(c, "name: live-run\nrun: python train.py\n", tmp_path)
+        wait_until(lambda: c.get(f"/api/v1/runs/{run['id']}").json()["state"] == "RUNNING", 60)
+    store = Store.open()
+    try:  # a machine at $3600/h: a cent a second
+        store.update_attempt(run["id"], 1, price_per_hour=3600.0)
+    finally:
+        store.close()
+    page.goto(f"{api.url}/runs/{run['id']}")
+
+    # the validation chart draws the points reported between two progress events
+    val_points = "#chart-validation g.series[data-name='val_acc'] circle.pt"
+    page.wait_for_function(
+        f"() => document.querySelectorAll({val_points!r}).length >= 5", timeout=45_000
+    )
+    # the cost so far, on the chart and on the attempt's row: not $0.00 while it runs
+    cost_tip = page.locator("#chart-cost circle.pt title").last.text_content() or ""
+    assert cost_tip.startswith("cost (USD): $") and "$0.00" not in cost_tip, cost_tip
+    row = page.inner_text("#part-timeline .row[data-attempt='1'] .sub")
+    assert "running" in row and "$0.00" not in row, row
+    # the log box shows its newest line, after the page's refreshes too
+    page.wait_for_timeout(2500)
+    at_end = page.evaluate(
+        "() => { const b = document.querySelector('#part-logs .logs');"
+        " return b.scrollHeight > b.clientHeight && b.scrollTop + b.clientHeight >= b.scrollHeight - 8; }"
+    )
+    assert at_end
+    last = page.inner_text("#part-logs .logs").rstrip().splitlines()[-1]
+    assert "newest line at step" in last
+    shot = tmp_path / "dashboard-live-run.png"
+    page.screenshot(path=str(shot), full_page=True)
+    print(f"\nscreenshot of the live run page: {shot}")
+
+    page.click("button[data-action=stop]")
+    page.wait_for_function(
+        "() => document.querySelector('#run-state').textContent.trim() === 'STOPPED'",
+        timeout=60_000,
+    )
+    violet = "rgba(109, 40, 217, 0.8)"  # a stop, not the preempted orange
+    stage = page.locator("#part-timeline .stage").first
+    assert "stopped" in (stage.get_attribute("class") or "")
+    assert stage.evaluate("e => getComputedStyle(e).backgroundColor") == violet
+    page.goto(f"{api.url}/")
+    why = page.inner_text(f"tr[data-run-id='{run['id']}'] .why")
+    assert why.strip() and why.strip() != "-", why

@@ -113,3 +113,64 @@ def test_a_preempted_attempt_and_its_recovery_show_on_the_timeline(
         assert 'class="attempt preempted"' in html and "Attempt 2" in html
         assert 'class="mark recovery"' in html
         c.post(f"/api/v1/runs/{run['id']}/cancel")
+
+
+JUDGED = """\
+import json
+from corral.sdk import report
+
+for step in range(1, 31):  # a validation every 5th step, far more often than progress events
+    report(step, total=30, loss=1.0 / step, **({"val_acc": step / 60} if step % 5 == 0 else {}))
+with open("report.json", "w") as f:
+    json.dump({"acc": 0.5}, f)
+print("the newest line: accuracy 0.5 is short of 0.9", end="")
+"""
+
+
+def test_a_finished_run_shows_every_validation_point_its_verdict_and_why_it_ended(
+    api: Api, tmp_path: Path
+) -> None:
+    (tmp_path / "train.py").write_text(JUDGED)
+    spec = "name: judged\nrun: python train.py\neval:\n  report: report.json\n  acceptance: ['acc >= 0.9']\n"
+    with api.client(api.token) as c:
+        run = submit(c, spec, tmp_path)
+        follow(c, run["id"])
+        charts = c.get(f"/api/v1/runs/{run['id']}/charts").json()
+        shown = c.get(f"/api/v1/runs/{run['id']}").json()
+    assert {s["name"]: [p[0] for p in s["points"]] for s in charts["validation"]} == {
+        "val_acc": [5, 10, 15, 20, 25, 30]
+    }
+    reader = login(api, api.read_only_token)
+    table = reader.get("/").text
+    row = table[table.index(f'data-run-id="{run["id"]}"') :].split("</tr>")[0]
+    assert shown["state"] == "SUCCEEDED" and "SUCCEEDED" in row
+    assert (
+        '<span class="verdict rejected" title="acc = 0.5 (needs &gt;= 0.9)">rejected</span>' in row
+    )
+    assert f'class="muted small why" title="{shown["reason"]}"' in row
+    logs = reader.get(f"/ui/runs/{run['id']}").json()["parts"]["logs"]
+    assert (
+        logs.split("</pre>")[0].rstrip().endswith("the newest line: accuracy 0.5 is short of 0.9")
+    )
+
+
+def test_a_live_attempt_shows_its_accrued_cost_in_its_row_and_the_cost_chart(
+    api: Api, tmp_path: Path
+) -> None:
+    from corral.store import Store
+    from support.waiting import wait_until
+
+    with api.client(api.token) as c:
+        run = submit(c, 'name: pricey\nrun: "sleep 60"\n', tmp_path)
+        wait_until(lambda: c.get(f"/api/v1/runs/{run['id']}").json()["state"] == "RUNNING", 60)
+        store = Store.open()
+        try:  # a machine at $3600/h: a cent a second
+            store.update_attempt(run["id"], 1, price_per_hour=3600.0)
+        finally:
+            store.close()
+        charts = c.get(f"/api/v1/runs/{run['id']}/charts").json()
+        reader = login(api, api.read_only_token)
+        timeline = reader.get(f"/ui/runs/{run['id']}").json()["parts"]["timeline"]
+        c.post(f"/api/v1/runs/{run['id']}/cancel")
+    assert charts["cost"]["points"][-1][1] > 0.5
+    assert "· $0.00" not in timeline and "running ·" in timeline

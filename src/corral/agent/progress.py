@@ -18,6 +18,14 @@ webhook) carries the same ``loss``. ``progress.metrics`` holds the latest
 value of every metric from ``progress`` and ``metrics`` records, at most ``MAX_METRICS`` keys
 (the most recently reported are kept).
 
+No validation value is lost to that throttle: the validation metrics
+(``corral.wire.metric_names``: ``val_*``, ``eval_*``, ``test_*``) of a ``progress`` record that
+made no event and of every ``metrics`` record (an evaluation's) wait as ``[step, {name:
+value}]`` pairs and go out as ``points`` on the stage's next ``progress`` event, or on one made
+for them when the stage ends (:meth:`ProgressTailer.flush`); at most ``MAX_UNSENT`` of them
+wait per stage (the oldest are dropped). Training metrics reported every step (``lr``,
+``tok/sec``) are not kept: the events sample them.
+
 The ETA (``eta_s``, seconds to ``total``) is worked out from the progress records themselves:
 the rate (``steps_per_s``) is the steps made over the span of the stage's records of the last
 ``ETA_WINDOW_S`` seconds (their ``ts``, the job's clock; the record just before the window is
@@ -40,6 +48,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from corral.agent.events import EventLog
+from corral.wire.metric_names import is_validation
 
 POLL_SECONDS = 0.5
 _READ_MAX = 1024 * 1024
@@ -48,6 +57,8 @@ MAX_LINE = 16 * 1024 * 1024
 #: Keys kept in a stage's ``progress.metrics`` (the most recently reported).
 MAX_METRICS = 256
 _HEAD = 64
+#: The validation reports that wait per stage for the next ``progress`` event (the newest kept).
+MAX_UNSENT = 500
 #: The ETA's rate is measured over the progress records of this many seconds.
 ETA_WINDOW_S = 120.0
 _NON_FINITE = ("nan", "inf", "-inf")
@@ -152,6 +163,8 @@ class ProgressTailer:
         self._identity: dict[str, tuple[int, int, bytes]] = {}  # (st_dev, st_ino, first bytes)
         self._latest: dict[str, dict[str, Any]] = {}
         self._last_event_at: dict[str, float] = {}
+        #: per stage: [step, metrics] reported since its last progress event and not in one
+        self._unsent: dict[str, deque[list[Any]]] = {}
         self._last_checkpoint: dict[str, Any] | None = None
         self._rates: dict[str, _Rate] = {}
         self._stop = threading.Event()
@@ -288,8 +301,12 @@ class ProgressTailer:
                     "steps_per_s": latest["steps_per_s"],
                     "eta_s": eta,
                 }
-                self._events.emit("progress", stage=stage, data=data)
+                self._emit(stage, data)
+            elif metrics:
+                self._hold(stage, step, metrics)
         elif kind == "metrics":
+            if step is not None and metrics:
+                self._hold(stage, step, metrics)
             latest = self._latest.setdefault(
                 stage,
                 {
@@ -311,6 +328,38 @@ class ProgressTailer:
             if isinstance(shards, int) and shards >= 1:  # a sharded checkpoint: its rank count
                 self._last_checkpoint["shards"] = data["shards"] = shards
             self._events.emit("checkpoint.saved", stage=stage, data=data)
+
+    def _hold(self, stage: str, step: float | int, metrics: dict[str, Any]) -> None:
+        kept = {k: v for k, v in metrics.items() if is_validation(str(k))}
+        if kept:
+            unsent = self._unsent.setdefault(stage, deque(maxlen=MAX_UNSENT))
+            unsent.append([step, kept])
+
+    def _emit(self, stage: str, data: dict[str, Any]) -> None:
+        """A ``progress`` event, with the metric reports that waited for it as ``points``."""
+        unsent = self._unsent.pop(stage, None)
+        if unsent:
+            data["points"] = list(unsent)
+        self._events.emit("progress", stage=stage, data=data)
+
+    def flush(self, stage: str) -> None:
+        """A last ``progress`` event for the stage's metric reports that no event carried yet
+        (the stage ended before the next one was due); none when nothing waits."""
+        with self._lock:
+            latest = self._latest.get(stage)
+            if not self._unsent.get(stage) or latest is None:
+                return
+            self._last_event_at[stage] = self._clock()
+            data: dict[str, Any] = {
+                "step": latest.get("step"),
+                "total": latest.get("total"),
+                "percent": latest.get("percent"),
+                "loss": latest.get("loss"),
+                "metrics": {},
+                "steps_per_s": latest.get("steps_per_s"),
+                "eta_s": latest.get("eta_s"),
+            }
+            self._emit(stage, data)
 
     # --- state ---------------------------------------------------------------------------
 

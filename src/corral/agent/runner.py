@@ -438,6 +438,7 @@ class Runner:
             return
         self._pool.release(child.name)
         self._tailer.poll([child.name])  # what the stage wrote last comes before its end
+        self._tailer.flush(child.name)  # and no metric it reported stays unsent
         code = stage_exit_code(child.exit_code, stopped=child.stopped, launcher=child.launcher)
         state = stage_state(code, stopped=child.stopped)
         own = {"launcher_exit_code": child.exit_code} if code != child.exit_code else {}

@@ -65,6 +65,12 @@ def _acceptance(agent: dict[str, Any], outcome: AttemptOutcome | None) -> Any:
     return {**acc, "status": NOT_RUN, "error": why, "criteria": criteria}
 
 
+def acceptance_of(run: RunRecord, attempt: AttemptRecord | None) -> Any:
+    """The acceptance verdict of ``run``'s attempt ``attempt`` (its current one), as
+    :func:`details` shows it; None before the agent reported one."""
+    return _acceptance(_agent_status(run, attempt), _outcome(attempt))
+
+
 def _agent_status(run: RunRecord, attempt: AttemptRecord | None) -> dict[str, Any]:
     """The agent's last status as the controller cached it on the current attempt, secret
     values masked (the controller stores it masked; a row written before it did is not)."""

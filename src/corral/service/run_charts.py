@@ -3,12 +3,23 @@ time from its attempts, and the timeline of every attempt (stages, preemptions, 
 
 Curves: one point per ``progress`` event (x: the step), ``loss`` and every reported metric
 whose name says loss (``val_loss``, ``eval_loss``) in the loss chart, the other ``val*`` /
-``eval*`` metrics in the validation chart; a diverged loss (``nan``, ``inf``) is left out. A
+``eval*`` metrics in the validation chart (``corral.wire.metric_names``); a diverged loss
+(``nan``, ``inf``) is left out. The validation values the agent's throttle kept from an event
+of their own (an evaluation's ``metrics`` record, a progress record between two events) come
+with the next event as its ``points`` (``[step, {name: value}]``) and are drawn at their own
+step. A
 run with several stages reporting progress gets one series per stage. Each series keeps at
 most :data:`MAX_POINTS` points (evenly thinned, the last one always kept).
 
 Cost: the attempts are billed one after the other, so the run's cost is a line through
 (each attempt's start, what the earlier ones cost) and (its end, or now, plus its own cost).
+A live attempt's own cost is what it has accrued until now (price x time since its start, as
+the controller bills it), not the 0 stored until its machine's teardown is confirmed.
+
+Timeline: a stage drawn on an attempt's bar ran on it: a stage the attempt ended before it
+started (``stage.finished`` ``cancelled`` without a start) is not drawn. A stage that exited 75
+because the attempt was asked to stop (user, budget, deadline) is shown ``stopped``, as
+``corral status`` shows it: only a preemption is drawn as one.
 """
 
 from __future__ import annotations
@@ -17,17 +28,18 @@ import math
 from datetime import UTC, datetime
 from typing import Any
 
+from corral.control.cost import NO_CAPACITY, attempt_cost
 from corral.service._store import using
 from corral.service.views import View
 from corral.store import AttemptRecord, EventRecord, Store
-from corral.wire.outcome import AttemptOutcome
+from corral.wire.metric_names import is_validation
+from corral.wire.outcome import AttemptOutcome, OutcomeKind
+from corral.wire.status import StageState
 
 #: the most points one series keeps
 MAX_POINTS = 1000
 #: progress events read per query
 PAGE = 5000
-#: metric name prefixes that make a metric a validation one
-VALIDATION_PREFIXES = ("val", "eval", "valid", "test")
 
 
 class Series(View):
@@ -113,11 +125,6 @@ def _events(store: Store, run_id: str, types: list[str]) -> list[EventRecord]:
         after = page[-1].id
 
 
-def _is_validation(name: str) -> bool:
-    low = name.lower()
-    return any(low.startswith(p) for p in VALIDATION_PREFIXES)
-
-
 def _curves(
     progress: list[EventRecord],
 ) -> tuple[list[Series], list[Series], int | None, int | None]:
@@ -126,6 +133,17 @@ def _curves(
     loss: dict[str, list[tuple[float, float]]] = {}
     validation: dict[str, list[tuple[float, float]]] = {}
     step = total = None
+
+    def add(prefix: str, x: float, values: dict[str, Any]) -> None:
+        for name, raw in values.items():
+            y = _number(raw)
+            if y is None:
+                continue
+            if "loss" in name.lower():
+                loss.setdefault(prefix + name, []).append((x, y))
+            elif is_validation(name):
+                validation.setdefault(prefix + name, []).append((x, y))
+
     for e in progress:
         x = _number(e.data.get("step"))
         if x is None:
@@ -133,21 +151,27 @@ def _curves(
         step = int(x)
         total = int(t) if (t := _number(e.data.get("total"))) is not None else total
         prefix = f"{e.data.get('stage')} " if many else ""
+        for point in e.data.get("points") or []:
+            if not (isinstance(point, list) and len(point) == 2 and isinstance(point[1], dict)):
+                continue
+            if (px := _number(point[0])) is not None:
+                add(prefix, px, {str(k): v for k, v in point[1].items()})
         values: dict[str, Any] = {"loss": e.data.get("loss")}
         metrics = e.data.get("metrics")
         if isinstance(metrics, dict):
             values.update({str(k): v for k, v in metrics.items() if k != "loss"})
-        for name, raw in values.items():
-            y = _number(raw)
-            if y is None:
-                continue
-            if "loss" in name.lower():
-                loss.setdefault(prefix + name, []).append((x, y))
-            elif _is_validation(name):
-                validation.setdefault(prefix + name, []).append((x, y))
+        add(prefix, x, values)
     as_series = [Series(name=n, points=_thin(p)) for n, p in loss.items()]
     val_series = [Series(name=n, points=_thin(p)) for n, p in validation.items()]
     return as_series, val_series, step, total
+
+
+def _live_cost(attempt: AttemptRecord, now: datetime) -> float:
+    """What the attempt has cost by ``now``: its stored cost once its billing ended, else
+    what it has accrued since its start (the controller's own rule, ``control.cost``)."""
+    if attempt.billed_until is not None or attempt.exit_reason == NO_CAPACITY:
+        return attempt.cost_usd
+    return max(attempt.cost_usd, attempt_cost(attempt, now))
 
 
 def _cost(attempts: list[AttemptRecord], now: datetime) -> Series:
@@ -159,7 +183,7 @@ def _cost(attempts: list[AttemptRecord], now: datetime) -> Series:
             continue
         end = a.ended_at or now
         points.append((start.timestamp(), round(spent, 6)))
-        spent += a.cost_usd
+        spent += _live_cost(a, now)
         points.append((max(end, start).timestamp(), round(spent, 6)))
     return Series(name="cost (USD)", points=points)
 
@@ -198,7 +222,22 @@ def _iso(value: Any) -> float | None:
         return None
 
 
-def _cached_stages(attempt: AttemptRecord) -> list[StageSpan]:
+def _shown_state(state: str, stopped: bool) -> str:
+    """A stage's state as drawn: one that exited 75 because its attempt was asked to stop is
+    ``stopped`` (only a preemption is drawn as one)."""
+    return StageState.STOPPED.value if stopped and state == StageState.PREEMPTED.value else state
+
+
+def _stage_span(span: dict[str, Any], stopped: bool) -> StageSpan:
+    return StageSpan(
+        name=span["name"],
+        state=_shown_state(str(span.get("state", "running")), stopped),
+        started_at=_unix(span.get("started_at")),
+        finished_at=_unix(span.get("finished_at")),
+    )
+
+
+def _cached_stages(attempt: AttemptRecord, stopped: bool) -> list[StageSpan]:
     """The stages as the agent last reported them (the status the controller cached on the
     attempt): for an attempt whose stage events never reached the store (a machine taken
     away between two polls)."""
@@ -206,7 +245,7 @@ def _cached_stages(attempt: AttemptRecord) -> list[StageSpan]:
     return [
         StageSpan(
             name=str(s.get("name")),
-            state=str(s.get("state") or "running"),
+            state=_shown_state(str(s.get("state") or "running"), stopped),
             started_at=_iso(s.get("started_at")),
             finished_at=_iso(s.get("finished_at")),
         )
@@ -250,18 +289,15 @@ def run_timeline(ref: str, *, store: Store | None = None, now: datetime | None =
             kind = _MARKS[e.type]
             marks.append(Mark(ts=e.ts.timestamp(), attempt=e.attempt, kind=kind, text=e.reason))
     out = []
+    moment = now or datetime.now(UTC)
     for a in attempts:
         outcome = _outcome(a)
+        stopped = outcome is not None and outcome.kind == OutcomeKind.STOPPED
         stages = [
-            StageSpan(
-                name=s["name"],
-                state=s.get("state", "running"),
-                started_at=_unix(s.get("started_at")),
-                finished_at=_unix(s.get("finished_at")),
-            )
+            _stage_span(s, stopped)
             for (number, _), s in spans.items()
-            if number == a.number
-        ] or _cached_stages(a)
+            if number == a.number and s.get("started_at") is not None
+        ] or _cached_stages(a, stopped)
         out.append(
             AttemptSpan(
                 number=a.number,
@@ -272,7 +308,7 @@ def run_timeline(ref: str, *, store: Store | None = None, now: datetime | None =
                 ended_at=_unix(a.ended_at),
                 outcome=outcome.kind.value if outcome else None,
                 reason=(outcome.reason if outcome else None) or a.exit_reason,
-                cost_usd=a.cost_usd,
+                cost_usd=_live_cost(a, moment),
                 stages=stages,
             )
         )
@@ -280,7 +316,7 @@ def run_timeline(ref: str, *, store: Store | None = None, now: datetime | None =
         run_id=run.id,
         state=run.state,
         created_at=run.created_at.timestamp(),
-        now=(now or datetime.now(UTC)).timestamp(),
+        now=moment.timestamp(),
         attempts=out,
         marks=marks,
     )

@@ -72,9 +72,11 @@
     });
   }
 
-  function keepLogsAtEnd(update) {
+  /* The log box shows its newest line: on load, and after each refresh unless the reader
+   * scrolled up to read older lines. */
+  function keepLogsAtEnd(update, always) {
     var box = document.querySelector("#part-logs .logs");
-    var atEnd = !box || box.scrollTop + box.clientHeight >= box.scrollHeight - 8;
+    var atEnd = always || !box || box.scrollTop + box.clientHeight >= box.scrollHeight - 8;
     update();
     box = document.querySelector("#part-logs .logs");
     if (box && atEnd) box.scrollTop = box.scrollHeight;
@@ -94,7 +96,7 @@
   }
 
   var ended = page.getAttribute("data-terminal") === "true";
-  keepLogsAtEnd(function () {});
+  keepLogsAtEnd(function () {}, true);
   drawCharts().catch(function () {});
   if (!ended) {
     setTimeout(function () {

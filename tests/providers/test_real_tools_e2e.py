@@ -195,7 +195,10 @@ def test_hf_trainer_preempted_mid_run_resumes_at_the_last_mirrored_checkpoint(
     progress = [
         e.data["step"] for e in got.store.events(got.run_id, types=["progress"]) if e.attempt == 2
     ]
-    assert progress and min(progress) >= last and max(progress) == 40, progress
+    # read from its log: past the restored step from the first step (a bar drawn at 0 before
+    # the Trainer knows where it is aside), to the end
+    moved = [s for s in progress if s]
+    assert moved and min(moved) > last and max(moved) == 40, progress
 
 
 def _step(name: str) -> int:
@@ -259,7 +262,8 @@ def test_lightning_preempted_mid_run_resumes_at_the_last_mirrored_checkpoint(
     progress = [
         e.data["step"] for e in got.store.events(got.run_id, types=["progress"]) if e.attempt == 2
     ]
-    assert progress and min(progress) >= last and max(progress) == 40, progress
+    moved = [s for s in progress if s]
+    assert moved and min(moved) > last and max(moved) == 40, progress
 
 
 def _restored_path(log: str) -> str:

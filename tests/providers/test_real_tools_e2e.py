@@ -21,6 +21,8 @@ import json
 import os
 import re
 import shutil
+import subprocess
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,6 +30,7 @@ import pytest
 
 from corral.providers.fake import ENV_FAKE_CLOUD, FakeProvider
 from corral.store import Store
+from support.tools import ultralytics_yolo
 from support.waiting import wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.torch]
@@ -51,11 +54,16 @@ class Preempted:
 
 
 def _preempt_once(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, files: dict[str, str], spec: str, saves: int
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    files: dict[str, str],
+    spec: str,
+    saves: int,
+    prepare: Callable[[Path], object] | None = None,
 ) -> Preempted:
     """Launch ``spec`` (``BUCKET`` standing for the storage folder) with ``files`` in its
-    workdir on the fake cloud, preempt its machine once attempt 1 has mirrored ``saves``
-    checkpoints, and wait for the run to end."""
+    workdir (and whatever ``prepare`` makes there) on the fake cloud, preempt its machine once
+    attempt 1 has mirrored ``saves`` checkpoints, and wait for the run to end."""
     from control.helpers import start_controller, submit, wait_for
 
     offer = {
@@ -76,6 +84,8 @@ def _preempt_once(
     work.mkdir()
     for name, text in files.items():
         (work / name).write_text(text)
+    if prepare is not None:
+        prepare(work)
     (work / "corral.yaml").write_text(spec.replace("BUCKET", str(bucket)))
     run_id = submit(work / "corral.yaml")
     store = Store.open()
@@ -124,6 +134,18 @@ def _preempt_once(
         logs=logs,
         store=store,
     )
+
+
+def _last_progress(run_id: str) -> tuple[int, int]:
+    """The train stage's last step and total as ``corral status --json`` shows them."""
+    from typer.testing import CliRunner
+
+    from corral.cli.app import app
+
+    shown = CliRunner().invoke(app, ["status", run_id, "--json"])
+    assert shown.exit_code == 0, shown.output
+    [train] = [s for s in json.loads(shown.stdout)["stages"] if s["name"] == "train"]
+    return train["progress"]["step"], train["progress"]["total"]
 
 
 def _log(home: Path, run_id: str, attempt: int, stage: str) -> str:
@@ -199,6 +221,7 @@ def test_hf_trainer_preempted_mid_run_resumes_at_the_last_mirrored_checkpoint(
     # the Trainer knows where it is aside), to the end
     moved = [s for s in progress if s]
     assert moved and min(moved) > last and max(moved) == 40, progress
+    assert _last_progress(got.run_id) == (40, 40)
 
 
 def _step(name: str) -> int:
@@ -259,14 +282,78 @@ def test_lightning_preempted_mid_run_resumes_at_the_last_mirrored_checkpoint(
         f"lightning_logs/version_1/checkpoints/epoch={(s - 1) // 8}-step={s}.ckpt"
         for s in range(last + 5, 41, 5)
     ]
-    progress = [
-        e.data["step"] for e in got.store.events(got.run_id, types=["progress"]) if e.attempt == 2
-    ]
-    moved = [s for s in progress if s]
-    assert moved and min(moved) > last and max(moved) == 40, progress
+    assert _last_progress(got.run_id) == (40, 40)  # 5 epochs of 8 batches, read from its bar
 
 
 def _restored_path(log: str) -> str:
     found = re.findall(r"Restoring states from the checkpoint path at (\S+\.ckpt)", log)
     assert len(found) == 1, log[-3000:]
     return found[0]
+
+
+# `save_dir` as the first attempt has it, given again on resume: a resumed `yolo train` writes to
+# the checkpoint's save_dir, an absolute path, unless told; the fake cloud's machines have their
+# workdirs at different absolute paths (a real cloud's machines have the same one)
+YOLO_SPEC = """\
+name: real-yolo
+resources: {spot: true, providers: [fake]}
+stages:
+  - name: train
+    run: >-
+      YOLO train model=yolov8n.yaml data=data/data.yaml epochs=EPOCHS imgsz=64 batch=4
+      device=cpu workers=0 plots=False amp=False save_dir=runs/detect/exp
+    resume_args: resume=True model="$CORRAL_RESUME_FROM" save_dir=runs/detect/exp
+    progress: ultralytics
+    env: {YOLO_OFFLINE: "1"}
+checkpoints: {path: "runs/*/*/weights/last.pt", storage: "file://BUCKET"}
+recovery: {max_preemption_restarts: 2}
+"""
+YOLO_EPOCHS = 6
+#: 16 images in batches of 4
+YOLO_BATCHES = 4
+
+LAST_EPOCH = """\
+import sys, torch
+try:
+    print(torch.load(sys.argv[1], map_location="cpu", weights_only=False)["epoch"])
+except Exception:  # torn by the stop: not a checkpoint
+    print("torn")
+"""
+
+
+def test_ultralytics_yolo_train_preempted_mid_run_resumes_at_the_last_mirrored_epoch(
+    corral_home, monkeypatch, tmp_path
+) -> None:
+    """``yolo train`` rewrites ``weights/last.pt`` in place after each epoch; not paced by the
+    test (its CLI takes no callback): six epochs of a few seconds each, preempted once two
+    versions are up."""
+    python, yolo = ultralytics_yolo()
+
+    def dataset(work: Path) -> None:
+        script = SCRIPTS / "ultralytics_data.py"
+        subprocess.run([python, str(script), str(work / "data")], check=True)
+
+    spec = YOLO_SPEC.replace("YOLO", yolo, 1).replace("EPOCHS", str(YOLO_EPOCHS))
+    got = _preempt_once(tmp_path, monkeypatch, {}, spec, saves=2, prepare=dataset)
+    _check_ends(got)
+    name = "runs/detect/exp/weights/last.pt"
+    assert set(got.uploaded[1]) == {name} and len(got.uploaded[1]) >= 2, got.uploaded
+    assert got.restored == [name]
+    # the version on the first machine's disk when it stopped (the epoch it saved, from 0)
+    disk = _workdir_on(got.first_fs, "data.yaml").parent / name
+    shown = subprocess.run(
+        [python, "-c", LAST_EPOCH, str(disk)], check=True, capture_output=True, text=True
+    )
+    saved = shown.stdout.strip()
+    # Ultralytics' own account: it goes on at the epoch after the one saved (counted from 1)
+    said = re.findall(r"Resuming training \S+ from epoch (\d+) to (\d+) total epochs", got.logs[2])
+    assert len(said) == 1, got.logs[2][-3000:]
+    start, total = map(int, said[0])
+    assert total == YOLO_EPOCHS
+    if saved != "torn":  # complete when the stop came: it is the one restored
+        assert start == int(saved) + 2, (saved, said)
+    assert 2 <= start - 1 < YOLO_EPOCHS  # mid-run, after the two versions waited for
+    assert f"{YOLO_EPOCHS - start + 1} epochs completed" in got.logs[2]
+    assert "Resuming training" not in got.logs[1]
+    batches = YOLO_EPOCHS * YOLO_BATCHES
+    assert _last_progress(got.run_id) == (batches, batches)  # read from its table

@@ -36,6 +36,11 @@ from support.waiting import wait_until
 pytestmark = [pytest.mark.slow, pytest.mark.torch]
 
 SCRIPTS = Path(__file__).parents[1] / "support" / "tool_scripts"
+#: ``checkpoints.settle``: the tools' checkpoints are copied once closed and unchanged whatever
+#: it is; it sets when "the path matched nothing while the log grows" is said (three settles),
+#: and a tool's start (imports, model, data) before its first save can take longer than 30 s
+#: on a loaded 2-core machine
+SETTLE = "60s"
 
 
 @dataclass
@@ -86,7 +91,7 @@ def _preempt_once(
         (work / name).write_text(text)
     if prepare is not None:
         prepare(work)
-    (work / "corral.yaml").write_text(spec.replace("BUCKET", str(bucket)))
+    (work / "corral.yaml").write_text(spec.replace("BUCKET", str(bucket)).replace("SETTLE", SETTLE))
     run_id = submit(work / "corral.yaml")
     store = Store.open()
 
@@ -177,7 +182,7 @@ stages:
     resume_args: --resume_from_checkpoint "$CORRAL_RESUME_FROM"
     progress: hf
     env: {PACE_S: "0.3", HF_HUB_OFFLINE: "1", TRANSFORMERS_OFFLINE: "1", HF_DATASETS_OFFLINE: "1"}
-checkpoints: {path: "out/checkpoint-*", storage: "file://BUCKET"}
+checkpoints: {path: "out/checkpoint-*", storage: "file://BUCKET", settle: SETTLE}
 recovery: {max_preemption_restarts: 2}
 """
 
@@ -240,7 +245,7 @@ stages:
     resume_args: --ckpt_path "$CORRAL_RESUME_FROM"
     progress: lightning
     env: {PACE_S: "0.3"}
-checkpoints: {path: "lightning_logs/**/checkpoints/*.ckpt", storage: "file://BUCKET"}
+checkpoints: {path: "lightning_logs/**/checkpoints/*.ckpt", storage: "file://BUCKET", settle: SETTLE}
 recovery: {max_preemption_restarts: 2}
 """
 
@@ -305,7 +310,7 @@ stages:
     resume_args: resume=True model="$CORRAL_RESUME_FROM" save_dir=runs/detect/exp
     progress: ultralytics
     env: {YOLO_OFFLINE: "1"}
-checkpoints: {path: "runs/*/*/weights/last.pt", storage: "file://BUCKET"}
+checkpoints: {path: "runs/*/*/weights/last.pt", storage: "file://BUCKET", settle: SETTLE}
 recovery: {max_preemption_restarts: 2}
 """
 YOLO_EPOCHS = 6

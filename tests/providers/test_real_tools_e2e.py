@@ -225,7 +225,7 @@ def test_hf_trainer_preempted_mid_run_resumes_at_the_last_mirrored_checkpoint(
     # read from its log: past the restored step from the first step (a bar drawn at 0 before
     # the Trainer knows where it is aside), to the end
     moved = [s for s in progress if s]
-    assert moved and min(moved) > last and max(moved) == 40, progress
+    assert moved and min(moved) > last, progress  # (one event per 10 s: not every step)
     assert _last_progress(got.run_id) == (40, 40)
 
 

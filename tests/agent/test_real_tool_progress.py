@@ -5,13 +5,13 @@ what the agent reads from their output as they write it (tiny CPU runs of a few 
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from support.tools import ultralytics_yolo
 
 from .helpers import make_plan
 
@@ -87,22 +87,8 @@ def test_lightning_default_rich_bar_gives_batches_and_loss_while_it_runs(tmp_pat
     assert {r["step"] for r in _records(plan, "plain")} <= {48}
 
 
-def _ultralytics_python() -> str:
-    """An interpreter with ultralytics: ``$CORRAL_TEST_ULTRALYTICS_PYTHON`` (ultralytics needs
-    torchvision, which does not import beside the CPU torch of the dev environment: a venv of
-    its own, ``pip install torch==2.14.1 torchvision==0.29.1 ultralytics``), else this one."""
-    chosen = os.environ.get("CORRAL_TEST_ULTRALYTICS_PYTHON")
-    if chosen:
-        return chosen
-    pytest.importorskip("ultralytics")
-    return sys.executable
-
-
 def test_ultralytics_yolo_train_gives_batches_and_losses(tmp_path, start_agent):
-    python = _ultralytics_python()
-    yolo = shutil.which("yolo", path=str(Path(python).parent))
-    if yolo is None:
-        pytest.skip(f"no yolo command beside {python}")
+    python, yolo = ultralytics_yolo()
     data = tmp_path / "data"
     subprocess.run([python, str(SCRIPTS / "ultralytics_data.py"), str(data)], check=True)
     run = (

@@ -5,9 +5,11 @@
   the stages' logs grew, and the path still matches nothing: a preemption now would start
   from scratch. Said once per attempt.
 * **resumed far below the restored step**: the snapshot restored before the stages was taken
-  when a stage's progress read step S; the first step the same stage reports in this attempt
-  is below ``S * FAR_BELOW`` (the script started again instead of resuming: ``resume_args``
-  left out, or a script that ignores ``CORRAL_RESUME_FROM``). Said once per stage.
+  when a stage's progress read step S; the first step above 0 the same stage reports in this
+  attempt is below ``S * FAR_BELOW`` (the script started again instead of resuming:
+  ``resume_args`` left out, or a script that ignores ``CORRAL_RESUME_FROM``). Said once per
+  stage. A step of 0 says nothing either way: the HF Trainer resumed at step 150 draws its bar
+  at ``0/N`` first, then at ``151/N``.
 
 Each is a ``checkpoint.warning`` event (shown by ``corral status`` as a ``warning`` line) and
 the mirror's status ``warning``. The progress is the runner's status (the stages' progress
@@ -94,7 +96,7 @@ class MirrorAdvice:
             steps = stage_steps(runner)
             for stage, saved in self._restored.items():
                 first = steps.get(stage)
-                if stage in self._checked or first is None:
+                if stage in self._checked or first is None or first <= 0:
                     continue
                 self._checked.add(stage)
                 if first < saved * FAR_BELOW:

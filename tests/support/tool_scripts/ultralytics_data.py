@@ -1,5 +1,6 @@
 """A tiny synthetic detection dataset for ``yolo train`` (no download): 16 images of 64x64
-pixels, each with one square of one class, and its ``data.yaml``.
+pixels, each with one square of one class, and its ``data.yaml`` (paths relative to it, so the
+folder can be shipped with a job's code).
 
 ``python ultralytics_data.py DIR`` (an interpreter with ultralytics, so with PIL and numpy);
 then ``yolo train model=yolov8n.yaml data=DIR/data.yaml imgsz=64 ...``.
@@ -27,9 +28,8 @@ def main() -> None:
         pixels[y : y + 16, x : x + 16] = (30, 60, 200)
         Image.fromarray(pixels).save(images / f"{i}.jpg")
         (labels / f"{i}.txt").write_text(f"0 {(x + 8) / 64:.4f} {(y + 8) / 64:.4f} 0.25 0.25\n")
-    (root / "data.yaml").write_text(
-        f"path: {root}\ntrain: images/train\nval: images/train\nnames:\n  0: square\n"
-    )
+    # no `path:`: the images are found beside data.yaml, wherever the folder travels
+    (root / "data.yaml").write_text("train: images/train\nval: images/train\nnames:\n  0: square\n")
 
 
 if __name__ == "__main__":

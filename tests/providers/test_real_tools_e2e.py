@@ -81,7 +81,10 @@ def _preempt_once(
         "capacity": 2,
     }
     cloud_file = tmp_path / "cloud.json"
-    cloud_file.write_text(json.dumps({"offers": [offer], "launch_delay_s": 0.3}))
+    # the first machine's disk is kept aside when it goes (no machine sees it), so the test
+    # can compare what the tool left there with what was mirrored
+    cloud = {"offers": [offer], "launch_delay_s": 0.3, "keep_gone_disks": True}
+    cloud_file.write_text(json.dumps(cloud))
     monkeypatch.setenv(ENV_FAKE_CLOUD, str(cloud_file))
     monkeypatch.setenv("CORRAL_PROVIDERS", "fake")
     home = Path(os.environ["CORRAL_HOME"])
@@ -114,7 +117,7 @@ def _preempt_once(
         [res] = [r for r in store.resources(run_id=run_id, open_only=True) if r.instance_id]
         fake = FakeProvider(home=home)
         [inst] = [i for i in fake.list_instances() if i.instance_id == res.instance_id]
-        first_fs = Path(inst.data["dir"]) / "machine" / "fs"
+        first_fs = Path(inst.data["dir"]) / "machine" / "fs.gone"  # once the machine is gone
         fake.preempt(inst, grace=3.0)
         wait_until(
             lambda: store.get_run(run_id).attempt > 1, timeout=90, interval=0.2, message="attempt 2"

@@ -136,9 +136,15 @@ class NodeView:
         wrapped = _namespace_argv(str(self.machine_dir), argv, hide) if self.isolated else None
         return list(argv) if wrapped is None else wrapped
 
-    def erase(self, *disks: Path) -> None:
+    def erase(self, *disks: Path, keep: bool = False) -> None:
         """The machine is gone and its disk with it: the node's root and ``disks`` (its
         other directories) are deleted, so no later machine reads anything of them. Call it
-        once its processes are stopped."""
+        once its processes are stopped. ``keep``: renamed ``<name>.gone`` instead (still in
+        the machine's own directory, which no other machine sees), for a test to inspect."""
         for d in (node_root(self.machine_dir), *disks):
-            shutil.rmtree(d, ignore_errors=True)
+            if not keep:
+                shutil.rmtree(d, ignore_errors=True)
+            elif d.exists():
+                gone = d.with_name(d.name + ".gone")
+                shutil.rmtree(gone, ignore_errors=True)
+                d.rename(gone)

@@ -133,6 +133,12 @@ class FakeCloud(_Model):
         "local checkpoints; only object storage brings them back). Otherwise the run's "
         "checkpoints are on the cloud's volume of the run, which each of its machines mounts.",
     )
+    keep_gone_disks: bool = Field(
+        False,
+        description="A gone machine's disk is kept, renamed '<dir>.gone' inside the machine's "
+        "own directory (which no other machine sees), for a test to inspect what the machine "
+        "left behind; otherwise it is deleted.",
+    )
     catalog_date: str = "simulated"
 
     @model_validator(mode="after")

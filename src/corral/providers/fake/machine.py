@@ -42,6 +42,7 @@ class Machine:
         ephemeral_disk: bool = False,
         volume: Path | None = None,
         cloud: Path | None = None,
+        keep_gone: bool = False,
     ) -> None:
         self.key = key
         self.home = home
@@ -55,6 +56,8 @@ class Machine:
         self.gpu_type = gpu_type if gpu_count else None
         self.gpus = [str(i) for i in range(gpu_count)]
         self.ephemeral_disk = ephemeral_disk
+        #: a gone machine's disk is kept aside for inspection (``FakeCloud.keep_gone_disks``)
+        self.keep_gone = keep_gone
 
     @property
     def disk(self) -> Path:
@@ -93,14 +96,14 @@ class Machine:
         rec = self.record()
         if rec is not None and rec.state == "active":
             self.host.preempt(rec.key, rec.instance_id, grace=0.0)
-        self.node.erase(self.disk)
+        self.node.erase(self.disk, keep=self.keep_gone)
 
     def terminate(self) -> None:
         """Stop everything and mark it terminated. May raise NotYetTerminated."""
         rec = self.record()
         if rec is not None:
             self.host.terminate(rec)
-        self.node.erase(self.disk)
+        self.node.erase(self.disk, keep=self.keep_gone)
 
     def status(self) -> InstanceStatus:
         rec = self.record()

@@ -198,6 +198,7 @@ class FakeProvider(
             ephemeral_disk=rec.ephemeral_disk,
             volume=self.layout.root / "volumes" / rec.run_id,
             cloud=self.layout.instances,
+            keep_gone=self.cloud.keep_gone_disks,
         )
 
     def _advance(

@@ -239,6 +239,10 @@ def test_stage_environment_has_corral_variables_and_not_the_token(tmp_path, star
         "CORRAL_COST_OFFSET_USD": "3.5",
         "CORRAL_BUDGET_USD": "20.0",
         "CORRAL_PROGRESS_FILE": str(state / "progress" / "train.jsonl"),
+        # the plan's checkpoint policy (its defaults here), as the SDK reads it
+        "CORRAL_CHECKPOINT_KEEP_LAST": "3",
+        "CORRAL_CHECKPOINT_KEEP_BEST": "0",
+        "CORRAL_CHECKPOINT_MODE": "min",
     }
     assert env["CUDA_VISIBLE_DEVICES"] == "5,6"
     assert (env["PYTHONUNBUFFERED"], env["PLAN_VAR"], env["STAGE_ONLY"], env["FROM_NODE"]) == (

@@ -84,7 +84,7 @@ def test_without_storage_artifacts_stay_local_and_are_listed(tmp_path, start_age
     doc = read_json(Path(plan.state_dir) / "manifest.json")
     assert sorted(doc["files"]) == ["outputs/model.bin", "outputs/tok/vocab.txt"]
     assert doc["storage"] is None and doc["artifacts_uri"] is None and doc["eval"] is None
-    assert status["manifest"]["uri"] is None and status["acceptance"] is None
+    assert status["manifest"]["uri"] is None and status.get("acceptance") is None
     assert not (tmp_path / "bucket").exists()
 
 

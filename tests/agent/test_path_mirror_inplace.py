@@ -145,6 +145,34 @@ def test_a_checkpoint_the_stop_kills_mid_write_is_not_mirrored(tmp_path) -> None
     hook.stopping()
     proc.kill()
     proc.wait(10)
+    time.sleep(0.5)  # looks between the kill and the end of the stages (a loaded node)
+    runner.exit_code = 137
+    hook.after_stages(runner, "preempted")
+    hook.close()
+    assert [_whole(d) for d in _copied(tmp_path, "ckpt.pt")] == [1]
+    assert len(events.of("checkpoint.uploaded")) == 1
+
+
+def test_a_version_whose_writer_was_killed_is_never_copied_however_long_it_stays(
+    tmp_path,
+) -> None:
+    """The writer dies mid-write (the stop's SIGKILL, or the kernel's OOM killer while the
+    job runs): its death closes the half-written file, which then stands still. The looks
+    that come before the stages are down (many here) must not take it for complete."""
+    plan = _plan(tmp_path, "a", ["ckpt.pt"], checkpoint_settle_s=0.0)
+    events, runner = Events(), FakeRunner()
+    hook = _mirror(plan, events)
+    hook.before_stages(runner)
+    proc = _start(SAVER, Path(plan.workdir) / "ckpt.pt", 0.3, 2, "open")
+    _read_until(proc, "saved 1")
+    wait_until(lambda: events.of("checkpoint.uploaded"), 10, message="the first save's copy")
+    _read_until(proc, "writing")
+    time.sleep(0.3)  # looks see the half-written version held open
+    proc.kill()  # no stopping(): killed while the job runs
+    proc.wait(10)
+    time.sleep(1.0)  # twenty looks at a closed version that does not change
+    assert len(events.of("checkpoint.uploaded")) == 1
+    hook.stopping()
     runner.exit_code = 137
     hook.after_stages(runner, "preempted")
     hook.close()

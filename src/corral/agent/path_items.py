@@ -147,11 +147,11 @@ def process_tree(root: int) -> list[int] | None:
     return out
 
 
-def open_for_writing(paths: Iterable[str], pids: Iterable[int]) -> set[str]:
+def open_for_writing(paths: Iterable[str], pids: Iterable[int]) -> dict[str, set[int]]:
     """Those of ``paths`` that one of ``pids`` holds open for writing (``/proc/<pid>/fd``
-    links, and the flags in ``fdinfo``)."""
+    links, and the flags in ``fdinfo``), each with the pids that hold it."""
     wanted = set(paths)
-    found: set[str] = set()
+    found: dict[str, set[int]] = {}
     if not wanted:
         return found
     for pid in pids:
@@ -163,7 +163,7 @@ def open_for_writing(paths: Iterable[str], pids: Iterable[int]) -> set[str]:
         for fd in fds:
             try:
                 target = os.readlink(f"{fd_dir}/{fd}")
-                if target not in wanted or target in found:
+                if target not in wanted or pid in found.get(target, ()):
                     continue
                 with open(f"/proc/{pid}/fdinfo/{fd}", encoding="ascii") as info:
                     flags = next(
@@ -172,5 +172,16 @@ def open_for_writing(paths: Iterable[str], pids: Iterable[int]) -> set[str]:
             except (OSError, StopIteration, ValueError, IndexError):
                 continue
             if flags & (os.O_WRONLY | os.O_RDWR):
-                found.add(target)
+                found.setdefault(target, set()).add(pid)
     return found
+
+
+def alive(pid: int) -> bool:
+    """The process runs still: not gone, not a zombie (a killed child not reaped yet has
+    closed every file it held, whatever it was writing)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
+            state = f.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in ("Z", "X", "x")

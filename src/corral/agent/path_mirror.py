@@ -19,7 +19,9 @@ Without ``COMPLETE`` a snapshot does not exist.
   (no open files to see), once unchanged for ``plan.checkpoint_settle_s``. A copy is checked
   after it is read: a version that changed meanwhile is discarded (no manifest) and the next
   complete one is copied, so a checkpoint rewritten in place every second is still copied, and
-  one caught mid-write never is. One that could not be copied for a few settle periods is a
+  one caught mid-write never is. A version whose writer died holding it open (killed by the
+  stop, or by the OOM killer while the job runs: its death closed the file) is torn, however
+  still it stands afterwards: not copied, unless the stages all end on their own. One that could not be copied for a few settle periods is a
   ``checkpoint.warning`` while the run is live.
 * **the stop**: right before the stages are stopped (``stopping()``, on the runner's thread)
   one look notes what is closed then; looks come every ``QUICK_LOOK_S`` until the stages
@@ -62,6 +64,7 @@ from corral.agent.path_items import (
     RESTORE_SUFFIX,
     Content,
     Item,
+    alive,
     find_items,
     item_at,
     open_for_writing,
@@ -165,6 +168,8 @@ class PathMirror:
         self._seen: dict[str, Content] = {}  # rel -> content at the previous look
         self._since: dict[str, tuple[Content, float]] = {}  # rel -> (content, first seen)
         self._closed: dict[str, Content] = {}  # rel -> content seen closed at its last look
+        self._holders: dict[str, set[int]] = {}  # rel -> the pids writing it at the last look
+        self._torn: dict[str, Content] = {}  # rel -> a version whose writer died writing it
         self._pending: dict[str, float] = {}  # rel -> when it first differed from its copy
         self._stuck: set[str] = set()  # rels warned about as never copyable
         self._ready: list[Item] = []
@@ -432,7 +437,8 @@ class PathMirror:
             if items:
                 self.recognised = True
             present = {i.rel for i in items}
-            for table in (self._seen, self._since, self._pending, self._closed):
+            tables = (self._seen, self._since, self._pending, self._closed, self._holders)
+            for table in (*tables, self._torn):
                 for rel in [r for r in table if r not in present]:
                     del table[rel]
             candidates: list[tuple[Item, bool]] = []  # (item, ready if closed)
@@ -453,7 +459,11 @@ class PathMirror:
                     candidates.append((item, moved or (same and still)))
             for item in items:
                 self._seen[item.rel] = item.content
-            closed = self._closed_now([c[0] for c in candidates], now)
+            closed = self._closed_now(
+                [i for i in items if self._done.get(i.rel) != i.content],
+                [c[0] for c in candidates],
+                now,
+            )
             ready = []
             for item, complete in candidates:
                 if item.rel not in closed:
@@ -466,17 +476,32 @@ class PathMirror:
                 self._ready = ready
             return items
 
-    def _closed_now(self, items: list[Item], now: float) -> set[str]:
-        """The rels of ``items`` that no process of the job holds open for writing; where
-        that cannot be seen (no procfs), those unchanged for ``checkpoints.settle``."""
-        if not items:
-            return set()
+    def _closed_now(self, pending: list[Item], items: list[Item], now: float) -> set[str]:
+        """The rels of ``items`` that no process of the job holds open for writing, unless a
+        process that held one open at the previous look died since (its files were closed
+        by its death, mid-write: that version is torn, whatever it looks like, and only an
+        end of the stages on their own makes it complete). ``pending``: every item not
+        mirrored as it is, whose writers are noted for the next look. Where open files
+        cannot be seen (no procfs), those unchanged for ``checkpoints.settle``."""
         pids = process_tree(self._root_pid)
         if pids is None:
             return {i.rel for i in items if now - i.newest_mtime_ns / 1e9 >= self.settle_s}
-        files = {i.rel: i.real_files(self.workdir) for i in items}
-        held = open_for_writing(set().union(*files.values()), pids)
-        return {rel for rel, paths in files.items() if not paths & held}
+        files = {i.rel: i.real_files(self.workdir) for i in pending}
+        by_path = open_for_writing(set().union(set(), *files.values()), pids)
+        for item in pending:
+            holders = set().union(set(), *(by_path.get(p, set()) for p in files[item.rel]))
+            before = self._holders.get(item.rel, set())
+            if any(not alive(pid) for pid in before - holders):
+                self._torn[item.rel] = item.content
+            if holders:
+                self._holders[item.rel] = holders
+            else:
+                self._holders.pop(item.rel, None)
+        return {
+            i.rel
+            for i in items
+            if i.rel not in self._holders and self._torn.get(i.rel) != i.content
+        }
 
     def _pass(self) -> None:
         """A look, then a copy of each version ready; a warning for one that keeps changing

@@ -160,3 +160,16 @@ def test_a_chain_of_thousands_of_stages_is_checked_without_recursion():
     rows.append("  - {name: s3000, run: r, needs: [s0]}")
     err = one("name: x\nstages:\n" + "\n".join(rows) + "\n")
     assert err["message"].startswith("dependency cycle: s0 -> s1 -> s2 -> ")
+
+
+def test_one_service_at_most_is_served_at_the_root():
+    body = (
+        "  - {name: ui, run: x, service: {ports: [8000], root: true}}\n"
+        "  - {name: api, run: y, service: {ports: [8001], root: true}}\n"
+        "  - {name: docs, run: z, service: {ports: [8002]}}\n"
+    )
+    err = one(stages(body))
+    assert err["field"] == "stages[1].service.root"
+    assert err["message"] == "only one service can be served at the root; 'ui' is already"
+    spec = load(stages(body.replace("root: true}}\n  - {name: api", "}}\n  - {name: api")))
+    assert [s.service.root for s in spec.stages if s.service] == [False, True, False]

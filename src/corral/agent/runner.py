@@ -615,6 +615,9 @@ class Runner:
             env[C.ENV_BUDGET_USD] = str(plan.budget_usd)
         else:
             env.pop(C.ENV_BUDGET_USD, None)
+        env.pop(C.ENV_SERVICE_PREFIX, None)
+        if stage is not None and stage.service is not None:
+            env[C.ENV_SERVICE_PREFIX] = "" if stage.service.root else f"/services/{stage.name}"
         if stage is not None:
             env[C.ENV_PROGRESS_FILE] = str(self._tailer.path_for(stage.name))
             chosen = {**plan.env, **stage.env}  # what the spec sets is left as it is

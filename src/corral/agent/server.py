@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import contextlib
 import hmac
+import http.client
 import json
 import re
 import shutil
@@ -52,7 +53,7 @@ from urllib.parse import parse_qs, urlsplit
 from pydantic import BaseModel
 
 from corral import __version__
-from corral.agent import logs
+from corral.agent import logs, service_proxy
 from corral.agent.events import EventLog
 from corral.agent.execs import ExecError, ExecSessions
 from corral.agent.listen import listen
@@ -127,6 +128,14 @@ _PROBES = frozenset({"/health", "/ready"})
 _KNOWN_METHODS = frozenset({"GET", "POST"})
 #: what a name under /artifacts/ may look like (no separators, no "..")
 _PACKAGE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*\.tar\.gz$")
+
+
+_OWN_PREFIXES = ("/code/", "/artifacts/", "/services/", "/exec/")
+
+
+def _own(path: str) -> bool:
+    """The path is the agent's API's (a ``root`` service gets every other one)."""
+    return path in _METHODS or path == "/exec" or path.startswith(_OWN_PREFIXES)
 
 
 class HttpError(Exception):
@@ -530,8 +539,11 @@ class _Handler(BaseHTTPRequestHandler):
         status: int
         body: dict | BaseModel | Path
         url = urlsplit(self.path)
-        if url.path.startswith("/services/") and api.services:
-            self._service(method, url.path, url.query)
+        if api.services and url.path.startswith("/services/"):
+            self._service(method, api.services.target(url.path), url.query)
+            return
+        if api.services and not _own(url.path) and (root := api.services.root(url.path)):
+            self._service(method, root, url.query)
             return
         try:
             upload = method == "PUT" and url.path.startswith("/code/")
@@ -599,47 +611,42 @@ class _Handler(BaseHTTPRequestHandler):
                 self.close_connection = True  # the rest of the body was not read
         return 200, answer
 
-    def _service(self, method: str, path: str, query: str) -> None:
-        """Forward a request to a service stage (``/services/<stage>[:<port>]/...``): without a
-        token when the service is public, else with the agent's. Errors are JSON, like the
-        API's; the service's own answers go back as they are."""
+    def _service(self, method: str, target: Target | None, query: str) -> None:
+        """Forward a request to a service stage (``/services/<stage>[:<port>]/...``, or any
+        path outside the agent's API to the ``root`` one): without a token when the service
+        is public, else with the agent's. The answer streams back as the service writes it; an
+        upgrade (a websocket) becomes a tunnel. Errors are JSON, like the API's."""
         api = self.server.api
+        upgrade = service_proxy.wants_upgrade(self.headers)
         try:
-            target = api.services.target(path)
             if target is None:
                 raise HttpError(404, "no such service")
             if method not in SERVICE_METHODS:
                 raise HttpError(405, "method not allowed")
-            length = self._content_length(SERVICE_MAX_BODY)
+            length = 0 if upgrade else self._content_length(SERVICE_MAX_BODY)
             if not target.public and not self._authorized():
                 raise HttpError(401, "unauthorized")
-            if not self.server.api.runner.stage_running(target.stage):
+            if not api.runner.stage_running(target.stage):
                 raise HttpError(503, f"service {target.stage!r} is not running")
             raw = self._read_body(length, SERVICE_BODY_TIMEOUT) if length else b""
         except HttpError as exc:
             self.close_connection = True
             self._send(exc.status, {"error": exc.message})
             return
-        forwarded = Target(
-            target.stage, target.port, target.path + (f"?{query}" if query else ""), target.public
+        path = target.path + (f"?{query}" if query else "")
+        headers = service_proxy.request_headers(
+            list(self.headers.items()), public=target.public, prefix=target.prefix, tunnel=upgrade
         )
         try:
-            status, headers, body = api.services.forward(
-                forwarded, method, dict(self.headers.items()), raw
-            )
-        except (OSError, ValueError) as exc:
+            if upgrade:
+                service_proxy.tunnel(self, target.port, method, path, headers)
+            else:
+                service_proxy.stream(self, target.port, method, path, headers, raw)
+        except (OSError, ValueError, http.client.HTTPException) as exc:
+            self.close_connection = True
             self._send(
                 502, {"error": f"service {target.stage!r} did not answer: {type(exc).__name__}"}
             )
-            return
-        self.send_response(status)
-        for name, value in headers:
-            self.send_header(name, value)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        if method != "HEAD":
-            self.wfile.write(body)
-        self.wfile.flush()
 
     def _probe(self, path: str) -> tuple[int, dict]:
         """A probe without the token: liveness, and readiness, and nothing else."""

@@ -8,7 +8,10 @@ serves until the attempt is stopped. The agent
   ``services``;
 * forwards ``/services/<stage>/<path>`` (and ``/services/<stage>:<port>/<path>``) on its own
   port to the service, so the service is reachable wherever the agent is - through a cloud's
-  container gateway, a pod's proxy or an open port - without any provider opening more.
+  container gateway, a pod's proxy or an open port - without any provider opening more; a
+  service with ``root`` also gets every path the agent's own API does not use (a web UI that
+  calls absolute paths). :mod:`corral.agent.service_proxy` streams the answers and tunnels
+  websockets.
 
 Standard library only (the agent's start-up imports nothing heavy).
 """
@@ -25,22 +28,6 @@ from corral.wire.plan import AgentPlan, ServicePlan
 
 HEALTH_EVERY = 5.0
 HEALTH_TIMEOUT = 2.0
-#: the longest a forwarded request may take to be answered
-FORWARD_TIMEOUT = 300.0
-#: the largest answer forwarded (it is read whole before it is sent on)
-MAX_ANSWER = 256 * 1024 * 1024
-#: request headers not passed on (hop-by-hop, and the agent's own credentials)
-_DROP = {
-    "connection",
-    "keep-alive",
-    "proxy-authorization",
-    "te",
-    "trailer",
-    "transfer-encoding",
-    "upgrade",
-    "host",
-    "content-length",
-}
 
 
 @dataclass(frozen=True)
@@ -49,6 +36,8 @@ class Target:
     port: int
     path: str
     public: bool
+    #: where it is mounted on the agent's port ("" at the root)
+    prefix: str = ""
 
 
 def prefix(stage: str) -> str:
@@ -138,23 +127,12 @@ class Services:
             if not raw_port.isdigit() or int(raw_port) not in svc.ports:
                 return None
             port = int(raw_port)
-        return Target(name, port, "/" + tail if sep else "/", svc.public)
+        return Target(name, port, "/" + tail if sep else "/", svc.public, f"/services/{head}")
 
-    def forward(
-        self, target: Target, method: str, headers: dict[str, str], body: bytes
-    ) -> tuple[int, list[tuple[str, str]], bytes]:
-        """The service's answer (status, headers, body); 502 if it cannot be reached."""
-        sent = {k: v for k, v in headers.items() if k.lower() not in _DROP}
-        if not target.public:
-            sent = {k: v for k, v in sent.items() if k.lower() != "authorization"}
-        conn = http.client.HTTPConnection("127.0.0.1", target.port, timeout=FORWARD_TIMEOUT)
-        try:
-            conn.request(method, target.path, body=body or None, headers=sent)
-            resp = conn.getresponse()
-            data = resp.read(MAX_ANSWER + 1)
-            if len(data) > MAX_ANSWER:
-                raise OSError("the answer is too large to forward")
-            kept = [(k, v) for k, v in resp.getheaders() if k.lower() not in _DROP]
-            return resp.status, kept, data
-        finally:
-            conn.close()
+    def root(self, path: str) -> Target | None:
+        """The service served at the root of the agent's port (``service.root``), for a path
+        the agent's own API does not use; None without one."""
+        for name, svc in self.plans.items():
+            if svc.root:
+                return Target(name, svc.ports[0], path, svc.public, "")
+        return None

@@ -72,6 +72,12 @@ class Service(SpecModel):
         description="Anyone with the URL may call it (the default, as a serving endpoint); "
         "false: callers need the run's agent token.",
     )
+    root: bool = Field(
+        False,
+        description="Also serve it at the root of the agent's port: every path the agent's own "
+        "API does not use (/, /static/..., /v1/chat/completions) goes to the first port, for "
+        "web UIs that call absolute paths. At most one stage.",
+    )
 
 
 class Stage(SpecModel):
@@ -252,6 +258,15 @@ class JobSpec(SpecModel):
         if self.stages is not None and self.progress is not None:
             problems.append((("progress",), "with `stages`, set `progress` on the stages"))
         services = {s.name for s in self.stages or [] if s.service is not None}
+        roots = [s.name for s in self.stages or [] if s.service and s.service.root]
+        for i, stage in enumerate(self.stages or []):
+            if stage.service and stage.service.root and stage.name != roots[0]:
+                problems.append(
+                    (
+                        ("stages", i, "service", "root"),
+                        f"only one service can be served at the root; '{roots[0]}' is already",
+                    )
+                )
         for i, stage in enumerate(self.stages or []):
             for need in stage.needs:
                 if need in services:

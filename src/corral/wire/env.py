@@ -19,6 +19,9 @@ ENV_PROGRESS_FILE = "CORRAL_PROGRESS_FILE"
 #: Cost of earlier attempts in USD, so the SDK's cost meter can continue from it.
 ENV_COST_OFFSET = "CORRAL_COST_OFFSET_USD"
 ENV_BUDGET_USD = "CORRAL_BUDGET_USD"
+#: A service stage: the path it is reached at through the agent's port (``/services/<stage>``,
+#: "" when it is served at the root), for a web framework's root path / base URL.
+ENV_SERVICE_PREFIX = "CORRAL_SERVICE_PREFIX"
 #: The spec's checkpoint retention, the defaults of the SDK's Checkpointer.
 ENV_CKPT_KEEP_LAST = "CORRAL_CHECKPOINT_KEEP_LAST"
 ENV_CKPT_KEEP_BEST = "CORRAL_CHECKPOINT_KEEP_BEST"

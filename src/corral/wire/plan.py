@@ -44,6 +44,8 @@ class ServicePlan(_Model):
     ports: list[int] = Field(min_length=1)
     health: str | None = None
     public: bool = True
+    #: also served at the root of the agent's port (left out when false: older agents)
+    root: bool = Field(False, exclude_if=lambda v: not v)
 
 
 class StagePlan(_Model):

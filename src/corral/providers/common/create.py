@@ -57,7 +57,6 @@ def create_or_adopt(
             sleep(min(2.0**attempt, 10.0))
     message = last.message if last is not None else "no try"
     raise ProviderUnavailable(
-        f"{provider}: could not create {what} in {attempts} tries, and none is listed: "
-        f"{message}",
+        f"{provider}: could not create {what} in {attempts} tries, and none is listed: {message}",
         fields={"key": key},
     )

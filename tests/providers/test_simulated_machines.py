@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from corral.providers.base import Bootstrap, InstanceState, Requirements
-from corral.providers.common.node import NODE_MOUNT, private_mounts
+from corral.providers.common.node import NODE_MOUNT, NodeView, node_root, private_mounts
 from corral.providers.fake import ENV_FAKE_CLOUD, FakeProvider
 from support.waiting import wait_until
 
@@ -199,3 +199,20 @@ def test_a_job_that_keeps_its_absolute_save_dir_has_its_resumed_checkpoints_mirr
     [last] = [ck for ck in saved if ck["epoch"] == 20]
     first, second = last["starts"]  # each attempt's working directory
     assert first == second == last["save_dir"].rsplit("/runs/", 1)[0]
+
+
+def test_a_kept_disk_is_the_one_the_machine_had_when_it_went(tmp_path) -> None:
+    """Reclaimed (erased, kept aside), then terminated (erased again): a file a dying process
+    wrote in between does not replace the disk the machine had."""
+    machine = tmp_path / "machine"
+    root, disk = node_root(machine), machine / "disk"
+    (root / "work").mkdir(parents=True)
+    (root / "work" / "ckpt.pt").write_text("step 20")
+    disk.mkdir()
+    node = NodeView(machine)
+    node.erase(disk, keep=True)
+    (root / "state").mkdir(parents=True)  # written after the machine went
+    node.erase(disk, keep=True)
+    gone = root.with_name(root.name + ".gone")
+    assert (gone / "work" / "ckpt.pt").read_text() == "step 20"
+    assert not root.exists() and not disk.exists() and (machine / "disk.gone").is_dir()

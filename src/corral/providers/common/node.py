@@ -140,11 +140,13 @@ class NodeView:
         """The machine is gone and its disk with it: the node's root and ``disks`` (its
         other directories) are deleted, so no later machine reads anything of them. Call it
         once its processes are stopped. ``keep``: renamed ``<name>.gone`` instead (still in
-        the machine's own directory, which no other machine sees), for a test to inspect."""
+        the machine's own directory, which no other machine sees), for a test to inspect; the
+        first time only (a later erase deletes what was written since)."""
         for d in (node_root(self.machine_dir), *disks):
-            if not keep:
+            gone = d.with_name(d.name + ".gone")
+            if not keep or gone.exists():
+                # erased before (a reclaim, then the terminate): what is there now was written
+                # after the machine went (a dying process's last file), not its disk
                 shutil.rmtree(d, ignore_errors=True)
             elif d.exists():
-                gone = d.with_name(d.name + ".gone")
-                shutil.rmtree(gone, ignore_errors=True)
                 d.rename(gone)

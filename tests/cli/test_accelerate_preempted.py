@@ -2,10 +2,10 @@
 corral: it trains with ``accelerate.Accelerator``, ignores SIGTERM, saves its whole state with
 ``accelerator.save_state`` when SIGUSR1 asks (at a step both processes agree on, into a
 temporary directory renamed to ``out/step-<n>``) and goes on from one with ``load_state`` when
-its ``resume_args`` say so. Run with ``corral launch`` on two (declared) GPUs on the local
-provider and on the fake cloud, preempted by hand twice: each attempt starts at the saved
-step + 1 from the checkpoint corral mirrored and restored, and the run ends with the weights of
-an uninterrupted run, bit for bit. ``corral stop`` leaves the stage stopped with 75."""
+its ``resume_args`` say so. Run with ``corral launch`` on two GPUs on the fake cloud (the
+``torchrun`` recipe runs on the local provider), preempted by hand twice: each attempt starts
+at the saved step + 1 from the checkpoint corral mirrored and restored, and the run ends with
+the weights of an uninterrupted run, bit for bit. ``corral stop`` leaves the stage stopped with 75."""
 
 from __future__ import annotations
 
@@ -130,7 +130,7 @@ def _up(log: Path, attempt: int) -> bool:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("provider", ["local", "fake"])
+@pytest.mark.parametrize("provider", ["fake"])
 def test_an_accelerate_job_saves_on_usr1_and_resumes_from_its_restored_state(
     provider: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

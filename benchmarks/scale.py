@@ -67,14 +67,16 @@ def controller_child(out: Path) -> None:
     from corral.control import agent_client, daemon
 
     polls: dict[str, array] = {}
-    real = agent_client.AgentClient._fetch
+    # the method every agent request goes through (``_request`` in trees before the typed wire)
+    name = "_fetch" if hasattr(agent_client.AgentClient, "_fetch") else "_request"
+    real = getattr(agent_client.AgentClient, name)
 
     def timed(self, method, path, **kw):  # type: ignore[no-untyped-def]
         if path in ("/poll", "/status"):
             polls.setdefault(self.endpoint, array("d")).append(time.monotonic())
         return real(self, method, path, **kw)
 
-    agent_client.AgentClient._fetch = timed  # type: ignore[method-assign]
+    setattr(agent_client.AgentClient, name, timed)
     home = Path(os.environ["CORRAL_HOME"])
     try:
         daemon.run_foreground(log_to=home / "controller.log")
@@ -117,20 +119,25 @@ def _kill_tree(root: Path) -> None:
 
 
 class StandIn:
-    """The stand-in server in its own process, and the plugin module both trees can load."""
+    """The stand-in server in its own process, and the plugin module a tree loads: the tree's
+    own stand-in where it has one (its agents speak that tree's wire), else this tree's."""
 
-    def __init__(self, tmp: Path):
-        self.dir = tmp / "standin"
-        self.dir.mkdir()
-        import corral.testing.standin as mod
+    def __init__(self, tmp: Path, src: str):
+        self.dir = Path(tempfile.mkdtemp(prefix="standin-", dir=tmp))
+        own = Path(src) / "corral" / "testing" / "standin.py"
+        if not own.is_file():
+            import corral.testing.standin as mod
 
-        # a copy under its own name: the tree before this work has no corral.testing.standin
-        shutil.copy(mod.__file__, self.dir / "corral_standin_plugin.py")
+            own = Path(mod.__file__)
+        # a copy under its own name, importable beside the tree's src
+        shutil.copy(own, self.dir / "corral_standin_plugin.py")
         ready = self.dir / "url"
+        env = dict(os.environ, PYTHONPATH=src if own.is_relative_to(src) else "")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "corral.testing.standin", "--ready-file", str(ready)],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
+            env=env,
         )
         deadline = time.monotonic() + 30
         while not ready.exists() or not ready.read_text():
@@ -319,9 +326,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--window", type=float, default=20.0, help="seconds measured")
     parser.add_argument("--baseline-src", type=Path, help="another tree's src, measured too")
     parser.add_argument("--controller-child", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--fill-child", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.controller_child:
         controller_child(args.controller_child)
+        return 0
+    if args.fill_child:
+        home, count, spec = args.fill_child
+        print(fill(Path(home), int(count), Path(spec)))
         return 0
     here = str(Path(__file__).resolve().parent.parent / "src")
     trees = [("", here)] + ([("baseline_", str(args.baseline_src))] if args.baseline_src else [])
@@ -329,9 +341,12 @@ def main(argv: list[str] | None = None) -> int:
     standin_counts = sorted(int(c) for c in args.standin.split(",") if c)
     tmp = Path(tempfile.mkdtemp(prefix="corral-scale-"))
     result: dict[str, float] = {}
-    standin = StandIn(tmp) if standin_counts else None
+    standin: StandIn | None = None
     try:
         for prefix, src in trees:
+            if standin is not None:
+                standin.close()
+            standin = StandIn(tmp, src) if standin_counts else None
             rss: dict[tuple[str, int], int] = {}
             plan = [("standin", n) for n in standin_counts]
             if not prefix:  # real agents: this tree only (the baseline is the stand-in's)
@@ -348,10 +363,25 @@ def main(argv: list[str] | None = None) -> int:
                 ]
         spec = tmp / "ls.yaml"
         spec.write_text("name: filler\nrun: sleep 20\n")
-        ls_home = tmp / "ls-home"
-        ls_home.mkdir()
-        one = fill(ls_home, args.history, spec)
         for prefix, src in trees:
+            # each tree's own store (its schema), filled by that tree's code
+            ls_home = tmp / f"ls-home{prefix}"
+            ls_home.mkdir()
+            filled = subprocess.run(
+                [
+                    sys.executable,
+                    __file__,
+                    "--fill-child",
+                    str(ls_home),
+                    str(args.history),
+                    str(spec),
+                ],
+                check=True,
+                capture_output=True,
+                text=True,
+                env=dict(os.environ, PYTHONPATH=src),
+            )
+            one = filled.stdout.split()[-1]
             figures = measure_ls(ls_home, args.history, src, one)
             result.update({prefix + k: v for k, v in figures.items()})
     finally:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from corral.agent import server as agent_server
+from corral.agent import api as agent_api
 
 from .helpers import make_plan
 
@@ -22,7 +22,7 @@ def declare(path: Path, *gpus: dict) -> str:
 def test_gpus_report_readings_holders_and_time_at_zero_utilisation(
     tmp_path, start_agent, monkeypatch
 ):
-    monkeypatch.setattr(agent_server, "GPU_USAGE_TTL", 0.0)
+    monkeypatch.setattr(agent_api, "GPU_USAGE_TTL", 0.0)
     inventory = tmp_path / "gpus.json"
     hot = {"name": "H100", "memory_total_mb": 81559, "memory_used_mb": 80000, "utilization_pct": 0}
     hot |= {"temperature_c": 91.0, "processes": 1, "ecc_uncorrected": 2, "ecc_corrected": 7}

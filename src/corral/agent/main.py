@@ -45,7 +45,8 @@ from corral.wire.outcome import StopCause
 from corral.wire.plan import AgentPlan
 
 if TYPE_CHECKING:
-    from corral.agent.server import AgentApi, AgentServer
+    from corral.agent.api import AgentApi
+    from corral.agent.server import AgentServer
 
 
 @dataclass(frozen=True)
@@ -210,7 +211,7 @@ class Agent:
         if self._api is None:
             # here, not at the top: the HTTP server and its endpoints (http.server, email,
             # the exec sessions, the services) load while the job starts, not before it
-            from corral.agent.server import AgentApi
+            from corral.agent.api import AgentApi
 
             self._api = AgentApi(
                 self.runner,

@@ -4,7 +4,8 @@
 
 Each document comes from the provider's own public repository (the table in
 ``contracts/README.md``); IO.net's is pruned to the container-as-a-service paths corral uses
-and the schemas they reach, as the copy in the repository is. The script prints, per file,
+and the schemas they reach, Discord's to the one operation a webhook calls (execute webhook),
+as the copies in the repository are. The script prints, per file,
 whether it changed and the paths added or removed, then writes the files (not with
 ``--dry-run``). Review the diff and run the provider tests before committing: a fake that
 now refuses what corral sends is the point of the exercise.
@@ -64,6 +65,41 @@ def prune_paths(doc: dict[str, Any], prefix: str) -> dict[str, Any]:
     return out
 
 
+def prune_operation(
+    doc: dict[str, Any], path: str, method: str, statuses: tuple[str, ...]
+) -> dict[str, Any]:
+    """Only ``method`` of ``path`` (its answers cut to ``statuses``) and the components it
+    reaches (transitively, of every kind: schemas, headers, responses)."""
+    item = doc["paths"][path]
+    op = dict(item[method])
+    op["responses"] = {k: v for k, v in op["responses"].items() if k in statuses}
+    kept_item = {k: v for k, v in item.items() if k == "parameters"} | {method: op}
+    components = doc.get("components", {})
+    keep: dict[str, set[str]] = {}
+    stack: list[Any] = [kept_item]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            ref = node.get("$ref")
+            if isinstance(ref, str) and ref.startswith("#/components/"):
+                kind, name = ref.split("/")[2:4]
+                if name not in keep.setdefault(kind, set()) and name in components.get(kind, {}):
+                    keep[kind].add(name)
+                    stack.append(components[kind][name])
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+    out = {k: v for k, v in doc.items() if k not in ("paths", "components")}
+    out["paths"] = {path: kept_item}
+    out["components"] = {
+        kind: {name: components[kind][name] for name in sorted(names)}
+        for kind, names in sorted(keep.items())
+    }
+    if "securitySchemes" in components:
+        out["components"]["securitySchemes"] = components["securitySchemes"]
+    return out
+
+
 SOURCES = (
     Source("salad-cloud.yaml", "SaladTechnologies/salad-cloud-docs", "api-specs/salad-cloud.yaml"),
     Source(
@@ -78,6 +114,15 @@ SOURCES = (
         lambda doc: prune_paths(doc, IONET_PREFIX),
     ),
     Source("runpod-v2.json", "runpod/docs", "api-reference-v2/openapi.json"),
+    # the chat services a webhook can post to (notify.webhooks[].format: discord)
+    Source(
+        "discord-execute-webhook.json",
+        "discord/discord-api-spec",
+        "specs/openapi.json",
+        lambda doc: prune_operation(
+            doc, "/webhooks/{webhook_id}/{webhook_token}", "post", ("204",)
+        ),
+    ),
 )
 
 

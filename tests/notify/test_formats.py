@@ -40,7 +40,7 @@ def test_a_salad_compatible_webhook_gets_the_guides_shape_signed_beside_corrals(
         assert {"stage", "progress_percent"} <= set(body["data"])
     by_event = {r.json["data"]["event"]: r.json for r in salad}
     progress = by_event["progress"]
-    assert progress["status"] == "running"
+    assert progress["status"] == "progress"  # what the guides' receivers look for
     assert progress["data"]["gpu_usage"] == "97,95.5"
     assert (progress["data"]["stage"], progress["data"]["progress_percent"]) == ("train", 50.0)
     assert progress["message"] == "train: 50.0% (step 5/10), loss 1.5"
@@ -64,12 +64,12 @@ def test_an_unknown_format_is_a_clear_error_at_launch(tmp_path):
     spec = tmp_path / "corral.yaml"
     spec.write_text(
         "name: x\nrun: 'true'\nnotify:\n  webhooks:\n"
-        "    - {url: 'https://h.example/x', format: slack}\n"
+        "    - {url: 'https://h.example/x', format: mattermost}\n"
     )
     with pytest.raises(BadInput) as info:
         submit_run(spec, start_controller=False)
     assert str(info.value) == (
-        "notify.webhooks[0].format: unknown format 'slack' (known: corral, salad-compatible)"
+        "notify.webhooks[0].format: unknown format 'mattermost' (known: corral, salad-compatible, slack, discord, teams)"
     )
     assert Store.open().list_runs() == []  # nothing recorded
     with pytest.raises(Exception, match="format"):  # not even a format name

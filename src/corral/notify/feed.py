@@ -10,6 +10,7 @@ which every event is handled, so a restart never skips an event nor re-reads muc
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from typing import Any
 
@@ -143,7 +144,8 @@ class FeedReader:
         )
         delivery = str(payload["id"])
         if key.hook.format != "corral":
-            payload = formats.convert(payload, key.hook.format)
+            public_url = os.environ.get(formats.ENV_PUBLIC_URL) or None
+            payload = formats.convert(payload, key.hook.format, public_url)
         progress_ts = e.ts if stage is not None else None
         return Item(e.id, e.type, payload, progress_ts, stage, delivery=delivery)
 

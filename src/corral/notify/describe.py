@@ -1,0 +1,68 @@
+"""One event of a run in words: the status word and the one-line message the webhook formats
+for people (``salad-compatible``, ``slack``, ``discord``, ``teams``) show."""
+
+from __future__ import annotations
+
+from typing import Any
+
+_FINISHED = {
+    "succeeded": "completed",
+    "failed": "failed",
+    "cancelled": "cancelled",
+    "stopped": "stopped",
+}
+
+
+def percent_of(data: dict[str, Any]) -> float | None:
+    value = data.get("percent")
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return round(float(value), 2)
+    step, total = data.get("step"), data.get("total")
+    if isinstance(step, int | float) and isinstance(total, int | float) and total:
+        return round(100.0 * float(step) / float(total), 2)
+    return None
+
+
+def status_of(kind: str, data: dict[str, Any]) -> str:
+    if kind == "run.finished":
+        return _FINISHED.get(str(data.get("state") or "").lower(), "failed")
+    if kind == "progress":
+        return "progress"
+    if kind == "run.recovering":
+        return "recovering"
+    if kind == "budget.warning":
+        return "warning"
+    if kind == "stage.finished" and str(data.get("state") or "") == "failed":
+        return "failed"
+    return "running"
+
+
+def message_of(kind: str, data: dict[str, Any], reason: str | None, percent: float | None) -> str:
+    stage = data.get("stage")
+    if kind == "progress":
+        text = f"{stage}: {percent:.1f}%" if percent is not None else f"{stage}: running"
+        if data.get("step") is not None:
+            total = f"/{data['total']}" if data.get("total") is not None else ""
+            text += f" (step {data['step']}{total})"
+        if isinstance(data.get("loss"), int | float):
+            text += f", loss {data['loss']:.4g}"
+        return text
+    if kind == "stage.started":
+        return f"stage {stage} started"
+    if kind == "stage.finished":
+        return f"stage {stage} {data.get('state') or 'finished'}"
+    if kind == "checkpoint.saved":
+        return f"{stage}: checkpoint at step {data.get('step')}"
+    if kind == "run.finished":
+        cost = data.get("cost_usd")
+        spent = f", cost ${cost:.2f}" if isinstance(cost, int | float) else ""
+        return f"run {str(data.get('state') or 'finished').lower()}{spent}" + (
+            f": {reason}" if reason else ""
+        )
+    if kind == "budget.warning":
+        return f"budget: ${data.get('cost_usd')} of ${data.get('budget_usd')} spent"
+    if kind == "run.recovering":
+        return f"recovering after a {data.get('kind') or 'failure'}" + (
+            f": {reason}" if reason else ""
+        )
+    return reason or kind

@@ -203,6 +203,8 @@ def _print_details(run: RunDetails) -> None:
         console.print(line, highlight=False)
     from rich.markup import escape
 
+    if run.budget:
+        console.print(f"  budget      {escape(run.budget)}", highlight=False)
     for warning in run.warnings or []:
         console.print(f"  [yellow]warning[/]     {escape(warning)}", highlight=False)
     for svc in run.services or []:

@@ -128,7 +128,15 @@ class RunDetails(OmitsNone, RunFields):
     ``last_checkpoint`` before the job reported one."""
 
     omitted_when_none = frozenset(
-        {"checkpoint_dir", "last_checkpoint", "code", "services", "warnings", "checkpoint_mirror"}
+        {
+            "checkpoint_dir",
+            "last_checkpoint",
+            "code",
+            "services",
+            "warnings",
+            "checkpoint_mirror",
+            "budget",
+        }
     )
 
     attempts: list[AttemptView]
@@ -152,6 +160,10 @@ class RunDetails(OmitsNone, RunFields):
     #: what the run warned about (storage set, yet no checkpoint recognised), newest last;
     #: left out when none
     warnings: list[str] | None = None
+    #: the money cap and where it came from (the spec, the default for a paid run, opted
+    #: out): "$10.00, warning at 90 % (the default: CORRAL_DEFAULT_MAX_COST_USD)"; left out
+    #: when the run has none to say
+    budget: str | None = None
 
 
 class Preemption(View):

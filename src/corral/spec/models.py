@@ -210,7 +210,10 @@ class Budget(SpecModel):
     """Money limits, over all attempts of the run."""
 
     max_cost_usd: Annotated[PositiveFloat, at_most(MAX_COST_USD)] | None = Field(
-        None, description="Stop the run (gracefully) when it has cost this much, in USD."
+        None,
+        description="Stop the run (gracefully) when it has cost this much, in USD. Unset on "
+        "machines that cost money: the default cap (CORRAL_DEFAULT_MAX_COST_USD, $10); null: "
+        "no cap.",
     )
     warn_at: Fraction = Field(
         0.9, description="Send budget.warning at this fraction of max_cost_usd (0.9 or '90%')."

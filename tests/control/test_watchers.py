@@ -202,3 +202,48 @@ def test_activity_rules() -> None:
     assert activity(nothing_running, 5.0).busy is False
     cpu_no_reports = _status([{"name": "t", "state": "running", "progress": None}], [])
     assert activity(cpu_no_reports, 5.0).busy is True
+
+
+def test_cpu_and_memory_of_the_stages_are_work() -> None:
+    """A stage without progress reports and with idle GPUs is busy while its processes use
+    CPU (another 5 % of a core over the window) or move their memory; quiet, it is idle."""
+
+    def seen(cpu_s: float, rss_mb: float, limit: float = 60.0):
+        stage = {"name": "t", "state": "running", "cpu_s": cpu_s, "rss_mb": rss_mb}
+        return activity(_status([stage], [{"id": "0", "utilization_pct": 0.0}]), 5.0, limit)
+
+    base = seen(10.0, 100.0)
+    assert base.busy is False and "CPU under 5% of a core" in base.why
+    assert seen(10.5, 110.0).token == base.token  # a little CPU, a little memory: no work
+    assert seen(13.0, 100.0).token != base.token  # 3 CPU seconds within a 60 s window: work
+    assert seen(10.0, 400.0).token != base.token  # 300 MiB more memory: work
+    # no GPU, no report, but processes to measure: judged by them, not "always busy"
+    quiet = activity(_status([{"name": "t", "state": "running", "cpu_s": 1.0}], []), 5.0)
+    assert quiet.busy is False and quiet.why.startswith("no progress report and the stages' CPU")
+
+
+def test_a_cpu_bound_stage_with_idle_gpus_is_not_stopped_as_idle(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """Busy on the CPU for 8 s, GPUs at 0 %, no progress report, an idle limit of 4 s: it ends
+    on its own (the stalled job above, asleep, is stopped)."""
+    monkeypatch.setenv("CORRAL_FAKE_GPUS", "L40S:1")
+    script = tmp_path / "crunch.py"
+    script.write_text(
+        "import time\nend = time.time() + 8\nwhile time.time() < end:\n    sum(range(10000))\n"
+    )
+    spec = write_spec(
+        tmp_path,
+        f"""
+        name: crunching
+        resources: {{gpus: "L40S:1"}}
+        limits: {{idle_timeout: 4s}}
+        stages:
+          - name: train
+            gpus: 1
+            run: {sys.executable} {script}
+    """,
+    )
+    run_id = submit(spec)
+    run = drive(Store.open(), run_id)
+    assert run.state == "SUCCEEDED", run.reason

@@ -35,6 +35,7 @@ from corral.agent.events import EventLog
 from corral.agent.gpus import GpuPool
 from corral.agent.procs import Child
 from corral.agent.progress import ProgressTailer
+from corral.agent.usage import stage_usage
 from corral.files import write_json_atomic
 from corral.secrets.redact import job_secret_values
 from corral.wire import WIRE_VERSION
@@ -207,7 +208,15 @@ class Runner:
                 "reason": reason,
                 "stop_cause": self._stop_cause.value if stopped and self._stop_cause else None,
             }
+        running = {
+            str(st["name"]): int(st["pid"])
+            for st in stages
+            if st["state"] == StageState.RUNNING.value and st["pid"]
+        }
+        used = stage_usage(running)
         for stage in stages:
+            if stage["name"] in used:
+                stage["cpu_s"], stage["rss_mb"] = used[str(stage["name"])]
             stage["progress"] = self._tailer.latest(str(stage["name"]))
             unread = self._progress_unread(str(stage["name"]))
             if unread is not None:

@@ -10,7 +10,7 @@ from corral import paths
 from corral.control.node_paths import PACKED, checkpoint_dir_of
 from corral.errors import NotFound
 from corral.secrets import redactor_for
-from corral.service import default_budget
+from corral.service import paid_defaults
 from corral.service._store import using
 from corral.service.runs import current_attempt
 from corral.service.views import AttemptView, RunDetails, RunView
@@ -134,10 +134,10 @@ def details(store: Store, run: RunRecord) -> RunDetails:
 
 
 def _budget(store: Store, run: RunRecord) -> str | None:
-    """The run's money cap as ``corral status`` says it (:mod:`corral.service.default_budget`)."""
-    events = store.events(run.id, types=[default_budget.BUDGET_SET])
+    """The run's money cap as ``corral status`` says it (:mod:`corral.service.paid_defaults`)."""
+    events = store.events(run.id, types=[paid_defaults.BUDGET_SET])
     choice = dict(events[-1].data) if events else None
-    return default_budget.status_line(choice, run.spec)
+    return paid_defaults.status_line(choice, run.spec)
 
 
 def _warnings(store: Store, run: RunRecord) -> list[str] | None:

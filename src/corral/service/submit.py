@@ -15,7 +15,7 @@ from corral.errors import BadInput, CorralError, InfeasibleRequest
 from corral.notify import formats
 from corral.providers.base import Offer, Provider
 from corral.secrets import resolve_many
-from corral.service import default_budget
+from corral.service import paid_defaults
 from corral.service._store import using
 from corral.service.feasibility import launch_plan, refusal
 from corral.spec import JobSpec, load_spec, load_spec_text, spec_hash
@@ -171,10 +171,14 @@ def submit_run(
     from corral.spec.advice import spec_warnings  # small: no cost to the launch
 
     notices: list[str] = [f"warning: {w}" for w in spec_warnings(spec)]
-    # a paid run without a cap gets the default one (said, and recorded with the run)
-    spec, budget = default_budget.choose(spec, result.available or result.offers)
+    # a paid run without a cap or an idle stop gets the default ones (said at launch)
+    offers = result.available or result.offers
+    spec, budget = paid_defaults.choose(spec, offers)
     if budget.notice():
         notices.append(str(budget.notice()))
+    spec, idle_notice = paid_defaults.choose_idle(spec, offers)
+    if idle_notice:
+        notices.append(idle_notice)
     # code for machines that do not share this one's files: packed now, so a workdir over
     # code.max_size is refused before anything is created or rented
     packed = None
@@ -204,9 +208,7 @@ def submit_run(
             workdir=str(spec.workdir),
         )
         if budget.source in ("default", "opted out"):
-            st.add_event(
-                run.id, default_budget.BUDGET_SET, str(budget.notice()), data=budget.data()
-            )
+            st.add_event(run.id, paid_defaults.BUDGET_SET, str(budget.notice()), data=budget.data())
         if packed is not None:
             shipping.record(st, run.id, packed)
         # launch the first attempt here (the fast path to the first line of user code), then

@@ -99,6 +99,10 @@ class StageStatus(BaseModel):
     progress: dict[str, Any] | None = None
     #: what the progress file holds that the agent could not read (left out when nothing)
     progress_unread: dict[str, Any] | None = Field(None, exclude_if=_absent)
+    #: CPU seconds and resident MiB of the running stage's processes (its leader and every
+    #: descendant): the idle watcher counts CPU and memory activity (left out otherwise)
+    cpu_s: float | None = Field(None, exclude_if=_absent)
+    rss_mb: float | None = Field(None, exclude_if=_absent)
 
     @property
     def step(self) -> Any:

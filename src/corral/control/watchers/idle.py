@@ -27,25 +27,48 @@ class Activity:
     why: str = ""
 
 
-def activity(status: AgentStatus, threshold: float) -> Activity:
-    """The running stages and their latest steps, and whether a GPU is busy (at or above
-    ``threshold`` percent)."""
+#: a stage's CPU counts as work at 5 % of a core on average over the idle window: the timer
+#: restarts each time its processes have used another ``CPU_SHARE x idle_timeout`` CPU seconds
+CPU_SHARE = 0.05
+#: and each time their resident memory moved by this much (loading, allocating)
+RSS_STEP_MB = 256.0
+
+
+def activity(status: AgentStatus, threshold: float, limit_s: float = 1800.0) -> Activity:
+    """The running stages and their latest steps, how much CPU their processes have used and
+    how much memory they hold (in steps: CPU seconds of ``CPU_SHARE x limit_s``, at least 1;
+    ``RSS_STEP_MB``), and whether a GPU is busy (at or above ``threshold`` percent). A change
+    of any of them is work."""
     running = status.running_stages()
     if not running:
         return Activity(False, ("none",), "no stage is running")
-    steps = tuple(sorted(((s.name, s.step) for s in running), key=lambda t: t[0]))
+    cpu_step = max(1.0, CPU_SHARE * limit_s)
+    marks = tuple(
+        sorted(
+            (
+                s.name,
+                s.step,
+                None if s.cpu_s is None else int(s.cpu_s // cpu_step),
+                None if s.rss_mb is None else int(s.rss_mb // RSS_STEP_MB),
+            )
+            for s in running
+        )
+    )
     gpus = status.gpus
     busy = any((g.utilization_pct or 0) >= threshold for g in gpus)
-    reports = any(step is not None for _, step in steps)
-    if not gpus and not reports:
-        # no GPU to watch and no progress reported: nothing to judge idleness by
-        return Activity(True, steps)
-    why = (
-        f"no progress report and GPUs under {threshold:.0f}% utilisation"
-        if gpus
-        else "no progress report"
+    reports = any(s.step is not None for s in running)
+    machine = any(s.cpu_s is not None for s in running)
+    if not gpus and not reports and not machine:
+        # no GPU to watch, no progress reported, no process to measure: nothing to judge by
+        return Activity(True, marks)
+    what = ["no progress report"]
+    if gpus:
+        what.append(f"GPUs under {threshold:.0f}% utilisation")
+    if machine:
+        what.append(f"the stages' CPU under {CPU_SHARE:.0%} of a core and their memory steady")
+    return Activity(
+        busy, marks, ", ".join(what[:-1]) + " and " + what[-1] if len(what) > 1 else what[0]
     )
-    return Activity(busy, steps, why)
 
 
 class IdleWatcher(Watcher):
@@ -54,7 +77,8 @@ class IdleWatcher(Watcher):
 
     Reset rules: the timer restarts whenever a stage is running *and* there is a sign of work
     (a new progress report - a higher step -, a stage starting or ending, a GPU above
-    ``Settings.idle_gpu_threshold_pct``), and for each new attempt. An attempt outside its
+    ``Settings.idle_gpu_threshold_pct``, the stages' processes using CPU - 5 % of a core over
+    the window - or moving their memory), and for each new attempt. An attempt outside its
     ``running`` phase (setup, stopping, finishing) is never judged idle. With no stage
     running the run is idle. A job on a machine without GPUs that reports no progress is never
     called idle by the GPU rule (only by "no stage running"). The timer lives in the
@@ -80,7 +104,7 @@ class IdleWatcher(Watcher):
         notes = ctx.notes(run.id).attempt(run.attempt)
         now = ctx.clock()
         mark = notes.idle
-        seen = activity(status, ctx.settings.idle_gpu_threshold_pct)
+        seen = activity(status, ctx.settings.idle_gpu_threshold_pct, limit)
         if mark is None or seen.busy or seen.token != mark.token:
             notes.idle = IdleMark(now, seen.token)
             return None

@@ -1,4 +1,5 @@
-"""The money cap of a paid run whose spec sets none (``budget.max_cost_usd``).
+"""What a paid run gets when its spec leaves it out: a money cap (``budget.max_cost_usd``) and
+an idle stop (``limits.idle_timeout``).
 
 A forgotten field must not mean no money stop at all (the RunPod guide caps every run at $10
 and warns at 90 %). So a run whose offers cost money (any offer with a price per hour) and
@@ -98,6 +99,51 @@ def choose(
     cap = DEFAULT_MAX_COST_USD if cap is None else cap
     decided = budget.model_copy(update={"max_cost_usd": cap, "warn_at": warn})
     return spec.model_copy(update={"budget": decided}), BudgetChoice(cap, warn, "default")
+
+
+ENV_DEFAULT_IDLE = "CORRAL_DEFAULT_IDLE_TIMEOUT"
+#: the idle stop of a paid run whose spec names no ``limits.idle_timeout`` (the AWS guide's
+#: 30 minutes of inactivity): CPU, memory, GPUs and progress all quiet that long
+DEFAULT_IDLE_TIMEOUT_S = 1800.0
+
+
+def choose_idle(
+    spec: JobSpec, offers: Sequence[Offer], environ: Mapping[str, str] | None = None
+) -> tuple[JobSpec, str | None]:
+    """The spec with ``limits.idle_timeout`` decided: unset on a paid run, the default
+    (``CORRAL_DEFAULT_IDLE_TIMEOUT`` seconds, or a duration like ``45m``; ``none``: no
+    default); ``null`` in the spec opts out; a job with a service stage gets none (a quiet
+    server is not idle). The notice for the launch, if any."""
+    from corral.spec.units import parse_duration
+
+    env = os.environ if environ is None else environ
+    limits = spec.limits
+    if "idle_timeout" in limits.model_fields_set:
+        return spec, None
+    if not any(o.price_per_hour > 0 for o in offers):
+        return spec, None
+    if any(stage.service is not None for stage in spec.stage_list()):
+        return spec, None  # a quiet server is serving, not idle: only an explicit limit
+    raw = env.get(ENV_DEFAULT_IDLE, "").strip()
+    if raw.lower() in ("none", "off"):
+        return spec, None
+    seconds = DEFAULT_IDLE_TIMEOUT_S
+    if raw:
+        try:
+            seconds = float(parse_duration(raw))
+        except (TypeError, ValueError):
+            seconds = -1.0
+        if seconds <= 0:
+            raise BadInput(
+                f"{ENV_DEFAULT_IDLE}: {raw!r} is not a duration (30m, 1h, 1800) or 'none'"
+            )
+    decided = limits.model_copy(update={"idle_timeout": seconds})
+    notice = (
+        f"idle: the spec sets no limits.idle_timeout: the run stops after {seconds / 60:g} min "
+        f"with no progress, GPU, CPU or memory activity ({ENV_DEFAULT_IDLE} sets it; "
+        "`limits: {idle_timeout: null}` opts out)"
+    )
+    return spec.model_copy(update={"limits": decided}), notice
 
 
 def status_line(choice: Mapping[str, Any] | None, spec: Mapping[str, Any] | None) -> str | None:

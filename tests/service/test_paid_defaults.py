@@ -106,3 +106,34 @@ def test_a_bad_default_is_one_line_and_records_nothing(
         submit_run(write_spec(tmp_path, RUN.format(name="bad")))
     assert str(info.value) == f"{var}: {message} (or 'none')"
     assert Store.open().list_runs() == []
+
+
+def test_a_paid_run_gets_the_default_idle_stop_unless_it_serves_or_opts_out(
+    tmp_path: Path, paid, monkeypatch
+) -> None:
+    sub = _submit(tmp_path, RUN.format(name="idle"))
+    [notice] = [n for n in sub.notices if n.startswith("idle:")]
+    assert "stops after 30 min with no progress, GPU, CPU or memory activity" in notice
+    spec = Store.open().get_run(sub.run.id).spec
+    assert spec is not None and spec["limits"]["idle_timeout"] == 1800.0
+    optout = tmp_path / "optout"
+    optout.mkdir()
+    sub = _submit(optout, RUN.format(name="noidle") + "limits: {idle_timeout: null}\n")
+    assert not [n for n in sub.notices if n.startswith("idle:")]
+    assert Store.open().get_run(sub.run.id).spec["limits"]["idle_timeout"] is None  # type: ignore[index]
+    serving = tmp_path / "serving"
+    serving.mkdir()
+    body = (
+        "name: serving\nstages:\n  - {name: train, run: 'true'}\n"
+        "  - {name: web, run: 'sleep 1', needs: [train], service: {ports: [8000]}}\n"
+    )
+    sub = submit_run(write_spec(serving, body))
+    assert not [n for n in sub.notices if n.startswith("idle:")]
+    monkeypatch.setenv("CORRAL_DEFAULT_IDLE_TIMEOUT", "45m")
+    other = tmp_path / "other"
+    other.mkdir()
+    sub = _submit(other, RUN.format(name="idle45"))
+    assert Store.open().get_run(sub.run.id).spec["limits"]["idle_timeout"] == 2700.0  # type: ignore[index]
+    monkeypatch.setenv("CORRAL_DEFAULT_IDLE_TIMEOUT", "soon")
+    with pytest.raises(BadInput, match=r"^CORRAL_DEFAULT_IDLE_TIMEOUT: 'soon' is not a duration"):
+        submit_run(write_spec(other, RUN.format(name="idlebad")))

@@ -227,7 +227,11 @@ class Limits(SpecModel):
         None, description="Stop the run after this much time in total, e.g. '6h'."
     )
     idle_timeout: Duration | None = Field(
-        None, description="Stop the run when it reports no progress for this long, e.g. '30m'."
+        None,
+        description="Stop the run when nothing happens for this long, e.g. '30m': no progress, "
+        "no GPU at work, the stages' CPU under 5% of a core and their memory steady. Unset on "
+        "machines that cost money: 30 min (CORRAL_DEFAULT_IDLE_TIMEOUT), except for a job with "
+        "a service stage; null: none.",
     )
 
 

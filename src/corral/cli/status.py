@@ -205,6 +205,13 @@ def _print_details(run: RunDetails) -> None:
 
     if run.budget:
         console.print(f"  budget      {escape(run.budget)}", highlight=False)
+    ahead: Any = run.forecast
+    if isinstance(ahead, dict) and isinstance(ahead.get("cost_usd"), int | float):
+        console.print(
+            f"  forecast    {fmt_cost(float(ahead['cost_usd']))} in all, the running stages done "
+            f"in {fmt_duration(float(ahead.get('finish_in_s') or 0))} (from their progress rate)",
+            highlight=False,
+        )
     for warning in run.warnings or []:
         console.print(f"  [yellow]warning[/]     {escape(warning)}", highlight=False)
     for svc in run.services or []:

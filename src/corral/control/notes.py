@@ -48,6 +48,8 @@ class RunNotes:
     budget_checked_at: datetime | None = None
     #: the budget warning was given
     budget_warned: bool = False
+    #: the budget.forecast note was given (or found in the store)
+    budget_forecast_warned: bool = False
     _attempt: AttemptNotes | None = field(default=None, repr=False)
 
     def attempt(self, number: int) -> AttemptNotes:

@@ -30,7 +30,7 @@ def status_of(kind: str, data: dict[str, Any]) -> str:
         return "progress"
     if kind == "run.recovering":
         return "recovering"
-    if kind == "budget.warning":
+    if kind in ("budget.warning", "budget.forecast"):
         return "warning"
     if kind == "stage.finished" and str(data.get("state") or "") == "failed":
         return "failed"
@@ -61,6 +61,11 @@ def message_of(kind: str, data: dict[str, Any], reason: str | None, percent: flo
         )
     if kind == "budget.warning":
         return f"budget: ${data.get('cost_usd')} of ${data.get('budget_usd')} spent"
+    if kind == "budget.forecast":
+        return (
+            f"budget: forecast ${data.get('forecast_cost_usd')} in all, over the "
+            f"${data.get('budget_usd')} budget"
+        )
     if kind == "run.recovering":
         return f"recovering after a {data.get('kind') or 'failure'}" + (
             f": {reason}" if reason else ""

@@ -18,6 +18,7 @@ from urllib.parse import urlsplit
 from pydantic import ValidationError
 
 from corral.errors import NotFound
+from corral.pricing.forecast import forecast
 from corral.spec.models import ALL_EVENTS, EVENTS
 from corral.store.records import AttemptRecord, EventRecord, RunRecord
 from corral.wire.outcome import AttemptOutcome
@@ -41,6 +42,7 @@ FIELDS: dict[str, tuple[str, ...]] = {
     "checkpoint.saved": ("stage", "step", "metrics"),
     "run.recovering": ("kind", "exit_code"),
     "budget.warning": ("cost_usd", "budget_usd", "fraction"),
+    "budget.forecast": ("cost_usd", "budget_usd", "forecast_cost_usd", "finish_in_s", "progress"),
     "run.finished": ("state", "cost_usd"),
 }
 GPU_FIELDS = ("id", "utilization_pct", "memory_used_mb", "memory_total_mb")
@@ -126,6 +128,8 @@ def build(
         live = live or {}
         data["cost_usd"] = live.get("cost_usd")
         data["gpus"] = live.get("gpus") or []
+        if live.get("forecast_cost_usd") is not None:
+            data["forecast_cost_usd"] = live["forecast_cost_usd"]
     if event.type in OUTCOME_EVENTS and outcome is not None:
         described = outcome.model_dump(mode="json")
         if event.type == "run.recovering":
@@ -178,7 +182,12 @@ def live_status(run: RunRecord, attempt: AttemptRecord | None) -> dict[str, Any]
     for g in status.get("gpus") or []:
         if isinstance(g, dict):
             gpus.append({k: g.get(k) for k in GPU_FIELDS})
-    return {"cost_usd": round(float(run.cost_usd or 0.0), 6), "gpus": gpus}
+    out: dict[str, Any] = {"cost_usd": round(float(run.cost_usd or 0.0), 6), "gpus": gpus}
+    price = float(attempt.price_per_hour or 0.0) if attempt is not None else 0.0
+    ahead = forecast(float(run.cost_usd or 0.0), price, status)
+    if ahead is not None:
+        out["forecast_cost_usd"] = round(ahead.cost_usd, 4)
+    return out
 
 
 def scrub(value: Any, secret: str) -> Any:

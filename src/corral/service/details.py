@@ -9,6 +9,7 @@ from pydantic import ValidationError
 from corral import paths
 from corral.control.node_paths import PACKED, checkpoint_dir_of
 from corral.errors import NotFound
+from corral.pricing.forecast import forecast
 from corral.secrets import redactor_for
 from corral.service import paid_defaults
 from corral.service._store import using
@@ -130,7 +131,17 @@ def details(store: Store, run: RunRecord) -> RunDetails:
         checkpoint_mirror=agent.get("checkpoint_mirror"),
         warnings=_warnings(store, run),
         budget=_budget(store, run),
+        forecast=_forecast(run, attempt),
     )
+
+
+def _forecast(run: RunRecord, attempt: AttemptRecord | None) -> dict[str, Any] | None:
+    """The run's forecast (:mod:`corral.pricing.forecast`) while it runs."""
+    if run.terminal or attempt is None:
+        return None
+    status = (attempt.data or {}).get("status")
+    ahead = forecast(run.cost_usd, attempt.price_per_hour or 0.0, status)
+    return ahead.to_json() if ahead is not None else None
 
 
 def _budget(store: Store, run: RunRecord) -> str | None:

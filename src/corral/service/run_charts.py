@@ -261,6 +261,7 @@ _MARKS = {
     "run.finished": "end",
     "agent.unreachable": "unreachable",
     "budget.warning": "budget",
+    "budget.forecast": "budget",
 }
 
 

@@ -136,6 +136,7 @@ class RunDetails(OmitsNone, RunFields):
             "warnings",
             "checkpoint_mirror",
             "budget",
+            "forecast",
         }
     )
 
@@ -164,6 +165,9 @@ class RunDetails(OmitsNone, RunFields):
     #: out): "$10.00, warning at 90 % (the default: CORRAL_DEFAULT_MAX_COST_USD)"; left out
     #: when the run has none to say
     budget: str | None = None
+    #: what the run will cost in all and when its running stages end, from their progress
+    #: rate (``cost_usd``, ``finish_in_s``, ``fraction``); left out while there is none
+    forecast: JsonValue = None
 
 
 class Preemption(View):

@@ -46,6 +46,7 @@ EVENTS = (
     "checkpoint.saved",
     "run.recovering",
     "budget.warning",
+    "budget.forecast",
     "run.finished",
 )
 ALL_EVENTS = "*"
@@ -217,6 +218,13 @@ class Budget(SpecModel):
     )
     warn_at: Fraction = Field(
         0.9, description="Send budget.warning at this fraction of max_cost_usd (0.9 or '90%')."
+    )
+    on_forecast_over: Literal["warn", "stop", "ignore"] = Field(
+        "warn",
+        description="When the forecast (cost so far + price x the running stages' ETA, once "
+        "they are 10% of the way) passes max_cost_usd by more than 10%: 'warn' (a "
+        "budget.forecast event and webhook, once), 'stop' (a graceful stop, reason budget, "
+        "long before the cap is spent), or 'ignore'.",
     )
 
 

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from corral.control.context import Context
 from corral.control.cost import run_cost, stop_estimate
 from corral.control.observe import Observation
 from corral.control.transitions import Note, Step
 from corral.control.watchers.base import Watcher, stop
+from corral.pricing.forecast import forecast
 from corral.spec import JobSpec
 from corral.store.records import RunRecord
 from corral.store.states import RunState
@@ -15,13 +18,24 @@ from corral.store.states import RunState
 def current_price(ctx: Context, run: RunRecord) -> tuple[float, str | None]:
     """$/hour of the run's current attempt and its provider (0, None before the first or when
     unknown)."""
+    price, provider, _ = _attempt(ctx, run)
+    return price, provider
+
+
+def _attempt(ctx: Context, run: RunRecord) -> tuple[float, str | None, dict[str, Any] | None]:
+    """(price, provider, the agent's last status) of the run's current attempt."""
     if not run.attempt:
-        return 0.0, None
+        return 0.0, None, None
     try:
         a = ctx.store.get_attempt(run.id, run.attempt)
     except Exception:
-        return 0.0, None
-    return float(a.price_per_hour or 0.0), a.provider
+        return 0.0, None, None
+    status = (a.data or {}).get("status")
+    return float(a.price_per_hour or 0.0), a.provider, status if isinstance(status, dict) else None
+
+
+#: the forecast acts once it passes the cap by this share (a forecast is an estimate)
+FORECAST_MARGIN = 0.10
 
 
 #: share added to the learned stop time: one stop takes a little longer than another
@@ -64,7 +78,7 @@ class BudgetWatcher(Watcher):
         if not cap:
             return None
         cost = run_cost(ctx, run.id)
-        price, provider = current_price(ctx, run)
+        price, provider, status = _attempt(ctx, run)
         if run.state == RunState.PENDING:
             price = 0.0
         projected = cost + price * self._reserve_s(ctx, run, provider) / 3600.0
@@ -74,6 +88,9 @@ class BudgetWatcher(Watcher):
         if price > 0:  # looked at again before the projection reaches the cap
             obs.soon((cap - projected) / price * 3600.0)
         notes = ctx.notes(run.id)
+        ahead = self._forecast(ctx, run, spec, cost, price, status, data)
+        if ahead is not None:
+            return ahead
         if cost >= spec.budget.warn_at * cap and not notes.budget_warned:
             notes.budget_warned = True
             if not ctx.store.events(run.id, types=["budget.warning"], limit=1):
@@ -83,3 +100,42 @@ class BudgetWatcher(Watcher):
                     data=data,
                 )
         return None
+
+    @staticmethod
+    def _forecast(
+        ctx: Context,
+        run: RunRecord,
+        spec: JobSpec,
+        cost: float,
+        price: float,
+        status: dict[str, Any] | None,
+        data: dict[str, Any],
+    ) -> Step | None:
+        """``budget.on_forecast_over``: a stop, or a ``budget.forecast`` note once, when the
+        run's forecast (:mod:`corral.pricing.forecast`) passes the cap by the margin."""
+        cap, action = spec.budget.max_cost_usd, spec.budget.on_forecast_over
+        if not cap or action == "ignore" or run.state != RunState.RUNNING:
+            return None
+        ahead = forecast(cost, price, status)
+        if ahead is None or ahead.cost_usd <= cap * (1 + FORECAST_MARGIN):
+            return None
+        about = {
+            **data,
+            "forecast_cost_usd": round(ahead.cost_usd, 4),
+            "finish_in_s": round(ahead.finish_in_s, 1),
+            "progress": round(ahead.fraction, 4),
+        }
+        if action == "stop":
+            return stop("budget", run, {**about, "by": "forecast"})
+        notes = ctx.notes(run.id)
+        if notes.budget_forecast_warned:
+            return None
+        notes.budget_forecast_warned = True
+        if ctx.store.events(run.id, types=["budget.forecast"], limit=1):
+            return None
+        return Note(
+            "budget.forecast",
+            f"at {ahead.fraction:.0%} done, the run will cost about ${ahead.cost_usd:.2f}, "
+            f"over its ${cap:.2f} budget",
+            data=about,
+        )

@@ -39,24 +39,32 @@ class Source:
     prune: Callable[[dict[str, Any]], dict[str, Any]] | None = None
 
 
-def prune_paths(doc: dict[str, Any], prefix: str) -> dict[str, Any]:
-    """Only the paths under ``prefix`` and the component schemas they reach (transitively)."""
-    paths = {p: v for p, v in doc.get("paths", {}).items() if p.startswith(prefix)}
-    schemas = doc.get("components", {}).get("schemas", {})
-    keep: set[str] = set()
-    stack: list[Any] = [paths]
+def _reachable(
+    components: dict[str, Any], root: Any, kinds: tuple[str, ...]
+) -> dict[str, set[str]]:
+    """The components of ``kinds`` that ``root`` reaches through ``$ref``s, transitively."""
+    keep: dict[str, set[str]] = {kind: set() for kind in kinds}
+    stack: list[Any] = [root]
     while stack:
         node = stack.pop()
         if isinstance(node, dict):
             ref = node.get("$ref")
-            if isinstance(ref, str) and ref.startswith("#/components/schemas/"):
-                name = ref.rsplit("/", 1)[1]
-                if name not in keep and name in schemas:
-                    keep.add(name)
-                    stack.append(schemas[name])
+            if isinstance(ref, str) and ref.startswith("#/components/"):
+                kind, name = ref.split("/")[2:4]
+                if kind in keep and name not in keep[kind] and name in components.get(kind, {}):
+                    keep[kind].add(name)
+                    stack.append(components[kind][name])
             stack.extend(node.values())
         elif isinstance(node, list):
             stack.extend(node)
+    return keep
+
+
+def prune_paths(doc: dict[str, Any], prefix: str) -> dict[str, Any]:
+    """Only the paths under ``prefix`` and the component schemas they reach (transitively)."""
+    paths = {p: v for p, v in doc.get("paths", {}).items() if p.startswith(prefix)}
+    schemas = doc.get("components", {}).get("schemas", {})
+    keep = _reachable(doc.get("components", {}), paths, ("schemas",))["schemas"]
     out = {k: v for k, v in doc.items() if k not in ("paths", "components")}
     out["paths"] = paths
     components = dict(doc.get("components", {}))
@@ -75,25 +83,13 @@ def prune_operation(
     op["responses"] = {k: v for k, v in op["responses"].items() if k in statuses}
     kept_item = {k: v for k, v in item.items() if k == "parameters"} | {method: op}
     components = doc.get("components", {})
-    keep: dict[str, set[str]] = {}
-    stack: list[Any] = [kept_item]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, dict):
-            ref = node.get("$ref")
-            if isinstance(ref, str) and ref.startswith("#/components/"):
-                kind, name = ref.split("/")[2:4]
-                if name not in keep.setdefault(kind, set()) and name in components.get(kind, {}):
-                    keep[kind].add(name)
-                    stack.append(components[kind][name])
-            stack.extend(node.values())
-        elif isinstance(node, list):
-            stack.extend(node)
+    keep = _reachable(components, kept_item, tuple(components))
     out = {k: v for k, v in doc.items() if k not in ("paths", "components")}
     out["paths"] = {path: kept_item}
     out["components"] = {
         kind: {name: components[kind][name] for name in sorted(names)}
         for kind, names in sorted(keep.items())
+        if names
     }
     if "securitySchemes" in components:
         out["components"]["securitySchemes"] = components["securitySchemes"]

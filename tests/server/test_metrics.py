@@ -56,6 +56,9 @@ def metrics_api(
     (tmp_path / "gpus.json").write_text(json.dumps(gpus))
     monkeypatch.setenv("CORRAL_FAKE_GPUS", str(tmp_path / "gpus.json"))
     monkeypatch.setenv("CORRAL_LOCAL_PRICE_PER_HOUR", "3600")  # a dollar a second
+    # at $3,600 an hour the default $10 cap of a paid run would stop it within its stop's
+    # reserve (tests/service/test_paid_defaults.py): this run has none
+    monkeypatch.setenv("CORRAL_DEFAULT_MAX_COST_USD", "none")
     writer = create_token("w").token
     reader = create_token("r", read_only=True).token
     for url in serve(create_app()):

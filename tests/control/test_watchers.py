@@ -225,7 +225,7 @@ def test_cpu_and_memory_of_the_stages_are_work() -> None:
 def test_a_cpu_bound_stage_with_idle_gpus_is_not_stopped_as_idle(
     tmp_path: Path, monkeypatch
 ) -> None:
-    """Busy on the CPU for 8 s, GPUs at 0 %, no progress report, an idle limit of 4 s: it ends
+    """Busy on the CPU for 8 s, GPUs at 0 %, no progress report, an idle limit of 5 s: it ends
     on its own (the stalled job above, asleep, is stopped)."""
     monkeypatch.setenv("CORRAL_FAKE_GPUS", "L40S:1")
     script = tmp_path / "crunch.py"
@@ -237,7 +237,7 @@ def test_a_cpu_bound_stage_with_idle_gpus_is_not_stopped_as_idle(
         f"""
         name: crunching
         resources: {{gpus: "L40S:1"}}
-        limits: {{idle_timeout: 4s}}
+        limits: {{idle_timeout: 5s}}
         stages:
           - name: train
             gpus: 1

@@ -36,13 +36,13 @@ RSS_STEP_MB = 256.0
 
 def activity(status: AgentStatus, threshold: float, limit_s: float = 1800.0) -> Activity:
     """The running stages and their latest steps, how much CPU their processes have used and
-    how much memory they hold (in steps: CPU seconds of ``CPU_SHARE x limit_s``, at least 1;
+    how much memory they hold (in steps: CPU seconds of ``CPU_SHARE x limit_s``, at least 0.5;
     ``RSS_STEP_MB``), and whether a GPU is busy (at or above ``threshold`` percent). A change
     of any of them is work."""
     running = status.running_stages()
     if not running:
         return Activity(False, ("none",), "no stage is running")
-    cpu_step = max(1.0, CPU_SHARE * limit_s)
+    cpu_step = max(0.5, CPU_SHARE * limit_s)
     marks = tuple(
         sorted(
             (

@@ -15,13 +15,6 @@ from corral.store.records import RunRecord
 from corral.store.states import RunState
 
 
-def current_price(ctx: Context, run: RunRecord) -> tuple[float, str | None]:
-    """$/hour of the run's current attempt and its provider (0, None before the first or when
-    unknown)."""
-    price, provider, _ = _attempt(ctx, run)
-    return price, provider
-
-
 def _attempt(ctx: Context, run: RunRecord) -> tuple[float, str | None, dict[str, Any] | None]:
     """(price, provider, the agent's last status) of the run's current attempt."""
     if not run.attempt:

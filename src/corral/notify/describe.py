@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from corral.pricing.forecast import fraction_done
+
 _FINISHED = {
     "succeeded": "completed",
     "failed": "failed",
@@ -14,13 +16,9 @@ _FINISHED = {
 
 
 def percent_of(data: dict[str, Any]) -> float | None:
-    value = data.get("percent")
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        return round(float(value), 2)
-    step, total = data.get("step"), data.get("total")
-    if isinstance(step, int | float) and isinstance(total, int | float) and total:
-        return round(100.0 * float(step) / float(total), 2)
-    return None
+    """The progress record's percentage (two decimals), as the forecast reads it."""
+    fraction = fraction_done(data)
+    return None if fraction is None else round(100.0 * fraction, 2)
 
 
 def status_of(kind: str, data: dict[str, Any]) -> str:

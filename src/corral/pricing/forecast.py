@@ -30,7 +30,9 @@ class Forecast:
         }
 
 
-def _fraction(progress: dict[str, Any]) -> float | None:
+def fraction_done(progress: dict[str, Any]) -> float | None:
+    """How far a progress record is (0..1): its ``percent``, else ``step / total``; None when
+    it says neither. Webhook messages show the same number as a percentage."""
     percent = progress.get("percent")
     if isinstance(percent, int | float) and not isinstance(percent, bool):
         return float(percent) / 100.0
@@ -55,7 +57,7 @@ def forecast(
     fractions: list[float] = []
     for stage in running:
         progress = stage.get("progress") or {}
-        eta, fraction = progress.get("eta_s"), _fraction(progress)
+        eta, fraction = progress.get("eta_s"), fraction_done(progress)
         if not isinstance(eta, int | float) or fraction is None:
             continue
         etas.append(max(0.0, float(eta)))

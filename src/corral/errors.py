@@ -89,6 +89,12 @@ class Conflict(CorralError):
     exit_code = EXIT_CONFLICT
 
 
+class SpendingCapReached(Conflict):
+    """A launch that would pass a spending cap across runs (``corral budget``)."""
+
+    code = "spending_cap"
+
+
 class StoreError(CorralError):
     code = "store_error"
     exit_code = EXIT_STORE

@@ -46,6 +46,10 @@ def test_the_openapi_document_lists_every_endpoint_of_the_slice(api: Api) -> Non
             ("POST", "/api/v1/runs/some-run/stop"),
             ("POST", "/api/v1/runs/some-run/cancel"),
             ("GET", "/api/v1/secrets"),
+            ("GET", "/api/v1/budget"),
+            ("POST", "/api/v1/budget"),
+            ("DELETE", "/api/v1/budget/team"),
+            ("DELETE", "/api/v1/budget/{scope}/{subject}"),
             ("GET", "/api/v1/monitoring/gpu"),
             ("GET", "/metrics"),
             ("GET", "/api/v1/runs/some-run/artifacts"),
@@ -84,8 +88,12 @@ def test_a_read_only_token_reads_and_is_refused_every_write(api: Api) -> None:
     with api.client(api.read_only_token) as c:
         assert c.get("/api/v1/runs").status_code == 200
         assert c.get("/api/v1/secrets").status_code == 200
-        writes = [(m, p) for m, p in endpoints(api) if m in ("POST", "PUT", "HEAD")]
-        assert len(writes) == 5  # HEAD of a bundle: only before an upload
+        writes = [
+            (m, p.replace("{scope}/{subject}", "user/bob"))
+            for m, p in endpoints(api)
+            if m in ("POST", "PUT", "HEAD", "DELETE")
+        ]
+        assert len(writes) == 8  # HEAD of a bundle: only before an upload
         for method, path in writes:
             res = c.request(method, path, json={"spec": "name: x\nrun: echo\n"})
             assert res.status_code == 403, (method, path, res.text)

@@ -34,6 +34,7 @@ COMMANDS: tuple[tuple[str, str, str, bool], ...] = (
     ("gpus", "gpus", "gpus", False),
     ("offers", "offers", "offers", False),
     ("estimate", "estimate", "estimate", False),
+    ("budget", "budget", "app", True),
     ("exec", "execute", "exec_", False),
     ("download", "download", "download", False),
     ("controller", "controller", "app", True),

@@ -112,6 +112,9 @@ class Context:
     #: code bundles being sent to agents: the one ``corral.control.shipping.Uploads``, made on
     #: first use (typed loosely: shipping imports this module)
     uploads: Any = None
+    #: the spending caps' states, shared by the workers (``corral.control.spend.CapBook``,
+    #: made on first use; typed loosely: spend imports the store only)
+    cap_book: Any = None
     #: run id -> (spec hash, the validated JobSpec), least recently used first (bounded:
     #: ``Settings.spec_cache_size``)
     _spec_cache: OrderedDict[str, tuple[str, JobSpec]] = field(default_factory=OrderedDict)

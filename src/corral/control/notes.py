@@ -50,6 +50,8 @@ class RunNotes:
     budget_warned: bool = False
     #: the budget.forecast note was given (or found in the store)
     budget_forecast_warned: bool = False
+    #: the spending caps whose warning this run was given ("scope:subject:period")
+    cap_warned: set[str] = field(default_factory=set)
     _attempt: AttemptNotes | None = field(default=None, repr=False)
 
     def attempt(self, number: int) -> AttemptNotes:

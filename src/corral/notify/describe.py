@@ -28,7 +28,7 @@ def status_of(kind: str, data: dict[str, Any]) -> str:
         return "progress"
     if kind == "run.recovering":
         return "recovering"
-    if kind in ("budget.warning", "budget.forecast"):
+    if kind in ("budget.warning", "budget.forecast", "budget.cap_warning"):
         return "warning"
     if kind == "stage.finished" and str(data.get("state") or "") == "failed":
         return "failed"
@@ -63,6 +63,14 @@ def message_of(kind: str, data: dict[str, Any], reason: str | None, percent: flo
         return (
             f"budget: forecast ${data.get('forecast_cost_usd')} in all, over the "
             f"${data.get('budget_usd')} budget"
+        )
+    if kind == "budget.cap_warning":
+        found = data.get("cap")
+        cap: dict[str, Any] = found if isinstance(found, dict) else {}
+        who = cap.get("subject") or "the team"
+        return (
+            f"spending cap of {who} ({cap.get('period')}): ${data.get('spent_usd')} of "
+            f"${data.get('cap_usd')} spent"
         )
     if kind == "run.recovering":
         return f"recovering after a {data.get('kind') or 'failure'}" + (

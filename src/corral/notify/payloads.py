@@ -43,6 +43,7 @@ FIELDS: dict[str, tuple[str, ...]] = {
     "run.recovering": ("kind", "exit_code"),
     "budget.warning": ("cost_usd", "budget_usd", "fraction"),
     "budget.forecast": ("cost_usd", "budget_usd", "forecast_cost_usd", "finish_in_s", "progress"),
+    "budget.cap_warning": ("cap", "cap_usd", "spent_usd", "warn_at"),
     "run.finished": ("state", "cost_usd"),
 }
 GPU_FIELDS = ("id", "utilization_pct", "memory_used_mb", "memory_total_mb")

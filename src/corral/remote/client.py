@@ -316,6 +316,19 @@ class RemoteClient:
             raise self._unreachable(e) from None
         raise RemoteError(f"corral server at {self.url} closed the log stream before the run ended")
 
+    # --- spending caps --------------------------------------------------------------------
+
+    def caps(self) -> Any:
+        """The server's spending caps (``CapList`` as JSON)."""
+        return self._call("GET", "/api/v1/budget")
+
+    def set_cap(self, body: dict[str, Any]) -> Any:
+        return self._call("POST", "/api/v1/budget", json=body)
+
+    def remove_cap(self, scope: str, subject: str | None) -> Any:
+        where = "team" if scope == "team" else f"{scope}/{_q(subject or '')}"
+        return self._call("DELETE", f"/api/v1/budget/{where}")
+
 
 def _q(ref: str) -> str:
     from urllib.parse import quote

@@ -14,6 +14,7 @@ from corral import __version__
 from corral.server import errors, ui
 from corral.server.routes import (
     artifacts,
+    budget,
     bundles,
     dashboard,
     health,
@@ -75,7 +76,18 @@ def create_app(
     errors.install(app)
     routers = [
         m.router
-        for m in (health, runs, bundles, logs, artifacts, secrets, monitoring, metrics, dashboard)
+        for m in (
+            health,
+            runs,
+            bundles,
+            logs,
+            artifacts,
+            secrets,
+            budget,
+            monitoring,
+            metrics,
+            dashboard,
+        )
     ]
     for router in routers:
         app.include_router(router)
@@ -87,7 +99,7 @@ def create_app(
         app.add_middleware(
             CORSMiddleware,
             allow_origins=list(cors_origins),
-            allow_methods=["GET", "POST"],
+            allow_methods=["GET", "POST", "DELETE"],
             allow_headers=["Authorization", "Content-Type"],
         )
     return app

@@ -15,7 +15,7 @@ from corral.errors import BadInput, CorralError, InfeasibleRequest
 from corral.notify import formats
 from corral.providers.base import Offer, Provider
 from corral.secrets import resolve_many
-from corral.service import paid_defaults
+from corral.service import caps, paid_defaults
 from corral.service._store import using
 from corral.service.feasibility import launch_plan, refusal
 from corral.spec import JobSpec, load_spec, load_spec_text, spec_hash
@@ -141,6 +141,7 @@ def submit_run(
     start_controller: bool = True,
     progress: Callable[[int, int], None] | None = None,
     client_code: ClientCode | None = None,
+    owner: str | None = None,
 ) -> Submission:
     """Validate the spec (see :func:`load`), check its workdir and that every secret it names
     resolves, check that an enabled provider can run it, then create the run, launch its
@@ -152,7 +153,10 @@ def submit_run(
     controller always uses the enabled ones. ``progress(done, total)`` follows the packing of
     the code for a machine that does not share this one's files. ``client_code``: the code a
     remote CLI packed and uploaded (:mod:`corral.control.client_code`); the workdir then need
-    not exist here, unless a provider that runs jobs on this machine's own disk is to run it."""
+    not exist here, unless a provider that runs jobs on this machine's own disk is to run it.
+    ``owner``: who launches (a team server's token name; default ``CORRAL_USER`` or the
+    login name), what per-user spending caps count; a launch that would pass a cap
+    (:mod:`corral.service.caps`) is refused with nothing recorded."""
     spec, source = load(path, text=text, base_dir=base_dir, overrides=overrides)
     workdir_here = Path(spec.workdir).is_dir()
     if not workdir_here and client_code is None:
@@ -199,13 +203,19 @@ def submit_run(
             "can run the job run it on the server's own disk: launch from a directory the "
             "server sees too, or enable a provider whose machines get the code shipped"
         )
+    if owner is None:
+        owner = caps.launcher()
     with using(store) as st:
+        expected, why = caps.expected_cost(spec, offers)
+        caps.check_launch(st, owner=owner, project=spec.project, expected_usd=expected, why=why)
         run = st.create_run(
             name=spec.name,
             spec=spec.model_dump(mode="json"),
             spec_hash=spec_hash(spec),
             spec_path=str(Path(path).resolve()) if path is not None else source,
             workdir=str(spec.workdir),
+            owner=owner,
+            project=spec.project,
         )
         if budget.source in ("default", "opted out"):
             st.add_event(run.id, paid_defaults.BUDGET_SET, str(budget.notice()), data=budget.data())

@@ -136,6 +136,12 @@ class JobSpec(SpecModel):
         description="Job name: 1-63 lower-case letters, digits, '-', '_', '.', starting with a "
         "letter or digit."
     )
+    project: Name | None = Field(
+        None,
+        description="The project this run's money counts against: a spending cap per project "
+        "(`corral budget set --project NAME`) counts every run labelled so. Same rules as "
+        "`name`.",
+    )
     workdir: WorkDir = Field(
         Path("."),
         description="Directory the job runs in; relative to the spec file, absolute after "

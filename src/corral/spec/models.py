@@ -47,6 +47,7 @@ EVENTS = (
     "run.recovering",
     "budget.warning",
     "budget.forecast",
+    "budget.cap_warning",
     "run.finished",
 )
 ALL_EVENTS = "*"

@@ -131,6 +131,8 @@ class StoreBase:
         now: datetime,
         run_id: str | None = None,
         reason: str = "submitted",
+        owner: str | None = None,
+        project: str | None = None,
     ) -> str | None:
         """Insert a PENDING run (id ``<name>-<6 hex>`` unless ``run_id``) and its ``run.state``
         event; returns its id, or None when the id is taken (the caller tries again)."""
@@ -153,6 +155,14 @@ class StoreBase:
         }
         if self._insert(tx, "runs", values, unique=("id",)) is None:
             return None
+        if owner is not None or project is not None:  # who launched it: what caps count
+            self._insert(
+                tx,
+                "run_owners",
+                {"run_id": rid, "owner": owner, "project": project},
+                unique=("run_id",),
+                returning="run_id",
+            )
         data = {"from": None, "to": RunState.PENDING.value}
         self._insert_event(tx, rid, "run.state", reason, data=data, ts=now)
         return rid

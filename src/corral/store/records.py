@@ -182,6 +182,24 @@ class ScheduleTickRecord(_Record):
     fired_at: datetime
 
 
+@dataclass(frozen=True, slots=True)
+class CapRecord(_Record):
+    """A spending cap across runs (``corral budget``)."""
+
+    #: "user", "project" or "team"
+    scope: str
+    #: the user's or project's name; '' for the team
+    subject: str
+    #: "month" (a calendar month, UTC) or "total"
+    period: str
+    amount_usd: float
+    warn_at: float
+    created_at: datetime
+    updated_at: datetime
+    #: who set it (a token's or login name), if known
+    set_by: str | None
+
+
 def _names(cls: type) -> tuple[str, ...]:
     return tuple(f.name for f in fields(cls))
 
@@ -194,6 +212,7 @@ WEBHOOK_CURSOR_COLUMNS = _names(WebhookCursorRecord)
 EVENT_POSITION_COLUMNS = _names(EventPositionRecord)
 SCHEDULE_COLUMNS = _names(ScheduleRecord)
 SCHEDULE_TICK_COLUMNS = _names(ScheduleTickRecord)
+CAP_COLUMNS = _names(CapRecord)
 
 #: Columns that need converting between Python and the database, per table.
 TIMESTAMPS = {
@@ -207,6 +226,8 @@ TIMESTAMPS = {
     "event_positions": frozenset({"updated_at", "lease_expires_at"}),
     "schedules": frozenset({"created_at", "updated_at", "next_at", "last_tick_at"}),
     "schedule_ticks": frozenset({"tick_at", "fired_at"}),
+    "spending_caps": frozenset({"created_at", "updated_at"}),
+    "run_owners": frozenset(),
 }
 JSONS = {
     "runs": frozenset({"spec", "completed_stages"}),
@@ -217,6 +238,8 @@ JSONS = {
     "event_positions": frozenset(),
     "schedules": frozenset({"spec"}),
     "schedule_ticks": frozenset(),
+    "spending_caps": frozenset(),
+    "run_owners": frozenset(),
 }
 COLUMNS = {
     "runs": RUN_COLUMNS,
@@ -227,4 +250,6 @@ COLUMNS = {
     "event_positions": EVENT_POSITION_COLUMNS,
     "schedules": SCHEDULE_COLUMNS,
     "schedule_ticks": SCHEDULE_TICK_COLUMNS,
+    "spending_caps": CAP_COLUMNS,
+    "run_owners": ("run_id", "owner", "project"),
 }

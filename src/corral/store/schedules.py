@@ -165,6 +165,7 @@ class ScheduleOps(StoreBase):
                         workdir=sched.workdir,
                         now=now,
                         reason=f"scheduled: {name} at {aware_utc(tick_at).isoformat()}",
+                        project=sched.spec.get("project") or None,
                     )
                     if run_id is not None:
                         break

@@ -199,3 +199,31 @@ schedule_ticks = sa.Table(
     sa.Column("missed", sa.Integer, nullable=False),
     sa.Column("fired_at", TS, nullable=False),
 )
+
+# Who launched a run (the API token's name on a team server, the login name locally) and its
+# spec's ``project`` label: what per-user and per-project spending caps count. A table of its
+# own, so a ``runs`` row keeps its (large) spec last.
+run_owners = sa.Table(
+    "run_owners",
+    metadata,
+    sa.Column("run_id", sa.String, sa.ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True),
+    sa.Column("owner", sa.String),
+    sa.Column("project", sa.String),
+    sa.Index(None, "owner"),
+    sa.Index(None, "project"),
+)
+
+# Spending caps across runs (``corral budget``): dollars per user, per project or for the whole
+# team (``subject`` ''), per calendar month (UTC) or in all (``period``).
+spending_caps = sa.Table(
+    "spending_caps",
+    metadata,
+    sa.Column("scope", sa.String, primary_key=True),
+    sa.Column("subject", sa.String, primary_key=True),
+    sa.Column("period", sa.String, nullable=False),
+    sa.Column("amount_usd", sa.Float, nullable=False),
+    sa.Column("warn_at", sa.Float, nullable=False),
+    sa.Column("created_at", TS, nullable=False),
+    sa.Column("updated_at", TS, nullable=False),
+    sa.Column("set_by", sa.String),
+)

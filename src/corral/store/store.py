@@ -12,6 +12,7 @@ from typing import Any
 from corral.errors import BadInput, Conflict, NotFound, StoreError
 from corral.store._core import Clock, select_list, sql_count
 from corral.store.attempts import AttemptOps
+from corral.store.caps import CapOps
 from corral.store.db import Database
 from corral.store.leases import LeaseOps
 from corral.store.migrate import ensure_schema
@@ -43,7 +44,7 @@ _FIXED_RUN_FIELDS = {"id", "state", "created_at", "updated_at"}
 _AMBIGUOUS_SHOWN = 10
 
 
-class Store(AttemptOps, ResourceOps, WebhookOps, StatsOps, ScheduleOps, LeaseOps):
+class Store(AttemptOps, ResourceOps, WebhookOps, StatsOps, ScheduleOps, LeaseOps, CapOps):
     """corral's database. Open with :meth:`Store.open`; safe to share between threads."""
 
     @classmethod
@@ -91,9 +92,12 @@ class Store(AttemptOps, ResourceOps, WebhookOps, StatsOps, ScheduleOps, LeaseOps
         spec_path: str,
         workdir: str,
         run_id: str | None = None,
+        owner: str | None = None,
+        project: str | None = None,
     ) -> RunRecord:
         """A new PENDING run (id: ``<name>-<6 hex>`` unless ``run_id`` is given), with its
-        ``run.state`` event (None -> PENDING, reason ``submitted``)."""
+        ``run.state`` event (None -> PENDING, reason ``submitted``); ``owner`` (who launched
+        it) and ``project`` (its spec's label) are what spending caps count."""
         if not name:
             raise BadInput("a run needs a name")
         now = self._now()
@@ -108,6 +112,8 @@ class Store(AttemptOps, ResourceOps, WebhookOps, StatsOps, ScheduleOps, LeaseOps
                     workdir=workdir,
                     now=now,
                     run_id=run_id,
+                    owner=owner,
+                    project=project,
                 )
                 if rid is not None:
                     return self._get_run_tx(tx, rid)

@@ -17,6 +17,7 @@ from corral.control.observe import Observation
 from corral.control.transitions import Transition
 from corral.control.watchers.base import Watcher
 from corral.control.watchers.budget import BudgetWatcher
+from corral.control.watchers.caps import CapsWatcher
 from corral.control.watchers.deadline import DeadlineWatcher
 from corral.control.watchers.health import HealthWatcher
 from corral.control.watchers.idle import IdleWatcher
@@ -26,6 +27,7 @@ from corral.store.states import RunState
 
 WATCHERS: tuple[Watcher, ...] = (
     BudgetWatcher(),
+    CapsWatcher(),
     DeadlineWatcher(),
     IdleWatcher(),
     PreemptionWatcher(),
@@ -60,6 +62,7 @@ def run_watchers(
 __all__ = [
     "WATCHERS",
     "BudgetWatcher",
+    "CapsWatcher",
     "DeadlineWatcher",
     "HealthWatcher",
     "IdleWatcher",

@@ -19,6 +19,7 @@ from corral.errors import CorralError, NotFound
 from corral.server import deps, ui
 from corral.server.auth import COOKIE, viewer
 from corral.service import artifacts, details, overview, run_charts
+from corral.service.caps import list_caps
 from corral.service.gpu_health import GpuThresholds
 from corral.service.logs import log_tail
 from corral.service.monitoring import gpu_report, run_gpus
@@ -112,7 +113,8 @@ def logout() -> RedirectResponse:
 
 def _table(request: Request, store: Store, state: list[str] | None, offset: int) -> dict[str, Any]:
     view = overview.overview(states=state, limit=PAGE, offset=offset, store=store)
-    return {"overview": view, "state": state or [], "offset": offset, "page": PAGE}
+    caps = list_caps(store=store).caps  # spend against each spending cap, above the runs
+    return {"overview": view, "state": state or [], "offset": offset, "page": PAGE, "caps": caps}
 
 
 @router.get("/", response_class=HTMLResponse, response_model=None)

@@ -14,6 +14,7 @@ from corral.service import actions, bundles, details, events, run_charts, runs, 
 from corral.service.events import MAX_EVENTS
 from corral.service.runs import STATE_NAMES, STATE_PATTERN
 from corral.service.session import Store
+from corral.service.tokens import TokenView
 from corral.service.views import MAX_OFFSET, EventPage
 
 router = APIRouter(prefix="/api/v1/runs", tags=["runs"])
@@ -73,13 +74,17 @@ class SubmitRequest(BaseModel):
     )
 
 
-@router.post(
-    "", status_code=201, dependencies=[Depends(writer)], responses=errors(*WRITE, 404, 409, 503)
-)
-def submit_run(body: SubmitRequest, store: Store = Depends(deps.store)) -> Any:
+@router.post("", status_code=201, responses=errors(*WRITE, 404, 409, 503))
+def submit_run(
+    body: SubmitRequest,
+    store: Store = Depends(deps.store),
+    token: TokenView = Depends(writer),
+) -> Any:
     """Validate and submit the spec; 201 with the run, its warnings and notices. A bad spec
-    is a 422 whose ``fields.errors`` name each field."""
+    is a 422 whose ``fields.errors`` name each field; a launch that would pass a spending
+    cap is a 409 (``spending_cap``). The run's owner is the token's name."""
     return submit.submit_run(
+        owner=token.name,
         text=body.spec,
         base_dir=body.base_dir,
         overrides=body.overrides,

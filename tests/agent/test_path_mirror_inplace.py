@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from corral.agent import mirror_advice
 from support.waiting import wait_until
 
 from .test_path_mirror import Events, FakeRunner, _mirror, _plan, _snapshots
@@ -255,12 +256,46 @@ def test_a_path_that_matches_nothing_while_the_job_progresses_is_a_warning_early
     wait_until(lambda: events.of("checkpoint.warning"), 15, message="the warning")
     [warning] = events.of("checkpoint.warning")
     assert "out/ckpt.pt" in warning["message"] and "train at step 40" in warning["message"]
+    assert "but the job wrote model.pt" in warning["message"] and warning["found"] == "model.pt"
     assert warning["after_s"] >= 3.0
     runner.exit_code = 0
     hook.after_stages(runner, "succeeded")
     hook.close()
     assert len(events.of("checkpoint.warning")) == 1  # not said again at the end
     assert hook.status()["checkpoint_mirror"]["warning"] == warning["message"]
+
+
+def test_with_nothing_like_a_checkpoint_in_the_workdir_the_warning_waits_for_the_first_save(
+    tmp_path, monkeypatch
+) -> None:
+    """A job whose first save is late (the HF Trainer's every 500 steps) has lost nothing yet:
+    with nothing checkpoint-like written (an empty ``checkpoints/`` made at start-up, a log
+    file), the path matching nothing is said only after ``NO_EVIDENCE_AFTER_S``."""
+    monkeypatch.setattr(mirror_advice, "NO_EVIDENCE_AFTER_S", 6.0)
+    plan = _plan(tmp_path, "a", ["out/ckpt.pt"], checkpoint_settle_s=0.5)
+    events, runner = Events(), FakeRunner(step=None)
+    hook = _mirror(plan, events)
+    hook.before_stages(runner)
+    work = Path(plan.workdir)
+    (work / "checkpoints").mkdir()
+    (work / "train.log").write_text("step 40\n")
+    runner.step = 40
+    time.sleep(4.0)  # past three settle periods and the 3 s floor
+    assert not events.of("checkpoint.warning")
+    wait_until(lambda: events.of("checkpoint.warning"), 15, message="the late warning")
+    [warning] = events.of("checkpoint.warning")
+    assert "nothing there looks like a checkpoint" in warning["message"]
+    assert warning["after_s"] >= 6.0 and "found" not in warning
+    runner.exit_code = 0
+    hook.after_stages(runner, "succeeded")
+    hook.close()
+
+
+def test_checkpoint_like_names() -> None:
+    like = ["checkpoint-500", "ckpt.pt", "last.pt", "model.safetensors", "epoch=3-step=9.ckpt"]
+    assert all(mirror_advice.looks_like_checkpoint(n) for n in like)
+    unlike = ["train.py", "checkpointing.py", "data.csv", "lastly.txt", "out", "train.log"]
+    assert not any(mirror_advice.looks_like_checkpoint(n) for n in unlike)
 
 
 def test_a_path_that_matches_nothing_without_progress_is_said_only_at_the_end(tmp_path) -> None:

@@ -1,9 +1,18 @@
 """Mistakes with ``checkpoints.path`` that would lose a whole run, said while the run is live.
 
-* **nothing at the path while the job makes progress**: the stages have run for a few settle
-  periods (``NOTHING_AFTER_SETTLES`` x ``checkpoints.settle``), a progress step was read or
-  the stages' logs grew, and the path still matches nothing: a preemption now would start
-  from scratch. Said once per attempt.
+* **nothing at the path while the job makes progress**: a progress step was read or the stages'
+  logs grew, the path still matches nothing, and either
+
+  - the job has written something that looks like a checkpoint elsewhere in the workdir (a
+    file or directory made since the stages started, named like ``checkpoint-500``,
+    ``ckpt_3``, ``last.pt`` or ``model.safetensors``: :func:`looks_like_checkpoint`): said
+    after ``NOTHING_AFTER_SETTLES`` x ``checkpoints.settle``, naming what it wrote; or
+  - nothing in the workdir looks like a checkpoint either: said only after
+    ``NO_EVIDENCE_AFTER_S`` (10 min), since a job whose first save is late (the HF Trainer
+    saves every 500 steps by default) has lost nothing yet, and a warning before its first
+    save would be a false alarm.
+
+  A preemption then would start from scratch. Said once per attempt.
 * **resumed far below the restored step**: the snapshot restored before the stages was taken
   when a stage's progress read step S; the first step above 0 the same stage reports in this
   attempt is below ``S * FAR_BELOW`` (the script started again instead of resuming:
@@ -19,6 +28,8 @@ records, the same ones ``corral status`` shows); the logs are the stages' log fi
 from __future__ import annotations
 
 import os
+import re
+import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -27,6 +38,61 @@ from corral.wire.node import NodeRunner
 NOTHING_AFTER_SETTLES = 3.0
 #: never sooner than this after the stages started (a ``settle`` of 0 s in tests)
 NOTHING_AFTER_MIN_S = 3.0
+#: with nothing in the workdir that looks like a checkpoint, the path matching nothing is said
+#: only this long into the job (and never before ``NOTHING_AFTER_SETTLES`` settles)
+NO_EVIDENCE_AFTER_S = 600.0
+#: the workdir is looked through for checkpoint-like names at most this often
+SCAN_EVERY_MIN_S = 2.0
+#: entries looked at per scan (a huge workdir is looked at in part, never walked whole)
+SCAN_MAX_ENTRIES = 20_000
+#: directories never looked into: version control, environments, caches, tool logs
+SKIP_DIRS = frozenset(
+    {".git", ".hg", ".venv", "venv", "node_modules", "__pycache__", ".cache", "wandb", "mlruns"}
+)
+_CKPT_NAME = re.compile(
+    r"(^|[_.-])(checkpoint|ckpt)s?([_.-]|\d|$)|^(last|best)\.|"
+    r"\.(pt|pth|ckpt|safetensors|bin|pkl|h5|keras|npz|distcp)$",
+    re.IGNORECASE,
+)
+
+
+def looks_like_checkpoint(name: str) -> bool:
+    """Whether a file or directory name looks like a checkpoint's (``checkpoint-500``,
+    ``ckpt.pt``, ``last.pt``, ``model.safetensors``, ``epoch=3-step=100.ckpt``)."""
+    return bool(_CKPT_NAME.search(name))
+
+
+def new_checkpoint_like(workdir: str, since: float) -> str | None:
+    """A workdir-relative path, made or changed at or after ``since`` (wall time), whose name
+    looks like a checkpoint's (a directory: one holding a file); None when none (hidden directories and :data:`SKIP_DIRS` are
+    not looked into; at most :data:`SCAN_MAX_ENTRIES` entries)."""
+    seen = 0
+    stack = [workdir]
+    while stack:
+        top = stack.pop()
+        try:
+            entries = list(os.scandir(top))
+        except OSError:
+            continue
+        for entry in entries:
+            seen += 1
+            if seen > SCAN_MAX_ENTRIES:
+                return None
+            try:
+                is_dir = entry.is_dir(follow_symlinks=False)
+                if (
+                    looks_like_checkpoint(entry.name)
+                    and entry.stat(follow_symlinks=False).st_mtime >= since
+                    and (not is_dir or _holds_a_file(entry.path))
+                ):
+                    return os.path.relpath(entry.path, workdir)
+            except OSError:
+                continue
+            if is_dir and not entry.name.startswith(".") and entry.name not in SKIP_DIRS:
+                stack.append(entry.path)
+    return None
+
+
 #: the first step after a restore below this share of the restored step is "far below"
 FAR_BELOW = 0.5
 
@@ -56,9 +122,15 @@ class MirrorAdvice:
         settle_s: float,
         warn: Callable[[str, dict[str, Any]], None],
         clock: Callable[[], float],
+        workdir: str | None = None,
     ):
         self.patterns = patterns
+        self.workdir = workdir
         self.nothing_after_s = max(NOTHING_AFTER_SETTLES * settle_s, NOTHING_AFTER_MIN_S)
+        self.no_evidence_after_s = max(self.nothing_after_s, NO_EVIDENCE_AFTER_S)
+        self._scan_every = max(SCAN_EVERY_MIN_S, settle_s)
+        self._scanned_at: float | None = None
+        self._started_wall = 0.0
         self._warn = warn
         self._clock = clock
         self._started: float | None = None
@@ -73,6 +145,7 @@ class MirrorAdvice:
         """The stages start now; ``restored`` (with the stages' ``steps`` when it was taken)
         is the snapshot they resume from, if any."""
         self._started = self._clock()
+        self._started_wall = time.time() - 1.0  # mtimes are coarse on some filesystems
         self._logs_at_start = _logs_size(runner)
         if restored is not None:
             self._restored = {k: v for k, v in steps.items() if v >= 2}
@@ -118,14 +191,49 @@ class MirrorAdvice:
         grew = _logs_size(runner) > self._logs_at_start
         if not steps and not grew:
             return
+        elsewhere = self._evidence(waited)
+        if elsewhere is None and waited < self.no_evidence_after_s:
+            return
         self._nothing_checked = self._nothing_said = True
         shown = ", ".join(f"{k} at step {v}" for k, v in steps.items()) or "its log growing"
-        self._warn(
-            f"checkpoints.path {', '.join(self.patterns)} has matched nothing in the workdir "
-            f"{waited:.0f} s into the job ({shown}): if the job has saved a checkpoint, the "
-            "path does not name it, and a new machine would start from scratch",
-            {"paths": self.patterns, "after_s": round(waited, 1)},
-        )
+        paths = ", ".join(self.patterns)
+        if elsewhere is not None:
+            text = (
+                f"checkpoints.path {paths} has matched nothing in the workdir {waited:.0f} s "
+                f"into the job ({shown}), but the job wrote {elsewhere}: the path does not "
+                "name its checkpoints, and a new machine would start from scratch"
+            )
+        else:
+            text = (
+                f"checkpoints.path {paths} has matched nothing in the workdir "
+                f"{waited / 60:.0f} min into the job ({shown}), and nothing there looks like a "
+                "checkpoint: if the job saves one, the path does not name it, and a new "
+                "machine would start from scratch"
+            )
+        data: dict[str, Any] = {"paths": self.patterns, "after_s": round(waited, 1)}
+        if elsewhere is not None:
+            data["found"] = elsewhere
+        self._warn(text, data)
+
+    def _evidence(self, waited: float) -> str | None:
+        """What the job wrote that looks like a checkpoint (a scan at most every
+        ``_scan_every`` seconds); None without a workdir or a find."""
+        if self.workdir is None:
+            return None
+        if self._scanned_at is not None and waited - self._scanned_at < self._scan_every:
+            return None
+        self._scanned_at = waited
+        return new_checkpoint_like(self.workdir, self._started_wall)
+
+
+def _holds_a_file(path: str) -> bool:
+    """Whether the directory holds a file (an empty ``checkpoints/`` made at start-up is no
+    checkpoint)."""
+    try:
+        with os.scandir(path) as entries:
+            return any(e.is_file(follow_symlinks=False) for e in entries)
+    except OSError:
+        return False
 
 
 def _logs_size(runner: NodeRunner) -> int:

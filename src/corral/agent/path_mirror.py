@@ -177,7 +177,9 @@ class PathMirror:
         self._quick = False  # the wait before the last look was a quick one
         self._runner: NodeRunner | None = None
         self._stopping = threading.Event()
-        self.advice = MirrorAdvice(self.patterns, self.settle_s, self._warn, clock)
+        self.advice = MirrorAdvice(
+            self.patterns, self.settle_s, self._warn, clock, workdir=self.workdir
+        )
         self._next_seq = 1
         self._last_look: float | None = None  # wall time of the previous look
         self._last_inodes: dict[str, int] = {}  # rel -> inode at its path then

@@ -160,8 +160,8 @@ class Checkpoints(SpecModel):
         10.0,
         ge=0,
         description="After three times this long, a checkpoint at `path` that could not be "
-        "copied, or a `path` that matches nothing while the job makes progress, is a "
-        "warning. Where the agent cannot see open files (no /proc), a checkpoint unchanged "
+        "copied, or a `path` that matches nothing while the job makes progress and has "
+        "written a checkpoint-like file elsewhere (else after 10 min), is a warning. Where the agent cannot see open files (no /proc), a checkpoint unchanged "
         "for this long counts as complete.",
     )
 

@@ -20,7 +20,7 @@ from corral.store import Store
 from support.postgres import scratch_database
 
 BACKENDS = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
-TABLES = "runs, attempts, events, resources, schedules, event_positions, spending_caps"
+TABLES = "runs, attempts, events, resources, schedules, event_positions, spending_caps, sweeps"
 
 
 @pytest.fixture(params=BACKENDS)

@@ -47,6 +47,7 @@ COMMANDS: tuple[tuple[str, str, str, bool], ...] = (
     ("token", "token", "app", True),
     ("worker", "worker", "worker", False),
     ("schedule", "schedule", "app", True),
+    ("sweep", "sweep", "app", True),
     ("pool", "pool", "app", True),
     ("volume", "volume", "app", True),
     ("agent", "agent", "agent", False),

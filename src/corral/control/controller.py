@@ -24,6 +24,7 @@ from corral.control.loop_metrics import LoopMetrics
 from corral.control.nudges import take_nudges
 from corral.control.observe import Observation
 from corral.control.schedule import Head, Result, Schedule
+from corral.control.sweeping import Sweeper
 from corral.control.transitions import Transition
 from corral.control.watchers import run_watchers
 from corral.errors import CorralError, NotFound
@@ -141,6 +142,8 @@ class Controller:
         #: monotonic time the loop sleeps until (a worker wakes it for an earlier due look)
         self._sleep_until = 0.0
         self._metrics: LoopMetrics | None = None
+        #: the active sweeps' trials, started and watched before each read of the runs
+        self.sweeper = Sweeper(ctx)
 
     def reconcile(self, run: RunRecord) -> None:
         reconcile(self.ctx, run)
@@ -245,7 +248,8 @@ class Controller:
                     self._read_runs()
                 self._dispatch(polls, ops)
                 self._maybe_sweep(ops)
-                if len(self.schedule) or self._in_flight or self._elsewhere or self.busy():
+                waiting = self._in_flight or self._elsewhere or self.sweeper.active
+                if len(self.schedule) or waiting or self.busy():
                     idle_since = None
                 elif idle_since is None:
                     idle_since = now
@@ -286,6 +290,7 @@ class Controller:
             scheduling.fire_due(self.ctx)
         except Exception as e:  # the store failed: the next read tries again
             log.error("schedules: %s", e)
+        self.sweeper.advance()
         if self.leases is not None:
             self.leases.refresh()
 

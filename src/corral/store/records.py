@@ -200,6 +200,47 @@ class CapRecord(_Record):
     set_by: str | None
 
 
+@dataclass(frozen=True, slots=True)
+class SweepRecord(_Record):
+    """A hyperparameter sweep (``corral sweep launch``)."""
+
+    name: str
+    #: RUNNING, STOPPING (no new trial; the running ones are stopped), FINISHED, STOPPED
+    state: str
+    reason: str
+    spec_path: str
+    owner: str | None
+    best_trial: int | None
+    created_at: datetime
+    updated_at: datetime
+    finished_at: datetime | None
+    #: the ``sweep:`` section, validated
+    sweep: dict[str, Any]
+    #: the resolved job spec the trials start from
+    job: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class TrialRecord(_Record):
+    """One trial of a sweep: a run with its parameters and what it reported."""
+
+    sweep: str
+    number: int
+    run_id: str
+    #: running, complete, pruned, failed, stopped
+    state: str
+    params: dict[str, Any]
+    #: the metric's last reported value
+    value: float | None
+    step: int | None
+    #: {step (as text): value}
+    intermediate: dict[str, Any]
+    events_cursor: int
+    cost_usd: float
+    created_at: datetime
+    updated_at: datetime
+
+
 def _names(cls: type) -> tuple[str, ...]:
     return tuple(f.name for f in fields(cls))
 
@@ -213,6 +254,8 @@ EVENT_POSITION_COLUMNS = _names(EventPositionRecord)
 SCHEDULE_COLUMNS = _names(ScheduleRecord)
 SCHEDULE_TICK_COLUMNS = _names(ScheduleTickRecord)
 CAP_COLUMNS = _names(CapRecord)
+SWEEP_COLUMNS = _names(SweepRecord)
+TRIAL_COLUMNS = _names(TrialRecord)
 
 #: Columns that need converting between Python and the database, per table.
 TIMESTAMPS = {
@@ -228,6 +271,8 @@ TIMESTAMPS = {
     "schedule_ticks": frozenset({"tick_at", "fired_at"}),
     "spending_caps": frozenset({"created_at", "updated_at"}),
     "run_owners": frozenset(),
+    "sweeps": frozenset({"created_at", "updated_at", "finished_at"}),
+    "sweep_trials": frozenset({"created_at", "updated_at"}),
 }
 JSONS = {
     "runs": frozenset({"spec", "completed_stages"}),
@@ -240,6 +285,8 @@ JSONS = {
     "schedule_ticks": frozenset(),
     "spending_caps": frozenset(),
     "run_owners": frozenset(),
+    "sweeps": frozenset({"sweep", "job"}),
+    "sweep_trials": frozenset({"params", "intermediate"}),
 }
 COLUMNS = {
     "runs": RUN_COLUMNS,
@@ -252,4 +299,6 @@ COLUMNS = {
     "schedule_ticks": SCHEDULE_TICK_COLUMNS,
     "spending_caps": CAP_COLUMNS,
     "run_owners": ("run_id", "owner", "project"),
+    "sweeps": SWEEP_COLUMNS,
+    "sweep_trials": TRIAL_COLUMNS,
 }

@@ -227,3 +227,43 @@ spending_caps = sa.Table(
     sa.Column("updated_at", TS, nullable=False),
     sa.Column("set_by", sa.String),
 )
+
+# Hyperparameter sweeps (``corral sweep``): the job spec the trials start from and the
+# ``sweep:`` section; states RUNNING, STOPPING, FINISHED, STOPPED.
+sweeps = sa.Table(
+    "sweeps",
+    metadata,
+    sa.Column("name", sa.String, primary_key=True),
+    sa.Column("state", sa.String, nullable=False),
+    sa.Column("reason", sa.Text, nullable=False),
+    sa.Column("spec_path", sa.Text, nullable=False),
+    sa.Column("owner", sa.String),
+    sa.Column("best_trial", sa.Integer),
+    sa.Column("created_at", TS, nullable=False),
+    sa.Column("updated_at", TS, nullable=False),
+    sa.Column("finished_at", TS),
+    sa.Column("sweep", sa.JSON, nullable=False),
+    sa.Column("job", sa.JSON, nullable=False),
+)
+
+# One row per trial of a sweep, unique per (sweep, number): created with its run, in one
+# transaction. ``intermediate``: the metric per step as reported; ``events_cursor``: the run's
+# events read so far.
+sweep_trials = sa.Table(
+    "sweep_trials",
+    metadata,
+    sa.Column(
+        "sweep", sa.String, sa.ForeignKey("sweeps.name", ondelete="CASCADE"), primary_key=True
+    ),
+    sa.Column("number", sa.Integer, primary_key=True, autoincrement=False),
+    sa.Column("run_id", sa.String, nullable=False),
+    sa.Column("state", sa.String, nullable=False),
+    sa.Column("params", sa.JSON, nullable=False),
+    sa.Column("value", sa.Float),
+    sa.Column("step", sa.BigInteger),
+    sa.Column("intermediate", sa.JSON, nullable=False),
+    sa.Column("events_cursor", sa.BigInteger, nullable=False),
+    sa.Column("cost_usd", sa.Float, nullable=False),
+    sa.Column("created_at", TS, nullable=False),
+    sa.Column("updated_at", TS, nullable=False),
+)

@@ -28,6 +28,7 @@ from corral.store.states import (
     RunState,
 )
 from corral.store.stats import StatsOps
+from corral.store.sweeps import SweepOps
 from corral.store.urls import parse_url
 from corral.store.webhooks import WebhookOps
 
@@ -44,7 +45,7 @@ _FIXED_RUN_FIELDS = {"id", "state", "created_at", "updated_at"}
 _AMBIGUOUS_SHOWN = 10
 
 
-class Store(AttemptOps, ResourceOps, WebhookOps, StatsOps, ScheduleOps, LeaseOps, CapOps):
+class Store(AttemptOps, ResourceOps, WebhookOps, StatsOps, ScheduleOps, LeaseOps, CapOps, SweepOps):
     """corral's database. Open with :meth:`Store.open`; safe to share between threads."""
 
     @classmethod

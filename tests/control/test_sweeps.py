@@ -82,6 +82,9 @@ def test_a_grid_finds_the_true_best_and_prunes_a_clearly_bad_trial(tmp_path: Pat
     assert done.state == "FINISHED" and len(done.trials) == 4
     assert [t.params["env.LR"] for t in done.trials] == [0.3, 0.25, 3.0, 0.3001]
     assert done.best_trial == 0 and done.best_params == {"env.LR": 0.3}
+    # the job's webhooks that want it get sweep.finished, on the best trial's run
+    [finished] = store.events(done.trials[0].run_id, types=["sweep.finished"])
+    assert finished.data["best_params"] == {"env.LR": 0.3} and finished.data["trials"] == 4
     bad = done.trials[2]
     assert bad.state == "pruned", bad
     assert bad.step is not None and bad.step < 40  # stopped early, not run to the end

@@ -48,6 +48,8 @@ def test_the_openapi_document_lists_every_endpoint_of_the_slice(api: Api) -> Non
             ("GET", "/api/v1/secrets"),
             ("GET", "/api/v1/budget"),
             ("POST", "/api/v1/budget"),
+            ("GET", "/api/v1/sweeps"),
+            ("GET", "/api/v1/sweeps/{name}"),
             ("DELETE", "/api/v1/budget/team"),
             ("DELETE", "/api/v1/budget/{scope}/{subject}"),
             ("GET", "/api/v1/monitoring/gpu"),

@@ -172,7 +172,7 @@ def advance_sweep(ctx: Context, sweep: SweepRecord) -> None:
     best = best_trial(spec, store.trials(sweep.name))
     final = "STOPPED" if state == "STOPPING" else "FINISHED"
     reason = sweep.reason if state == "STOPPING" else "every trial done"
-    store.update_sweep(
+    ended = store.update_sweep(
         sweep.name,
         expect=(state,),
         state=final,
@@ -180,7 +180,34 @@ def advance_sweep(ctx: Context, sweep: SweepRecord) -> None:
         finished_at=ctx.clock(),
         best_trial=best.number if best else None,
     )
+    if ended is None:
+        return  # another controller ended it
     log.info("sweep %s %s (best trial: %s)", sweep.name, final, best.number if best else "-")
+    _announce(ctx, sweep, final, best)
+
+
+def _announce(ctx: Context, sweep: SweepRecord, state: str, best: TrialRecord | None) -> None:
+    """A ``sweep.finished`` event on the best trial's run (else the last trial's), which the
+    job's webhooks that want it deliver."""
+    trials = ctx.store.trials(sweep.name)
+    host = best or (trials[-1] if trials else None)
+    if host is None:
+        return
+    data = {
+        "sweep": sweep.name,
+        "state": state,
+        "trials": len(trials),
+        "spent_usd": round(sum(t.cost_usd for t in trials), 6),
+        "best_trial": best.number if best else None,
+        "best_value": best.value if best else None,
+        "best_params": dict(best.params) if best else None,
+    }
+    said = (
+        f", best trial {best.number} ({best.value:.6g})" if best and best.value is not None else ""
+    )
+    ctx.store.add_event(
+        host.run_id, "sweep.finished", f"sweep {sweep.name} {state.lower()}{said}", data=data
+    )
 
 
 def _sync(ctx: Context, spec: SweepSpec, t: TrialRecord, run: RunRecord) -> None:

@@ -72,6 +72,10 @@ def message_of(kind: str, data: dict[str, Any], reason: str | None, percent: flo
             f"spending cap of {who} ({cap.get('period')}): ${data.get('spent_usd')} of "
             f"${data.get('cap_usd')} spent"
         )
+    if kind == "sweep.finished":
+        best = data.get("best_trial")
+        said = f", best trial {best}: {data.get('best_value')}" if best is not None else ""
+        return f"sweep {data.get('sweep')} {str(data.get('state') or '').lower()}{said}"
     if kind == "run.recovering":
         return f"recovering after a {data.get('kind') or 'failure'}" + (
             f": {reason}" if reason else ""

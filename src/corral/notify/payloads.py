@@ -45,6 +45,15 @@ FIELDS: dict[str, tuple[str, ...]] = {
     "budget.forecast": ("cost_usd", "budget_usd", "forecast_cost_usd", "finish_in_s", "progress"),
     "budget.cap_warning": ("cap", "cap_usd", "spent_usd", "warn_at"),
     "run.finished": ("state", "cost_usd"),
+    "sweep.finished": (
+        "sweep",
+        "state",
+        "trials",
+        "spent_usd",
+        "best_trial",
+        "best_value",
+        "best_params",
+    ),
 }
 GPU_FIELDS = ("id", "utilization_pct", "memory_used_mb", "memory_total_mb")
 #: The events that say how an attempt or the run ended: their payload describes the end from

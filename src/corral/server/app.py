@@ -23,6 +23,7 @@ from corral.server.routes import (
     monitoring,
     runs,
     secrets,
+    sweeps,
 )
 from corral.service.gpu_health import GpuThresholds, thresholds_from_env
 from corral.service.log_hub import LogHub
@@ -84,11 +85,13 @@ def create_app(
             artifacts,
             secrets,
             budget,
+            sweeps,
             monitoring,
             metrics,
             dashboard,
         )
     ]
+    routers.append(sweeps.pages)
     for router in routers:
         app.include_router(router)
     errors.index_methods(

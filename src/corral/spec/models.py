@@ -49,6 +49,7 @@ EVENTS = (
     "budget.forecast",
     "budget.cap_warning",
     "run.finished",
+    "sweep.finished",
 )
 ALL_EVENTS = "*"
 

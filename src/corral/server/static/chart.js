@@ -5,6 +5,7 @@
  *     x: "number" | "time",          // time: x in unix seconds
  *     yFormat: (v) => string,        // optional
  *     empty: "no progress yet",      // shown when there is no point
+ *     dots: true,                    // optional: points only, no line (a scatter)
  *   })
  *
  * The element gets one <svg class="chart-svg" data-points="N">: a polyline per series, a dot
@@ -93,12 +94,14 @@
     series.forEach(function (s, i) {
       var color = COLORS[i % COLORS.length];
       var g = el("g", {class: "series", "data-name": s.name}, svg);
-      el("polyline", {fill: "none", stroke: color, "stroke-width": 2, "stroke-linejoin": "round",
-                      points: s.points.map(function (p) { return sx(p[0]) + "," + sy(p[1]); }).join(" ")}, g);
+      if (!opts.dots) {
+        el("polyline", {fill: "none", stroke: color, "stroke-width": 2, "stroke-linejoin": "round",
+                        points: s.points.map(function (p) { return sx(p[0]) + "," + sy(p[1]); }).join(" ")}, g);
+      }
       var every = Math.max(1, Math.ceil(s.points.length / 400));
       s.points.forEach(function (p, j) {
         if (j % every && j !== s.points.length - 1) return;
-        var dot = el("circle", {class: "pt", cx: sx(p[0]), cy: sy(p[1]), r: 2.6, fill: color}, g);
+        var dot = el("circle", {class: "pt", cx: sx(p[0]), cy: sy(p[1]), r: opts.dots ? 4 : 2.6, fill: color}, g);
         el("title", {}, dot).textContent = s.name + ": " + yFmt(p[1]) + " at " + xFmt(p[0]);
       });
     });

@@ -49,6 +49,25 @@
     }, 5000);
   }
 
+  /* --- a sweep's page: the metric against each numeric parameter, one dot per trial --------- */
+  var sweepPage = document.querySelector("[data-sweep]");
+  if (sweepPage) {
+    var sweepName = encodeURIComponent(sweepPage.getAttribute("data-sweep"));
+    get("/api/v1/sweeps/" + sweepName).then(function (r) { return r.json(); }).then(function (s) {
+      document.querySelectorAll(".sweep-chart").forEach(function (box) {
+        var param = box.getAttribute("data-param"), byState = {};
+        s.trials.forEach(function (t) {
+          if (t.value === null || typeof t.params[param] !== "number") return;
+          (byState[t.state] = byState[t.state] || []).push([t.params[param], t.value]);
+        });
+        var series = Object.keys(byState).sort().map(function (k) { return {name: k, points: byState[k]}; });
+        CorralChart.draw(box, {series: series, x: "number", dots: true,
+          label: s.metric + " by " + param, empty: "no trial has reported " + s.metric + " yet"});
+      });
+    });
+    return;
+  }
+
   /* --- a run's page ------------------------------------------------------------------------ */
   var page = document.querySelector("[data-run]");
   if (!page) return;

@@ -41,7 +41,7 @@ from corral.spec.report import Locator
 from corral.spec.sweep import SweepSpec
 from corral.store.records import RunRecord, SweepRecord, TrialRecord
 
-ADVANCE_EVERY_S = 1.0
+ADVANCE_EVERY_S = 0.5
 #: a trial's run ended so: its trial's state (a pruned trial stays pruned)
 _ENDED = {"SUCCEEDED": "complete", "FAILED": "failed", "CANCELLED": "failed", "STOPPED": "stopped"}
 #: below this many dollars left, no trial starts

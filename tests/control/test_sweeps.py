@@ -224,3 +224,38 @@ def test_a_controller_killed_mid_sweep_finishes_it_with_every_trial_once(tmp_pat
     assert len([r for r in store.list_runs() if r.name == "lr"]) == 6
     assert all(t.state == "complete" for t in trials)
     assert store.get_sweep("lr").best_trial == 2  # lr 0.3
+
+
+def test_a_metric_no_trial_reports_is_said_once_the_first_trials_ended(tmp_path: Path) -> None:
+    spec = _sweep(
+        tmp_path,
+        """
+          parameters: {env.LR: {values: [0.1, 0.2, 0.3]}}
+          metric: {name: accuracy, goal: maximize}
+          search: grid
+          max_parallel: 2
+          prune: {pruner: none}
+        """,
+        env=', STEPS: "3", PAUSE: "0.01"',
+    )
+    store = Store.open()
+    launch_sweep(spec, providers={"local": LocalProvider()}, start_controller=False)
+    controller = Controller(
+        Context(
+            store=store, providers={"local": LocalProvider()}, settings=Settings(tick_seconds=0.1)
+        )
+    )
+
+    def warned() -> bool:
+        controller.tick()
+        return store.get_sweep("lr").reason.startswith("warning:")
+
+    wait_until(warned, 60, 0.1, lambda: f"the warning: {sweep_status('lr').to_json()}")
+    reason = store.get_sweep("lr").reason
+    assert "no trial has reported the metric 'accuracy' (2 ended)" in reason
+    assert "the trials report: loss" in reason
+    _drive(store, "lr")
+    done = sweep_status("lr")
+    assert done.best_trial is None and {t.state for t in done.trials} == {"failed"}
+    warnings = [e for t in done.trials for e in store.events(t.run_id, types=["sweep.warning"])]
+    assert len(warnings) == 1

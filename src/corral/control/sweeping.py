@@ -150,6 +150,7 @@ def advance_sweep(ctx: Context, sweep: SweepRecord) -> None:
             if t.state == "running" and not runs[t.number].terminal:
                 _maybe_prune(ctx, spec, sweep, t, trials)
         trials = store.trials(sweep.name)
+    _warn_no_metric(ctx, spec, sweep, trials, runs)
     # a pruned trial bills until its run has stopped: it counts as running until then
     running = [t for t in trials if t.number in runs and not runs[t.number].terminal]
     spent = sum(t.cost_usd for t in trials)
@@ -226,6 +227,59 @@ def _sync(ctx: Context, spec: SweepSpec, t: TrialRecord, run: RunRecord) -> None
         fields["state"] = state
     if fields:
         ctx.store.update_trial(t.sweep, t.number, **fields)
+
+
+#: trials that must have ended, none with the metric, before the sweep says so
+NO_METRIC_AFTER = 2
+
+
+def _warn_no_metric(
+    ctx: Context,
+    spec: SweepSpec,
+    sweep: SweepRecord,
+    trials: list[TrialRecord],
+    runs: Mapping[int, RunRecord],
+) -> None:
+    """Once ``NO_METRIC_AFTER`` trials ended and none reported the metric, say so once: in the
+    sweep's reason (``corral sweep status``), the controller's log and a ``sweep.warning``
+    event on the last ended trial's run, naming what the trials do report."""
+    ended = [t for t in trials if runs[t.number].terminal]
+    if len(ended) < NO_METRIC_AFTER or any(t.value is not None for t in trials):
+        return
+    if sweep.reason.startswith("warning:"):
+        return
+    seen: set[str] = set()
+    for t in ended:
+        seen.update(_reported(ctx, runs[t.number]))
+    told = f"; the trials report: {', '.join(sorted(seen))}" if seen else "; they report nothing"
+    text = (
+        f"warning: no trial has reported the metric {spec.metric.name!r} ({len(ended)} ended){told}"
+    )
+    if ctx.store.update_sweep(sweep.name, expect=("RUNNING",), reason=text) is None:
+        return
+    log.warning("sweep %s: %s", sweep.name, text)
+    ctx.store.add_event(ended[-1].run_id, "sweep.warning", text, data={"sweep": sweep.name})
+
+
+def _reported(ctx: Context, run: RunRecord) -> set[str]:
+    """The metric names the run's agent last showed (``loss`` included when it had one)."""
+    try:
+        status = (
+            (ctx.store.get_attempt(run.id, run.attempt).data or {}).get("status")
+            if run.attempt
+            else None
+        )
+    except Exception:
+        return set()
+    names: set[str] = set()
+    for stage in (status or {}).get("stages") or []:
+        progress = stage.get("progress") if isinstance(stage, dict) else None
+        if isinstance(progress, dict):
+            if progress.get("loss") is not None:
+                names.add("loss")
+            if isinstance(progress.get("metrics"), dict):
+                names.update(str(k) for k in progress["metrics"])
+    return names
 
 
 def _stop(ctx: Context, run: RunRecord) -> None:

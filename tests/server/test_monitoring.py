@@ -58,6 +58,16 @@ def test_host_and_node_gpus_are_read_and_judged(gpu_api: Api, tmp_path: Path) ->
             81559,
         )
         assert (hot["utilization_pct"], hot["temperature_c"], hot["processes"]) == (97.0, 97.0, 1)
+        # the Celery GPU-workers guide's shape, for a client written for it
+        guide = quiet["gpus"][1]
+        assert (guide["index"], guide["name"], guide["utilization_percent"]) == (1, "H100", 97.0)
+        assert guide["memory"] == {
+            "used_gb": 78.12,
+            "total_gb": 79.65,
+            "utilization_percent": 98.1,
+        }
+        assert guide["temperature_c"] == 97.0 and guide["processes"] == {"count": 1}
+        assert set(quiet["health"]) >= {"healthy", "warnings", "issues"}
         assert hot["memory_used_pct"] == 98.1 and hot["ecc_uncorrected"] == 3
         assert cool["ecc_uncorrected"] is None and cool["memory_used_pct"] == 1.3
         health = quiet["host"]["health"]

@@ -74,9 +74,55 @@ class MachineGpus(View):
     error: str | None = None
 
 
-class GpuReport(View):
-    """Every machine's GPUs and the verdict over all of them."""
+class GuideMemory(View):
+    used_gb: float
+    total_gb: float
+    utilization_percent: float | None
 
+
+class GuideProcesses(View):
+    count: int | None
+
+
+class GuideGpu(View):
+    """One GPU in the shape of the Celery GPU-workers guide's ``/api/v1/monitoring/gpu``
+    (``index``, ``name``, ``memory{used_gb,total_gb,utilization_percent}``,
+    ``utilization_percent``, ``temperature_c``, ``processes{count}``), with corral's
+    ``machine`` (this machine's host name, or a run's node) and ``run_id`` beside them."""
+
+    index: int
+    name: str
+    memory: GuideMemory
+    utilization_percent: float
+    temperature_c: float | None
+    processes: GuideProcesses
+    machine: str
+    run_id: str | None = None
+
+    @classmethod
+    def of(cls, gpu: GpuView, machine: MachineGpus) -> GuideGpu:
+        return cls(
+            index=gpu.index,
+            name=gpu.name,
+            memory=GuideMemory(
+                used_gb=round(gpu.memory_used_mb / 1024, 2),
+                total_gb=round(gpu.memory_total_mb / 1024, 2),
+                utilization_percent=gpu.memory_used_pct,
+            ),
+            utilization_percent=gpu.utilization_pct,
+            temperature_c=gpu.temperature_c,
+            processes=GuideProcesses(count=gpu.processes),
+            machine=machine.name,
+            run_id=machine.run_id,
+        )
+
+
+class GpuReport(View):
+    """Every machine's GPUs and the verdict over all of them: ``gpus`` and ``health`` in the
+    Celery GPU-workers guide's shape (every GPU of this machine, then of each node), ``host``
+    and ``nodes`` with corral's fuller readings."""
+
+    gpus: list[GuideGpu]
     health: Verdict
     host: MachineGpus
     nodes: list[MachineGpus]
@@ -163,7 +209,8 @@ def gpu_report(
                 pool.map(lambda ra: node_gpus(ra[0], ra[1], limits, timeout=timeout), live)
             )
     health = Verdict.merged([host.health, *(n.health for n in nodes)])
-    return GpuReport(health=health, host=host, nodes=nodes, thresholds=limits)
+    guide = [GuideGpu.of(g, m) for m in (host, *nodes) for g in m.gpus]
+    return GpuReport(gpus=guide, health=health, host=host, nodes=nodes, thresholds=limits)
 
 
 def run_gpus(

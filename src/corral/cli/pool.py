@@ -1,4 +1,4 @@
-"""``corral pool status|monitor|watch``: the GPU worker pool as an operator sees it."""
+"""``corral pool status|purge|monitor|watch``: the GPU worker pool as an operator sees it."""
 
 from __future__ import annotations
 
@@ -80,6 +80,44 @@ def status(
             str(row.waiting),
         )
     console.print(q)
+
+
+@app.command("purge")
+def purge(
+    queue: str = typer.Argument(..., metavar="QUEUE", help="A queue of `corral pool status`."),
+    yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask for confirmation."),
+    broker: str = BROKER,
+    pool: str = POOL,
+    json_: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """Cancel the runs waiting in QUEUE (running ones are left alone), after confirmation."""
+    import sys
+
+    from corral.cli.output import console, print_json
+    from corral.errors import BadInput
+    from corral.service.pool_purge import purge as purge_queue
+    from corral.service.pool_purge import waiting_runs
+
+    settings = _settings(broker, pool)
+    if not yes:
+        waiting, running = waiting_runs(settings, queue)
+        if not waiting:
+            console.print(f"{queue}: no run waiting ({running} running, left alone)")
+            return
+        if not sys.stdin.isatty():
+            raise BadInput(f"{queue}: {len(waiting)} waiting runs; pass --yes to cancel them")
+        typer.confirm(
+            f"cancel the {len(waiting)} runs waiting in {queue} ({running} running are left "
+            "alone)?",
+            abort=True,
+        )
+    view = purge_queue(settings, queue)
+    if json_:
+        print_json(view)
+        return
+    console.print(
+        f"{queue}: {len(view.cancelled)} waiting runs cancelled, {view.running} running left alone"
+    )
 
 
 @app.command("monitor")

@@ -35,10 +35,12 @@ ENV CORRAL_NODE_HOME=/opt/corral \
     PATH=/opt/corral/venv/bin:$PATH \
     PYTHONUNBUFFERED=1
 
+# the extras installed with corral: a pool worker (deploy/compose.yaml) adds queue,postgres
+ARG CORRAL_EXTRAS=aws
 COPY --from=wheel /wheels /tmp/wheels
 RUN python3.11 -m venv /opt/corral/venv \
     && wheel_file="$(ls /tmp/wheels/corral-*.whl)" \
-    && /opt/corral/venv/bin/pip install --no-cache-dir "${wheel_file}[aws]" \
+    && /opt/corral/venv/bin/pip install --no-cache-dir "${wheel_file}[${CORRAL_EXTRAS}]" \
     && rm -rf /tmp/wheels
 
 COPY src/corral/providers/common/node_bootstrap.sh /usr/local/bin/corral-node-bootstrap

@@ -40,4 +40,5 @@ def test_the_entrypoint_is_the_node_bootstrap_that_runs_the_agent() -> None:
     assert json.loads(entrypoint) == [target]
     assert json.loads(command) == ["-m", "corral.agent.boot"]
     assert re.search(r"^FROM nvidia/cuda:\S+-runtime-", text, re.M)
-    assert "python3.11" in text and "${wheel_file}[aws]" in text
+    assert "python3.11" in text and "${wheel_file}[${CORRAL_EXTRAS}]" in text
+    assert re.search(r"^ARG CORRAL_EXTRAS=aws$", text, re.M)  # the agent's default extras

@@ -1,4 +1,4 @@
-"""``corral pool status|purge|monitor|watch``: the GPU worker pool as an operator sees it."""
+"""``corral pool status|check|purge|monitor|watch``: the GPU worker pool as an operator sees it."""
 
 from __future__ import annotations
 
@@ -80,6 +80,28 @@ def status(
             str(row.waiting),
         )
     console.print(q)
+
+
+@app.command("check")
+def check(
+    broker: str = BROKER,
+    pool: str = POOL,
+    json_: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """Check this box for the pool: GPUs (driver, NVML), the broker, the store, the disk and
+    the clock's skew against the broker's. Exit 1 when a check fails."""
+    from corral.cli.output import console, print_json
+    from corral.service.pool_check import check as run_checks
+
+    report = run_checks(_settings(broker, pool))
+    if json_:
+        print_json(report)
+    else:
+        marks = {"ok": "[green]ok[/]  ", "warn": "[yellow]warn[/]", "fail": "[red]FAIL[/]"}
+        for c in report.checks:
+            console.print(f"{marks[c.level]} {c.name:<7} {c.detail}", highlight=False)
+    if not report.ok:
+        raise typer.Exit(1)
 
 
 @app.command("purge")

@@ -1,7 +1,7 @@
 """Sweeps: what pruning saves, whether the best trial survives it, and the controller's
 overhead per trial.
 
-    python benchmarks/sweep.py [--json] [--trials 32] [--parallel 4] [--steps 60]
+    python benchmarks/sweep.py [--json] [--trials 32] [--parallel 4] [--steps 300]
 
 On the simulated cloud (the fake provider, on-demand at $3.60 an hour: a trial's cost is its
 billed seconds / 1000), two sweeps of the same synthetic job run one after the other under
@@ -149,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     parser.add_argument("--trials", type=int, default=32)
     parser.add_argument("--parallel", type=int, default=4)
-    parser.add_argument("--steps", type=int, default=60)
+    parser.add_argument("--steps", type=int, default=300)
     args = parser.parse_args(argv)
     tmp = Path(tempfile.mkdtemp(prefix="corral-sweep-"))
     (tmp / "cloud.json").write_text(json.dumps(CLOUD))

@@ -1,6 +1,8 @@
-"""``corral pool status|check|purge|monitor|watch``: the GPU worker pool as an operator sees it."""
+"""``corral pool status|check|logs|purge|monitor|watch``: the GPU worker pool as an operator sees it."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import typer
 
@@ -102,6 +104,32 @@ def check(
             console.print(f"{marks[c.level]} {c.name:<7} {c.detail}", highlight=False)
     if not report.ok:
         raise typer.Exit(1)
+
+
+@app.command("logs")
+def logs(
+    worker: str = typer.Argument(..., metavar="WORKER", help="A worker's name (pool status)."),
+    lines: int = typer.Option(100, "--lines", "-n", min=0, help="Lines from the end to show."),
+    follow_: bool = typer.Option(False, "--follow", "-f", help="Keep printing new lines."),
+    home: Path = typer.Option(None, "--home", help="The workers' home (corral worker --home)."),
+) -> None:
+    """Print a worker's log on this box (its Celery worker and what it ran); -f follows it."""
+    import sys
+
+    from corral.service.pool_logs import follow, last_lines, worker_log
+
+    path = worker_log(worker, home)
+    shown, end = last_lines(path, lines)
+    for line in shown:
+        sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+    if follow_:
+        try:
+            for line in follow(path, end, stop=lambda: False):
+                sys.stdout.write(line + "\n")
+                sys.stdout.flush()
+        except KeyboardInterrupt:
+            return
 
 
 @app.command("purge")

@@ -1,8 +1,9 @@
 """``corral estimate FILE``: what a job would cost on each offer that fits it, on-demand and
-spot side by side, before anything is launched.
+spot side by side, before anything is launched, and each stage's part.
 
 :func:`corral.service.estimate.estimate_cost` works it out (how: see there); this prints it,
-marking each flagged cost with a letter explained under the table.
+marking each flagged cost with a letter explained under the table, and under it one line per
+stage: its hours, where they come from, and their cost on the offer a launch would take.
 """
 
 from __future__ import annotations
@@ -25,7 +26,8 @@ def estimate(
 ) -> None:
     """Estimate the cost of a job on each offer that fits it (USD: price per hour x hours),
     on-demand and spot side by side; offers over budget.max_cost_usd or
-    resources.max_hourly_price are flagged."""
+    resources.max_hourly_price are flagged. Then each stage's hours (from its
+    expected_runtime, else its time in earlier runs of the same spec) and their cost."""
     from corral.service.estimate import estimate_cost
 
     found = estimate_cost(file, hours=hours, overrides=set_)
@@ -124,3 +126,49 @@ def _print(data: dict[str, Any]) -> None:
     for p in data["providers"]:
         if p["reason"]:
             console.print(f"  [dim]{p['provider']}: {escape(p['reason'])}[/]")
+    _print_stages(data)
+
+
+def _source(stage: dict[str, Any]) -> str:
+    """Where a stage's hours come from, in words."""
+    if stage["hours_from"] == "spec":
+        return "spec (expected_runtime)"
+    if stage["hours_from"] == "earlier_runs":
+        runs = stage["runs"]
+        return f"{runs} earlier run{'s' if runs != 1 else ''}"
+    return "unknown"
+
+
+def _print_stages(data: dict[str, Any]) -> None:
+    """The stages' table: hours, their source, their cost on the offer a launch would take;
+    then the longest chain of needs (what the machine runs for)."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    from corral.cli.output import console, fmt_cost
+
+    stages = data.get("stages") or []
+    if not stages:
+        return
+    t = Table(box=None, pad_edge=False, header_style="bold")
+    t.add_column("STAGE")
+    t.add_column("NEEDS")
+    t.add_column("HOURS", justify="right")
+    t.add_column("FROM")
+    t.add_column("COST", justify="right")
+    for s in stages:
+        t.add_row(
+            escape(s["name"]),
+            escape(", ".join(s["needs"])) or "-",
+            "-" if s["hours"] is None else f"{s['hours']:.2f}",
+            _source(s),
+            "-" if s["cost_usd"] is None else fmt_cost(s["cost_usd"]),
+        )
+    console.print()
+    console.print(t)
+    if data.get("stages_hours") is None:
+        console.print("[dim]stages: some stage's hours are unknown (set expected_runtime)[/]")
+        return
+    cost = data.get("stages_cost_usd")
+    total = f": {fmt_cost(cost)}" if cost is not None else ""
+    console.print(f"stages, longest chain of needs: {data['stages_hours']:.2f} h{total}")

@@ -1,11 +1,13 @@
 """What a job would cost on each offer that fits it (``corral estimate``), on-demand and spot
 side by side, before anything is launched.
 
-Cost = price per hour x the run's hours (given, else ``limits.max_runtime``). Offers are
+Cost = price per hour x the run's hours (given, else ``limits.max_runtime``, else the longest
+chain of the stages' own hours when every stage has one). Offers are
 gathered for the job's hardware, regions and providers but regardless of ``resources.spot``
 and ``max_hourly_price``, so both kinds show up; an offer those settings rule out, or whose
 cost is over ``budget.max_cost_usd``, is flagged rather than hidden. The offer a launch would
-take now (the cheapest available one within every limit) is marked.
+take now (the cheapest available one within every limit) is marked. Under the rows, each
+stage's hours and their cost on that offer (:mod:`corral.service.stage_estimate`).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from pathlib import Path
 from corral.control import planner
 from corral.errors import BadInput
 from corral.providers.base import Offer
+from corral.service._store import using
 from corral.service.feasibility import launch_plan, refusal, verdict
 from corral.service.offers import asked_names, choose_providers, provider_rows
 from corral.service.plan_views import (
@@ -33,7 +36,9 @@ from corral.service.plan_views import (
     HoursFrom,
 )
 from corral.service.price_age import stale_prices
-from corral.spec import JobSpec, load_spec
+from corral.service.stage_estimate import earlier_stage_seconds, longest_chain, stage_estimates
+from corral.spec import JobSpec, load_spec, spec_hash
+from corral.store import Store
 
 
 def machine_of(offer: Offer) -> str:
@@ -75,16 +80,24 @@ def pair_offers(offers: Iterable[Offer]) -> list[OfferPair]:
     return pairs
 
 
-def hours_for(spec: JobSpec, hours: float | None) -> tuple[float, HoursFrom]:
+def hours_for(
+    spec: JobSpec, hours: float | None, stages_hours: float | None = None
+) -> tuple[float, HoursFrom]:
     """(hours, where they come from): ``hours`` (``--hours``; above 0, else BadInput), else
-    ``limits.max_runtime`` (BadInput when the spec has none)."""
+    ``limits.max_runtime``, else ``stages_hours`` (the stages' longest chain, when every
+    stage's hours are known and above 0); BadInput when there is none of them."""
     if hours is not None:
         if not hours > 0:
             raise BadInput(f"--hours {hours:g}: expected a number of hours above 0")
         return float(hours), "--hours"
     if spec.limits.max_runtime:
         return spec.limits.max_runtime / 3600.0, "limits.max_runtime"
-    raise BadInput("the spec has no limits.max_runtime: give the expected run time with --hours")
+    if stages_hours:
+        return stages_hours, "stages"
+    raise BadInput(
+        "the spec has no limits.max_runtime and its stages' times are not all known (no "
+        "expected_runtime, no earlier run): give the expected run time with --hours"
+    )
 
 
 def _side(offer: Offer, hours: float, spec: JobSpec, chosen: Offer | None) -> CostSide:
@@ -147,14 +160,19 @@ def estimate_cost(
     hours: float | None = None,
     overrides: Iterable[str] = (),
     today: date | None = None,
+    store: Store | None = None,
 ) -> Estimate:
     """The cost of the job at ``file`` (with ``overrides`` such as
     ``resources.gpus=A100:2`` applied) on each offer of the enabled providers that fits its
     hardware, regions and providers, for ``hours`` (default: its ``limits.max_runtime``).
-    Errors: the spec's (NotFound, BadInput), and BadInput for hours that are not above 0 or
-    missing with no ``limits.max_runtime``."""
+    Each stage's hours come from the spec or from earlier runs of the same spec in ``store``
+    (default: the local one). Errors: the spec's (NotFound, BadInput), and BadInput for hours
+    that are not above 0 or missing with no ``limits.max_runtime`` nor every stage's time."""
     spec = load_spec(file, list(overrides))
-    run_hours, source = hours_for(spec, hours)
+    with using(store) as st:
+        earlier = earlier_stage_seconds(st, spec_hash(spec))
+    stages = stage_estimates(spec, earlier, None)
+    run_hours, source = hours_for(spec, hours, longest_chain(stages))
     req = planner.requirements_from_spec(spec)
     wide = req.model_copy(update={"spot": None, "max_hourly_price": None})
     loaded, skipped = choose_providers()
@@ -167,6 +185,9 @@ def estimate_cost(
         chosen = None
     rows = [_row(pair, run_hours, spec, chosen) for pair in pair_offers(result.offers)]
     rows.sort(key=_row_order)
+    if chosen is not None:
+        stages = stage_estimates(spec, earlier, chosen.price_per_hour)
+    chain = longest_chain(stages)
     return Estimate(
         name=spec.name,
         hours=run_hours,
@@ -190,4 +211,9 @@ def estimate_cost(
         rows=rows,
         providers=provider_rows(result, skipped, asked_names(loaded, skipped)),
         stale_prices=stale_prices(result.offers, today) or None,
+        stages=stages,
+        stages_hours=chain,
+        stages_cost_usd=None
+        if chain is None or chosen is None
+        else round(chain * chosen.price_per_hour, 6),
     )

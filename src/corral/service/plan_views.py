@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Literal
 
+from pydantic import Field
+
 from corral.providers.base import Offer
 from corral.service.feasibility import LaunchVerdict
 from corral.service.price_age import StalePrices
@@ -23,8 +25,12 @@ OVER_BUDGET: CostFlag = "over_budget"
 SPOT_SETTING: CostFlag = "excluded_by_resources_spot"
 UNAVAILABLE: CostFlag = "unavailable"
 
-#: Where an estimate's hours come from: given (``--hours``) or the spec's limit.
-HoursFrom = Literal["--hours", "limits.max_runtime"]
+#: Where an estimate's hours come from: given (``--hours``), the spec's limit, or the longest
+#: chain of the stages' own hours when neither is there.
+HoursFrom = Literal["--hours", "limits.max_runtime", "stages"]
+#: Where a stage's hours come from: its ``expected_runtime``, its time in earlier runs of the
+#: same spec, or nowhere.
+StageHoursFrom = Literal["spec", "earlier_runs", "unknown"]
 
 
 class ProviderOffers(View):
@@ -75,6 +81,9 @@ class OfferList(OmitsNone):
     #: providers whose price catalog is older than the limit (corral.service.price_age);
     #: None (left out of the JSON) when there is none
     stale_prices: list[StalePrices] | None = None
+    stages: list[StageEstimate] = Field(default_factory=list)
+    stages_hours: float | None = None
+    stages_cost_usd: float | None = None
 
 
 # --- estimates ---------------------------------------------------------------------------------
@@ -122,12 +131,28 @@ class ChosenOffer(View):
     cost_usd: float
 
 
+class StageEstimate(View):
+    """One stage of an estimate: its ``hours`` (None: unknown) and where they come from
+    (``runs``: how many earlier runs of the same spec gave them), and their cost on the offer
+    a launch would take (None when the hours or that offer are unknown)."""
+
+    name: str
+    needs: list[str]
+    hours: float | None
+    hours_from: StageHoursFrom
+    runs: int
+    cost_usd: float | None
+
+
 class Estimate(OmitsNone):
     """What a job would cost on each offer that fits it (``corral estimate --json``):
     ``hours`` (from ``hours_from``: ``--hours`` or ``limits.max_runtime``), the spec's limits,
     the offer a launch would take (None: a launch would wait or be refused), what a launch
     would do now (``launch``, and ``refusal``: why it would be refused at once, exit 5), the
-    rows, cheapest available first, and one row per provider asked."""
+    rows, cheapest available first, and one row per provider asked; then each stage's part
+    (:mod:`corral.service.stage_estimate`) and the stages' longest chain of ``needs`` in hours
+    and on the offer a launch would take (``stages_hours``, ``stages_cost_usd``: None when a
+    stage's hours, or that offer, are unknown)."""
 
     name: str
     hours: float
@@ -145,3 +170,6 @@ class Estimate(OmitsNone):
     #: providers whose price catalog is older than the limit (corral.service.price_age);
     #: None (left out of the JSON) when there is none
     stale_prices: list[StalePrices] | None = None
+    stages: list[StageEstimate] = Field(default_factory=list)
+    stages_hours: float | None = None
+    stages_cost_usd: float | None = None

@@ -127,6 +127,12 @@ class Stage(SpecModel):
     stop_grace: Duration | None = STOP_GRACE
     save_signal: SignalName | None = SAVE_SIGNAL
     save_command: Command | None = SAVE_COMMAND
+    expected_runtime: Duration | None = Field(
+        None,
+        description="How long this stage usually takes, e.g. '2h': `corral estimate` prices "
+        "the stage with it (a hint, never a limit). Without it, the estimate takes the stage's "
+        "time in earlier runs of the same spec.",
+    )
 
 
 class JobSpec(SpecModel):

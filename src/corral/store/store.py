@@ -193,6 +193,14 @@ class Store(AttemptOps, ResourceOps, WebhookOps, StatsOps, ScheduleOps, LeaseOps
         with self._db.transaction() as tx:
             return self._records(tx, "runs", RunRecord, sql, params)
 
+    def runs_of_spec(self, spec_hash: str, *, limit: int) -> list[RunRecord]:
+        """The newest ``limit`` runs made from the spec with ``spec_hash`` (any state, newest
+        first; ``RunRecord.spec`` is None)."""
+        sql = f"{_RUNS_NO_SPEC} WHERE spec_hash = :spec_hash {_NEWEST_FIRST} LIMIT :limit"
+        params = {"spec_hash": spec_hash, "limit": sql_count(limit)}
+        with self._db.transaction() as tx:
+            return self._records(tx, "runs", RunRecord, sql, params)
+
     def run_heads(self) -> list[tuple[str, str, str | None]]:
         """``(id, state, requested_action)`` of every active run, the highest ``priority``
         first, then oldest first: what the controller's loop reads every tick (no spec

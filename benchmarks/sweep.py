@@ -7,7 +7,9 @@ On the simulated cloud (the fake provider, on-demand at $3.60 an hour: a trial's
 billed seconds / 1000), two sweeps of the same synthetic job run one after the other under
 one real controller (``corral sweep launch``): the baseline, pruning off, and the same sweep
 with the median pruner. Every trial's loss curve is known: ``(log10(lr) + 2.5)^2 + 1/step``
-over ``--steps`` steps (0.1 s each), so the best learning rate is 10^-2.5 and every trial's
+over ``--steps`` steps (0.1 s each: 30 s by default; on a job of a few seconds the machine's
+boot, which pruned and unpruned trials pay alike, would be most of every trial's bill), so
+the best learning rate is 10^-2.5 and every trial's
 final loss is known in advance; the search is a grid of ``--trials`` learning rates spread
 log-uniformly over [1e-5, 1], so "the best trial found" is exact.
 

@@ -1,4 +1,4 @@
-"""A sweep on the simulated spot cloud: a trial whose machine is preempted resumes from its
+"""A sweep on the simulated spot cloud: a trial whose machine is preempted (past step 10) resumes from its
 checkpoint on a new machine (not from step 0) and its trial completes with the value it
 would have had uninterrupted."""
 
@@ -13,6 +13,7 @@ import pytest
 from corral.control.context import Context, Settings
 from corral.control.controller import Controller
 from corral.control.providers import load_providers
+from corral.service.preempt import preempt_run
 from corral.service.sweeps import launch_sweep, sweep_status
 from corral.store import Store
 from support.waiting import wait_until
@@ -33,10 +34,23 @@ while step < 40:
     step += 1
     time.sleep(0.1)
     sdk.report(step=step, total=40, loss=(lr - 0.3) ** 2 + 1.0 / step)
+    with open(os.environ["MARKS"] + ".steps", "a") as marks:
+        marks.write(f"{os.environ['LR']} {os.environ.get('CORRAL_ATTEMPT')} {step}\\n")
     if step % 5 == 0:
         ck.save({"step": step}, step)
     sdk.exit_if_preempted(ck, lambda: {"step": step}, step)
 """
+
+
+def _reached(steps: Path, lr: str, *, attempt: str, step: int) -> bool:
+    """Whether the job with ``lr`` reached ``step`` in ``attempt`` (its per-step marks)."""
+    if not steps.exists():
+        return False
+    for line in steps.read_text().splitlines():
+        words = line.split()
+        if len(words) == 3 and words[:2] == [lr, attempt] and int(words[2]) >= step:
+            return True
+    return False
 
 
 def test_a_preempted_trial_resumes_from_its_checkpoint(tmp_path: Path, monkeypatch) -> None:
@@ -49,7 +63,6 @@ def test_a_preempted_trial_resumes_from_its_checkpoint(tmp_path: Path, monkeypat
                 "offers": [
                     {"id": "cpu", "region": "r1", "gpu_count": 0, "spot_price": 0.1, "capacity": 4}
                 ],
-                "preemptions": [{"launch": 0, "after_s": 6.0}],
             }
         )
     )
@@ -78,8 +91,16 @@ def test_a_preempted_trial_resumes_from_its_checkpoint(tmp_path: Path, monkeypat
         Context(store=store, providers=load_providers()[0], settings=Settings(tick_seconds=0.2))
     )
 
+    steps = Path(f"{marks}.steps")
+    preempted: list[str] = []
+
     def done() -> bool:
         controller.tick()
+        # the first trial's machine is preempted once its job is past step 10
+        if not preempted and _reached(steps, "0.3", attempt="1", step=10):
+            [first] = store.trials("spot-sweep")[:1]
+            preempt_run(first.run_id, grace=5.0, store=store)
+            preempted.append(first.run_id)
         return store.get_sweep("spot-sweep").state in ("FINISHED", "STOPPED")
 
     wait_until(done, 240, 0.2, lambda: json.dumps(sweep_status("spot-sweep").to_json()))

@@ -159,7 +159,8 @@ def advance_sweep(ctx: Context, sweep: SweepRecord) -> None:
         why = _over(spec, sweep, ctx, spent)
         if why:
             store.update_sweep(sweep.name, expect=("RUNNING",), state="STOPPING", reason=why)
-            state = "STOPPING"
+    sweep = store.get_sweep(sweep.name)  # as this advance left it (or another controller)
+    state = sweep.state
     if state == "STOPPING":
         for t in running:
             if runs[t.number].requested_action is None:
@@ -168,6 +169,8 @@ def advance_sweep(ctx: Context, sweep: SweepRecord) -> None:
         started = _start(ctx, spec, sweep, trials, running, spent)
         if started:
             return
+        sweep = store.get_sweep(sweep.name)  # _start may have stopped it (the budget)
+        state = sweep.state
     if running:
         return
     best = best_trial(spec, store.trials(sweep.name))

@@ -109,3 +109,22 @@ def test_remote_mode_errors_are_one_line_with_the_local_exit_codes(
     assert len(gone.stderr.strip().splitlines()) == 1
     odd = cli("ls", CORRAL_SERVER="ftp://example")
     assert odd.returncode == 2 and "CORRAL_SERVER='ftp://example'" in odd.stderr
+
+
+def test_budget_caps_are_set_listed_and_removed_on_the_server(cli) -> None:
+    made = cli("budget", "set", "--project", "llm", "50", "--warn-at", "0.8")
+    assert made.returncode == 0, made.stderr
+    assert "cap of project llm: $50.00" in made.stdout
+    listed = cli("budget", "--json")
+    assert listed.returncode == 0, listed.stderr
+    [cap] = json.loads(listed.stdout)["caps"]
+    assert (cap["scope"], cap["subject"], cap["warn_at"], cap["set_by"]) == (
+        "project",
+        "llm",
+        0.8,
+        "test-writer",
+    )
+    assert cli("budget", "rm", "--project", "llm").returncode == 0
+    gone = cli("budget", "rm", "--project", "llm")
+    assert gone.returncode != 0 and "no spending cap for project 'llm'" in gone.stderr
+    assert json.loads(cli("budget", "--json").stdout)["caps"] == []

@@ -17,6 +17,7 @@ from corral.store._core import StoreBase, aware_utc, select_list
 from corral.store.records import CAP_COLUMNS, CapRecord
 
 _CAPS = f"SELECT {select_list(CAP_COLUMNS)} FROM spending_caps"
+_ONE = "scope = :scope AND subject = :subject"
 #: the scopes a cap can have; the team's subject is ''
 SCOPES = ("user", "project", "team")
 PERIODS = ("month", "total")
@@ -80,34 +81,23 @@ class CapOps(StoreBase):
                     k: values[k]
                     for k in ("period", "amount_usd", "warn_at", "updated_at", "set_by")
                 }
-                self._update(
-                    tx, "spending_caps", "scope = :scope AND subject = :subject", key, changed
-                )
-            found = self._record(
-                tx,
-                "spending_caps",
-                CapRecord,
-                f"{_CAPS} WHERE scope = :scope AND subject = :subject",
-                key,
-            )
+                self._update(tx, "spending_caps", _ONE, key, changed)
+            found = self._cap_tx(tx, key)
         assert found is not None
         return found
 
     def remove_cap(self, scope: str, subject: str) -> CapRecord:
         key = {"scope": scope, "subject": subject}
         with self._db.transaction(write=True) as tx:
-            found = self._record(
-                tx,
-                "spending_caps",
-                CapRecord,
-                f"{_CAPS} WHERE scope = :scope AND subject = :subject",
-                key,
-            )
+            found = self._cap_tx(tx, key)
             if found is None:
                 who = "the team" if scope == "team" else f"{scope} {subject!r}"
                 raise NotFound(f"no spending cap for {who} (corral budget lists them)")
-            tx.run("DELETE FROM spending_caps WHERE scope = :scope AND subject = :subject", key)
+            tx.run(f"DELETE FROM spending_caps WHERE {_ONE}", key)
         return found
+
+    def _cap_tx(self, tx: Any, key: dict[str, str]) -> CapRecord | None:
+        return self._record(tx, "spending_caps", CapRecord, f"{_CAPS} WHERE {_ONE}", key)
 
     def caps(self) -> list[CapRecord]:
         with self._db.transaction() as tx:

@@ -186,6 +186,8 @@ def test_bad_sweep_files_get_one_line_each(tmp_path: Path) -> None:
     assert Store.open().sweeps() == []
     out = CliRunner().invoke(app, ["sweep", "launch", str(empty)])
     assert out.exit_code != 0 and "range is empty" in out.output and "Traceback" not in out.output
+    remote = CliRunner().invoke(app, ["sweep", "ls"], env={"CORRAL_SERVER": "http://127.0.0.1:9"})
+    assert remote.exit_code == 2 and "unset CORRAL_SERVER" in remote.output
 
 
 @pytest.mark.slow

@@ -18,6 +18,19 @@ app = typer.Typer(
 )
 
 
+@app.callback()
+def _here() -> None:
+    """Hyperparameter sweeps: a job spec with a `sweep:` section; every trial is a run."""
+    from corral.errors import BadInput
+    from corral.remote import configured
+
+    if configured():
+        raise BadInput(
+            "corral sweep runs with this machine's controller and store: unset CORRAL_SERVER "
+            "(a team server shows its sweeps at /api/v1/sweeps and on its dashboard)"
+        )
+
+
 def _value(v: Any) -> str:
     return "-" if v is None else f"{v:.6g}" if isinstance(v, float) else str(v)
 

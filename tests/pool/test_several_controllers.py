@@ -212,3 +212,46 @@ def test_a_cron_schedule_starts_one_run_per_tick_under_two_controllers(
     assert sorted(r.id for r in runs) == sorted(t.run_id for t in started)  # type: ignore[misc]
     gaps = {(b.tick_at - a.tick_at).total_seconds() for a, b in itertools.pairwise(ticks)}
     assert gaps == {2.0}, gaps  # no tick missed, none acted on twice
+
+
+SWEEP_JOB = """\
+import os, time
+from corral.sdk import report
+lr = float(os.environ["LR"])
+for step in range(1, 11):
+    time.sleep(0.1)
+    report(step=step, total=10, loss=(lr - 0.3) ** 2 + 1.0 / step)
+"""
+
+
+def test_a_sweep_under_two_controllers_starts_each_trial_once(
+    team: dict[str, str], tmp_path: Path
+) -> None:
+    from corral.providers.local import LocalProvider
+    from corral.service.sweeps import launch_sweep
+
+    (tmp_path / "train.py").write_text(SWEEP_JOB)
+    spec = tmp_path / "sweep.yaml"
+    spec.write_text(
+        f"name: duo\nrun: {sys.executable} train.py\nenv: {{LR: '0.1'}}\n"
+        "sweep:\n"
+        "  parameters: {env.LR: {values: [0.1, 0.2, 0.3, 0.4, 0.5, 0.6]}}\n"
+        "  metric: {name: loss}\n  search: grid\n  max_parallel: 3\n  prune: {pruner: none}\n"
+    )
+    store = Store.open()
+    launch_sweep(spec, store=store, providers={"local": LocalProvider()}, start_controller=False)
+    env = {**team, "CORRAL_PROVIDERS": "local"}
+    procs = []
+    try:
+        procs = [start_controller(tmp_path / f"ctl-{n}", env) for n in ("a", "b")]
+        wait_until(lambda: store.get_sweep("duo").state == "FINISHED", 120, 0.2, "the sweep")
+    finally:
+        stop(*procs)
+        end_processes_under(tmp_path)
+    trials = store.trials("duo")
+    assert [t.number for t in trials] == list(range(6))
+    assert sorted(t.params["env.LR"] for t in trials) == [0.1, 0.2, 0.3, 0.4, 0.5, 0.6]
+    runs = [r for r in store.list_runs() if r.name == "duo"]
+    assert sorted(r.id for r in runs) == sorted(t.run_id for t in trials)  # one run a trial
+    assert all(t.state == "complete" for t in trials)
+    assert store.get_sweep("duo").best_trial == 2

@@ -81,9 +81,6 @@ class OfferList(OmitsNone):
     #: providers whose price catalog is older than the limit (corral.service.price_age);
     #: None (left out of the JSON) when there is none
     stale_prices: list[StalePrices] | None = None
-    stages: list[StageEstimate] = Field(default_factory=list)
-    stages_hours: float | None = None
-    stages_cost_usd: float | None = None
 
 
 # --- estimates ---------------------------------------------------------------------------------

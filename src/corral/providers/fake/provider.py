@@ -163,6 +163,7 @@ class FakeProvider(
                 preempt_cause=cause,
                 notice_s=self.cloud.notice_s,
                 ephemeral_disk=self.cloud.ephemeral_disk,
+                keep_gone=self.cloud.keep_gone_disks,
             )
             self.layout.write(rec)
             if now < rec.ready_at:
@@ -198,7 +199,7 @@ class FakeProvider(
             ephemeral_disk=rec.ephemeral_disk,
             volume=self.layout.root / "volumes" / rec.run_id,
             cloud=self.layout.instances,
-            keep_gone=self.cloud.keep_gone_disks,
+            keep_gone=rec.keep_gone or self.cloud.keep_gone_disks,
         )
 
     def _advance(

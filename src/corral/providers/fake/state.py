@@ -63,6 +63,9 @@ class FakeRecord(BaseModel):
     terminate_requested_at: float | None = None
     booted: bool = False
     ephemeral_disk: bool = False
+    #: the cloud's ``keep_gone_disks`` at launch: whichever process applies the reclaim (the
+    #: timer's provider knows no catalog) keeps the disk as the cloud said
+    keep_gone: bool = False
 
     @property
     def holds_capacity(self) -> bool:

@@ -70,19 +70,25 @@ def trial_spec(job: Mapping[str, Any], params: Mapping[str, Any], cap: float | N
     return JobSpec.model_validate(data)
 
 
-def reading(ctx: Context, run: RunRecord, metric: str) -> tuple[int, float] | None:
-    """(step, value) of ``metric`` the run's agent last showed (any stage; the one with the
-    highest step), or None."""
+def _progress(ctx: Context, run: RunRecord) -> list[dict[str, Any]]:
+    """Each stage's progress as the run's agent last showed it (its attempt's status)."""
     if not run.attempt:
-        return None
+        return []
     try:
         status = (ctx.store.get_attempt(run.id, run.attempt).data or {}).get("status")
     except Exception:
-        return None
+        return []
+    stages = (status or {}).get("stages") or []
+    found = [s.get("progress") for s in stages if isinstance(s, dict)]
+    return [p for p in found if isinstance(p, dict)]
+
+
+def reading(ctx: Context, run: RunRecord, metric: str) -> tuple[int, float] | None:
+    """(step, value) of ``metric`` the run's agent last showed (any stage; the one with the
+    highest step), or None."""
     best: tuple[int, float] | None = None
-    for stage in (status or {}).get("stages") or []:
-        progress = stage.get("progress") if isinstance(stage, dict) else None
-        if not isinstance(progress, dict) or not isinstance(progress.get("step"), int):
+    for progress in _progress(ctx, run):
+        if not isinstance(progress.get("step"), int):
             continue
         value = progress.get("loss") if metric == "loss" else None
         metrics = progress.get("metrics")
@@ -266,22 +272,12 @@ def _warn_no_metric(
 
 def _reported(ctx: Context, run: RunRecord) -> set[str]:
     """The metric names the run's agent last showed (``loss`` included when it had one)."""
-    try:
-        status = (
-            (ctx.store.get_attempt(run.id, run.attempt).data or {}).get("status")
-            if run.attempt
-            else None
-        )
-    except Exception:
-        return set()
     names: set[str] = set()
-    for stage in (status or {}).get("stages") or []:
-        progress = stage.get("progress") if isinstance(stage, dict) else None
-        if isinstance(progress, dict):
-            if progress.get("loss") is not None:
-                names.add("loss")
-            if isinstance(progress.get("metrics"), dict):
-                names.update(str(k) for k in progress["metrics"])
+    for progress in _progress(ctx, run):
+        if progress.get("loss") is not None:
+            names.add("loss")
+        if isinstance(progress.get("metrics"), dict):
+            names.update(str(k) for k in progress["metrics"])
     return names
 
 

@@ -182,6 +182,8 @@ def advance_sweep(ctx: Context, sweep: SweepRecord) -> None:
     best = best_trial(spec, store.trials(sweep.name))
     final = "STOPPED" if state == "STOPPING" else "FINISHED"
     reason = sweep.reason if state == "STOPPING" else "every trial done"
+    if state != "STOPPING" and sweep.reason.startswith("warning:"):
+        reason += "; " + sweep.reason  # the warning stays with the finished sweep
     ended = store.update_sweep(
         sweep.name,
         expect=(state,),

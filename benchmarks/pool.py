@@ -12,6 +12,10 @@ throughput of two workers with the controller's CPU per run.
    run by the two workers under one real controller process (default settings); from the
    first submission to the last run SUCCEEDED, and the controller process's CPU seconds
    (user + system) over the same span, per run.
+3. ``scale_s``: ``corral pool scale 4`` on a box whose ``corral worker`` runs 1 of its 4
+   workers (fake L40S), from the command's start to all four answering in the pool (the
+   command returns then); baseline ``cold_start_s``: a new ``corral worker`` of the same four
+   GPUs from its start to all four answering, in the same run.
 
 Needs the Redis server of ``CORRAL_BENCH_REDIS`` (default ``redis://127.0.0.1:6379/13``); every
 key of the benchmark's pool is deleted at the end.
@@ -114,6 +118,58 @@ def start_workers(env: dict[str, str], root: Path) -> list[subprocess.Popen[byte
     return procs
 
 
+def _box(env: dict[str, str], root: Path, *extra: str) -> subprocess.Popen[bytes]:
+    root.mkdir(parents=True, exist_ok=True)
+    wenv = dict(env, CORRAL_HOME=str(root), CORRAL_FAKE_GPUS="L40S:4")
+    wenv["CORRAL_GPU_LOCK_DIR"] = str(root / "locks")
+    with open(root / "worker.out", "ab") as log:
+        return subprocess.Popen(
+            [sys.executable, "-m", "corral.cli", "worker", "--gpus", "0,1,2,3", *extra],
+            env=wenv,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+
+def scale_times(env: dict[str, str], root: Path) -> tuple[float, float]:
+    """(seconds for ``corral pool scale 4`` from 1 worker, a cold start of 4 workers)."""
+    from corral.queue.client import connect
+    from corral.queue.keys import Keys
+    from corral.queue.registry import Registry
+    from corral.queue.settings import PoolSettings
+
+    registry = Registry(connect(PoolSettings.from_env(env)), Keys(env["CORRAL_POOL_NAME"]))
+
+    def answering(prefix: str) -> int:
+        return sum(1 for w in registry.workers() if w.name.startswith(prefix))
+
+    box = _box(env, root / "scale", "--workers", "1", "--name", "sc")
+    try:
+        _wait(lambda: answering("sc-") == 1, 120, "one worker to answer")
+        began = time.monotonic()
+        subprocess.run(
+            [sys.executable, "-m", "corral.cli", "pool", "scale", "4"],
+            env=dict(env, CORRAL_HOME=str(root / "scale")),
+            check=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        scale_s = time.monotonic() - began
+        if answering("sc-") != 4:
+            raise SystemExit("scale 4 returned before four workers answered")
+    finally:
+        os.killpg(box.pid, signal.SIGKILL)
+    began = time.monotonic()
+    box = _box(env, root / "cold", "--name", "cold")
+    try:
+        _wait(lambda: answering("cold-") == 4, 120, "four workers to answer")
+        cold_s = time.monotonic() - began
+    finally:
+        os.killpg(box.pid, signal.SIGKILL)
+    return scale_s, cold_s
+
+
 def throughput(env: dict[str, str], work: Path, runs: int) -> tuple[float, float]:
     """(runs per minute, controller CPU seconds per run)."""
     for k, v in env.items():
@@ -205,6 +261,10 @@ def main(argv: list[str] | None = None) -> int:
         tput_env = dict(pool_env, CORRAL_HOME=str(tmp / "tput-home"))
         Path(tput_env["CORRAL_HOME"]).mkdir()
         per_min, cpu_per_run = throughput(tput_env, work, args.runs)
+        for w in workers:  # their GPU locks and their CPU are the box's below
+            os.killpg(w.pid, signal.SIGKILL)
+        workers = []
+        scale_s, cold_s = scale_times(pool_env, tmp / "boxes")
     finally:
         for w in workers:
             try:
@@ -226,6 +286,8 @@ def main(argv: list[str] | None = None) -> int:
         "pool_runs_per_min": round(per_min, 1),
         "controller_cpu_s_per_run": round(cpu_per_run, 4),
         "runs": args.runs,
+        "scale_s": round(scale_s, 2),
+        "cold_start_s": round(cold_s, 2),
     }
     if args.json:
         print(json.dumps(result))
@@ -243,6 +305,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     t.add_row("tiny runs through two workers", f"{per_min:.1f} runs/min", "-")
     t.add_row("controller CPU per run", f"{cpu_per_run * 1000:.0f} ms", "-")
+    t.add_row(
+        "corral pool scale 1 -> 4, all answering",
+        f"{scale_s:.2f} s",
+        f"a cold start of 4 workers {cold_s:.2f} s",
+    )
     Console().print(t)
     return 0
 

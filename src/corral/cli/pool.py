@@ -1,4 +1,4 @@
-"""``corral pool status|check|logs|purge|monitor|watch``: the GPU worker pool as an operator sees it."""
+"""``corral pool status|check|logs|purge|scale|restart|monitor|watch``: the GPU worker pool as an operator sees it."""
 
 from __future__ import annotations
 
@@ -168,6 +168,63 @@ def purge(
     console.print(
         f"{queue}: {len(view.cancelled)} waiting runs cancelled, {view.running} running left alone"
     )
+
+
+HOME = typer.Option(None, "--home", help="The workers' home (corral worker --home).")
+
+
+@app.command("scale")
+def scale(
+    count: int = typer.Argument(..., metavar="N", min=0, help="Workers to run on this box."),
+    home: Path = HOME,
+    broker: str = BROKER,
+    pool: str = POOL,
+    wait: bool = typer.Option(True, "--wait/--no-wait", help="Wait until they answer."),
+    timeout: float = typer.Option(120.0, "--timeout", min=1, help="Seconds to wait."),
+    json_: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """Run N workers of this box's `corral worker` (one per GPU at most): more are started,
+    fewer stop warm (the idle ones first; a running attempt finishes first)."""
+    from corral.cli.output import console, err_console, print_json
+    from corral.service.pool_scale import scale as scale_box
+
+    say = (lambda _line: None) if json_ else (lambda line: err_console.print(line, markup=False))
+    view = scale_box(
+        count, _settings(broker, pool), home=home, timeout_s=timeout, wait=wait, say=say
+    )
+    if json_:
+        print_json(view)
+        return
+    line = f"{len(view.answering)} of {view.workers} workers answer ({view.seconds:g}s)"
+    if view.stopping:
+        line += f"; stopping after their attempt: {', '.join(view.stopping)}"
+    console.print(line, highlight=False)
+
+
+@app.command("restart")
+def restart(
+    workers: list[str] = typer.Argument(
+        None, metavar="[WORKER]...", help="Workers to restart (default: every running one)."
+    ),
+    home: Path = HOME,
+    broker: str = BROKER,
+    pool: str = POOL,
+    timeout: float = typer.Option(600.0, "--timeout", min=1, help="Seconds to wait."),
+    json_: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """Restart this box's workers one at a time, warm (a running attempt finishes first), each
+    answering again before the next: new worker processes run the corral installed now."""
+    from corral.cli.output import console, err_console, print_json
+    from corral.service.pool_scale import restart as restart_box
+
+    say = (lambda _line: None) if json_ else (lambda line: err_console.print(line, markup=False))
+    view = restart_box(
+        list(workers or []), _settings(broker, pool), home=home, timeout_s=timeout, say=say
+    )
+    if json_:
+        print_json(view)
+        return
+    console.print(f"{len(view.restarted)} workers restarted ({view.seconds:g}s)", highlight=False)
 
 
 @app.command("monitor")

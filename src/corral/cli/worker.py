@@ -33,6 +33,13 @@ def worker(
     home: Path = typer.Option(
         None, "--home", help="Where attempts keep their files (default: CORRAL_HOME/worker)."
     ),
+    workers: int = typer.Option(
+        None,
+        "--workers",
+        min=0,
+        help="Workers to start with (default: one per GPU group); `corral pool scale N` "
+        "changes it while this runs.",
+    ),
     checkpoint_dir: str = typer.Option(
         None,
         "--checkpoint-dir",
@@ -64,5 +71,6 @@ def worker(
         name=name,
         home=home,
         checkpoint_dir=checkpoint_dir,
+        workers=workers,
     )
     raise typer.Exit(serve(opts, settings, say=lambda line: err_console.print(line, markup=False)))

@@ -27,13 +27,15 @@ from urllib.parse import urlsplit
 
 import psutil
 
-from corral import paths
 from corral.device_locks import DeviceLocks, gpu_lock_dir
 from corral.errors import BadInput, NoCapacity
 from corral.gpu import GpuInfo, detect
+from corral.queue.board import Board
 from corral.queue.client import broker_errors, connect, safe_url
 from corral.queue.config import SlotConfig
+from corral.queue.control import clear_state, worker_home
 from corral.queue.keys import Keys
+from corral.queue.registry import Registry
 from corral.queue.settings import PoolSettings
 from corral.queue.slot import ENV_PARENT, ENV_SLOT
 
@@ -58,6 +60,8 @@ class WorkerOptions:
     home: Path | None = None
     #: where attempts keep checkpoints (one directory per run under it); default: the plan's
     checkpoint_dir: str | None = None
+    #: workers to start with (None: one per GPU group); ``corral pool scale`` changes it
+    workers: int | None = None
     restart: bool = True
     extra: dict[str, str] = field(default_factory=dict)
 
@@ -96,7 +100,7 @@ def plan_slots(
     advertise = opts.advertise or (
         _route_ip(settings.broker_url) if opts.bind in ("0.0.0.0", "::") else opts.bind
     )
-    home = opts.home or paths.home() / "worker"
+    home = worker_home(opts.home)
     keys = Keys(settings.name)
     memory = round(psutil.virtual_memory().total / 2**30, 1)
     slots = []
@@ -139,6 +143,14 @@ class _Slot:
         self.delay = 1.0
         self.start_at = 0.0
         self.started = 0.0
+        #: it should run (False: scaled down by ``corral pool scale``)
+        self.active = True
+        #: stopping to be started again at once (a rolling restart)
+        self.restarting = False
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc is not None and self.proc.poll() is None else None
 
     def start(self, settings: PoolSettings, extra: dict[str, str]) -> int:
         self.started = time.monotonic()
@@ -174,8 +186,15 @@ def serve(
     """Start the workers and watch them until stopped; returns the exit code."""
     inventory = detect() if gpus is None else gpus
     slots = [_Slot(c, Path(c.home)) for c in plan_slots(inventory, opts, settings)]
+    wanted = len(slots) if opts.workers is None else opts.workers
+    if not 0 <= wanted <= len(slots):
+        raise BadInput(
+            f"--workers {wanted}: this box has {len(slots)} workers' worth of GPUs "
+            f"({', '.join(s.config.name for s in slots)})"
+        )
     with broker_errors(settings):
-        connect(settings).ping()
+        client = connect(settings)
+        client.ping()
     ids = [g for s in slots for g in s.config.gpus]
     namespace = "fake" if any(g.fake for g in inventory) else "gpu"
     stopping: list[int] = []
@@ -185,9 +204,14 @@ def serve(
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    home = worker_home(opts.home)
     with _locked(DeviceLocks(gpu_lock_dir(), namespace), ids):
+        for slot in slots[wanted:]:
+            slot.active = False
         for slot in slots:
             Path(slot.config.home).mkdir(parents=True, exist_ok=True)
+            if not slot.active:
+                continue
             pid = slot.start(settings, opts.extra)
             c = slot.config
             say(
@@ -195,10 +219,16 @@ def serve(
                 f"pid {pid}, log {slot.log}"
             )
         say(
-            f"{len(slots)} worker(s) on {safe_url(settings.broker_url)} (pool {settings.name}); "
-            "Ctrl-C stops taking attempts, a second Ctrl-C stops the running ones"
+            f"{wanted} of {len(slots)} worker(s) on {safe_url(settings.broker_url)} (pool "
+            f"{settings.name}); Ctrl-C stops taking attempts, a second Ctrl-C stops the running "
+            "ones; `corral pool scale N` and `corral pool restart` act on them"
         )
-        return _watch(slots, settings, opts, stopping, say)
+        registry = Registry(client, Keys(settings.name))
+        board = Board(home, slots, settings.name, registry.workers, say, os.getpid())
+        try:
+            return _watch(slots, settings, opts, stopping, say, board)
+        finally:
+            clear_state(home)
 
 
 @contextlib.contextmanager
@@ -222,7 +252,6 @@ def _preempt_running(slots: list[_Slot], settings: PoolSettings) -> int:
     """Ask the attempts these workers run to stop gracefully, as preemptions (the controller
     recovers their runs elsewhere from the checkpoint they save now)."""
     from corral.queue.attempts import AttemptStore
-    from corral.queue.registry import Registry
 
     names = {s.config.name for s in slots}
     try:
@@ -247,9 +276,11 @@ def _watch(
     opts: WorkerOptions,
     stopping: list[int],
     say: Callable[[str], None],
+    board: Board,
 ) -> int:
     told = 0
     while True:
+        board.step(bool(stopping))
         if len(stopping) > told:
             told = len(stopping)
             if told == 1:
@@ -272,9 +303,18 @@ def _watch(
             if code is None and s.proc is not None:
                 live = True
                 continue
-            if stopping or not opts.restart:
+            if stopping or not s.active:
+                if s.proc is not None and not stopping:
+                    say(f"worker {s.config.name} stopped ({code})")
+                s.proc = None
                 continue
             now = time.monotonic()
+            if s.restarting and s.proc is not None:  # a rolling restart: at once
+                s.restarting = False
+                s.proc = None
+                s.start_at = now
+            if not opts.restart and s.proc is not None:
+                continue
             if s.proc is not None:  # it just exited: start it again after a pause
                 if now - s.started > MAX_RESTART_DELAY_S:
                     s.delay = 1.0  # it ran a good while: not a crash loop
@@ -285,6 +325,7 @@ def _watch(
             if now >= s.start_at:
                 s.start(settings, opts.extra)
             live = True
-        if not live:
+        if not live and (stopping or not opts.restart):
+            board.publish()
             return 0
         time.sleep(0.2)

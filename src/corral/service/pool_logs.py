@@ -13,8 +13,8 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from corral import paths
 from corral.errors import NotFound
+from corral.queue.control import worker_home
 
 #: how often a followed log is looked at
 FOLLOW_EVERY_S = 0.2
@@ -22,7 +22,7 @@ FOLLOW_EVERY_S = 0.2
 
 def worker_log(name: str, home: Path | None = None) -> Path:
     """The log of worker ``name`` on this box; NotFound naming the workers that have one."""
-    base = home or paths.home() / "worker"
+    base = worker_home(home)
     path = base / name / f"{name}.log"
     if path.is_file():
         return path

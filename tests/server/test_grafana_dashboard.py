@@ -188,6 +188,14 @@ class Prometheus:
         got = self.query('sum_over_time(up{job="corral"}[1m])')
         return int(float(got[0]["value"][1])) if got else 0
 
+    def target_state(self) -> str:
+        """The scrape target's health and last error, for a failure's message."""
+        body = httpx.get(f"{self.url}/api/v1/targets", timeout=10).json()
+        return "; ".join(
+            f"{t['scrapeUrl']}: {t['health']} {t['lastError']}"
+            for t in body["data"]["activeTargets"]
+        )
+
     def stop(self) -> None:
         self.proc.terminate()
         try:
@@ -223,7 +231,12 @@ def prometheus(corral: Corral, tmp_path: Path) -> Iterator[Prometheus]:
 def test_every_panel_query_answers_from_a_real_prometheus(
     corral: Corral, prometheus: Prometheus
 ) -> None:
-    wait_until(lambda: prometheus.scrapes() >= 1, 20, interval=0.3, message="a scrape")
+    wait_until(
+        lambda: prometheus.scrapes() >= 1,
+        20,
+        interval=0.3,
+        message=lambda: f"a scrape of corral ({prometheus.target_state()})",
+    )
     # the recovered run goes on costing: $1 more, which the next scrapes see
     store = Store.open()
     try:

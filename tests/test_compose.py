@@ -141,15 +141,15 @@ def test_prometheus_scrapes_the_server_with_a_token_and_grafana_reads_it() -> No
     assert stack["secrets"][secret]["environment"] == "CORRAL_METRICS_TOKEN"
     assert f"--config.file={next(iter(prom_files))}" in prom["command"]
     # Grafana: its datasource is that Prometheus, and the dashboard names it by its uid
-    provisioning = grafana_files["/etc/grafana/provisioning"]
-    [source] = yaml.safe_load((provisioning / "datasources" / "prometheus.yaml").read_text())[
-        "datasources"
-    ]
+    provisioning = "/etc/grafana/provisioning"
+    [source] = yaml.safe_load(
+        (grafana_files[f"{provisioning}/datasources"] / "prometheus.yaml").read_text()
+    )["datasources"]
     assert source["type"] == "prometheus" and source["url"] == "http://prometheus:9090"
     assert f"{config['global']['scrape_interval']}" == source["jsonData"]["timeInterval"]
-    [provider] = yaml.safe_load((provisioning / "dashboards" / "corral.yaml").read_text())[
-        "providers"
-    ]
+    [provider] = yaml.safe_load(
+        (grafana_files[f"{provisioning}/dashboards"] / "corral.yaml").read_text()
+    )["providers"]
     dashboards = grafana_files[provider["options"]["path"]]
     dashboard = json.loads((dashboards / "corral.json").read_text())
     uids = {p["datasource"]["uid"] for p in dashboard["panels"]}

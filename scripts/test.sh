@@ -21,6 +21,15 @@ if ! command -v chromium >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; 
     { apt-get update -q && apt-get install -y -q chromium chromium-driver; }; } >/dev/null 2>&1 ||
     echo "chromium could not be installed: the dashboard's browser test will be skipped" >&2
 fi
+# Debian's prometheus for the Grafana dashboard's test (tests/server/test_grafana_dashboard.py
+# runs its own process on loopback; the package's service is never used). Quiet; without it
+# that test is skipped, saying why.
+if ! command -v prometheus >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then
+  { apt-get install -y -q --no-install-recommends prometheus ||
+    { apt-get update -q && apt-get install -y -q --no-install-recommends prometheus; }; } \
+    >/dev/null 2>&1 ||
+    echo "prometheus could not be installed: the Grafana dashboard's test will be skipped" >&2
+fi
 
 # corral's modules byte-compiled once: the suite starts hundreds of corral processes, and with
 # PYTHONDONTWRITEBYTECODE set (as on some CI machines) each would compile them again

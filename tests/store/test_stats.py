@@ -1,4 +1,5 @@
-"""Totals for monitoring: runs and cost by state, webhook deliveries, in one query each."""
+"""Totals for monitoring: runs and cost by state, webhook deliveries, preemptions and
+recoveries, in one query each."""
 
 from __future__ import annotations
 
@@ -29,3 +30,23 @@ def test_webhook_totals_add_up_every_cursor(store: Store) -> None:
     store.advance_webhook_cursor(b.id, 0, 1, failed=2)
     totals = store.webhook_totals()
     assert (totals.delivered, totals.failed) == (3, 3)
+
+
+def test_attempt_totals_count_preemptions_and_recoveries(store: Store) -> None:
+    totals = store.attempt_totals()
+    assert (totals.preempted, totals.recoveries) == (0, 0)
+    a, b = make_run(store, "a"), make_run(store, "b")
+
+    def attempt(run_id: str, number: int, **fields: object) -> None:
+        store.create_attempt(run_id, number, provider="local", offer={}, price_per_hour=1.0)
+        store.update_attempt(run_id, number, **fields)
+
+    attempt(a.id, 1, exit_reason="preempted")
+    attempt(a.id, 2, exit_reason="preempted")
+    # a recovery that found no capacity, then launched: the same attempt number, counted once
+    attempt(a.id, 3, exit_reason="no_capacity")
+    store.update_attempt(a.id, 3, exit_reason=None)
+    attempt(b.id, 1, exit_reason="failed")
+    attempt(b.id, 2)
+    totals = store.attempt_totals()
+    assert (totals.preempted, totals.recoveries) == (2, 3)

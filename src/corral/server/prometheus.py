@@ -89,6 +89,14 @@ class _Snapshot(Collector):
         yield CounterMetricFamily(
             "corral_webhook_failures", "webhook deliveries given up on", s.webhook_failures
         )
+        yield CounterMetricFamily(
+            "corral_preemptions", "attempts that ended preempted", s.preemptions
+        )
+        yield CounterMetricFamily(
+            "corral_recoveries",
+            "attempts after a run's first: recoveries that got as far as launching",
+            s.recoveries,
+        )
         yield GaugeMetricFamily(
             "corral_controller_up", "1 while a controller runs", int(s.controller_running)
         )

@@ -1,5 +1,5 @@
 """What ``/metrics`` shows (``corral server``), gathered in one call: runs and cost by state,
-each recent run's cost, webhook deliveries and failures, the controller's loop (what it
+each recent run's cost, webhook deliveries and failures, preemptions and recoveries, the controller's loop (what it
 publishes, :mod:`corral.control.loop_metrics`), every GPU with its verdict
 (:mod:`corral.service.monitoring`) and, for a provider whose runs wait in queues of its own
 (:class:`~corral.providers.base.ReportsQueue`, a worker pool), each queue's length.
@@ -66,6 +66,10 @@ class MetricsSnapshot(View):
     run_costs: list[RunCost]
     webhook_deliveries: int
     webhook_failures: int
+    #: attempts that ended preempted, over every run
+    preemptions: int
+    #: attempts after a run's first (each a recovery that got as far as launching)
+    recoveries: int
     controller_running: bool
     controller_loop: ControllerLoop | None
     gpus: GpuReport
@@ -163,6 +167,7 @@ def snapshot(
         totals = {t.state: t for t in st.run_totals()}
         runs = recent_runs(st)
         hooks = st.webhook_totals()
+        attempts = st.attempt_totals()
         gpus = gpu_report(store=st, thresholds=thresholds, environ=environ)
     queues, readable, queue_errors = _queues(queue_providers or QueueProviders())
     return MetricsSnapshot(
@@ -172,6 +177,8 @@ def snapshot(
         run_costs=runs,
         webhook_deliveries=hooks.delivered,
         webhook_failures=hooks.failed,
+        preemptions=attempts.preempted,
+        recoveries=attempts.recoveries,
         controller_running=running_pid() is not None,
         controller_loop=_loop(loop_metrics.read(paths.home())),
         gpus=gpus,

@@ -1,11 +1,12 @@
 """Totals over the whole store, for monitoring (``/metrics``): runs and cost by state, webhook
-deliveries. One aggregate query each, whatever the number of runs."""
+deliveries, preemptions and recoveries. One aggregate query each, whatever the number of runs."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from corral.store._core import StoreBase
+from corral.wire.outcome import OutcomeKind
 
 
 @dataclass(frozen=True, slots=True)
@@ -19,6 +20,16 @@ class StateTotals:
 class WebhookTotals:
     delivered: int
     failed: int
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptTotals:
+    #: attempts that ended preempted (the provider took the machine back, or the job exited
+    #: with the SDK's "preempted" code)
+    preempted: int
+    #: attempts after a run's first: each one a recovery (after a preemption or an error)
+    #: that got as far as launching
+    recoveries: int
 
 
 class StatsOps(StoreBase):
@@ -44,3 +55,16 @@ class StatsOps(StoreBase):
         if row is None:
             return WebhookTotals(0, 0)
         return WebhookTotals(int(row["delivered"]), int(row["failed"]))
+
+    def attempt_totals(self) -> AttemptTotals:
+        """Preemptions and recoveries over every run's attempts (an attempt number reused
+        after no capacity is one row, so each counts once)."""
+        sql = (
+            "SELECT COALESCE(SUM(CASE WHEN exit_reason = :preempted THEN 1 ELSE 0 END), 0) AS p, "
+            "COALESCE(SUM(CASE WHEN number > 1 THEN 1 ELSE 0 END), 0) AS r FROM attempts"
+        )
+        with self._db.transaction() as tx:
+            row = tx.one(sql, {"preempted": OutcomeKind.PREEMPTED.value})
+        if row is None:
+            return AttemptTotals(0, 0)
+        return AttemptTotals(int(row["p"]), int(row["r"]))

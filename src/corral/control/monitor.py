@@ -64,6 +64,8 @@ def handle_provisioning(ctx: Context, run: RunRecord, obs: Observation) -> Trans
     except WireVersionMismatch as e:  # no retry or recovery can fix this: say so, stop
         return transitions.finish(RunState.FAILED, e.message, graceful=False)
     if not ready:
+        if st.look_again_s is not None:
+            obs.soon(st.look_again_s)  # it is about to be ready: not a tick later
         return None  # the health watcher fails it after provision_timeout_s
     _send_code(ctx, run, obs)
     provider = obs.resource.provider if obs.resource else run.provider

@@ -222,6 +222,12 @@ class InstanceStatus(_Model):
         description="When the machine left the provider's queue (billing and the provision "
         "timeout count from then), for a provider that queues launches.",
     )
+    look_again_s: float | None = Field(
+        None,
+        description="The machine is about to be ready (its agent is starting on a box that "
+        "answers in moments): the controller looks again this soon instead of at its next "
+        "tick. Only for a provider whose status costs nothing (no rate-limited API).",
+    )
 
 
 class Capability(_Model):

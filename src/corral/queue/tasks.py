@@ -37,6 +37,9 @@ from corral.queue.settings import PoolSettings
 
 log = logging.getLogger("corral.worker")
 
+#: how often a starting agent is looked at for its port (then: the heartbeat's pace)
+STARTING_POLL_S = 0.05
+
 
 def register(app: Any, settings: PoolSettings, slot: SlotConfig) -> Any:
     """Define the attempt task on ``app`` for the worker ``slot``."""
@@ -169,7 +172,8 @@ class AttemptTask:
                     break
                 if agent.exit_code() is not None:
                     break
-                time.sleep(self.poll_s)
+                # while the agent starts, look for its port often: the controller waits on it
+                time.sleep(self.poll_s if endpoint else STARTING_POLL_S)
         except SoftTimeLimitExceeded:
             detail = "the task's time limit (the job's max_runtime and the start margin)"
             agent.stop(grace_s)

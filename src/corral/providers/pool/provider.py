@@ -59,6 +59,10 @@ from corral.wire.env import DEFAULT_GRACE_SECONDS
 #: where a worker keeps the runs whose code is shipped to it (under its root)
 NODE_RUNS = "/corral/runs"
 
+#: how soon the controller looks again at an attempt a worker has claimed (its agent is
+#: starting: it answers within a second or so, and a look is one read from Redis)
+STARTING_LOOK_S = 0.1
+
 #: an unknown attempt older than this is the leak sweep's (younger: a launch in flight)
 SWEEP_MIN_AGE_S = 600.0
 
@@ -366,6 +370,7 @@ class PoolProvider(Provider, SupportsSimulatedPreemption, ReportsQueue):
                 state=InstanceState.PROVISIONING,
                 detail=f"starting on worker {rec.worker}",
                 started_at=started,
+                look_again_s=STARTING_LOOK_S,  # its agent answers within a second or so
             )
         if rec.state == states.RUNNING:
             return InstanceStatus(

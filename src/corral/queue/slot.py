@@ -84,6 +84,9 @@ def worker_argv(slot: SlotConfig) -> list[str]:
         "1",
         "--task-events",
         "--without-gossip",
+        # no revoked-task sync with the other workers at start (a second each): an attempt is
+        # claimed once in Redis, so a cancelled one never runs whatever a worker remembers
+        "--without-mingle",
         "--loglevel",
         "INFO",
     ]

@@ -47,8 +47,9 @@ python scripts/lint_imports.py
 mypy
 
 # -p no:cacheprovider keeps the clone clean; exit code 5 (no tests collected) fails the run.
+# --durations names the 30 slowest tests at the end: where the suite's time goes.
 set +e
-python -m pytest -p no:cacheprovider -n 2 "$@"
+python -m pytest -p no:cacheprovider -n 2 --durations=30 "$@"
 rc=$?
 set -e
 if [ "$rc" -eq 5 ]; then

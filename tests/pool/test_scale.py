@@ -93,6 +93,13 @@ def test_scale_up_and_down_and_a_rolling_restart(tmp_path: Path) -> None:
                 "restarted",
             ], said
 
+            # the restarted worker's own log on this box, through `corral pool logs`
+            out = CliRunner().invoke(
+                app, ["pool", "logs", "box-gpu1", "-n", "400", "--home", str(home)]
+            )
+            assert out.exit_code == 0, out.output
+            assert out.stdout.count("@") and out.stdout.count(" ready.") == 2  # started twice
+
             out = _pool("scale", "9", home=home, settings=settings)
             assert out.exit_code != 0
             assert "scale 9: this box has 4 workers" in out.output

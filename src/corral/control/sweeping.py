@@ -122,6 +122,9 @@ class Sweeper:
         self.ctx = ctx
         self._next = 0.0
         self.active = 0
+        #: per active sweep, its trials' runs already seen ended (an ended run never changes:
+        #: it is not read again, so a sweep of thousands of trials costs its live ones only)
+        self._ended: dict[str, dict[str, RunRecord]] = {}
 
     def advance(self, force: bool = False) -> int:
         """Advance every active sweep (at most every ADVANCE_EVERY_S); how many are active."""
@@ -136,18 +139,33 @@ class Sweeper:
             return self.active
         for sweep in sweeps:
             try:
-                advance_sweep(self.ctx, sweep)
+                advance_sweep(self.ctx, sweep, self._ended.setdefault(sweep.name, {}))
             except Exception as e:  # one sweep's trouble never stops the others
                 log.error("sweep %s: %s", sweep.name, e)
+        for name in set(self._ended) - {s.name for s in sweeps}:
+            del self._ended[name]
         self.active = len(sweeps)
         return self.active
 
 
-def advance_sweep(ctx: Context, sweep: SweepRecord) -> None:
+def advance_sweep(
+    ctx: Context, sweep: SweepRecord, ended: dict[str, RunRecord] | None = None
+) -> None:
+    """One look at a sweep: its trials synced with their runs, bad ones pruned, new ones
+    started, the sweep ended when all are done. ``ended``: runs already seen ended (read once,
+    kept by the caller across looks)."""
     spec = SweepSpec.model_validate(sweep.sweep)
     store = ctx.store
     trials = store.trials(sweep.name)
-    runs = {t.number: store.get_run(t.run_id, with_spec=False) for t in trials}
+    known = {} if ended is None else ended
+    runs = {}
+    for t in trials:
+        run = known.get(t.run_id) or store.get_run(t.run_id, with_spec=False)
+        runs[t.number] = run
+    for t in trials:
+        _sync(ctx, spec, t, runs[t.number])
+        if runs[t.number].terminal:
+            known[t.run_id] = runs[t.number]  # synced with its final state: never read again
     for t in trials:
         _sync(ctx, spec, t, runs[t.number])
     trials = store.trials(sweep.name)
@@ -224,8 +242,8 @@ def _announce(ctx: Context, sweep: SweepRecord, state: str, best: TrialRecord | 
 
 def _sync(ctx: Context, spec: SweepSpec, t: TrialRecord, run: RunRecord) -> None:
     fields: dict[str, Any] = {}
-    got = reading(ctx, run, spec.metric.name)
-    if got is not None and t.state == "running":
+    got = reading(ctx, run, spec.metric.name) if t.state == "running" else None
+    if got is not None:
         step, value = got
         if t.intermediate.get(str(step)) != value or t.value != value:
             fields.update(intermediate={**t.intermediate, str(step): value}, step=step, value=value)

@@ -222,6 +222,12 @@ class InstanceStatus(_Model):
         description="When the machine left the provider's queue (billing and the provision "
         "timeout count from then), for a provider that queues launches.",
     )
+    limit: str | None = Field(
+        None,
+        description="The job went over a limit the machine enforces (its memory) and was "
+        "killed for it: why, in one line. The attempt failed; a new one would meet the same "
+        "limit, so the run is not recovered.",
+    )
 
 
 class Capability(_Model):

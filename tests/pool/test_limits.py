@@ -22,7 +22,7 @@ from corral.providers.pool.provider import PoolProvider
 from corral.queue.attempts import AttemptStore
 from corral.queue.client import connect
 from corral.queue.keys import Keys
-from corral.queue.limits import cores_for
+from corral.queue.limits import Mechanism, cores_for
 from corral.queue.registry import Registry, WorkerInfo
 from corral.queue.settings import PoolSettings
 from corral.store import Store
@@ -147,7 +147,7 @@ def test_a_job_past_its_memory_limit_fails_with_that_reason_and_is_not_retried(
     pool: PoolSettings, workers: Workers, tmp_path: Path
 ) -> None:
     workers.start("m0", "", "--job-memory", "128M", cpu_slots=1)  # a box without GPUs
-    assert "cgroup v2 is not available" in workers.log("m0")  # said once, with why
+    assert "job limits: memory 128 MiB: " in workers.log("m0")  # how, said once
     work = tmp_path / "work"
     work.mkdir()
     (work / "grow.py").write_text(GROW)
@@ -187,11 +187,12 @@ def test_job_cpus_pin_the_job_to_its_workers_cores(
     out = tmp_path / "affinity.txt"
     work = tmp_path / "work"
     work.mkdir()
+    (work / "where.py").write_text(WHERE)
     spec = write_spec(
         work,
         f"""
         name: pinned
-        run: {sys.executable} -c "import os; print(sorted(os.sched_getaffinity(0)))" > {out}
+        run: {sys.executable} {work / "where.py"} > {out}
         """,
     )
     run_id = submit(spec)
@@ -203,8 +204,25 @@ def test_job_cpus_pin_the_job_to_its_workers_cores(
         controller.terminate()
         controller.wait(10)
     assert run.state == "SUCCEEDED", run.reason
-    assert json.loads(out.read_text()) == cores_for(0, 1.0)
-    wait_until(lambda: "CPU by affinity to cores" in workers.log("m0"), 10, 0.1)
+    seen = json.loads(out.read_text())
+    if Mechanism.detect().cgroup_base is None:  # this box: no delegated cgroup v2
+        assert seen["cores"] == cores_for(0, 1.0)
+        wait_until(lambda: "CPU by affinity to cores" in workers.log("m0"), 10, 0.1)
+    else:  # a box with one: the attempt's cgroup has the quota of one CPU
+        assert seen["cpu_max"] == ["100000", "100000"]
+
+
+#: what the job sees of its CPUs: its cores and its cgroup v2 path
+WHERE = """
+import json, os
+from corral.queue.cgroups import mount_point
+cgroup = next((ln[3:] for ln in open("/proc/self/cgroup").read().splitlines()
+               if ln.startswith("0::")), "")
+mount = mount_point()
+cpu_max = mount / cgroup.lstrip("/") / "cpu.max" if mount else None
+quota = cpu_max.read_text().split() if cpu_max and cpu_max.exists() else None
+print(json.dumps({"cores": sorted(os.sched_getaffinity(0)), "cpu_max": quota}))
+"""
 
 
 @pytest.mark.parametrize(

@@ -25,7 +25,8 @@ AGENT_HEADROOM = 256 * 2**20
 WANTED = ("memory", "cpu")
 
 
-def _cgroup2_mount() -> Path | None:
+def mount_point() -> Path | None:
+    """Where the cgroup2 hierarchy is mounted (None: nowhere, a cgroup v1 box)."""
     try:
         lines = Path("/proc/self/mountinfo").read_text().splitlines()
     except OSError:
@@ -50,7 +51,7 @@ def _own_path() -> str | None:
 def find(environ: Mapping[str, str] | None = None) -> tuple[Path | None, str]:
     """The delegated cgroup2 directory to make the attempts' cgroups in, or None and why not."""
     env = os.environ if environ is None else environ
-    mount = _cgroup2_mount()
+    mount = mount_point()
     if mount is None:
         return None, "no cgroup2 hierarchy is mounted on this box (cgroup v1)"
     explicit = env.get(ENV_CGROUP, "").strip()

@@ -68,3 +68,37 @@ def test_the_leak_sweep_tells_each_provider_the_runs_not_yet_over(tmp_path: Path
     r.ctx.settings.sweep_interval_s = 0
     Controller(r.ctx).tick()
     assert calls == [({f"{r.run_id}-a1"}, {r.run_id})]
+
+
+LIMIT = "memory limit: the job used 300 MiB, over its 128 MiB limit (corral worker --job-memory)"
+
+
+def test_a_job_killed_past_its_machines_limit_fails_the_run_and_is_not_recovered(
+    tmp_path: Path,
+) -> None:
+    r = rig(tmp_path, RunState.RUNNING, spec_extra="recovery: {max_error_restarts: 3}\n")
+    r.agent.phase = "failed"  # the stage died of the kill: the agent reports a failure
+    r.provider.limit = LIMIT  # the machine says why
+    for _ in range(4):
+        reconcile(r.ctx, r.run())
+        r.clock.advance(6)
+    run = r.run()
+    assert (run.state, run.reason) == (RunState.FAILED, LIMIT)
+    [attempt] = r.store.attempts(r.run_id)
+    assert attempt.exit_reason == "failed"
+    assert attempt.data["outcome"]["over_limit"] is True
+
+
+def test_a_plain_failure_is_still_recovered_as_the_spec_says(tmp_path: Path) -> None:
+    r = rig(tmp_path, RunState.RUNNING, spec_extra="recovery: {max_error_restarts: 3}\n")
+    r.agent.phase = "failed"
+    launched: list[str] = []
+
+    def launch(offer: Offer, bootstrap: Bootstrap, key: str) -> Instance:
+        launched.append(key)
+        raise NoCapacity("full")
+
+    r.provider.launch = launch  # type: ignore[method-assign]
+    reconcile(r.ctx, r.run())
+    assert r.run().state == RunState.RECOVERING
+    assert launched == [f"{r.run_id}-a2"]  # a second attempt, as max_error_restarts allows

@@ -55,6 +55,8 @@ class StubProvider(Provider):
         #: a provider that queues launches: waiting in its queue / left it at this time
         self.queued = False
         self.started_at: datetime | None = None
+        #: the job went over a limit of the machine and was killed: why
+        self.limit: str | None = None
 
     def offers(self, req: Requirements) -> list[Offer]:
         return [OFFER]
@@ -72,6 +74,7 @@ class StubProvider(Provider):
             endpoint=ENDPOINT,
             queued=self.queued,
             started_at=self.started_at,
+            limit=self.limit,
         )
 
     def terminate(self, instance: Instance) -> None:

@@ -54,3 +54,31 @@ def test_a_gpu_served_twice_is_refused_naming_it(tmp_path: Path) -> None:
     with _locked(locks, ["0", "1"]):
         assert locks.busy() == {"0", "1"}
     assert locks.busy() == set()
+
+
+def test_cpu_slots_serve_the_cpu_queue_and_share_the_box_by_weight(tmp_path: Path) -> None:
+    from corral.queue.limits import usable_cores
+
+    opts = WorkerOptions(name="box", home=tmp_path, cpu_slots=2, job_cpus=1.0, job_memory=2**30)
+    slots = plan_slots(parse_fake("L40S:2"), opts, SETTINGS)
+    assert [(s.name, s.gpus, s.gpu_type, s.queue) for s in slots] == [
+        ("box-gpu0", ["0"], "L40S", "team.l40s.x1"),
+        ("box-gpu1", ["1"], "L40S", "team.l40s.x1"),
+        ("box-cpu0", [], "cpu", "team.cpu.x0"),
+        ("box-cpu1", [], "cpu", "team.cpu.x0"),
+    ]
+    assert all(s.job_memory == 2**30 and s.job_cpus == 1.0 for s in slots)
+    cores = usable_cores()
+    share = max(1, len(cores) // 4)
+    assert all(s.cpus == share for s in slots)
+    assert [s.cores for s in slots] == [[cores[(i * share) % len(cores)]] for i in range(4)]
+    # a box without GPUs serves CPU jobs alone; "share" is each worker's share of the box
+    alone = plan_slots(
+        [], WorkerOptions(cpu_slots=1, job_cpus="share", job_memory="share"), SETTINGS
+    )
+    [cpu] = alone
+    assert cpu.job_cpus == float(cpu.cpus) == float(len(cores))
+    assert cpu.job_memory == int(cpu.memory_gb * 2**30)
+    assert cpu.cores == cores
+    with pytest.raises(BadInput, match="no GPU found"):
+        plan_slots([], WorkerOptions(), SETTINGS)

@@ -60,7 +60,7 @@ def test_offers_are_the_pools_queues_at_its_price(pool: PoolSettings) -> None:
         (Requirements(gpu_type="A100", gpu_count_min=1, gpu_count_max=1), "serve L40S x1"),
         (Requirements(gpu_count_min=2, gpu_count_max=2), "serve L40S x1"),
         (ONE_L40S.model_copy(update={"spot": True}), "no spot"),
-        (Requirements(), "GPU jobs"),
+        (Requirements(), "no CPU worker has joined"),
         (ONE_L40S.model_copy(update={"max_runtime_s": 7200.0}), "CORRAL_POOL_MAX_RUNTIME"),
     ]
     for req, words in cases:

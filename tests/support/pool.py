@@ -78,8 +78,9 @@ class Workers:
         self.registry = Registry(connect(settings), Keys(settings.name))
 
     def start(
-        self, machine: str, gpus: str, *extra: str, wait: bool = True
+        self, machine: str, gpus: str, *extra: str, wait: bool = True, cpu_slots: int = 0
     ) -> subprocess.Popen[bytes]:
+        """``corral worker --gpus GPUS`` (``""``: none) with ``cpu_slots`` CPU workers."""
         home = self.root / machine
         home.mkdir(parents=True, exist_ok=True)
         env = {**os.environ, **pool_env(self.settings)}
@@ -101,6 +102,7 @@ class Workers:
                 gpus,
                 "--name",
                 machine,
+                *(["--cpu-slots", str(cpu_slots)] if cpu_slots else []),
                 *extra,
             ],
             env=env,
@@ -111,7 +113,8 @@ class Workers:
         log.close()
         self.procs[machine] = proc
         if wait:
-            names = {f"{machine}-gpu{g.replace(',', '-')}" for g in gpus.split(",")}
+            names = {f"{machine}-gpu{g}" for g in gpus.split(",") if g}
+            names |= {f"{machine}-cpu{i}" for i in range(cpu_slots)}
             self.wait_registered(names, machine)
         return proc
 

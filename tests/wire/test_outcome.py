@@ -138,5 +138,6 @@ def test_stopped_by_the_controller():
         "cause": "deadline",
         "exit_code": None,
         "failed_stage": None,
+        "over_limit": False,
     }
     assert AttemptOutcome.model_validate(out.model_dump(mode="json")) == out

@@ -64,7 +64,12 @@ def status(
         t.add_column(col)
     for w in view.workers:
         t.add_row(
-            w.name, w.host, ",".join(w.gpus), w.gpu_type, w.run_id or "[green]idle[/]", str(w.pid)
+            w.name,
+            w.host,
+            ",".join(w.gpus) or "-",
+            w.gpu_type,
+            w.run_id or "[green]idle[/]",
+            str(w.pid),
         )
     if view.workers:
         console.print(t)
@@ -76,7 +81,7 @@ def status(
     for row in view.queues:
         q.add_row(
             row.queue,
-            f"{row.gpu_type} x{row.gpu_count}",
+            f"{row.gpu_type} x{row.gpu_count}" if row.gpu_count else "CPU",
             str(row.workers),
             str(row.busy),
             str(row.waiting),

@@ -46,14 +46,36 @@ def worker(
         help="Keep checkpoints here (one directory per run) instead of where the plan says; "
         "use object storage (checkpoints.storage) to resume on another machine.",
     ),
+    cpu_slots: int = typer.Option(
+        0,
+        "--cpu-slots",
+        envvar="CORRAL_WORKER_CPU_SLOTS",
+        help="CPU workers to run beside the GPU ones, for jobs that ask for no GPU (a box "
+        "without GPUs serves only these).",
+    ),
+    job_memory: str = typer.Option(
+        None,
+        "--job-memory",
+        envvar="CORRAL_WORKER_JOB_MEMORY",
+        help="Each job's memory limit (16G, 512M; 'share': its worker's share of the box); "
+        "a job past it is killed and its run fails. Default: none.",
+    ),
+    job_cpus: str = typer.Option(
+        None,
+        "--job-cpus",
+        envvar="CORRAL_WORKER_JOB_CPUS",
+        help="Each job's CPUs (4, 0.5; 'share': its worker's share of the box). Default: none.",
+    ),
 ) -> None:
     """Serve this machine's GPUs to the pool: one Celery worker per GPU, pinned with
-    CUDA_VISIBLE_DEVICES, each running one attempt at a time through corral's agent.
+    CUDA_VISIBLE_DEVICES, each running one attempt at a time through corral's agent
+    (and --cpu-slots CPU workers for jobs without a GPU; --job-memory/--job-cpus limit each job).
     Runs in the foreground; Ctrl-C stops taking attempts, a second Ctrl-C stops the running
     ones (their runs resume elsewhere from their checkpoints)."""
     from dataclasses import replace
 
     from corral.cli.output import err_console
+    from corral.queue.limits import parse_cpus, parse_memory
     from corral.queue.settings import PoolSettings, check_name
     from corral.queue.supervisor import WorkerOptions, serve
 
@@ -72,5 +94,8 @@ def worker(
         home=home,
         checkpoint_dir=checkpoint_dir,
         workers=workers,
+        cpu_slots=cpu_slots,
+        job_memory=None if job_memory is None else parse_memory(job_memory),
+        job_cpus=None if job_cpus is None else parse_cpus(job_cpus),
     )
     raise typer.Exit(serve(opts, settings, say=lambda line: err_console.print(line, markup=False)))

@@ -17,6 +17,7 @@ from corral.control.cost import attempt_cost, record_stop_time, run_cost
 from corral.control.resources import instance_of, live_resource
 from corral.control.transitions import Note, Transition
 from corral.errors import AgentError, NotYetTerminated, ProviderError
+from corral.providers.base import InstanceStatus
 from corral.store.records import RunRecord
 from corral.store.states import ResourceState, RunState
 from corral.wire import outcome as outcomes
@@ -26,17 +27,21 @@ from corral.wire.status import AgentStatus, Phase, StageState
 
 
 def agent_finished(ctx: Context, run: RunRecord, status: AgentStatus) -> Transition:
-    """The agent reports its attempt over: succeed, stop, fail, or recover."""
-    machine: InstanceState | None = None
-    if status.phase == Phase.STOPPED:  # a stop on a machine being preempted is a preemption
+    """The agent reports its attempt over: succeed, stop, fail, or recover. For a stop or a
+    failure the provider is asked too: a stop on a machine being preempted is a preemption,
+    and a failure of a job its machine killed for going over a limit is that (not recovered)."""
+    machine: InstanceStatus | None = None
+    if status.phase in (Phase.STOPPED, Phase.FAILED):
         res = live_resource(ctx, run)
         inst = instance_of(res)
         if res is not None and inst is not None:
             try:
-                machine = ctx.provider(res.provider).status(inst).state
+                machine = ctx.provider(res.provider).status(inst)
             except ProviderError:
                 machine = None
-    outcome = outcomes.from_agent(status, machine)
+    if machine is not None and machine.limit and status.phase == Phase.FAILED:
+        return end_attempt(ctx, run, outcomes.over_limit(machine.limit, status))
+    outcome = outcomes.from_agent(status, machine.state if machine is not None else None)
     if outcome.kind == OutcomeKind.SUCCEEDED:
         return transitions.finish(
             RunState.SUCCEEDED, outcome.reason, graceful=False, attempt_outcome=outcome
@@ -48,8 +53,13 @@ def agent_finished(ctx: Context, run: RunRecord, status: AgentStatus) -> Transit
     return end_attempt(ctx, run, outcome)
 
 
-def attempt_lost(ctx: Context, run: RunRecord, state: InstanceState, detail: str) -> Transition:
-    """The provider says the machine is gone while the run still needed it."""
+def attempt_lost(
+    ctx: Context, run: RunRecord, state: InstanceState, detail: str, limit: str | None = None
+) -> Transition:
+    """The provider says the machine is gone while the run still needed it (``limit``: its
+    job was killed for going over a limit of the machine first)."""
+    if limit:
+        return end_attempt(ctx, run, outcomes.over_limit(limit))
     return end_attempt(ctx, run, outcomes.from_machine(state, detail))
 
 
@@ -58,7 +68,12 @@ def end_attempt(ctx: Context, run: RunRecord, outcome: AttemptOutcome) -> Transi
     outcome is counted as the attempt's own by the recovery limits."""
     kind, why, exit_code = outcome.kind.value, outcome.reason, outcome.exit_code
     decision = recovery.decide(
-        ctx.spec(run), ctx.store.attempts(run.id), run.attempt, outcome.kind, exit_code
+        ctx.spec(run),
+        ctx.store.attempts(run.id),
+        run.attempt,
+        outcome.kind,
+        exit_code,
+        over_limit=outcome.over_limit,
     )
     if decision.recover:
         return Transition(

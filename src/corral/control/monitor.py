@@ -58,7 +58,7 @@ def handle_provisioning(ctx: Context, run: RunRecord, obs: Observation) -> Trans
         return None
     if st.state.gone:
         machine_log.keep(ctx, run, obs.resource)  # it never served: its console says why
-        return finishing.attempt_lost(ctx, run, st.state, st.detail)
+        return finishing.attempt_lost(ctx, run, st.state, st.detail, st.limit)
     try:
         ready = obs.ready()
     except WireVersionMismatch as e:  # no retry or recovery can fix this: say so, stop

@@ -8,7 +8,9 @@ Rules (spec ``recovery``):
 - an error (a stage exited non-zero, the machine failed) is recovered while fewer than
   ``max_error_restarts`` errors have been recovered, and, when ``recover_on_exit_codes`` is
   non-empty, only for those exit codes (a machine failure, which has no exit code, is always
-  eligible).
+  eligible);
+- a job its machine killed for going over a limit (a pool worker's ``--job-memory``) is never
+  recovered: a new attempt would meet the same limit.
 """
 
 from __future__ import annotations
@@ -36,11 +38,14 @@ def decide(
     current: int,
     kind: OutcomeKind,
     exit_code: int | None,
+    over_limit: bool = False,
 ) -> Decision:
     """Whether attempt ``current``, which ended as ``kind`` (a preemption or a failure), is
     recovered; ``attempts`` are the run's attempts (the current one's own exit is ``kind``
     whatever the store says of it yet)."""
     rec = spec.recovery
+    if over_limit:
+        return Decision(False, "over its machine's limit: a new attempt would be too")
     ended = [a for a in attempts if a.number != current and a.exit_reason in (PREEMPTED, FAILED)]
     if kind == OutcomeKind.PREEMPTED:
         used = sum(1 for a in ended if a.exit_reason == PREEMPTED)

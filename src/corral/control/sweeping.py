@@ -202,7 +202,7 @@ def advance_sweep(
     reason = sweep.reason if state == "STOPPING" else "every trial done"
     if state != "STOPPING" and sweep.reason.startswith("warning:"):
         reason += "; " + sweep.reason  # the warning stays with the finished sweep
-    ended = store.update_sweep(
+    done = store.update_sweep(
         sweep.name,
         expect=(state,),
         state=final,
@@ -210,7 +210,7 @@ def advance_sweep(
         finished_at=ctx.clock(),
         best_trial=best.number if best else None,
     )
-    if ended is None:
+    if done is None:
         return  # another controller ended it
     log.info("sweep %s %s (best trial: %s)", sweep.name, final, best.number if best else "-")
     _announce(ctx, sweep, final, best)

@@ -228,6 +228,12 @@ class InstanceStatus(_Model):
         "answers in moments): the controller looks again this soon instead of at its next "
         "tick. Only for a provider whose status costs nothing (no rate-limited API).",
     )
+    limit: str | None = Field(
+        None,
+        description="The job went over a limit the machine enforces (its memory) and was "
+        "killed for it: why, in one line. The attempt failed; a new one would meet the same "
+        "limit, so the run is not recovered.",
+    )
 
 
 class Capability(_Model):

@@ -167,6 +167,8 @@ class PoolAttempt:
     #: how long its worker keeps the job going without the broker (the controller's setting,
     #: written at launch, so both sides agree)
     outage_grace: float | None = None
+    #: the job went over a limit of its worker (its memory) and was killed: why, in one line
+    limit: str = ""
     #: its worker is being taken away (the attempt ends ``preempted``)
     preempted: bool = False
     sent: bool = False
@@ -203,6 +205,7 @@ class PoolAttempt:
             stop_grace=num("stop_grace"),
             grace=num("grace"),
             outage_grace=num("outage_grace"),
+            limit=raw.get("limit", ""),
             preempted=raw.get("preempted") == "1",
             sent=raw.get("sent") == "1",
             alive=alive,

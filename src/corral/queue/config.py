@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 from corral.queue.registry import WorkerInfo
 
@@ -28,6 +28,16 @@ class SlotConfig:
     #: the directory standing for this machine's "/" for attempts whose code is shipped (the
     #: plan's paths go under it); shared by the workers of one ``corral worker``
     root: str = ""
+    #: each job's limits (``corral worker --job-memory/--job-cpus``; None: none): its memory in
+    #: bytes, its CPUs, and the cores it is pinned to where no cgroup v2 enforces the CPUs
+    job_memory: int | None = None
+    job_cpus: float | None = None
+    cores: list[int] = field(default_factory=list)
+
+    @property
+    def is_cpu(self) -> bool:
+        """A CPU worker (no GPU: ``corral worker --cpu-slots``)."""
+        return not self.gpus
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))

@@ -14,7 +14,8 @@
     <pool>:celery:...             Celery's own keys (its ``global_keyprefix``)
 
 Queues are ``<pool>.<gpu type>.x<count>`` (``corral.l40s.x1``): a worker serves the queue of
-its GPU type and count, so the queue routes an attempt by both.
+its GPU type and count, so the queue routes an attempt by both. The CPU workers
+(``corral worker --cpu-slots N``) serve ``<pool>.cpu.x0``: jobs that ask for no GPU.
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ PRIORITY_SEP = "\x06\x16"
 PRIORITY_STEPS = tuple(range(10))
 #: the spec's priorities: higher runs first
 MIN_PRIORITY, MAX_PRIORITY, DEFAULT_PRIORITY = 0, 9, 5
+#: the "GPU type" of the CPU workers and of their queue (count 0)
+CPU_TYPE = "cpu"
 
 
 def gpu_slug(gpu_type: str) -> str:
@@ -64,6 +67,10 @@ class Keys:
 
     def queue(self, gpu_type: str, count: int) -> str:
         return f"{self.pool}.{gpu_slug(gpu_type)}.x{int(count)}"
+
+    def cpu_queue(self) -> str:
+        """The queue of the CPU workers: jobs that ask for no GPU."""
+        return self.queue(CPU_TYPE, 0)
 
     def queue_lists(self, queue: str) -> list[str]:
         """The Redis lists holding ``queue``'s waiting messages, first served first."""

@@ -24,6 +24,7 @@ import psutil
 
 from corral.errors import BadInput
 from corral.files import write_atomic
+from corral.queue.limits import AttemptLimits
 from corral.wire.env import ENV_AGENT_TOKEN
 from corral.wire.plan import AgentPlan
 
@@ -73,6 +74,7 @@ class AgentProcess:
         advertise_host: str,
         checkpoint_dir: str | None = None,
         root: str = "",
+        limits: AttemptLimits | None = None,
         python: str = sys.executable,
         clock: Callable[[], float] = time.monotonic,
     ):
@@ -84,6 +86,7 @@ class AgentProcess:
         self.advertise_host = advertise_host
         self.checkpoint_dir = checkpoint_dir
         self.root = root
+        self.limits = limits
         self.python = python
         self.clock = clock
         self.proc: subprocess.Popen[bytes] | None = None
@@ -110,6 +113,15 @@ class AgentProcess:
             argv += ["--checkpoint-dir", str(ckpt)]
         argv += ["--plan", str(plan_path)]
         env = {**os.environ, **self.boot.env, ENV_AGENT_TOKEN: self.boot.token}
+        limits = self.limits
+        if limits is not None:
+            limits.prepare()
+
+        def enter() -> None:  # in the agent's process, before it execs
+            die_with_parent()
+            if limits is not None:
+                limits.enter()
+
         with open(self.dir / "agent.out", "ab") as out, open(os.devnull, "rb") as devnull:
             self.proc = subprocess.Popen(
                 argv,
@@ -120,7 +132,7 @@ class AgentProcess:
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
                 close_fds=True,
-                preexec_fn=die_with_parent,
+                preexec_fn=enter,
             )
         return self.proc.pid
 
@@ -147,6 +159,18 @@ class AgentProcess:
 
     def exit_code(self) -> int | None:
         return None if self.proc is None else self.proc.poll()
+
+    def over_limit(self) -> str | None:
+        """The reason, once, when the job went over its memory limit: its processes are
+        killed (not the agent: it reports the stage's end) right after the caller is told."""
+        if self.limits is None or self.proc is None or self.proc.poll() is not None:
+            return None
+        return self.limits.check(self.proc.pid)
+
+    def kill_job(self) -> None:
+        """SIGKILL the job's processes (everything under the agent), not the agent."""
+        if self.proc is not None and self.proc.poll() is None:
+            AttemptLimits.kill_job(self.proc.pid, self._stage_groups())
 
     def _stage_groups(self) -> list[int]:
         """Process groups of the stages the agent lists in children.json that are still

@@ -24,6 +24,7 @@ from corral.queue.attempts import AttemptStore
 from corral.queue.client import connect
 from corral.queue.config import SlotConfig
 from corral.queue.keys import Keys
+from corral.queue.limits import Mechanism
 from corral.queue.registry import Registry, WorkerInfo
 from corral.queue.runner import die_with_parent
 from corral.queue.settings import PoolSettings
@@ -137,6 +138,10 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(
         level=logging.INFO, format=f"%(asctime)s {slot.name} %(levelname)s %(message)s"
     )
+    # once, in the worker's log: how its jobs' limits are enforced here, and why
+    limited = slot.job_memory is not None or slot.job_cpus is not None
+    mechanism = Mechanism.detect() if limited else Mechanism(None)
+    log.info("%s", mechanism.describe(slot.job_memory, slot.job_cpus, list(slot.cores)))
     app.worker_main(worker_argv(slot) + list(argv or []))
     return 0
 

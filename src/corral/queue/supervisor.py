@@ -34,7 +34,8 @@ from corral.queue.board import Board
 from corral.queue.client import broker_errors, connect, safe_url
 from corral.queue.config import SlotConfig
 from corral.queue.control import clear_state, worker_home
-from corral.queue.keys import Keys
+from corral.queue.keys import CPU_TYPE, Keys
+from corral.queue.limits import SHARE, cores_for, usable_cores
 from corral.queue.registry import Registry
 from corral.queue.settings import PoolSettings
 from corral.queue.slot import ENV_PARENT, ENV_SLOT
@@ -62,6 +63,12 @@ class WorkerOptions:
     checkpoint_dir: str | None = None
     #: workers to start with (None: one per GPU group); ``corral pool scale`` changes it
     workers: int | None = None
+    #: CPU workers beside the GPU ones (``<prefix>-cpu<i>``, serving jobs that ask for no GPU)
+    cpu_slots: int = 0
+    #: each job's memory limit in bytes, CPUs (None: no limit; ``"share"``: its worker's share
+    #: of the box, ``cpus``/``memory_gb`` of its slot)
+    job_memory: int | str | None = None
+    job_cpus: float | str | None = None
     restart: bool = True
     extra: dict[str, str] = field(default_factory=dict)
 
@@ -78,7 +85,10 @@ def _route_ip(broker_url: str) -> str:
 def plan_slots(
     gpus: list[GpuInfo], opts: WorkerOptions, settings: PoolSettings
 ) -> list[SlotConfig]:
-    """The workers to start: GPUs of one type in groups of ``gpus_per_worker``."""
+    """The workers to start: GPUs of one type in groups of ``gpus_per_worker``, then
+    ``cpu_slots`` CPU workers. The box's cores and memory are shared out by weight (a GPU
+    worker's is its GPU count, a CPU worker's 1): each worker's ``cpus``/``memory_gb``, and
+    the cores its jobs are pinned to when ``job_cpus`` limits them."""
     chosen = list(gpus)
     if opts.gpus is not None:
         known = {g.id: g for g in gpus}
@@ -87,10 +97,13 @@ def plan_slots(
             have = ", ".join(known) or "none"
             raise BadInput(f"--gpus: no GPU {', '.join(missing)} on this machine (it has {have})")
         chosen = [known[i] for i in opts.gpus]
-    if not chosen:
+    if opts.cpu_slots < 0:
+        raise BadInput("--cpu-slots must be 0 or more")
+    if not chosen and not opts.cpu_slots:
         raise BadInput(
             "no GPU found on this machine: a worker serves GPUs "
-            "(CORRAL_FAKE_GPUS=L40S:2 declares a fake inventory for a demo)"
+            "(CORRAL_FAKE_GPUS=L40S:2 declares a fake inventory for a demo; "
+            "--cpu-slots N serves CPU jobs)"
         )
     size = opts.gpus_per_worker
     if size < 1:
@@ -103,7 +116,10 @@ def plan_slots(
     home = worker_home(opts.home)
     keys = Keys(settings.name)
     memory = round(psutil.virtual_memory().total / 2**30, 1)
-    slots = []
+    units = max(1, len(chosen) + opts.cpu_slots)  # a GPU weighs 1, a CPU worker 1
+    ncpu = len(usable_cores())
+    # (name, GPU ids, GPU type, queue, weight) of each worker
+    shapes: list[tuple[str, list[str], str, str, int]] = []
     by_type: dict[str, list[GpuInfo]] = {}
     for g in chosen:
         by_type.setdefault(g.name, []).append(g)
@@ -116,22 +132,37 @@ def plan_slots(
         for i in range(0, len(group), size):
             ids = [g.id for g in group[i : i + size]]
             name = f"{prefix}-gpu{'-'.join(ids)}"
-            slots.append(
-                SlotConfig(
-                    name=name,
-                    host=host,
-                    bind_host=opts.bind,
-                    advertise_host=advertise,
-                    gpus=ids,
-                    gpu_type=gpu_type,
-                    queue=keys.queue(gpu_type, size),
-                    home=str(home / name),
-                    cpus=max(1, (os.cpu_count() or 1) * size // max(1, len(chosen))),
-                    memory_gb=round(memory * size / max(1, len(chosen)), 1),
-                    checkpoint_dir=opts.checkpoint_dir,
-                    root=str(home / "fs"),
-                )
+            shapes.append((name, ids, gpu_type, keys.queue(gpu_type, size), size))
+    for i in range(opts.cpu_slots):
+        shapes.append((f"{prefix}-cpu{i}", [], CPU_TYPE, keys.cpu_queue(), 1))
+    slots = []
+    offset = 0
+    for name, ids, gpu_type, queue, weight in shapes:
+        cpus = max(1, ncpu * weight // units)
+        memory_gb = round(memory * weight / units, 1)
+        job_cpus = float(cpus) if opts.job_cpus == SHARE else opts.job_cpus
+        job_memory = int(memory_gb * 2**30) if opts.job_memory == SHARE else opts.job_memory
+        assert not isinstance(job_cpus, str) and not isinstance(job_memory, str)
+        slots.append(
+            SlotConfig(
+                name=name,
+                host=host,
+                bind_host=opts.bind,
+                advertise_host=advertise,
+                gpus=ids,
+                gpu_type=gpu_type,
+                queue=queue,
+                home=str(home / name),
+                cpus=cpus,
+                memory_gb=memory_gb,
+                checkpoint_dir=opts.checkpoint_dir,
+                root=str(home / "fs"),
+                job_memory=job_memory,
+                job_cpus=job_cpus,
+                cores=cores_for(offset, job_cpus),
             )
+        )
+        offset += cpus
     return slots
 
 
@@ -214,10 +245,8 @@ def serve(
                 continue
             pid = slot.start(settings, opts.extra)
             c = slot.config
-            say(
-                f"worker {c.name}: GPU {','.join(c.gpus)} ({c.gpu_type}), queue {c.queue}, "
-                f"pid {pid}, log {slot.log}"
-            )
+            what = f"GPU {','.join(c.gpus)} ({c.gpu_type})" if c.gpus else "CPU"
+            say(f"worker {c.name}: {what}, queue {c.queue}, pid {pid}, log {slot.log}")
         say(
             f"{wanted} of {len(slots)} worker(s) on {safe_url(settings.broker_url)} (pool "
             f"{settings.name}); Ctrl-C stops taking attempts, a second Ctrl-C stops the running "

@@ -9,7 +9,10 @@ worker. Its loop, every ``heartbeat_s / 4`` (at most 0.5 s):
 * the agent's endpoint, once its API listens, goes to the record (``running``);
 * a stop request (the controller's terminate) stops the agent gracefully: SIGTERM, the SDK
   checkpoints, SIGKILL after the grace period;
-* the agent's exit ends the attempt (``finished``).
+* the agent's exit ends the attempt (``finished``);
+* the job's memory, where the worker limits it (:mod:`corral.queue.limits`): past the limit the
+  reason goes to the record (``limit``) first, then the job's processes are killed; the
+  attempt ends ``failed`` with that reason, which the controller does not recover from.
 
 The Celery soft time limit (the job's ``limits.max_runtime`` plus the pool's start margin)
 stops the agent gracefully too; the hard one kills the process, and the agent with it.
@@ -31,6 +34,7 @@ from corral.queue.attempts import AttemptStore
 from corral.queue.client import connect
 from corral.queue.config import SlotConfig
 from corral.queue.keys import Keys
+from corral.queue.limits import AttemptLimits
 from corral.queue.registry import Registry
 from corral.queue.runner import AgentProcess, Bootstrap
 from corral.queue.settings import PoolSettings
@@ -112,6 +116,7 @@ class AttemptTask:
             advertise_host=self.slot.advertise_host,
             checkpoint_dir=self.slot.checkpoint_dir,
             root=self.slot.root,
+            limits=self._limits(key),
         )
         agent.dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         try:
@@ -122,7 +127,27 @@ class AttemptTask:
             return self._fail(key, f"cannot start the agent: {exc.strerror or exc}")
         self.attempts.update(key, pid=pid, gpus=",".join(self.slot.gpus))
         log.info("attempt %s: agent %d started on %s", key, pid, self.slot.name)
-        return self._watch(key, agent, boot.plan.longest_grace())
+        try:
+            return self._watch(key, agent, boot.plan.longest_grace())
+        finally:
+            if agent.limits is not None:
+                agent.limits.close()
+
+    def _limits(self, key: str) -> AttemptLimits | None:
+        slot = self.slot
+        if slot.job_memory is None and slot.job_cpus is None:
+            return None
+        return AttemptLimits(slot.job_memory, slot.job_cpus, list(slot.cores), key)
+
+    def _over_limit(self, key: str, agent: AgentProcess) -> str | None:
+        """The reason when the job just went over its memory limit: written on the record
+        before its processes are killed, so whoever sees the job end sees why."""
+        reason = agent.over_limit()
+        if reason is not None:
+            self.attempts.update(key, limit=reason)
+            agent.kill_job()
+            log.error("attempt %s on %s: %s: its processes are killed", key, self.slot.name, reason)
+        return reason
 
     def _watch(self, key: str, agent: AgentProcess, grace_s: float) -> dict[str, Any]:
         import redis
@@ -130,6 +155,7 @@ class AttemptTask:
 
         endpoint: str | None = None
         detail = "the agent exited"
+        limit: str | None = None
         heard = time.monotonic()
         try:
             while True:
@@ -172,6 +198,7 @@ class AttemptTask:
                     break
                 if agent.exit_code() is not None:
                     break
+                limit = limit or self._over_limit(key, agent)
                 # while the agent starts, look for its port often: the controller waits on it
                 time.sleep(self.poll_s if endpoint else STARTING_POLL_S)
         except SoftTimeLimitExceeded:
@@ -182,6 +209,8 @@ class AttemptTask:
         record = self.attempts.get(key)
         if record is not None and record.preempted:
             state, detail = states.PREEMPTED, f"worker {self.slot.name} was taken away"
+        elif limit is not None:  # the job was killed for its memory: that is why it ended
+            state, detail = states.FAILED, limit
         if detail == "the agent exited" and code:  # on its own, in error: say why
             state = states.FAILED
             detail = f"the agent exited with code {code} on worker {self.slot.name}: " + (

@@ -63,6 +63,21 @@ class AttemptOutcome(BaseModel):
     cause: StopCause | None = None
     exit_code: int | None = None
     failed_stage: str | None = None
+    #: the job went over a limit its machine enforces (a pool worker's memory limit) and was
+    #: killed for it: a new attempt would meet the same limit, so it is not recovered
+    over_limit: bool = False
+
+
+def over_limit(reason: str, status: AgentStatus | None = None) -> AttemptOutcome:
+    """The outcome of an attempt whose job its machine killed for going over a limit
+    (``reason`` names it): failed, whatever the stage's exit code says."""
+    return AttemptOutcome(
+        kind=OutcomeKind.FAILED,
+        reason=reason,
+        exit_code=status.exit_code if status is not None else None,
+        failed_stage=status.failed_stage if status is not None else None,
+        over_limit=True,
+    )
 
 
 def stage_state(exit_code: int | None, *, stopped: bool) -> StageState:

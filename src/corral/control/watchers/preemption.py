@@ -71,7 +71,7 @@ class PreemptionWatcher(Watcher):
             why = f"{provider} is preempting the machine: stopping gracefully"
             return AskStop(StopCause.PREEMPTION, why, Note("instance.preempting", why))
         if st.state in (InstanceState.TERMINATED, InstanceState.FAILED):
-            return finishing.attempt_lost(ctx, run, st.state, st.detail)
+            return finishing.attempt_lost(ctx, run, st.state, st.detail, st.limit)
         return None
 
     def _silent_agent(self, ctx: Context, run: RunRecord, obs: Observation) -> Step | None:
@@ -80,7 +80,7 @@ class PreemptionWatcher(Watcher):
         except CorralError:
             return None  # the health watcher says that both are silent
         if st.state.gone:
-            return finishing.attempt_lost(ctx, run, st.state, st.detail)
+            return finishing.attempt_lost(ctx, run, st.state, st.detail, st.limit)
         return None
 
 

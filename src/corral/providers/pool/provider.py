@@ -74,6 +74,16 @@ def task_id(pool: str, key: str) -> str:
     return str(uuid.uuid5(_TASK_NS, f"{pool}:{key}"))
 
 
+def _fits_cpus(q: QueueInfo, req: Requirements) -> bool:
+    if req.cpus is not None and q.cpus and req.cpus > q.cpus:
+        return False
+    return not (req.memory_gb is not None and q.memory_gb and req.memory_gb > q.memory_gb)
+
+
+def _queue_text(q: QueueInfo) -> str:
+    return f"{q.gpu_type} x{q.count}" if q.count else "CPU jobs"
+
+
 def _dt(ts: float | None) -> datetime | None:
     return None if ts is None else datetime.fromtimestamp(ts, UTC)
 
@@ -147,8 +157,6 @@ class PoolProvider(Provider, SupportsSimulatedPreemption, ReportsQueue):
             return []
         if req.spot:
             raise InfeasibleRequest("the pool has no spot machines")
-        if max(req.gpu_count_min, req.gpu_count_max) == 0:
-            raise InfeasibleRequest("the pool runs GPU jobs: ask for resources.gpus")
         if req.max_runtime_s and req.max_runtime_s > self.settings.max_runtime_s:
             raise InfeasibleRequest(
                 f"the job's max_runtime ({req.max_runtime_s:g}s) is longer than the pool "
@@ -175,13 +183,13 @@ class PoolProvider(Provider, SupportsSimulatedPreemption, ReportsQueue):
     @staticmethod
     def _fits(q: QueueInfo, req: Requirements) -> bool:
         top = max(req.gpu_count_max, req.gpu_count_min)
+        if q.count == 0:  # the CPU workers' queue: jobs that ask for no GPU
+            return _fits_cpus(q, req) if req.gpu_count_min == 0 else False
         if req.gpu_type and q.gpu_type.strip().lower() != req.gpu_type.strip().lower():
             return False
         if not req.gpu_count_min <= q.count <= top:
             return False
-        if req.cpus is not None and q.cpus and req.cpus > q.cpus:
-            return False
-        return not (req.memory_gb is not None and q.memory_gb and req.memory_gb > q.memory_gb)
+        return _fits_cpus(q, req)
 
     def _no_fit(self, queues: list[QueueInfo], req: Requirements) -> str:
         if not queues:
@@ -189,7 +197,14 @@ class PoolProvider(Provider, SupportsSimulatedPreemption, ReportsQueue):
                 f"no worker has joined the pool {self.settings.name!r} yet "
                 "(start one with `corral worker` on a GPU machine)"
             )
-        have = ", ".join(f"{q.gpu_type} x{q.count}" for q in queues)
+        have = ", ".join(_queue_text(q) for q in queues)
+        if max(req.gpu_count_min, req.gpu_count_max) == 0:
+            if any(q.count == 0 for q in queues):
+                return f"the pool's workers serve {have}; the job asks for more CPUs or memory"
+            return (
+                f"the pool's workers serve {have}; the job asks for no GPU and no CPU worker "
+                "has joined (`corral worker --cpu-slots N`)"
+            )
         want = f"{req.gpu_type or 'any'} x{req.gpu_count_min}"
         if req.gpu_count_max > req.gpu_count_min:
             want += f"-{req.gpu_count_max}"
@@ -208,7 +223,7 @@ class PoolProvider(Provider, SupportsSimulatedPreemption, ReportsQueue):
             provider=self.name,
             offer_id=q.queue,
             region=self.settings.name,
-            gpu_type=q.gpu_type,
+            gpu_type=q.gpu_type if q.count else None,
             gpu_count=q.count,
             cpus=q.cpus or None,
             memory_gb=q.memory_gb or None,
@@ -358,6 +373,7 @@ class PoolProvider(Provider, SupportsSimulatedPreemption, ReportsQueue):
                 queued=True,
             )
         started = _dt(rec.claimed_at)
+        limit = rec.limit or None  # the job was killed for going over its worker's limit
         if rec.state == states.PREEMPTED or (rec.held and rec.preempted):
             return InstanceStatus(
                 state=InstanceState.PREEMPTED,
@@ -375,9 +391,10 @@ class PoolProvider(Provider, SupportsSimulatedPreemption, ReportsQueue):
         if rec.state == states.RUNNING:
             return InstanceStatus(
                 state=InstanceState.RUNNING,
-                detail=f"on worker {rec.worker} (GPU {rec.gpus})",
+                detail=f"on worker {rec.worker}" + (f" (GPU {rec.gpus})" if rec.gpus else ""),
                 endpoint=rec.endpoint or None,
                 started_at=started,
+                limit=limit,
             )
         if rec.state == states.LOST:
             if self._fenced(rec):
@@ -391,9 +408,13 @@ class PoolProvider(Provider, SupportsSimulatedPreemption, ReportsQueue):
                 state=InstanceState.PREEMPTED, detail=rec.detail, started_at=started
             )
         if rec.state == states.FAILED:
-            return InstanceStatus(state=InstanceState.FAILED, detail=rec.detail, started_at=started)
+            return InstanceStatus(
+                state=InstanceState.FAILED, detail=rec.detail, started_at=started, limit=limit
+            )
         detail = rec.detail + (f" (exit {rec.exit_code})" if rec.exit_code is not None else "")
-        return InstanceStatus(state=InstanceState.TERMINATED, detail=detail, started_at=started)
+        return InstanceStatus(
+            state=InstanceState.TERMINATED, detail=detail, started_at=started, limit=limit
+        )
 
     def terminate(self, instance: Instance) -> None:
         rec = self._read(instance.key)

@@ -26,20 +26,12 @@ from corral.queue.limits import Mechanism, cores_for
 from corral.queue.registry import Registry, WorkerInfo
 from corral.queue.settings import PoolSettings
 from corral.store import Store
-from support.pool import Workers, pool_env, scratch_pool
+from corral.store.records import RunRecord
+from support.pool import Workers
 from support.waiting import wait_until
 
 pytestmark = pytest.mark.slow
 ENDED = {"SUCCEEDED", "FAILED", "STOPPED", "CANCELLED"}
-
-
-@pytest.fixture
-def pool(monkeypatch: pytest.MonkeyPatch) -> Iterator[PoolSettings]:
-    with scratch_pool() as settings:
-        for name, value in pool_env(settings).items():
-            monkeypatch.setenv(name, value)
-        monkeypatch.setenv("CORRAL_PROVIDERS", "pool")
-        yield settings
 
 
 @pytest.fixture
@@ -49,6 +41,17 @@ def workers(pool: PoolSettings, tmp_path: Path) -> Iterator[Workers]:
         yield w
     finally:
         w.stop_all()
+
+
+def _run_to_end(store: Store, spec: Path) -> tuple[str, RunRecord]:
+    """Submit ``spec`` and drive it to its end with a real controller."""
+    run_id = submit(spec)
+    controller = start_controller(tick=0.2)
+    try:
+        return run_id, wait_for(store, run_id, ENDED, timeout=120)
+    finally:
+        controller.terminate()
+        controller.wait(10)
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
@@ -159,14 +162,8 @@ def test_a_job_past_its_memory_limit_fails_with_that_reason_and_is_not_retried(
         recovery: {{max_error_restarts: 3}}
         """,
     )
-    run_id = submit(spec)
     store = Store.open()
-    controller = start_controller(tick=0.2)
-    try:
-        run = wait_for(store, run_id, ENDED, timeout=120)
-    finally:
-        controller.terminate()
-        controller.wait(10)
+    run_id, run = _run_to_end(store, spec)
     assert run.state == "FAILED"
     assert run.reason.startswith("memory limit: the job used "), run.reason
     assert run.reason.endswith("over its 128 MiB limit (corral worker --job-memory)")
@@ -195,14 +192,8 @@ def test_job_cpus_pin_the_job_to_its_workers_cores(
         run: {sys.executable} {work / "where.py"} > {out}
         """,
     )
-    run_id = submit(spec)
     store = Store.open()
-    controller = start_controller(tick=0.2)
-    try:
-        run = wait_for(store, run_id, ENDED, timeout=120)
-    finally:
-        controller.terminate()
-        controller.wait(10)
+    _, run = _run_to_end(store, spec)
     assert run.state == "SUCCEEDED", run.reason
     seen = json.loads(out.read_text())
     if Mechanism.detect().cgroup_base is None:  # this box: no delegated cgroup v2

@@ -22,7 +22,7 @@ from corral.queue.client import connect
 from corral.queue.keys import Keys
 from corral.queue.settings import PoolSettings
 from corral.store import Store
-from support.pool import Workers, pool_env, scratch_pool
+from support.pool import Workers
 from support.waiting import wait_until
 
 pytestmark = pytest.mark.slow
@@ -30,15 +30,6 @@ TRAINER = Path(__file__).parents[1] / "e2e" / "trainer.py"
 ENDED = {"SUCCEEDED", "FAILED", "STOPPED", "CANCELLED"}
 #: two workers that take two runs at the same moment may start them in either order
 JITTER_S = 1.0
-
-
-@pytest.fixture
-def pool(monkeypatch: pytest.MonkeyPatch) -> Iterator[PoolSettings]:
-    with scratch_pool() as settings:
-        for name, value in pool_env(settings).items():
-            monkeypatch.setenv(name, value)
-        monkeypatch.setenv("CORRAL_PROVIDERS", "pool")
-        yield settings
 
 
 @pytest.fixture

@@ -63,6 +63,15 @@ def _pool(settings: PoolSettings, state: SupervisorState) -> Registry:
         return Registry(connect(settings), Keys(settings.name))
 
 
+def _next_look(base: Path, during: str) -> SupervisorState:
+    """The box's supervisor a moment later (an error once it is gone)."""
+    time.sleep(LOOK_EVERY_S)
+    state = read_state(base)
+    if state is None:
+        raise CorralError(f"`corral worker` on this box stopped{during}")
+    return state
+
+
 def _taken(base: Path, request: Request, deadline: float) -> SupervisorState:
     """Wait until ``corral worker`` applied ``request`` (or refused it)."""
     while True:
@@ -122,11 +131,7 @@ def scale(
                 f"scale {count}: {', '.join(waiting)} did not answer in {timeout_s:g}s "
                 "(`corral pool logs NAME` says why)"
             )
-        time.sleep(LOOK_EVERY_S)
-        got = read_state(base)
-        if got is None:
-            raise CorralError("`corral worker` on this box stopped")
-        state = got
+        state = _next_look(base, "")
 
 
 def restart(
@@ -163,11 +168,7 @@ def restart(
                 f"restart: still at {state.restarting or '-'} after {timeout_s:g}s (it may be "
                 "finishing a run); `corral worker` goes on with the rest"
             )
-        time.sleep(LOOK_EVERY_S)
-        got = read_state(base)
-        if got is None:
-            raise CorralError("`corral worker` on this box stopped during the restart")
-        state = got
+        state = _next_look(base, " during the restart")
     if at is not None:
         say(f"{at} restarted")
     after = {w.name: w.pid for w in state.workers}

@@ -49,7 +49,7 @@ def _gpus(environ: Mapping[str, str]) -> Check:
             name="gpus",
             level="warn",
             detail="no GPU visible (no NVIDIA driver or NVML, or CUDA_VISIBLE_DEVICES hides "
-            "them): this box can serve CPU work only",
+            "them): this box can serve CPU work only (corral worker --cpu-slots N)",
         )
     fake = " (declared: CORRAL_FAKE_GPUS)" if environ.get(gpu.ENV_FAKE_GPUS) else ""
     return Check(name="gpus", level="ok", detail=f"{gpu.describe(found)}{fake}")

@@ -16,9 +16,18 @@ throughput of two workers with the controller's CPU per run.
    workers (fake L40S), from the command's start to all four answering in the pool (the
    command returns then); baseline ``cold_start_s``: a new ``corral worker`` of the same four
    GPUs from its start to all four answering, in the same run.
+4. ``cpu_start_s``: the same launch of a job that asks for no GPU, through the CPU worker one
+   of the two machines also runs (``corral worker --cpu-slots 1``), interleaved with the others;
+   baseline: the GPU job's ``pool_start_s``.
+5. ``gpu_history_kb_per_gpu_day``: what the store's GPU history costs (``corral.store.
+   gpu_history``): a day of readings of --history-gpus GPUs at the default rate (one a minute,
+   ``CORRAL_GPU_HISTORY_EVERY``), written through the store's API as the controller's sampler
+   writes them (one transaction per minute) into a fresh SQLite store; the database's growth
+   (``page_count * page_size`` before and after), in KiB per GPU per day. Target: < 500.
 
 Needs the Redis server of ``CORRAL_BENCH_REDIS`` (default ``redis://127.0.0.1:6379/13``); every
-key of the benchmark's pool is deleted at the end.
+key of the benchmark's pool is deleted at the end. ``--gpu-history-only`` measures 5 alone (no
+Redis, a few seconds).
 """
 
 from __future__ import annotations
@@ -65,12 +74,11 @@ def _first_line(path: Path) -> float | None:
         return None
 
 
-def launch_to_first_line(work: Path, env: dict[str, str], tag: str) -> float:
+def launch_to_first_line(work: Path, env: dict[str, str], tag: str, gpus: int = 1) -> float:
     out = work / f"{tag}.txt"
     spec = work / f"{tag}.yaml"
-    spec.write_text(
-        f"name: {tag}\nresources: {{gpus: 1}}\nrun: {sys.executable} first_line.py {out}\n"
-    )
+    asks = f"resources: {{gpus: {gpus}}}\n" if gpus else ""
+    spec.write_text(f"name: {tag}\n{asks}run: {sys.executable} first_line.py {out}\n")
     t0 = time.time()
     subprocess.run(
         [sys.executable, "-m", "corral.cli", "launch", str(spec), "--detach"],
@@ -105,6 +113,7 @@ def start_workers(env: dict[str, str], root: Path) -> list[subprocess.Popen[byte
                         gpu,
                         "--name",
                         f"m{gpu}",
+                        *(["--cpu-slots", "1"] if gpu == "0" else []),
                     ],
                     env=wenv,
                     stdout=log,
@@ -114,7 +123,7 @@ def start_workers(env: dict[str, str], root: Path) -> list[subprocess.Popen[byte
             )
     settings = PoolSettings.from_env(env)
     registry = Registry(connect(settings), Keys(settings.name))
-    _wait(lambda: len(registry.workers()) == 2, 120, "two workers to join")
+    _wait(lambda: len(registry.workers()) == 3, 120, "two GPU workers and a CPU one to join")
     return procs
 
 
@@ -215,12 +224,72 @@ def throughput(env: dict[str, str], work: Path, runs: int) -> tuple[float, float
             ctl.kill()
 
 
+def gpu_history_kb_per_gpu_day(gpus: int = 4) -> float:
+    """KiB the store grows by per GPU per day of readings at the default interval."""
+    import random
+    import sqlite3
+    from datetime import UTC, datetime, timedelta
+
+    from corral.control.context import Settings
+    from corral.store import Store
+    from corral.store.gpu_history import GpuReading
+
+    every = int(Settings().gpu_history_every_s or 60)
+    rng = random.Random(31)
+    with tempfile.TemporaryDirectory(prefix="corral-bench-gpu-history-") as tmp:
+        path = Path(tmp) / "corral.db"
+
+        def size() -> int:
+            conn = sqlite3.connect(path)
+            try:
+                pages = conn.execute("PRAGMA page_count").fetchone()[0]
+                return int(pages) * int(conn.execute("PRAGMA page_size").fetchone()[0])
+            finally:
+                conn.close()
+
+        with Store.open(f"sqlite:///{path}") as store:
+            before = size()
+            t0 = datetime(2026, 1, 1, tzinfo=UTC)
+            for i in range(86400 // every):
+                readings = [
+                    GpuReading(
+                        kind="host",
+                        source="bench-host",
+                        attempt=0,
+                        gpu=g,
+                        uuid=f"GPU-{g:08d}-0000-0000-0000-000000000000",
+                        name="L40S",
+                        memory_total_mb=46068,
+                        util_pct=rng.uniform(0, 100),
+                        mem_used_mb=rng.uniform(0, 46068),
+                        temp_c=rng.uniform(30, 85),
+                    )
+                    for g in range(gpus)
+                ]
+                at = t0 + timedelta(seconds=i * every)
+                if store.record_gpu_readings(readings, at=at, every_s=every) != gpus:
+                    raise SystemExit(f"the readings of minute {i} were not all written")
+            after = size()
+    return (after - before) / 1024 / gpus
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     parser.add_argument("--repeat", type=int, default=5, help="launches per start figure")
     parser.add_argument("--runs", type=int, default=200, help="runs for the throughput figure")
+    parser.add_argument(
+        "--history-gpus", type=int, default=4, help="GPUs whose day of readings is written"
+    )
+    parser.add_argument(
+        "--gpu-history-only",
+        action="store_true",
+        help="measure the GPU history's store size alone (no Redis, no workers)",
+    )
     args = parser.parse_args(argv)
+    history_kb = round(gpu_history_kb_per_gpu_day(args.history_gpus), 1)
+    if args.gpu_history_only:
+        return _report({"gpu_history_kb_per_gpu_day": history_kb}, args, None)
 
     tmp = Path(tempfile.mkdtemp(prefix="corral-bench-pool-"))
     pool = f"bench{uuid.uuid4().hex[:8]}"
@@ -246,10 +315,11 @@ def main(argv: list[str] | None = None) -> int:
         work.mkdir()
         (work / "first_line.py").write_text(FIRST_LINE)
         workers = start_workers(pool_env, tmp / "machines")
-        pool_s, local_s = [], []
+        pool_s, local_s, cpu_s = [], [], []
         for i in range(args.repeat):
             pool_s.append(launch_to_first_line(work, pool_env, f"pool-{i}"))
             local_s.append(launch_to_first_line(work, local_env, f"local-{i}"))
+            cpu_s.append(launch_to_first_line(work, pool_env, f"cpu-{i}", gpus=0))
             time.sleep(1.5)  # both runs end and free their GPU before the next pair
         for env in (pool_env, local_env):
             subprocess.run(
@@ -283,32 +353,51 @@ def main(argv: list[str] | None = None) -> int:
     result = {
         "pool_start_s": round(statistics.median(pool_s), 4),
         "local_start_s": round(statistics.median(local_s), 4),
+        "cpu_start_s": round(statistics.median(cpu_s), 4),
         "pool_runs_per_min": round(per_min, 1),
         "controller_cpu_s_per_run": round(cpu_per_run, 4),
         "runs": args.runs,
         "scale_s": round(scale_s, 2),
         "cold_start_s": round(cold_s, 2),
+        "gpu_history_kb_per_gpu_day": history_kb,
     }
+    return _report(result, args, cpu_per_run)
+
+
+def _report(result: dict, args: argparse.Namespace, cpu_per_run: float | None) -> int:
     if args.json:
         print(json.dumps(result))
         return 0
     from rich.console import Console
     from rich.table import Table
 
-    t = Table(title=f"the pool (start: median of {args.repeat}; throughput: {args.runs} runs)")
+    title = f"the pool (start: median of {args.repeat}; throughput: {args.runs} runs)"
+    t = Table(title=title if cpu_per_run is not None else "the GPU history's store size")
     for col in ("figure", "pool", "baseline"):
         t.add_column(col)
+    if cpu_per_run is not None:
+        t.add_row(
+            "launch -> first line of user code",
+            f"{result['pool_start_s']:.3f} s",
+            f"local provider {result['local_start_s']:.3f} s",
+        )
+        per_min = result["pool_runs_per_min"]
+        t.add_row("tiny runs through two workers", f"{per_min:.1f} runs/min", "-")
+        t.add_row("controller CPU per run", f"{cpu_per_run * 1000:.0f} ms", "-")
+        t.add_row(
+            "corral pool scale 1 -> 4, all answering",
+            f"{result['scale_s']:.2f} s",
+            f"a cold start of 4 workers {result['cold_start_s']:.2f} s",
+        )
+        t.add_row(
+            "CPU job: launch -> first line (a CPU worker)",
+            f"{result['cpu_start_s']:.3f} s",
+            f"a GPU job through the pool {result['pool_start_s']:.3f} s",
+        )
     t.add_row(
-        "launch -> first line of user code",
-        f"{result['pool_start_s']:.3f} s",
-        f"local provider {result['local_start_s']:.3f} s",
-    )
-    t.add_row("tiny runs through two workers", f"{per_min:.1f} runs/min", "-")
-    t.add_row("controller CPU per run", f"{cpu_per_run * 1000:.0f} ms", "-")
-    t.add_row(
-        "corral pool scale 1 -> 4, all answering",
-        f"{scale_s:.2f} s",
-        f"a cold start of 4 workers {cold_s:.2f} s",
+        f"GPU history: store per GPU per day ({args.history_gpus} GPUs, one reading a minute)",
+        f"{result['gpu_history_kb_per_gpu_day']:.1f} KiB",
+        "target < 500 KiB",
     )
     Console().print(t)
     return 0

@@ -219,6 +219,20 @@ def test_a_bad_poll_interval_is_one_line_naming_it(monkeypatch) -> None:
     assert code != 0 and "CORRAL_POLL_INTERVAL='soon'" in err and "Traceback" not in err
 
 
+def test_a_bad_gpu_history_interval_is_one_line_naming_it(monkeypatch) -> None:
+    monkeypatch.setenv("CORRAL_GPU_HISTORY_EVERY", "often")
+    code, _, err = cli("controller")
+    assert code != 0 and "Traceback" not in err
+    assert (
+        err.strip()
+        .splitlines()[-1]
+        .endswith(
+            "CORRAL_GPU_HISTORY_EVERY='often': expected a duration of 1 s or more "
+            "(90s, 15m, 12h, 7d or seconds)"
+        )
+    )
+
+
 @pytest.mark.parametrize(
     "command",
     [

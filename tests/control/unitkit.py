@@ -110,6 +110,8 @@ class FakeAgent:
     status_calls: int = 0
     #: the agent's events, with their ``seq`` (1, 2, ...)
     emitted: list[dict[str, Any]] = field(default_factory=list)
+    #: what its status says each GPU reads (``GpuUsage`` fields)
+    gpus: list[dict[str, Any]] = field(default_factory=list)
 
     def _check(self) -> None:
         if not self.answers:
@@ -122,7 +124,15 @@ class FakeAgent:
     def status(self) -> AgentStatus:
         self.status_calls += 1
         self._check()
-        return AgentStatus(run_id="r", attempt=1, phase=self.phase, started_at=self.started_at)
+        return AgentStatus.model_validate(
+            {
+                "run_id": "r",
+                "attempt": 1,
+                "phase": self.phase,
+                "started_at": self.started_at,
+                "gpus": self.gpus,
+            }
+        )
 
     def stop(self, cause: StopCause = StopCause.USER, reason: str = "") -> dict[str, Any]:
         self._check()

@@ -53,6 +53,7 @@ def test_the_openapi_document_lists_every_endpoint_of_the_slice(api: Api) -> Non
             ("DELETE", "/api/v1/budget/team"),
             ("DELETE", "/api/v1/budget/{scope}/{subject}"),
             ("GET", "/api/v1/monitoring/gpu"),
+            ("GET", "/api/v1/monitoring/gpu/history"),
             ("GET", "/metrics"),
             ("GET", "/api/v1/runs/some-run/artifacts"),
             ("GET", "/api/v1/runs/some-run/artifacts/{path}"),

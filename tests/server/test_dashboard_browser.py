@@ -176,3 +176,47 @@ def test_a_live_run_page_shows_its_cost_validation_log_end_and_why_it_ended(
     page.goto(f"{api.url}/")
     why = page.inner_text(f"tr[data-run-id='{run['id']}'] .why")
     assert why.strip() and why.strip() != "-", why
+
+
+def test_the_gpu_page_charts_each_gpu_over_time(api: Api, tmp_path: Path, browser) -> None:
+    from server.test_gpu_history import seed
+
+    seed(2.0)  # two GPUs of this machine for two hours, a run's node for the last half hour
+    page = browser.new_page(viewport={"width": 1360, "height": 1000})
+    blocked: list[str] = []  # nothing may leave for another origin
+    page.on("request", lambda r: None if r.url.startswith(api.url) else blocked.append(r.url))
+    _login(page, api)
+    page.goto(f"{api.url}/gpus")
+
+    series = "#chart-gpu-util g.series"
+    page.wait_for_function(
+        f"() => document.querySelectorAll({series!r}).length === 3", timeout=20_000
+    )
+    names = page.eval_on_selector_all(series, "els => els.map(e => e.getAttribute('data-name'))")
+    assert names == ["box-1 · GPU 0 H100", "box-1 · GPU 1 H100", "train (attempt 1) · GPU 0 L40S"]
+    legend = page.inner_text("#chart-gpu-util .chart-legend")
+    assert "train (attempt 1) · GPU 0 L40S" in legend
+    # the 6 h window: two hours of readings, a point per 73 s span (300 at most in 6 h)
+    host0 = "#chart-gpu-util g.series[data-name='box-1 · GPU 0 H100'] circle.pt"
+    assert 95 <= page.locator(host0).count() <= 100
+    node = "#chart-gpu-util g.series[data-name='train (attempt 1) · GPU 0 L40S'] circle.pt"
+    assert 24 <= page.locator(node).count() <= 26
+    tip = page.locator(node + " title").last.text_content() or ""
+    assert tip.startswith("train (attempt 1) · GPU 0 L40S: 97 % at "), tip
+    mem = page.locator("#chart-gpu-mem g.series[data-name='box-1 · GPU 1 H100'] circle.pt title")
+    assert (mem.last.text_content() or "").startswith("box-1 · GPU 1 H100: 2 GB at ")
+
+    # the last hour: every reading, one a minute
+    page.click("#gpu-history button[data-window='1h']")
+    page.wait_for_function(
+        f"() => document.querySelectorAll({host0!r}).length >= 60"
+        f" && document.querySelectorAll({host0!r}).length <= 61",
+        timeout=20_000,
+    )
+    assert page.get_attribute("button[data-window='1h']", "aria-pressed") == "true"
+    assert page.get_attribute("button[data-window='6h']", "aria-pressed") == "false"
+    shot = tmp_path / "dashboard-gpus.png"
+    page.screenshot(path=str(shot), full_page=True)
+    print(f"\nscreenshot of the GPU page: {shot}")
+    assert shot.stat().st_size > 10_000
+    assert blocked == []

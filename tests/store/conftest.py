@@ -20,7 +20,10 @@ from corral.store import Store
 from support.postgres import scratch_database
 
 BACKENDS = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
-TABLES = "runs, attempts, events, resources, schedules, event_positions, spending_caps, sweeps"
+TABLES = (
+    "runs, attempts, events, resources, schedules, event_positions, spending_caps, sweeps, "
+    "gpu_series"
+)
 
 
 @pytest.fixture(params=BACKENDS)

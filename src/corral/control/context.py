@@ -83,6 +83,11 @@ class Settings:
     lease_ttl_s: float = 20.0
     #: parsed specs kept in memory, by spec hash (the least recently used goes first)
     spec_cache_size: int = 4096
+    #: each GPU (this machine's, each run's node's) is recorded in the store's GPU history at
+    #: most this often (``CORRAL_GPU_HISTORY_EVERY``; None: no history) ...
+    gpu_history_every_s: float | None = 60.0
+    #: ... and its readings are kept this long (``CORRAL_GPU_HISTORY_KEEP``)
+    gpu_history_keep_s: float = 7 * 86400.0
 
 
 def _new_pool() -> AgentPool:

@@ -19,6 +19,7 @@ from functools import partial
 
 from corral.control import actions, finishing, launching, monitor, scheduling, transitions
 from corral.control.context import Context, log
+from corral.control.gpu_history import GpuHistory
 from corral.control.leases import Leases
 from corral.control.loop_metrics import LoopMetrics
 from corral.control.nudges import take_nudges
@@ -144,6 +145,10 @@ class Controller:
         self._metrics: LoopMetrics | None = None
         #: the active sweeps' trials, started and watched before each read of the runs
         self.sweeper = Sweeper(ctx)
+        #: every GPU's readings into the store, at most once per interval, before each read
+        #: (inline in :meth:`tick`; on a thread of its own while :meth:`serve` runs)
+        self.gpu_history = GpuHistory(ctx)
+        self._serving = False
 
     def reconcile(self, run: RunRecord) -> None:
         reconcile(self.ctx, run)
@@ -235,6 +240,7 @@ class Controller:
         settings = self.ctx.settings
         polls = ThreadPoolExecutor(max(1, settings.poll_workers), "corral-poll")
         ops = ThreadPoolExecutor(max(1, settings.ops_workers), "corral-op")
+        self._serving = True
         idle_since: float | None = None
         next_read = 0.0
         #: how long each look at a run takes, for `corral server`'s /metrics
@@ -265,6 +271,7 @@ class Controller:
             self.stopping.set()
             polls.shutdown(wait=True, cancel_futures=True)
             ops.shutdown(wait=True, cancel_futures=True)
+            self._serving = False
             self._metrics.flush()
 
     def _read_runs(self) -> None:
@@ -284,13 +291,15 @@ class Controller:
         self.schedule.hurry(take_nudges(self.ctx.home))  # runs a CLI asked to be looked at
 
     def _before_read(self) -> None:
-        """Start the runs of the schedules that are due, and take or renew this controller's
-        leases, before the active runs are read."""
+        """Start the runs of the schedules that are due, record the GPUs' readings when an
+        interval has passed, and take or renew this controller's leases, before the active
+        runs are read."""
         try:
             scheduling.fire_due(self.ctx)
         except Exception as e:  # the store failed: the next read tries again
             log.error("schedules: %s", e)
         self.sweeper.advance()
+        self.gpu_history.advance(background=self._serving)
         if self.leases is not None:
             self.leases.refresh()
 

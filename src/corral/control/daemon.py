@@ -10,7 +10,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from corral import paths
@@ -34,6 +34,8 @@ CONTROLLER_ENV = (
     "CORRAL_POOL_PRICE_PER_GPU_HOUR",
     "CORRAL_POOL_MAX_RUNTIME",
     "CORRAL_POLL_INTERVAL",
+    "CORRAL_GPU_HISTORY_EVERY",
+    "CORRAL_GPU_HISTORY_KEEP",
     "CUDA_VISIBLE_DEVICES",
     "PATH",
     "VIRTUAL_ENV",
@@ -93,6 +95,45 @@ def poll_interval_default() -> float | None:
     return value
 
 
+ENV_GPU_HISTORY_EVERY = "CORRAL_GPU_HISTORY_EVERY"
+ENV_GPU_HISTORY_KEEP = "CORRAL_GPU_HISTORY_KEEP"
+#: what turns the GPU history off (``CORRAL_GPU_HISTORY_EVERY=off``)
+HISTORY_OFF = ("off", "none", "0")
+
+
+def _history_duration(name: str, raw: str) -> float:
+    from corral.spec.units import parse_duration
+
+    try:
+        value = float(parse_duration(raw))
+    except (TypeError, ValueError):
+        value = 0.0
+    if not value >= 1.0 or value == float("inf"):
+        raise ControllerError(
+            f"{name}={raw!r}: expected a duration of 1 s or more (90s, 15m, 12h, 7d or seconds)"
+        )
+    return value
+
+
+def history_settings(
+    every_s: float | None, keep_s: float, environ: Mapping[str, str] | None = None
+) -> tuple[float | None, float]:
+    """(seconds between two readings of a GPU in the GPU history, None: no history; seconds
+    a reading is kept): ``CORRAL_GPU_HISTORY_EVERY`` (``off``: none) and
+    ``CORRAL_GPU_HISTORY_KEEP`` where set, else ``every_s`` and ``keep_s``; ControllerError
+    naming the variable when one is not a duration."""
+    env = os.environ if environ is None else environ
+    raw = (env.get(ENV_GPU_HISTORY_EVERY) or "").strip()
+    if raw.lower() in HISTORY_OFF:
+        every_s = None
+    elif raw:
+        every_s = _history_duration(ENV_GPU_HISTORY_EVERY, raw)
+    raw = (env.get(ENV_GPU_HISTORY_KEEP) or "").strip()
+    if raw:
+        keep_s = _history_duration(ENV_GPU_HISTORY_KEEP, raw)
+    return every_s, keep_s
+
+
 def idle_exit_default() -> float:
     raw = os.environ.get(ENV_IDLE_EXIT)
     if raw is None:
@@ -148,6 +189,9 @@ def run_foreground(
         poll_s = poll_interval_s if poll_interval_s is not None else poll_interval_default()
         if poll_s is not None:
             settings.poll_interval_s = poll_s
+        settings.gpu_history_every_s, settings.gpu_history_keep_s = history_settings(
+            settings.gpu_history_every_s, settings.gpu_history_keep_s
+        )
         # the workers share the store: keep enough connections open for them to reuse
         store = Store.open(connections=settings.poll_workers + settings.ops_workers)
         providers, skipped = load_providers()

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -81,6 +82,9 @@ class PollState:
     #: the agent's status as last recorded, as it came and masked: an unchanged answer is
     #: not masked and compared again
     seen: tuple[AgentStatus, AgentStatus] | None = None
+    #: when ``seen`` was last answered (the context's clock): the GPU history records a
+    #: node's GPUs from a fresh answer only
+    seen_at: datetime | None = None
 
 
 def poll_state(ctx: Context, run: RunRecord, attempt: int | None = None) -> PollState:
@@ -268,6 +272,7 @@ def record_status(ctx: Context, run: RunRecord, status: AgentStatus) -> AgentSta
     stored, the run only for new completed stages or a cost change, and the cost is worked
     out at most every ``Settings.cost_update_s`` seconds unless the status changed."""
     state = poll_state(ctx, run)
+    state.seen_at = ctx.clock()
     if state.seen is not None and state.seen[0] == status and not _cost_due(ctx, run.id):
         return state.seen[1]  # a steady run: nothing to mask, compare or write
     redactor = _redactor(ctx, run)

@@ -267,3 +267,44 @@ sweep_trials = sa.Table(
     sa.Column("created_at", TS, nullable=False),
     sa.Column("updated_at", TS, nullable=False),
 )
+
+# GPU readings kept as a time series (``store/gpu_history.py``): one row per GPU of one place
+# (this controller's machine: ``kind`` host, ``source`` its host name, ``attempt`` 0; or a
+# run's node: ``kind`` node, ``source`` the run's id, ``attempt`` its number) ...
+gpu_series = sa.Table(
+    "gpu_series",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True),
+    sa.Column("kind", sa.String, nullable=False),
+    sa.Column("source", sa.String, nullable=False),
+    sa.Column("attempt", sa.Integer, nullable=False),
+    sa.Column("gpu", sa.SmallInteger, nullable=False),
+    sa.Column("uuid", sa.String, nullable=False),
+    sa.Column("name", sa.String, nullable=False),
+    sa.Column("memory_total_mb", sa.Integer),
+    sa.UniqueConstraint("kind", "source", "attempt", "gpu"),
+)
+
+# ... and one small row per reading of it, keyed by (series, unix second): utilisation %,
+# memory used (MB), temperature (°C). No rowid on SQLite: the rows live in the key's b-tree.
+gpu_readings = sa.Table(
+    "gpu_readings",
+    metadata,
+    sa.Column(
+        "series",
+        sa.Integer,
+        sa.ForeignKey("gpu_series.id", ondelete="CASCADE"),
+        primary_key=True,
+        autoincrement=False,
+    ),
+    sa.Column(
+        "t",
+        sa.BigInteger().with_variant(sa.Integer(), "sqlite"),
+        primary_key=True,
+        autoincrement=False,
+    ),
+    sa.Column("util", sa.SmallInteger),
+    sa.Column("mem_mb", sa.Integer),
+    sa.Column("temp_c", sa.SmallInteger),
+    sqlite_with_rowid=False,
+)

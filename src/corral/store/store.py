@@ -14,6 +14,7 @@ from corral.store._core import Clock, select_list, sql_count
 from corral.store.attempts import AttemptOps
 from corral.store.caps import CapOps
 from corral.store.db import Database
+from corral.store.gpu_history import GpuHistoryOps
 from corral.store.leases import LeaseOps
 from corral.store.migrate import ensure_schema
 from corral.store.records import EVENT_COLUMNS, RUN_COLUMNS, EventRecord, RunRecord
@@ -45,7 +46,17 @@ _FIXED_RUN_FIELDS = {"id", "state", "created_at", "updated_at"}
 _AMBIGUOUS_SHOWN = 10
 
 
-class Store(AttemptOps, ResourceOps, WebhookOps, StatsOps, ScheduleOps, LeaseOps, CapOps, SweepOps):
+class Store(
+    AttemptOps,
+    ResourceOps,
+    WebhookOps,
+    StatsOps,
+    ScheduleOps,
+    LeaseOps,
+    CapOps,
+    SweepOps,
+    GpuHistoryOps,
+):
     """corral's database. Open with :meth:`Store.open`; safe to share between threads."""
 
     @classmethod

@@ -49,6 +49,41 @@
     }, 5000);
   }
 
+  /* --- the GPU page: each GPU's utilisation and memory over time, as the controller recorded
+   * them (one series per GPU; the window's buttons pick how far back) ------------------------ */
+  var gpuHistory = document.getElementById("gpu-history");
+  if (gpuHistory) {
+    var gpuName = function (s) { return s.machine + " · GPU " + s.index + (s.name ? " " + s.name : ""); };
+    var pct = function (v) { return Math.round(v * 10) / 10 + " %"; };
+    var gb = function (v) { return (Math.round(v * 100) / 100) + " GB"; };
+    var drawGpuHistory = function () {
+      var since = gpuHistory.getAttribute("data-since");
+      return get("/api/v1/monitoring/gpu/history?since=" + encodeURIComponent(since))
+        .then(function (r) { return r.json(); }).then(function (h) {
+          var empty = "no GPU reading recorded in the last " + since +
+            " (the controller records each GPU once a minute while it runs)";
+          CorralChart.draw(document.getElementById("chart-gpu-util"), {
+            series: h.series.map(function (s) { return {name: gpuName(s), points: s.utilization_pct}; }),
+            x: "time", yFormat: pct, label: "GPU utilisation over time", empty: empty});
+          CorralChart.draw(document.getElementById("chart-gpu-mem"), {
+            series: h.series.map(function (s) {
+              return {name: gpuName(s), points: s.memory_used_mb.map(function (p) { return [p[0], p[1] / 1024]; })};
+            }),
+            x: "time", yFormat: gb, label: "GPU memory used over time", empty: empty});
+        });
+    };
+    gpuHistory.addEventListener("click", function (ev) {
+      var button = ev.target.closest("button[data-window]");
+      if (!button) return;
+      gpuHistory.setAttribute("data-since", button.getAttribute("data-window"));
+      gpuHistory.querySelectorAll("button[data-window]").forEach(function (b) {
+        b.setAttribute("aria-pressed", b === button ? "true" : "false");
+      });
+      drawGpuHistory().catch(function () {});
+    });
+    every(60000, drawGpuHistory);
+  }
+
   /* --- a sweep's page: the metric against each numeric parameter, one dot per trial --------- */
   var sweepPage = document.querySelector("[data-sweep]");
   if (sweepPage) {

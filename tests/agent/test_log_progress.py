@@ -235,6 +235,18 @@ def test_ultralytics_8_4_values_in_any_notation(tmp_path):
     assert any(r["metrics"].get("cls_loss") == 6.39e-05 for r in _records(tmp_path))
 
 
+def test_ultralytics_a_row_read_before_its_bar_says_no_step_in_epochs(tmp_path):
+    # the first row after a resume at epoch 4, read before its bar was written: no step that
+    # would read as epoch 4 against a checkpoint saved at batch 24; then the bar gives it
+    header = "      Epoch    GPU_mem   box_loss   cls_loss   dfl_loss  Instances       Size\n"
+    cut = "        4/6         0G    0.05037     0.3293    0.02959          4         64:\n"
+    bar = "        4/6         0G    0.05037     0.3293    0.02959          4         64: 25% ━━━─── 2/8 2.1it/s\n"
+    latest, _ = _read(tmp_path, "ultralytics", header + cut + bar + cut)
+    steps = [r.get("step") for r in _records(tmp_path) if r["kind"] == "progress"]
+    assert steps and all(step is None or step >= 24 for step in steps), steps
+    assert (latest["step"], latest["total"]) in ((26, 48), (24, 48))
+
+
 ULTRALYTICS_8_3 = (  # Ultralytics 8.3 and before: tqdm's bar
     "      Epoch    GPU_mem   box_loss   cls_loss   dfl_loss  Instances       Size\n"
     "        1/3      2.1G      1.234      2.345      1.456         12        640:  50%|█████"

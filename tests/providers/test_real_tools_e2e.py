@@ -309,7 +309,10 @@ stages:
 checkpoints: {path: "runs/*/*/weights/last.pt", storage: "file://BUCKET", settle: SETTLE}
 recovery: {max_preemption_restarts: 2}
 """
-YOLO_EPOCHS = 6
+#: enough that the two versions waited for are up well before the last epoch, even on a
+#: loaded machine (a stop after the last one restores a finished training, which
+#: Ultralytics refuses to resume)
+YOLO_EPOCHS = 12
 #: 16 images in batches of 4
 YOLO_BATCHES = 4
 
@@ -326,7 +329,7 @@ def test_ultralytics_yolo_train_preempted_mid_run_resumes_at_the_last_mirrored_e
     corral_home, monkeypatch, tmp_path
 ) -> None:
     """``yolo train`` rewrites ``weights/last.pt`` in place after each epoch; not paced by the
-    test (its CLI takes no callback): six epochs of a few seconds each, preempted once two
+    test (its CLI takes no callback): twelve epochs of a second or two each, preempted once two
     versions are up."""
     python, yolo = ultralytics_yolo()
 

@@ -284,6 +284,8 @@ class UltralyticsParser:
     def __init__(self) -> None:
         self._columns: list[str] = []
         self._val_columns: list[str] = []
+        #: batches per epoch, once a row's bar said it
+        self._per: int | None = None
 
     def parse(self, line: str) -> Reading | None:
         words = line.split()
@@ -317,10 +319,19 @@ class UltralyticsParser:
         }
         epoch, epochs = int(found.group("epoch")), int(found.group("epochs"))
         count = _BAR_COUNT.search(bar)
+        step: int | None
+        total: int | None
         if count:
             n, per = int(count.group("n")), int(count.group("total"))
+            self._per = per
             step, total = (epoch - 1) * per + n, epochs * per
-        else:
+        elif self._per:  # a row without its bar: the epoch's start, in batches still
+            step, total = (epoch - 1) * self._per, epochs * self._per
+        elif ":" in found.group("rest") and not bar.strip():
+            # a row read before its bar was written (the first one after a resume, say): its
+            # position comes with the bar; an epoch number here would read as a step far back
+            step = total = None
+        else:  # a table without bars: epochs are the steps
             step, total = epoch, epochs
         loss = sum(metrics.values()) if metrics else None
         return Reading(step=step, total=total, loss=loss, epoch=epoch, metrics=metrics)

@@ -4,6 +4,7 @@ have a log here when the name is unknown."""
 
 from __future__ import annotations
 
+import json
 import threading
 from pathlib import Path
 
@@ -25,6 +26,12 @@ def test_the_last_lines_and_an_unknown_worker(corral_home: Path) -> None:
     _log(home, "box-gpu0", "".join(f"line {i}\n" for i in range(1, 501)))
     out = CliRunner().invoke(app, ["pool", "logs", "box-gpu0", "-n", "3"])
     assert out.exit_code == 0 and out.stdout.splitlines() == ["line 498", "line 499", "line 500"]
+    out = CliRunner().invoke(app, ["pool", "logs", "box-gpu0", "-n", "2", "--json"])
+    assert out.exit_code == 0
+    assert [json.loads(line) for line in out.stdout.splitlines()] == [
+        {"worker": "box-gpu0", "line": "line 499"},
+        {"worker": "box-gpu0", "line": "line 500"},
+    ]
     out = CliRunner().invoke(app, ["pool", "logs", "box-gpu9"])
     assert out.exit_code != 0 and "box-gpu0" in out.output and "its own box" in out.output
     assert len(out.output.strip().splitlines()) == 1

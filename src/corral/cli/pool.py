@@ -19,6 +19,7 @@ BROKER = typer.Option(
     None, "--broker", help="Redis URL of the broker (default: CORRAL_POOL_BROKER)."
 )
 POOL = typer.Option(None, "--pool", help="Pool name (default: CORRAL_POOL_NAME).")
+HOME = typer.Option(None, "--home", help="The workers' home (corral worker --home).")
 
 
 @app.callback()
@@ -116,22 +117,30 @@ def logs(
     worker: str = typer.Argument(..., metavar="WORKER", help="A worker's name (pool status)."),
     lines: int = typer.Option(100, "--lines", "-n", min=0, help="Lines from the end to show."),
     follow_: bool = typer.Option(False, "--follow", "-f", help="Keep printing new lines."),
-    home: Path = typer.Option(None, "--home", help="The workers' home (corral worker --home)."),
+    home: Path = HOME,
+    json_: bool = typer.Option(
+        False, "--json", help="One JSON object a line: {worker, line} (with -f, as they come)."
+    ),
 ) -> None:
     """Print a worker's log on this box (its Celery worker and what it ran); -f follows it."""
+    import json
     import sys
 
     from corral.service.pool_logs import follow, last_lines, worker_log
 
+    def show(line: str) -> None:
+        text = json.dumps({"worker": worker, "line": line}) if json_ else line
+        sys.stdout.write(text + "\n")
+
     path = worker_log(worker, home)
     shown, end = last_lines(path, lines)
     for line in shown:
-        sys.stdout.write(line + "\n")
+        show(line)
     sys.stdout.flush()
     if follow_:
         try:
             for line in follow(path, end, stop=lambda: False):
-                sys.stdout.write(line + "\n")
+                show(line)
                 sys.stdout.flush()
         except KeyboardInterrupt:
             return
@@ -173,9 +182,6 @@ def purge(
     console.print(
         f"{queue}: {len(view.cancelled)} waiting runs cancelled, {view.running} running left alone"
     )
-
-
-HOME = typer.Option(None, "--home", help="The workers' home (corral worker --home).")
 
 
 @app.command("scale")

@@ -27,6 +27,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from corral.agent.path_items import process_tree
 from corral.errors import BadInput
 from corral.queue import cgroups
 
@@ -127,26 +128,9 @@ class Mechanism:
         return f"job limits: {what}: cgroup v2 is not available ({self.why_not}): {how}"
 
 
-def _children(pid: int) -> list[int]:
-    out: list[int] = []
-    try:
-        tasks = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return out
-    for tid in tasks:
-        with contextlib.suppress(OSError, ValueError):
-            out += [int(x) for x in Path(f"/proc/{pid}/task/{tid}/children").read_text().split()]
-    return out
-
-
 def descendants(pid: int) -> list[int]:
-    """Every process under ``pid`` (``/proc/<pid>/task/*/children``, walked down)."""
-    out, todo = [], _children(pid)
-    while todo:
-        child = todo.pop()
-        out.append(child)
-        todo += _children(child)
-    return out
+    """Every process under ``pid`` (``/proc``; the agent's own walk of a process tree)."""
+    return (process_tree(pid) or [pid])[1:]
 
 
 def resident(pids: Iterable[int]) -> int:

@@ -16,6 +16,7 @@ LAZY_OK = {
     ("corral.control.daemon", "corral.control.controller"),
     ("corral.control.daemon", "corral.control.providers"),
     ("corral.control.daemon", "corral.control.leases"),
+    ("corral.control.daemon", "corral.control.bell"),
     ("corral.control.context", "corral.control.agent_client"),
 }
 

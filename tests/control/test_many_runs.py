@@ -54,6 +54,7 @@ def test_a_few_hundred_live_runs_are_each_looked_at_within_their_interval(
     monkeypatch.setenv("CORRAL_PROVIDERS", "standin")
     monkeypatch.setenv("CORRAL_STANDIN_URL", standin.url)
     monkeypatch.setenv("CORRAL_STANDIN_PRICE", str(PRICE))
+    monkeypatch.setenv("CORRAL_BELL", "off")  # pulled: every run at the 2 s interval
     # stops on the stand-in take a moment: what the budget watcher reserves for one
     (corral_home / "stop-times.json").write_text(json.dumps({"standin": [0.5] * 5}))
     store = Store.open()

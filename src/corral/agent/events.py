@@ -103,6 +103,8 @@ class EventLog:
         self._lock = threading.Lock()
         self._events = _dense_prefix(read_events_file(self._path))
         self._file = open(self._path, "a", encoding="utf-8")  # noqa: SIM115 - lives with the log
+        #: called with each event once it is recorded (the bell: ``agent.bell``); never raise
+        self.listeners: list[Callable[[dict[str, Any]], None]] = []
         if not _ends_with_newline(self._path):
             self._file.write("\n")  # end a torn last line so the next event starts clean
 
@@ -116,7 +118,9 @@ class EventLog:
             self._events.append(event)
             self._unwritten.append(json.dumps(event, separators=(",", ":")) + "\n")
             self._write_pending()
-            return event
+        for listener in self.listeners:
+            listener(event)
+        return event
 
     def _write_pending(self) -> None:
         """Write the lines the file does not hold yet (under the lock). A full disk keeps them

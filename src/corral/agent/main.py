@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import ValidationError
 
 from corral.agent import dag
+from corral.agent.bell import AgentBell
 from corral.agent.diskfull import RESERVE_FILE, DiskGuard
 from corral.agent.events import EventLog
 from corral.agent.hooks import build_hooks
@@ -139,6 +140,9 @@ class Agent:
             # room for the agent's last records when a job fills the disk (diskfull.py)
             disk=DiskGuard(self.state_dir / RESERVE_FILE),
         )
+        #: rings the controller's bell when something happens (``agent.bell``)
+        self.bell = AgentBell(plan.run_id, plan.attempt, token)
+        self.events.listeners.append(self.bell.on_event)
         self.tailer = ProgressTailer(
             self.state_dir / "progress", self.events, plan.progress_event_interval, clock=clock
         )
@@ -254,7 +258,7 @@ class Agent:
         try:
             from corral.agent.server import AgentServer  # see Agent.api
 
-            self.server = AgentServer(listener, self.api, self._token)
+            self.server = AgentServer(listener, self.api, self._token, bell=self.bell)
         except BaseException:  # the job runs and nothing can reach it: stop it
             listener.close()
             self.runner.request_stop("the agent's API failed to start", StopCause.AGENT)
@@ -294,6 +298,7 @@ class Agent:
                 pass
         if self.server is not None:
             self.server.stop()
+        self.bell.close()
         self.events.close()
         self.events.disk.close()  # the reserve is no longer needed
 

@@ -53,10 +53,12 @@ from pydantic import BaseModel
 
 from corral.agent import logs, service_proxy
 from corral.agent.api import MAX_EVENTS_PAGE, AgentApi, HttpError
+from corral.agent.bell import AgentBell
 from corral.agent.execs import ExecError
 from corral.agent.listen import listen
 from corral.agent.services import Target
 from corral.wire import WIRE_VERSION
+from corral.wire.bell import HEADER as BELL_HEADER
 from corral.wire.poll import (
     DEFAULT_LOG_LIMIT,
     decode_offsets,
@@ -238,6 +240,8 @@ class _Handler(BaseHTTPRequestHandler):
                     self.close_connection = True
                 raise HttpError(405, "method not allowed")
             authorized = self._authorized()
+            if authorized and self.server.bell is not None:
+                self.server.bell.heard_from(self.headers.get(BELL_HEADER))
             if probe and not authorized:
                 if length:
                     self.close_connection = True
@@ -478,10 +482,17 @@ class AgentServer(ThreadingHTTPServer):
     daemon_threads = True
 
     def __init__(
-        self, listener: socket.socket | tuple[str, int], api: AgentApi, token: str
+        self,
+        listener: socket.socket | tuple[str, int],
+        api: AgentApi,
+        token: str,
+        *,
+        bell: AgentBell | None = None,
     ) -> None:
         self.api = api
         self.token = token.encode()
+        #: the controller's bell, learnt from its requests (``agent.bell``)
+        self.bell = bell
         if isinstance(listener, tuple):
             listener = listen(*listener)
         self.address_family = socket.AddressFamily(listener.family)

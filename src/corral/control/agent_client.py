@@ -28,6 +28,7 @@ from pydantic import BaseModel, ValidationError
 
 from corral.errors import AgentError, AgentUnreachable
 from corral.wire import check_version
+from corral.wire.bell import HEADER as BELL_HEADER
 from corral.wire.events import EventsPage
 from corral.wire.outcome import StopCause
 from corral.wire.poll import (
@@ -265,6 +266,11 @@ class AgentClient:
             _transport(client) if client is not None else default_transport(timeout)
         )
         self._owns_client = client is None
+
+    def bell_at(self, header: str) -> None:
+        """Name the controller's bell in every request (``corral.wire.bell``)."""
+        if self._headers.get(BELL_HEADER) != header:
+            self._headers = {**self._headers, BELL_HEADER: header}
 
     def close(self) -> None:
         """Close the client's own connection pool; a shared one stays open."""

@@ -43,6 +43,10 @@ class Settings:
     #: ``tick_seconds`` after each quiet look, up to this); a budget cap, a deadline, an idle
     #: limit or the provider's next check coming sooner shortens it
     poll_interval_s: float = 2.0
+    #: a quiet RUNNING run whose agent rings the controller's bell (``control.bell``: any
+    #: change is rung at once) is looked at at least this often (``CORRAL_QUIET_POLL_INTERVAL``);
+    #: a run someone follows (``corral logs -f``, ``status --watch``) keeps ``poll_interval_s``
+    quiet_poll_s: float = 30.0
     #: a run waiting for capacity tries again this often (and at once when a run of this
     #: controller ends)
     wait_retry_s: float = 2.0
@@ -135,6 +139,9 @@ class Context:
     #: here is resolved at launch. Empty in the controller, which resolves at every launch
     #: (a secret changed between attempts is the new one)
     secrets: dict[str, str] = field(default_factory=dict, repr=False)
+    #: the controller's bell while it serves (``corral.control.bell.Bell``; typed loosely:
+    #: that module imports this one); None: no bell, every run is pulled at its usual pace
+    bell: Any = None
 
     def provider(self, name: str) -> Provider:
         try:
@@ -174,7 +181,16 @@ class Context:
                     pool = self.pool
                 client = pool.client(endpoint, token)
             self._clients[key] = client
+        if self.bell is not None:  # the agent rings it when something happens
+            ring_at = getattr(client, "bell_at", None)  # (a test's stand-in client may not)
+            if ring_at is not None:
+                ring_at(self.bell.header())
         return client
+
+    def belled(self, run: RunRecord) -> bool:
+        """Whether ``run``'s current attempt rings this controller's bell (so a quiet run
+        needs no frequent look: a change is rung at once)."""
+        return self.bell is not None and self.bell.belled(run.id, run.attempt)
 
     def remember_spec(self, run: RunRecord, spec: JobSpec) -> None:
         """Keep ``spec`` as ``run``'s validated JobSpec (the process that parsed it hands it

@@ -18,6 +18,7 @@ from concurrent.futures import Executor, ThreadPoolExecutor
 from functools import partial
 
 from corral.control import actions, finishing, launching, monitor, scheduling, transitions
+from corral.control.bell import Bell, bell_settings
 from corral.control.context import Context, log
 from corral.control.gpu_history import GpuHistory
 from corral.control.leases import Leases
@@ -28,6 +29,7 @@ from corral.control.schedule import Head, Result, Schedule
 from corral.control.sweeping import Sweeper
 from corral.control.transitions import Transition
 from corral.control.watchers import run_watchers
+from corral.control.watching import FOLLOW_S, followed_runs
 from corral.errors import CorralError, NotFound
 from corral.store.records import RunRecord
 from corral.store.states import RunState
@@ -69,6 +71,7 @@ def reconcile(ctx: Context, run: RunRecord, *, follow: bool = True) -> Result:
         wake_in=obs.wake_in if moved is None else None,
         lively=obs.lively,
         gone=state.terminal,
+        attempt=(moved or run).attempt,
     )
 
 
@@ -134,7 +137,11 @@ class Controller:
         #: other work that keeps the controller from exiting when idle (webhook deliveries)
         self.busy: Callable[[], bool] = lambda: False
         self.holds = holds
-        self.schedule = Schedule(ctx.settings, holds=holds)
+        self.schedule = Schedule(
+            ctx.settings,
+            holds=holds,
+            belled=lambda rid, n: ctx.bell is not None and ctx.bell.belled(rid, n),
+        )
         #: set by SIGUSR1 (a CLI launched or asked something): read the active runs now
         self._poked = False
         self._lock = threading.Lock()
@@ -245,6 +252,7 @@ class Controller:
         next_read = 0.0
         #: how long each look at a run takes, for `corral server`'s /metrics
         self._metrics = LoopMetrics(self.ctx.home)
+        self._start_bell()
         try:
             while not self.stopping.is_set():
                 now = time.monotonic()
@@ -252,6 +260,7 @@ class Controller:
                     self._poked = False
                     next_read = now + settings.tick_seconds
                     self._read_runs()
+                    self._listen()
                 self._dispatch(polls, ops)
                 self._maybe_sweep(ops)
                 waiting = self._in_flight or self._elsewhere or self.sweeper.active
@@ -273,6 +282,40 @@ class Controller:
             ops.shutdown(wait=True, cancel_futures=True)
             self._serving = False
             self._metrics.flush()
+            if self.ctx.bell is not None:
+                self.ctx.bell.close()
+                self.ctx.bell = None
+
+    def _start_bell(self) -> None:
+        """Listen for the agents' rings (``control.bell``) unless ``CORRAL_BELL=off``; a bell
+        that cannot listen is logged and the runs are pulled as without one."""
+        if self.ctx.bell is not None:
+            return
+        try:
+            bind, advertise = bell_settings()
+            if bind is None:
+                return
+            self.ctx.bell = Bell(self.ctx.home, self._rung, bind=bind, advertise=advertise).start()
+        except (OSError, CorralError) as e:
+            log.warning("no bell (every run is pulled at its usual pace): %s", e)
+
+    def _rung(self, run_ids: list[str]) -> None:
+        """Agents rang (the bell's thread): their runs are due now."""
+        self.schedule.ring(run_ids)
+        self.wake.set()
+
+    def _listen(self) -> None:
+        """Each read of the runs: a bell fallen silent makes its run due now (its machine
+        may be gone), and the runs someone follows (``control.watching``) keep the usual
+        pace."""
+        bell = self.ctx.bell
+        if bell is not None:
+            silent = bell.silent()
+            if silent:
+                self.schedule.ring(silent)
+        followed = followed_runs(self.ctx.home)
+        if followed:
+            self.schedule.watch(followed, time.monotonic() + FOLLOW_S)
 
     def _read_runs(self) -> None:
         """The active runs from the store, into the schedule; runs that ended elsewhere (or
@@ -287,7 +330,7 @@ class Controller:
         if self.holds is not None:
             self._elsewhere = sum(1 for h in heads if not self.holds(h.id))
         for run_id in self.schedule.sync(heads):
-            self.ctx.forget(run_id)
+            self._forget(run_id)
         self.schedule.hurry(take_nudges(self.ctx.home))  # runs a CLI asked to be looked at
 
     def _before_read(self) -> None:
@@ -325,7 +368,7 @@ class Controller:
                     self._metrics.observe(time.monotonic() - began, len(self.schedule))
             due = self.schedule.done(run_id, result)
             if result is not None and result.gone:
-                self.ctx.forget(run_id)
+                self._forget(run_id)
             freed = result is not None and (
                 result.gone or (state in _TEARDOWN and result.state != state)
             )
@@ -342,6 +385,11 @@ class Controller:
         if not run.active:
             return Result(run.state, gone=True)
         return reconcile(self.ctx, run, follow=not polled)
+
+    def _forget(self, run_id: str) -> None:
+        self.ctx.forget(run_id)
+        if self.ctx.bell is not None:
+            self.ctx.bell.forget(run_id)
 
     def poke(self) -> None:
         """Read the active runs at once (what SIGUSR1 does)."""

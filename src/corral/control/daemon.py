@@ -34,6 +34,9 @@ CONTROLLER_ENV = (
     "CORRAL_POOL_PRICE_PER_GPU_HOUR",
     "CORRAL_POOL_MAX_RUNTIME",
     "CORRAL_POLL_INTERVAL",
+    "CORRAL_QUIET_POLL_INTERVAL",
+    "CORRAL_BELL",
+    "CORRAL_BELL_ADVERTISE",
     "CORRAL_GPU_HISTORY_EVERY",
     "CORRAL_GPU_HISTORY_KEEP",
     "CUDA_VISIBLE_DEVICES",
@@ -156,6 +159,7 @@ def run_foreground(
     interval (default ``CORRAL_POLL_INTERVAL``, else ``Settings.poll_interval_s``)."""
     # lazy on purpose (not a cycle: nothing below imports daemon): the CLI imports this
     # module to start or find a background controller and should not load the controller
+    from corral.control.bell import bell_settings, quiet_poll_default
     from corral.control.context import Context, Settings
     from corral.control.controller import Controller
     from corral.control.providers import load_providers
@@ -189,6 +193,10 @@ def run_foreground(
         poll_s = poll_interval_s if poll_interval_s is not None else poll_interval_default()
         if poll_s is not None:
             settings.poll_interval_s = poll_s
+        quiet_s = quiet_poll_default()
+        if quiet_s is not None:
+            settings.quiet_poll_s = quiet_s
+        bell_settings()  # a bad CORRAL_BELL is said here, not at the first look
         settings.gpu_history_every_s, settings.gpu_history_keep_s = history_settings(
             settings.gpu_history_every_s, settings.gpu_history_keep_s
         )

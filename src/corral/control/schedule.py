@@ -18,7 +18,11 @@ How soon a run is looked at again (:meth:`Schedule.done`):
 * RUNNING: every ``Settings.tick_seconds`` after a look that saw the attempt move (its
   phase, a stage starting or ending), then twice as long after each look that did not, up
   to ``Settings.poll_interval_s`` (log lines and progress alone do not hurry it: a steady
-  run costs little however much it prints);
+  run costs little however much it prints), or up to ``Settings.quiet_poll_s`` while its
+  agent rings the controller's bell (``control.bell``: ``belled``) and nobody follows it
+  (:meth:`Schedule.watch`);
+* a run whose agent rang (something happened) or whose bell fell silent: at once
+  (:meth:`Schedule.ring`);
 * a run a CLI nudged (``control.nudges``: ``corral debug preempt``, say): at once, then,
   while RUNNING (a look at the agent, not at a cloud's API), every :data:`NUDGED_EVERY_S`
   for :data:`NUDGED_FOR_S` (what the CLI did to its machine
@@ -85,6 +89,8 @@ class Slot:
     line_turn: bool = False
     #: the last look left it waiting for capacity (PENDING/RECOVERING)
     waiting: bool = False
+    #: the agent rang while a look was in flight (the next look comes at once)
+    rung: bool = False
     #: the run's place in submission order (its index among the active runs, oldest first)
     order: int = 0
     #: the heap entry that is this slot's (older entries are skipped)
@@ -93,6 +99,10 @@ class Slot:
     longest_gap: float = 0.0
     #: monotonic time until which the run is looked at every NUDGED_EVERY_S (a CLI nudged it)
     brisk_until: float = 0.0
+    #: the attempt the last look saw (the bell is the attempt's)
+    attempt: int | None = None
+    #: monotonic time until which someone follows the run (``corral logs -f``): usual pace
+    watched_until: float = 0.0
 
     @property
     def polled(self) -> bool:
@@ -120,6 +130,7 @@ class Result:
     wake_in: float | None = None
     lively: bool = False
     gone: bool = False
+    attempt: int | None = None
 
 
 class Schedule:
@@ -132,9 +143,12 @@ class Schedule:
         *,
         clock: Callable[[], float] = time.monotonic,
         holds: Callable[[str], bool] | None = None,
+        belled: Callable[[str, int | None], bool] | None = None,
     ):
         self.settings = settings
         self.clock = clock
+        #: whether a run's attempt rings the controller's bell (``control.bell.Bell.belled``)
+        self.belled = belled or (lambda run_id, attempt: False)
         #: which runs this controller looks at (default: all)
         self.holds = holds or (lambda run_id: True)
         self.slots: dict[str, Slot] = {}
@@ -256,6 +270,36 @@ class Schedule:
                     slot.interval = self._fast
                     self._push(slot, now)
 
+    def ring(self, run_ids: list[str]) -> None:
+        """``run_ids`` are due at once, at the fast pace (their agents rang: something
+        happened; or their bell fell silent). A look in flight is followed by another."""
+        now = self.clock()
+        with self._lock:
+            for rid in run_ids:
+                slot = self.slots.get(rid)
+                if slot is None:
+                    continue
+                slot.interval = self._fast
+                if slot.busy:
+                    slot.rung = True
+                else:
+                    self._push(slot, now)
+
+    def watch(self, run_ids: list[str], until: float) -> None:
+        """Someone follows ``run_ids`` until ``until`` (monotonic): they are looked at at
+        the usual pace, not the belled quiet one."""
+        now = self.clock()
+        with self._lock:
+            for rid in run_ids:
+                slot = self.slots.get(rid)
+                if slot is None:
+                    continue
+                if slot.watched_until <= now and slot.interval > self._steady and not slot.busy:
+                    slot.interval = self._steady
+                    if slot.due > now + self._steady:
+                        self._push(slot, now)
+                slot.watched_until = until
+
     def wake_waiting(self) -> None:
         """Every run waiting for capacity is due at once (a machine may have been freed)."""
         with self._lock:
@@ -287,6 +331,8 @@ class Schedule:
             if result is None:  # the look failed (logged): try again at the quiet pace
                 delay = s.poll_interval_s
             else:
+                if result.attempt is not None:
+                    slot.attempt = result.attempt
                 moved = result.state != slot.state
                 if moved:
                     slot.state, slot.interval = result.state, self._fast
@@ -295,6 +341,9 @@ class Schedule:
                 delay = self._delay(slot, result, now)
                 if moved and not slot.polled:
                     delay = 0.0  # a stop or a recovery the look decided: carried on at once
+            if slot.rung:  # the agent rang while the look was in flight: look again
+                slot.rung = False
+                delay = 0.0
             due = now + max(0.0, delay)
             self._push(slot, due)
             return due
@@ -309,7 +358,10 @@ class Schedule:
             if result.lively:
                 slot.interval = self._fast
             delay = slot.interval
-            slot.interval = min(max(slot.interval * 2, self._fast), self._steady)
+            steady = self._steady
+            if slot.watched_until <= now and self.belled(slot.run_id, slot.attempt):
+                steady = max(steady, s.quiet_poll_s)  # a change rings: no need to look
+            slot.interval = min(max(slot.interval * 2, self._fast), steady)
         else:  # PROVISIONING, STOPPING
             delay = self._fast
         if result.wake_in is not None:

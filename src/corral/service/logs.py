@@ -11,11 +11,13 @@ with the agent's UTC timestamp).
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from corral import paths
+from corral.control.watching import TOUCH_S, mark_followed
 from corral.errors import BadInput, NotFound
 from corral.service._store import using
 from corral.service.views import LogChunk, LogFile, LogLine
@@ -103,6 +105,8 @@ class LogTailer:
         self.attempt = attempt
         #: bytes already read of each log file
         self.offsets: dict[Path, int] = {}
+        #: when this reader last said it follows the run (``control.watching``)
+        self._marked = 0.0
         if from_end:
             for path in self._files():
                 self.offsets[path] = path.stat().st_size
@@ -123,7 +127,13 @@ class LogTailer:
 
     def read(self) -> list[LogLine]:
         """The new complete lines, ordered by attempt then timestamp. A partial last line is
-        left for the next read."""
+        left for the next read. A reader that reads again and again is following the run:
+        the controller copies its logs at the usual pace, not a quiet run's
+        (``control.watching``)."""
+        now = time.monotonic()
+        if now - self._marked >= TOUCH_S:
+            self._marked = now
+            mark_followed(self.run_id)
         batch: list[LogLine] = []
         for path in self._files():
             offset = self.offsets.get(path, 0)

@@ -31,11 +31,14 @@ to F once it listens). Test and benchmark support only: nothing in the product i
 from __future__ import annotations
 
 import argparse
+import collections
+import heapq
 import hmac
 import itertools
 import json
 import os
 import re
+import socket
 import sys
 import threading
 import time
@@ -60,7 +63,7 @@ from corral.providers.base import (
     Requirements,
     SupportsSimulatedPreemption,
 )
-from corral.wire import WIRE_VERSION
+from corral.wire import WIRE_VERSION, bell
 from corral.wire.events import AgentEvent, EventsPage
 from corral.wire.poll import (
     DEFAULT_LOG_LIMIT,
@@ -113,6 +116,11 @@ class SimAgent:
     log: list[bytes] = field(default_factory=list)
     log_size: int = 0
     polls: list[float] = field(default_factory=list)
+    #: where this agent rings its controller's bell (learnt from its requests) and how
+    #: (the server's :meth:`StandInServer.ring`), as the real agent does (``agent.bell``)
+    bell: tuple[str, int] | None = None
+    ring: Any = None
+    rings: int = 0
     _lines: int = 0
     _progress: int = 0
     _phase: str = "setup"
@@ -122,6 +130,8 @@ class SimAgent:
         self.events.append(
             AgentEvent(seq=len(self.events) + 1, ts=ts, type=type_, stage=stage, data=data)
         )
+        if type_ != "progress" and self.ring is not None:
+            self.ring(self, "change")
 
     def advance(self, now: float, cfg: Config) -> None:
         """Everything that happened on this machine up to ``now``."""
@@ -228,6 +238,69 @@ class StandInServer(ThreadingHTTPServer):
         self.lock = threading.Lock()
         self.clock = time.monotonic
         super().__init__(address, _Handler)
+        #: the agents' bell: one socket, and when each agent has something to ring next (its
+        #: boot, its job's end, the end of a stop), as ``(monotonic time, key)``
+        self._bell_sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self._bell_sock.setblocking(False)
+        self._due: list[tuple[float, str]] = []
+        self._beats: collections.deque[str] = collections.deque()
+        self._ticker: threading.Thread | None = None
+
+    def ring(self, agent: SimAgent, kind: str) -> None:
+        """``agent`` rings its controller's bell (under the lock)."""
+        if agent.bell is None:
+            return
+        agent.rings += 1
+        ring = bell.Ring(agent.run_id, agent.attempt, kind, agent.rings)
+        try:
+            self._bell_sock.sendto(bell.encode(ring, agent.token.decode()), agent.bell)
+        except OSError:
+            pass
+
+    def heard(self, agent: SimAgent, header: str | None) -> None:
+        """A controller's request named its bell (under the lock)."""
+        found = bell.parse_header(header)
+        if found is None or (found.host, found.port) == agent.bell:
+            return
+        first = agent.bell is None
+        agent.bell = (found.host, found.port)
+        agent.ring = self.ring
+        self.ring(agent, "hello")
+        if first:
+            self._beats.append(agent.key)
+            self._start_ticker()
+
+    def _start_ticker(self) -> None:
+        if self._ticker is None:
+            self._ticker = threading.Thread(target=self._tick, name="standin-bell", daemon=True)
+            self._ticker.start()
+
+    def _tick(self) -> None:
+        """Every 0.1 s: the agents whose next event is due are advanced (a job ending is
+        rung when it ends, not at the next request), and a tenth of a beat's worth of agents
+        beat."""
+        every = 0.1
+        while True:
+            time.sleep(every)
+            now = self.clock()
+            with self.lock:
+                while self._due and self._due[0][0] <= now:
+                    _, key = heapq.heappop(self._due)
+                    agent = self.agents.get(key)
+                    if agent is not None and agent.answers(now):
+                        agent.advance(now, self.cfg)
+                share = len(self._beats) * every / bell.BEAT_S
+                for _ in range(min(len(self._beats), max(1, round(share)))):
+                    key = self._beats.popleft()
+                    agent = self.agents.get(key)
+                    if agent is None or not agent.answers(now):
+                        continue  # a machine gone falls silent
+                    self._beats.append(key)
+                    self.ring(agent, "beat")
+
+    def due(self, at: float, key: str) -> None:
+        """``key`` has an event to ring at ``at`` (under the lock)."""
+        heapq.heappush(self._due, (at, key))
 
     @property
     def url(self) -> str:
@@ -256,6 +329,9 @@ class StandInServer(ThreadingHTTPServer):
                     run_s=float(body.get("run_s") or self.cfg.run_s),
                 )
                 self.agents[key] = agent
+                started = agent.launched + self.cfg.boot_s
+                self.due(started, key)
+                self.due(started + agent.run_s, key)
             return agent
 
     def instance(self, agent: SimAgent) -> dict[str, Any]:
@@ -277,6 +353,8 @@ class StandInServer(ThreadingHTTPServer):
                 if agent.stop_at is None:
                     agent.stop_at, agent.stop_cause = now, "agent"
                     agent.stop_reason = "agent received SIGTERM"
+                    agent.advance(now, self.cfg)  # its stop.requested, rung now
+                    self.due(now + self.cfg.stop_s, key)
                 agent.killed_at = now + grace
 
     def poll_gaps(self, since: float, until: float) -> dict[str, Any]:
@@ -379,6 +457,7 @@ class _Handler(BaseHTTPRequestHandler):
             given = (self.headers.get("Authorization") or "").partition(" ")[2].strip()
             if not hmac.compare_digest(given.encode(), agent.token):
                 return 401, {"error": "unauthorized"}
+            srv.heard(agent, self.headers.get(bell.HEADER))
             agent.advance(now, srv.cfg)
             if what in ("health", "ready"):
                 return 200, {"ok": True, "ready": True, "wire_version": WIRE_VERSION}
@@ -404,6 +483,8 @@ class _Handler(BaseHTTPRequestHandler):
                     agent.stop_at = now
                     agent.stop_cause = str(body.get("cause") or "user")
                     agent.stop_reason = str(body.get("reason") or "stop requested")
+                    agent.advance(now, srv.cfg)
+                    srv.due(now + srv.cfg.stop_s, key)
                 return 202, {"stopping": True}
         return 404, {"error": "not found"}
 

@@ -12,6 +12,7 @@ from corral.control.notes import IdleMark
 from corral.control.observe import Observation
 from corral.control.transitions import Step
 from corral.control.watchers.base import Watcher, stop
+from corral.errors import AgentError
 from corral.spec import JobSpec
 from corral.store.records import RunRecord
 from corral.wire.status import AgentStatus, Phase
@@ -110,6 +111,26 @@ class IdleWatcher(Watcher):
             return None
         idle_for = (now - mark.since).total_seconds()
         if idle_for >= limit:
+            # the copy may be a quiet pull old (``control.bell``): ask the agent before stopping
+            fresh = _fresh(obs, ctx.settings.idle_gpu_threshold_pct, limit)
+            if fresh is not None and (fresh.busy or fresh.token != mark.token):
+                notes.idle = IdleMark(now, fresh.token)
+                return None
             return stop(self.name, run, {"idle_s": round(idle_for, 1), "why": seen.why})
         obs.soon(limit - idle_for)
         return None
+
+
+def _fresh(obs: Observation, threshold: float, limit: float) -> Activity | None:
+    """What the agent's status says now (None: it does not answer, or no stage runs: idle
+    either way). An attempt no longer running is not stopped for idleness: its end is the
+    handler's."""
+    try:
+        status = obs.status()
+    except AgentError:
+        return None
+    if status.phase != Phase.RUNNING:
+        return Activity(True, ("not running",))
+    if not status.running_stages():
+        return None
+    return activity(status, threshold, limit)

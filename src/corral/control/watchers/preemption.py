@@ -31,7 +31,10 @@ class PreemptionWatcher(Watcher):
       at once, whatever the provider says yet, and the stand-in is torn down with it.
 
     The run is looked at again no later than its next provider check (``Observation.soon``),
-    whatever its quiet interval, so a notice is acted on within ``provider_poll_s``.
+    whatever its quiet interval, so a notice is acted on within ``provider_poll_s``. A run
+    whose agent rings the controller's bell (``control.bell``) is checked every
+    ``quiet_poll_s`` instead: a notice the agent sees is rung at once, and a machine killed
+    under it falls silent, which brings the run's next look at once.
 
     Reset rules: the poll timer and the "stop asked" mark belong to one attempt (a new
     attempt starts both afresh); they live in the controller's memory, so a restarted
@@ -52,6 +55,8 @@ class PreemptionWatcher(Watcher):
         notes = ctx.notes(run.id).attempt(run.attempt)
         now = ctx.clock()
         every = ctx.settings.provider_poll_s
+        if ctx.belled(run):  # its agent rings a notice at once, and falls silent if killed
+            every = max(every, ctx.settings.quiet_poll_s)
         last = notes.provider_polled_at
         if last is not None and (now - last).total_seconds() < every:
             obs.soon(every - (now - last).total_seconds())  # the machine's next check

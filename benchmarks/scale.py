@@ -1,24 +1,31 @@
 """Controller scale: live runs under a real controller process, and the CLI with a long
 history.
 
-    python benchmarks/scale.py [--json] [--local 10,100] [--standin 100,1000]
-                               [--history 10000] [--window 20] [--baseline-src PATH]
+    python benchmarks/scale.py [--json] [--local 10,100] [--standin 100,1000,10000]
+                               [--pull 1000] [--react 20] [--history 100000] [--window 60]
+                               [--baseline-src PATH]
 
 1. Live runs. For each scenario, a fresh CORRAL_HOME and a controller in its own process
-   (the daemon's loop, default settings: a quiet run is looked at every 2 s), then N runs
-   submitted one after another through the service (which launches each first attempt, as
-   ``corral launch`` does):
+   (the daemon's loop, default settings: a quiet run whose agent rings the controller's bell
+   is looked at every 30 s, any other every 2 s), then N runs (up to 2,000 submitted one
+   after another through the service, which launches each first attempt as ``corral launch``
+   does; above that made as rows the controller launches):
 
-   * ``--local``: runs of ``run: sleep 600`` on the local provider, real agents;
+   * ``--local``: runs of ``run: sleep 3600`` on the local provider, real agents;
    * ``--standin``: runs on the stand-in of ``corral.testing.standin`` (one server process
-     answers the agent protocol for every run, so the machine holds a thousand), registered
-     through ``CORRAL_PROVIDER_PLUGINS``.
+     answers the agent protocol for every run and rings the bell as agents do, so the machine
+     holds ten thousand), registered through ``CORRAL_PROVIDER_PLUGINS``;
+   * ``--pull``: the same with ``CORRAL_BELL=off`` (every run pulled every 2 s): the
+     same-run baseline of the bell.
 
-   Measured once all N are RUNNING, over ``--window`` seconds: the controller's RSS, its CPU
-   seconds per run-hour, and the longest time any run waited between two looks (every
-   request the controller makes to an agent's ``/poll`` or ``/status`` is timed inside the
-   controller process); and the seconds from the last run's submission to its RUNNING state.
-   Memory per run is the RSS slope between the smallest and the largest count of a kind.
+   Measured once all N are RUNNING and the quiet intervals have grown, over ``--window``
+   seconds: the controller's RSS, its CPU seconds per run-hour, the longest time any run
+   waited between two looks (every request the controller makes to an agent's ``/poll`` or
+   ``/status`` is timed inside the controller process), and the seconds from the last run's
+   submission to its RUNNING state. Then ``--react`` agent-side changes, one at a time on
+   runs spread over the N (half a stage ending, half a preemption notice: the agent stops as
+   on SIGTERM), each timed to the controller's action (the run leaving RUNNING). Memory per
+   run is the RSS slope between the smallest and the largest belled count of a kind.
 
 2. ``corral ls`` (the table), ``corral ls --json`` (every run) and ``corral status RUN`` in a
    fresh process with ``--history`` runs in the store; median of 3.
@@ -26,11 +33,12 @@ history.
 ``--baseline-src PATH``: the same for another tree's ``src`` (the tree before this work:
 ``git worktree add /tmp/base <commit>``), in the same run: its controller (on the stand-in
 scenarios) and its CLI (section 2). JSON keys: ``ctl_kib_per_run_<N>``, ``ctl_rss_mib_<N>``,
-``max_poll_gap_s_<N>``, ``last_running_s_<N>``, ``cpu_s_per_run_hour_<N>`` per count (local
-counts as ``local_<N>``), ``ctl_cpu_s_per_run_hour`` (the largest stand-in count),
-``ls_<history>_s``, ``ls_json_<history>_s``, ``status_<history>_s``; ``baseline_`` + each.
-Targets (issue #16): under 100 KiB per run; the poll gap within the interval plus 1 s; ls of
-10,000 runs under 200 ms.
+``max_poll_gap_s_<N>``, ``last_running_s_<N>``, ``cpu_s_per_run_hour_<N>`` (also as
+``ctl_cpu_s_per_run_hour_<N>``), ``max_react_s_<N>``, ``median_react_s_<N>`` per count (local
+counts as ``local_<N>``, pulled ones as ``pull_<N>``), ``ctl_cpu_s_per_run_hour`` (the
+largest stand-in count), ``ls_<history>_s``, ``ls_json_<history>_s``, ``status_<history>_s``;
+``baseline_`` + each. Targets (issues #16, #33): at most 0.3 CPU s per run-hour and under
+100 KiB per run at 10,000 runs, every change acted on within 2 s, ``ls`` under 200 ms.
 """
 
 from __future__ import annotations
@@ -53,6 +61,13 @@ import psutil
 TARGET_KIB_PER_RUN = 100.0
 TARGET_LS_S = 0.200
 POLL_S = 2.0  # the controller's default quiet interval (Settings.poll_interval_s)
+QUIET_S = 30.0  # a belled quiet run's (Settings.quiet_poll_s)
+#: what a belled run's interval takes to grow to the quiet one (0.5 + 1 + ... + 30 s)
+SETTLE_BELL_S = 65.0
+#: above this many runs they are made as rows (the controller launches them), not submitted
+DIRECT_ABOVE = 2000
+TARGET_CPU_S_PER_RUN_HOUR = 0.3
+TARGET_REACT_S = 2.0
 PLUGIN = "standin=corral_standin_plugin:StandInProvider"
 
 
@@ -152,15 +167,25 @@ class StandIn:
 
 
 def measure_live(
-    kind: str, n: int, tmp: Path, window: float, src: str, standin: StandIn | None
+    kind: str,
+    n: int,
+    tmp: Path,
+    window: float,
+    src: str,
+    standin: StandIn | None,
+    *,
+    bell: bool = True,
+    react: int = 0,
 ) -> dict[str, float]:
-    tag = f"{kind}-{n}-{abs(hash(src)) % 10000}"
+    tag = f"{kind}-{n}-{'bell' if bell else 'pull'}-{abs(hash(src)) % 10000}"
     home = tmp / f"home-{tag}"
     home.mkdir()
     work = tmp / f"work-{tag}"
     work.mkdir()
     env = dict(os.environ, CORRAL_HOME=str(home), CORRAL_CONTROLLER_IDLE_EXIT="600")
     env.pop("CORRAL_DATABASE_URL", None)
+    if not bell:
+        env["CORRAL_BELL"] = "off"  # every run pulled at the 2 s interval (the old way)
     if kind == "standin":
         assert standin is not None
         env.update(
@@ -199,13 +224,27 @@ def measure_live(
         store = Store.open()
         ids = []
         submitted_last = 0.0
-        for i in range(n):
-            submitted_last = time.monotonic()
-            text = f"name: scale-{i}\nrun: sleep 600\n"
-            sub = submit_run(text=text, base_dir=work, store=store, start_controller=False)
-            ids.append(sub.run.id)
+        if n > DIRECT_ABOVE:  # rows of their own: the controller launches every first attempt
+            from corral.control.nudges import wake
+            from corral.spec import load_spec_text, spec_hash
+
+            spec = load_spec_text("name: scale\nrun: sleep 3600\n")
+            dumped, digest = spec.model_dump(mode="json"), spec_hash(spec)
+            for _ in range(n):
+                submitted_last = time.monotonic()
+                run = store.create_run(
+                    name="scale", spec=dumped, spec_hash=digest, spec_path="x", workdir=str(work)
+                )
+                ids.append(run.id)
+            wake(ctl.pid)
+        else:
+            for i in range(n):
+                submitted_last = time.monotonic()
+                text = f"name: scale-{i}\nrun: sleep 3600\n"
+                sub = submit_run(text=text, base_dir=work, store=store, start_controller=False)
+                ids.append(sub.run.id)
         last_running = None
-        deadline = time.monotonic() + 300
+        deadline = time.monotonic() + 120 + n * 0.05
         while time.monotonic() < deadline:
             if last_running is None and store.get_run(ids[-1]).state == "RUNNING":
                 last_running = time.monotonic() - submitted_last
@@ -216,7 +255,8 @@ def measure_live(
             time.sleep(0.1)
         else:
             raise SystemExit(f"not all {n} runs reached RUNNING")
-        time.sleep(min(3.0, window / 4))  # past the first looks after RUNNING
+        # past the first looks after RUNNING: a belled run's interval grows to the quiet one
+        time.sleep(SETTLE_BELL_S if bell else min(3.0, window / 4))
         proc = psutil.Process(ctl.pid)
         cpu0 = sum(proc.cpu_times()[:2])
         start = time.monotonic()
@@ -227,6 +267,7 @@ def measure_live(
         end = time.monotonic()
         cpu = sum(proc.cpu_times()[:2]) - cpu0
         live = store.count_runs(states=["RUNNING"])
+        reacts = _reactions(store, standin, ids, react) if react and standin else []
         store.close()
     finally:
         os.environ.clear()
@@ -243,7 +284,12 @@ def measure_live(
             _kill_tree(work)
     polls = json.loads(polls_file.read_text()) if polls_file.exists() else {}
     name = str(n) if kind == "standin" else f"local_{n}"
-    return {
+    if not bell:
+        name = f"pull_{name}"
+    extra = {f"max_react_s_{name}": round(max(reacts), 3)} if reacts else {}
+    if reacts:
+        extra[f"median_react_s_{name}"] = round(statistics.median(reacts), 3)
+    return extra | {
         f"ctl_rss_mib_{name}": round(max(rss) / 1024, 1),
         f"max_poll_gap_s_{name}": round(_max_gap(polls, start, end), 3),
         f"last_running_s_{name}": round(last_running, 3),
@@ -251,6 +297,27 @@ def measure_live(
         f"live_{name}": live,
         "_rss_kib": max(rss),
     }
+
+
+def _reactions(store, standin: StandIn, ids: list[str], count: int) -> list[float]:  # type: ignore[no-untyped-def]
+    """Agent-side changes on ``count`` runs, one at a time (half a stage's end, half a
+    preemption notice: the agent stops as on SIGTERM), each timed from the change to the
+    controller's action (the run SUCCEEDED, or leaving RUNNING for its recovery)."""
+    import httpx
+
+    picks = ids[:: max(1, len(ids) // count)][:count]
+    keys = {r.run_id: r.key for r in store.resources() if r.run_id in set(picks)}
+    out = []
+    with httpx.Client(base_url=standin.url, timeout=30) as http:
+        for i, run_id in enumerate(picks):
+            what = "finish" if i % 2 == 0 else "preempt"
+            changed = time.monotonic()
+            http.post(f"/admin/{what}/{keys[run_id]}", json={"grace": 5.0})
+            deadline = changed + 30
+            while store.get_run(run_id).state == "RUNNING" and time.monotonic() < deadline:
+                time.sleep(0.02)
+            out.append(time.monotonic() - changed)
+    return out
 
 
 # --- the CLI with a long history --------------------------------------------------------------
@@ -321,9 +388,17 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     parser.add_argument("--local", default="10,100", help="live runs of real agents")
-    parser.add_argument("--standin", default="100,1000", help="live runs on the stand-in")
-    parser.add_argument("--history", type=int, default=10000, help="runs in the store for ls")
-    parser.add_argument("--window", type=float, default=20.0, help="seconds measured")
+    parser.add_argument(
+        "--standin", default="100,1000,10000", help="live runs on the stand-in (belled)"
+    )
+    parser.add_argument(
+        "--pull",
+        default="1000",
+        help="live stand-in runs with the bell off (the same-run baseline)",
+    )
+    parser.add_argument("--react", type=int, default=20, help="changes timed per stand-in count")
+    parser.add_argument("--history", type=int, default=100000, help="runs in the store for ls")
+    parser.add_argument("--window", type=float, default=60.0, help="seconds measured")
     parser.add_argument("--baseline-src", type=Path, help="another tree's src, measured too")
     parser.add_argument("--controller-child", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--fill-child", nargs=3, help=argparse.SUPPRESS)
@@ -339,6 +414,7 @@ def main(argv: list[str] | None = None) -> int:
     trees = [("", here)] + ([("baseline_", str(args.baseline_src))] if args.baseline_src else [])
     local = sorted(int(c) for c in args.local.split(",") if c)
     standin_counts = sorted(int(c) for c in args.standin.split(",") if c)
+    pull_counts = sorted(int(c) for c in args.pull.split(",") if c)
     tmp = Path(tempfile.mkdtemp(prefix="corral-scale-"))
     result: dict[str, float] = {}
     standin: StandIn | None = None
@@ -346,16 +422,31 @@ def main(argv: list[str] | None = None) -> int:
         for prefix, src in trees:
             if standin is not None:
                 standin.close()
-            standin = StandIn(tmp, src) if standin_counts else None
             rss: dict[tuple[str, int], int] = {}
-            plan = [("standin", n) for n in standin_counts]
-            if not prefix:  # real agents: this tree only (the baseline is the stand-in's)
-                plan = [("local", n) for n in local] + plan
-            for kind, n in plan:
-                figures = measure_live(kind, n, tmp, args.window, src, standin)
-                rss[(kind, n)] = int(figures.pop("_rss_kib"))
+            plan = [("standin", n, True) for n in standin_counts]
+            if not prefix:  # real agents and pulled runs: this tree only
+                plan = (
+                    [("local", n, True) for n in local]
+                    + plan
+                    + [("standin", n, False) for n in pull_counts]
+                )
+            for kind, n, belled in plan:
+                if kind == "standin":  # a fresh stand-in for each count (its agents' rings)
+                    if standin is not None:
+                        standin.close()
+                    standin = StandIn(tmp, src)
+                figures = measure_live(
+                    kind, n, tmp, args.window, src, standin, bell=belled, react=args.react
+                )
+                rss_kib = int(figures.pop("_rss_kib"))
+                if belled:
+                    rss[(kind, n)] = rss_kib
                 result.update({prefix + k: v for k, v in figures.items()})
             _slopes(rss, result, prefix)
+            for n in standin_counts:  # the names the issue gives them
+                result[f"{prefix}ctl_cpu_s_per_run_hour_{n}"] = result[
+                    f"{prefix}cpu_s_per_run_hour_{n}"
+                ]
             if standin_counts:
                 top = standin_counts[-1]
                 result[f"{prefix}ctl_cpu_s_per_run_hour"] = result[
@@ -399,7 +490,10 @@ def _table(result: dict[str, float], args: argparse.Namespace, local: list[int],
     from rich.console import Console
     from rich.table import Table
 
-    t = Table(title="controller scale (2 s quiet interval; baseline: --baseline-src)")
+    t = Table(
+        title="controller scale (belled runs: 30 s quiet interval; pull_: the bell off, 2 s; "
+        "baseline: --baseline-src)"
+    )
     for col in ("figure", "corral", "baseline", "target"):
         t.add_column(col)
 
@@ -410,18 +504,33 @@ def _table(result: dict[str, float], args: argparse.Namespace, local: list[int],
         shown = fmt.format(result[key])
         t.add_row(label, shown, fmt.format(base) if base is not None else "-", target)
 
-    for kind, counts in (("local", local), ("standin", si)):
+    pulled = [n for n in (int(c) for c in args.pull.split(",") if c)]
+    for kind, counts in (("local", local), ("standin", si), ("pull", pulled)):
         for n in counts:
-            name = str(n) if kind == "standin" else f"local_{n}"
+            name = {"standin": str(n), "local": f"local_{n}", "pull": f"pull_{n}"}[kind]
             what = f"{n} live runs ({'real agents' if kind == 'local' else 'stand-in'})"
+            if kind == "pull":
+                what = f"{n} live runs (stand-in, bell off)"
             row(f"{what}: controller RSS", f"ctl_rss_mib_{name}", "{} MiB")
             row(
                 f"{what}: longest wait between two looks",
                 f"max_poll_gap_s_{name}",
                 "{:.2f} s",
-                f"<= {POLL_S + 1:g} s",
+                f"<= {(POLL_S if kind == 'pull' else QUIET_S) + 1:g} s",
             )
-            row(f"{what}: CPU s per run-hour", f"cpu_s_per_run_hour_{name}", "{:.2f}")
+            row(
+                f"{what}: CPU s per run-hour",
+                f"cpu_s_per_run_hour_{name}",
+                "{:.2f}",
+                f"<= {TARGET_CPU_S_PER_RUN_HOUR:g}" if kind == "standin" else "-",
+            )
+            row(
+                f"{what}: change -> action, longest",
+                f"max_react_s_{name}",
+                "{:.2f} s",
+                f"<= {TARGET_REACT_S:g} s",
+            )
+            row(f"{what}: change -> action, median", f"median_react_s_{name}", "{:.2f} s")
             row(f"{what}: last submit -> RUNNING", f"last_running_s_{name}", "{:.2f} s")
         if counts:
             hi = counts[-1]

@@ -60,6 +60,10 @@ def corral_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.Mo
         monkeypatch.setenv("WANDB_BASE_URL", "http://127.0.0.1:9")
     # the machine-wide GPU locks of this test alone: parallel tests share fake GPU ids
     monkeypatch.setenv("CORRAL_GPU_LOCK_DIR", str(tmp_path_factory.mktemp("gpu-locks")))
+    # a belled quiet run is pulled every 2 s here, as without a bell (default 30 s): most
+    # tests read copied logs and progress without following the run; the bell's quiet pace
+    # itself is tested in tests/control/test_bell.py (which sets its own)
+    monkeypatch.setenv("CORRAL_QUIET_POLL_INTERVAL", "2")
     yield home
     _cleanup_home(home)
 

@@ -262,6 +262,24 @@ def test_idle_timer_resets_on_progress_and_on_a_busy_gpu(tmp_path: Path) -> None
     assert isinstance(stop, Transition) and stop.reason == "idle"
 
 
+def test_the_idle_watcher_asks_the_agent_before_it_stops_a_run_on_an_old_copy(
+    tmp_path: Path,
+) -> None:
+    # a belled quiet run's status is copied rarely (control.bell): progress made since the
+    # last copy must not be taken for idleness
+    r = rig(tmp_path, spec_extra="limits: {idle_timeout: 10s}\n")
+    idle = IdleWatcher()
+    _cache_status(r, step=1)
+    assert check(r, idle) is None  # the timer starts
+    r.clock.advance(11)
+    r.agent.stages = [{"name": "train", "state": "running", "progress": {"step": 5}}]
+    assert check(r, idle) is None  # the agent says step 5: work, the timer restarts
+    r.clock.advance(11)
+    _cache_status(r, step=5)
+    stop = check(r, idle)  # nothing since: idle
+    assert isinstance(stop, Transition) and stop.reason == "idle"
+
+
 # --- isolation -------------------------------------------------------------------------------
 
 

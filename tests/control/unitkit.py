@@ -112,6 +112,8 @@ class FakeAgent:
     emitted: list[dict[str, Any]] = field(default_factory=list)
     #: what its status says each GPU reads (``GpuUsage`` fields)
     gpus: list[dict[str, Any]] = field(default_factory=list)
+    #: what its status says of each stage (``StageStatus`` fields)
+    stages: list[dict[str, Any]] = field(default_factory=list)
 
     def _check(self) -> None:
         if not self.answers:
@@ -131,6 +133,7 @@ class FakeAgent:
                 "phase": self.phase,
                 "started_at": self.started_at,
                 "gpus": self.gpus,
+                "stages": self.stages,
             }
         )
 

@@ -44,7 +44,7 @@ def mark_followed(run_id: str, home: Path | None = None) -> None:
 def followed_runs(home: Path, *, now: float | None = None) -> list[str]:
     """The runs marked within :data:`FOLLOW_S` (stale marks are removed)."""
     now = time.time() if now is None else now
-    out = []
+    out: list[str] = []
     try:
         entries = list(os.scandir(home / FOLLOW_DIR))
     except OSError:

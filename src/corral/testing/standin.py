@@ -4,8 +4,10 @@ scale without a thousand agent processes.
 :class:`StandInServer` answers the agent's HTTP protocol (``/health``, ``/ready``,
 ``/status``, ``/poll``, ``/events``, ``/logs``, ``/stop``, each with the attempt's bearer
 token) for every machine under ``/a/<launch key>/``, and a small admin API for the provider
-(``/admin/...``: launch, status, terminate, preempt, list; and the times each agent was
-polled). Each simulated agent runs its job on the server's clock, lazily (nothing runs
+(``/admin/...``: launch, status, terminate, preempt, finish, list; and the times each agent
+was polled). Each agent rings its controller's bell as the real agent does
+(:mod:`corral.wire.bell`: ``hello``, a ``change`` for each event but progress, a ``beat``
+every ten seconds), from one socket and one thread for every agent. Each simulated agent runs its job on the server's clock, lazily (nothing runs
 between requests): ``setup`` for ``boot_s``, then ``running`` with a log line every
 ``log_every_s`` and a progress event every ``progress_every_s``, until the job's length (a
 plan whose first stage runs ``sleep N`` lasts N seconds, else ``run_s``) or a stop.
@@ -357,6 +359,15 @@ class StandInServer(ThreadingHTTPServer):
                     self.due(now + self.cfg.stop_s, key)
                 agent.killed_at = now + grace
 
+    def finish(self, key: str) -> None:
+        """``key``'s job ends now, successfully (its stage's end, rung as it happens)."""
+        now = self.clock()
+        with self.lock:
+            agent = self.agents[key]
+            agent.advance(now, self.cfg)
+            agent.run_s = max(0.0, now - agent.launched - self.cfg.boot_s)
+            agent.advance(now, self.cfg)
+
     def poll_gaps(self, since: float, until: float) -> dict[str, Any]:
         """Per agent, the longest wait between two polls within [since, until] (the edges
         count, as for a poll due just after them), and how many polls there were."""
@@ -439,6 +450,9 @@ class _Handler(BaseHTTPRequestHandler):
         if what == "preempt" and method == "POST" and len(parts) == 2:
             srv.preempt(parts[1], float(body.get("grace", 5.0)))
             return 200, {"preempted": True}
+        if what == "finish" and method == "POST" and len(parts) == 2:
+            srv.finish(parts[1])
+            return 200, {"finished": True}
         if what == "clock" and method == "GET":
             return 200, {"now": srv.clock()}
         if what == "polls" and method == "GET":

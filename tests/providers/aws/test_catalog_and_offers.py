@@ -127,6 +127,10 @@ def test_offers_honour_spot_price_region_and_hardware_limits() -> None:
     req = Requirements(gpu_type="H100", gpu_count_min=8, gpu_count_max=8, spot=False)
     offers = build_offers("aws", CATALOG, req, ["us-east-1", "eu-west-1"], spot_table)
     assert [o.offer_id for o in offers] == ["us-east-1:p5.48xlarge:on-demand"]  # no p5 in eu-west-1
+    details = offers[0].details  # a catalog price says which catalog, from which source
+    assert details["price_source"] == f"catalog {CATALOG.date}"
+    assert "catalogs/v8/aws/vms.csv at 00148f2af367" in details["catalog_source"]
+    assert offers[0].price_per_hour == 55.04
     cheap = A10G_1.model_copy(update={"max_hourly_price": 1.1, "disk_gb": 300.0})
     offers = build_offers("aws", CATALOG, cheap, ["us-east-1"], spot_table)
     assert offers and all(o.price_per_hour <= 1.1 for o in offers)

@@ -1,20 +1,28 @@
 """Regenerate corral's AWS on-demand price catalog from SkyPilot's public catalog or from the
 AWS Price List API.
 
-From the SkyPilot catalog (``skypilot-org/skypilot-catalog``, ``catalogs/v7/aws/vms.csv``: every
+From the SkyPilot catalog (``skypilot-org/skypilot-catalog``, ``catalogs/v8/aws/vms.csv``: every
 instance type with its accelerators, vCPUs, memory and on-demand price, per availability zone,
 read by SkyPilot from AWS's own price files; no AWS account needed)::
 
     git clone --depth 1 https://github.com/skypilot-org/skypilot-catalog /tmp/skypilot-catalog
     python scripts/aws_price_catalog.py \
-        --skypilot-csv /tmp/skypilot-catalog/catalogs/v7/aws/vms.csv \
-        --source-commit "$(git -C /tmp/skypilot-catalog log -1 --format='%h %cs' -- catalogs/v7/aws/vms.csv)"
+        --skypilot-csv /tmp/skypilot-catalog/catalogs/v8/aws/vms.csv \
+        --source-commit "$(git -C /tmp/skypilot-catalog log -1 --format='%h %cs' -- catalogs/v8/aws/vms.csv)"
+
+or from the excerpt of that file kept in this repository
+(``scripts/data/skypilot-catalog-v8-aws-vms-gpu.csv``: its GPU rows, one per region; see
+docs/providers.md for the version it was read from)::
+
+    python scripts/aws_price_catalog.py --skypilot-csv scripts/data/skypilot-catalog-v8-aws-vms-gpu.csv \
+        --source-commit 00148f2af367 --source-note "$(cat scripts/data/skypilot-catalog-v8-aws-vms-gpu.note)"
 
 Every row with an NVIDIA GPU whose family runs an x86_64 image is kept (Graviton ``g5g`` and the
 Grace ``p6e-gb*`` are left out: corral's default AMI is x86_64), each region's price once (the
 file repeats it per zone). A fractional GPU (``g6f``: 1/8 to 1/2 of an L4) is written with
 ``gpu_count`` 0 and its ``gpu_fraction``; corral offers only whole GPUs, so no offer comes of
-it. The GPU's name loses its memory variant (``A100-80GB`` is an ``A100`` with 80 GB).
+it. The GPU gets corral's name (``A100-80GB`` is an ``A100`` with 80 GB, AWS's ``RTX PRO Server
+6000`` an ``RTXPRO6000``).
 
 From the AWS Price List API (credentials with ``pricing:GetProducts``)::
 
@@ -50,6 +58,7 @@ from typing import Any
 
 from corral.pricing.catalog import Catalog, catalog_files, read_catalog
 from corral.providers.aws.prices import on_demand_price, parse_products, product_filters
+from corral.providers.common.gpu_names import canonical_name
 
 DATA = Path(__file__).resolve().parents[1] / "src" / "corral" / "pricing" / "data"
 
@@ -60,7 +69,9 @@ FAMILY_GPUS = {
     "g6": "L4",
     "g6e": "L40S",
     "g6f": "L4",
+    "g7e": "RTXPRO6000",
     "gr6": "L4",
+    "gr6f": "L4",
     "p3": "V100",
     "p3dn": "V100",
     "p4d": "A100",
@@ -69,6 +80,7 @@ FAMILY_GPUS = {
     "p5e": "H200",
     "p5en": "H200",
     "p6-b200": "B200",
+    "p6-b300": "B300",
     "p6e-gb200": "B200",
 }
 #: asked besides the current catalog's types (newer GPU instances)
@@ -77,6 +89,8 @@ EXTRA_TYPES = (
     "p5e.48xlarge",
     "p5en.48xlarge",
     "p6-b200.48xlarge",
+    "p6-b300.48xlarge",
+    "p5.4xlarge",
     "g6f.large",
     "g6f.xlarge",
     "g6f.2xlarge",
@@ -178,7 +192,7 @@ def build(
 
 #: families whose instances need an arm64 image (Graviton, Grace): not for corral's x86_64 AMI
 ARM_FAMILY = re.compile(r"^[a-z]+\d+[a-z]*g$|^p6e-gb\d+$")
-SKYPILOT_FILE = "skypilot-org/skypilot-catalog catalogs/v7/aws/vms.csv"
+SKYPILOT_FILE = "skypilot-org/skypilot-catalog catalogs/v8/aws/vms.csv"
 SKYPILOT_COLUMNS = (
     "InstanceType",
     "AcceleratorName",
@@ -192,8 +206,8 @@ SKYPILOT_COLUMNS = (
 
 
 def gpu_name(accelerator: str) -> str:
-    """corral's GPU name of a SkyPilot accelerator name: the memory variant dropped."""
-    return re.sub(r"-\d+GB$", "", accelerator.strip())
+    """corral's GPU name of a SkyPilot accelerator name (``A100-80GB``: ``A100``)."""
+    return canonical_name(accelerator)
 
 
 def _nvidia(info: str) -> tuple[int, float | None] | None:
@@ -270,12 +284,16 @@ def _type_order(itype: str) -> tuple[str, float, str]:
     return family, rank, size
 
 
-def build_from_skypilot(path: Path, day: str, commit: str) -> tuple[Catalog, list[str]]:
-    """The catalog of a SkyPilot ``vms.csv`` read on ``day`` (``commit``: its version)."""
+def build_from_skypilot(
+    path: Path, day: str, commit: str, source_note: str = ""
+) -> tuple[Catalog, list[str]]:
+    """The catalog of a SkyPilot ``vms.csv`` read on ``day`` (``commit``: its version;
+    ``source_note``: what else is known of it, such as its date)."""
     entries, notes = skypilot_entries(path)
     if not entries:
         raise ValueError("no NVIDIA GPU instance type with an on-demand price in it")
     where = f"{SKYPILOT_FILE}" + (f" at {commit}" if commit else "")
+    where += f" ({source_note.strip()})" if source_note.strip() else ""
     catalog = Catalog.model_validate(
         {
             "provider": "aws",
@@ -327,10 +345,13 @@ def main(argv: list[str] | None = None, client: Any = None) -> int:
     parser.add_argument(
         "--skypilot-csv",
         type=Path,
-        help="build from this SkyPilot catalogs/v7/aws/vms.csv instead of the Price List API",
+        help="build from this SkyPilot catalogs/v8/aws/vms.csv instead of the Price List API",
     )
     parser.add_argument(
         "--source-commit", default="", help="the skypilot-catalog commit the CSV comes from"
+    )
+    parser.add_argument(
+        "--source-note", default="", help="what else is known of that version (its date)"
     )
     parser.add_argument("--dry-run", action="store_true", help="write nothing")
     args = parser.parse_args(argv)
@@ -345,7 +366,9 @@ def main(argv: list[str] | None = None, client: Any = None) -> int:
     day = args.date or datetime.now(UTC).date().isoformat()
     if args.skypilot_csv is not None:
         try:
-            catalog, notes = build_from_skypilot(args.skypilot_csv, day, args.source_commit)
+            catalog, notes = build_from_skypilot(
+                args.skypilot_csv, day, args.source_commit, args.source_note
+            )
         except (OSError, KeyError, ValueError) as exc:  # one line, never a traceback
             print(
                 f"aws_price_catalog: {args.skypilot_csv}: {type(exc).__name__}: {exc}",
@@ -375,7 +398,11 @@ def _write(
         print(f"{len(catalog.entries)} instance types; not written (--dry-run)")
         return 0
     text = json.dumps(catalog.model_dump(mode="json", exclude_none=True), indent=1) + "\n"
-    target.write_text(text)
+    try:
+        target.write_text(text)
+    except OSError as exc:  # one line, never a traceback
+        print(f"aws_price_catalog: cannot write {target}: {exc.strerror}", file=sys.stderr)
+        return 1
     regions = len(catalog.regions())
     print(f"wrote {target} ({len(catalog.entries)} instance types, {regions} regions)")
     return 0

@@ -178,7 +178,8 @@ def test_dry_run_writes_nothing_and_api_errors_are_one_line(price_list, tmp_path
     assert len(err.strip().splitlines()) == 1
 
 
-#: rows as SkyPilot's catalogs/v7/aws/vms.csv writes them (copied from the file at 27f67dd4):
+#: rows as SkyPilot's catalogs/v7/aws/vms.csv writes them (copied from the file at 27f67dd4;
+#: v8 has the same columns and an Arch one):
 #: one per availability zone, the GPU described by a Python-literal GpuInfo
 SKYPILOT_HEADER = (
     "InstanceType,AcceleratorName,AcceleratorCount,vCPUs,MemoryGiB,GpuInfo,Price,SpotPrice,"
@@ -211,6 +212,8 @@ SKYPILOT_ROWS = [
     "us-east-2,use2-az1",
     f"p5en.48xlarge,H200,8.0,192.0,2048.0,{gpu_info('H200', 'NVIDIA', 8, 144384)},84.8,"
     "19.548900,us-east-1,use1-az2",
+    f"g7e.2xlarge,RTX PRO Server 6000,1.0,8.0,64.0,"
+    f"{gpu_info('RTX PRO Server 6000', 'NVIDIA', 1, 98304)},3.36312,1.436000,us-east-2,use2-az1",
 ]
 
 
@@ -223,9 +226,10 @@ def test_the_catalog_is_built_from_the_skypilot_catalog_with_its_source_named(tm
     out = capsys.readouterr().out
     new = read_catalog(catalog_files("aws", "ec2", tmp_path)[-1])
     assert new.date == "2026-11-28"
-    assert "skypilot-catalog catalogs/v7/aws/vms.csv at 27f67dd4" in new.source
+    assert "skypilot-catalog catalogs/v8/aws/vms.csv at 27f67dd4" in new.source
     assert [e.instance_type for e in new.entries] == [
         "g5.xlarge",
+        "g7e.2xlarge",
         "p4de.24xlarge",
         "p5en.48xlarge",
     ]
@@ -234,6 +238,8 @@ def test_the_catalog_is_built_from_the_skypilot_catalog_with_its_source_named(tm
     assert (g5.gpu_type, g5.gpu_count, g5.gpu_memory_gb, g5.vcpus) == ("A10G", 1, 22.4, 4.0)
     p4de = new.entry("p4de.24xlarge")
     assert p4de is not None and (p4de.gpu_type, p4de.gpu_memory_gb) == ("A100", 80.0)
+    g7e = new.entry("g7e.2xlarge")  # AWS's GPU name becomes the one jobs ask for
+    assert g7e is not None and (g7e.gpu_type, g7e.gpu_memory_gb) == ("RTXPRO6000", 96.0)
     assert "g4ad.xlarge: left out: not an NVIDIA GPU" in out
     assert "g5g.xlarge: left out: an arm64 instance" in out
     assert "p5e.48xlarge: left out: no on-demand price" in out

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from datetime import UTC, datetime
 from pathlib import Path
@@ -10,6 +11,7 @@ import pytest
 
 from corral.errors import InfeasibleRequest, ProviderUnavailable
 from corral.pricing import CatalogError, catalog_files, load_catalog, read_catalog
+from corral.pricing.catalog import Catalog
 from corral.providers.aws.offers import (
     SpotPriceCache,
     build_offers,
@@ -26,20 +28,47 @@ def test_bundled_catalog_is_dated_and_covers_the_gpu_families() -> None:
     assert CATALOG.kind == "catalog" and CATALOG.provider == "aws"
     datetime.strptime(CATALOG.date, "%Y-%m-%d")
     families = {e.instance_type.split(".")[0] for e in CATALOG.entries}
-    assert {"g4dn", "g5", "g6", "g6e", "gr6", "p3", "p4d", "p4de", "p5", "p5en"} <= families
-    assert "skypilot-catalog" in CATALOG.source and "27f67dd4" in CATALOG.source
+    assert {
+        "g4dn", "g5", "g6", "g6e", "g6f", "g7e", "gr6", "p3", "p4d", "p4de", "p5", "p5en",
+        "p6-b200", "p6-b300",
+    } <= families  # fmt: skip
+    assert "catalogs/v8/aws/vms.csv at 00148f2af367" in CATALOG.source
     for entry in CATALOG.entries:
-        assert entry.gpu_count >= 1 and entry.gpu_type and entry.gpu_memory_gb
+        assert (entry.gpu_count >= 1) != bool(entry.gpu_fraction), entry.instance_type
+        assert entry.gpu_type and entry.gpu_memory_gb
         assert entry.vcpus > 0 and entry.memory_gb > 0
         assert entry.prices and all(p > 0 for p in entry.prices.values()), entry.instance_type
     assert CATALOG.entry("p4d.24xlarge").gpu_type == "A100"
     p4de = CATALOG.entry("p4de.24xlarge")
     assert (p4de.gpu_type, p4de.gpu_count, p4de.gpu_memory_gb) == ("A100", 8, 80.0)
     p5en = CATALOG.entry("p5en.48xlarge")
-    assert (p5en.gpu_type, p5en.gpu_memory_gb, p5en.prices["us-east-1"]) == ("H200", 141.0, 84.8)
+    assert (p5en.gpu_type, p5en.gpu_memory_gb, p5en.prices["us-east-1"]) == ("H200", 141.0, 63.296)
+    # the list prices after AWS's June 2025 cuts to P4d/P5 (before: 32.7726 and 98.32)
+    assert CATALOG.entry("p4d.24xlarge").prices["us-east-1"] == 21.957642
+    assert CATALOG.entry("p5.48xlarge").prices["us-east-1"] == 55.04
     assert CATALOG.entry("p5.48xlarge").gpu_count == 8
+    assert CATALOG.entry("p5.4xlarge").gpu_count == 1
     assert CATALOG.entry("g6e.xlarge").gpu_type == "L40S"
+    assert CATALOG.entry("g7e.2xlarge").gpu_type == "RTXPRO6000"
+    assert CATALOG.entry("g6f.large").gpu_fraction == 0.125
+    assert CATALOG.entry("p5e.48xlarge") is None  # capacity blocks only: no on-demand price
     assert len(CATALOG.regions()) >= 20  # every region the source prices, none estimated
+
+
+def test_bundled_catalog_is_what_the_script_builds_from_the_kept_excerpt(tmp_path: Path) -> None:
+    """Verifiable: the bundled file is exactly the script's output from the excerpt of the
+    SkyPilot catalog kept in the repository (scripts/data), with the note naming its version."""
+    root = Path(__file__).resolve().parents[3]
+    spec = importlib.util.spec_from_file_location("apc", root / "scripts" / "aws_price_catalog.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    data = root / "scripts" / "data"
+    note = (data / "skypilot-catalog-v8-aws-vms-gpu.note").read_text()
+    args = ["--skypilot-csv", str(data / "skypilot-catalog-v8-aws-vms-gpu.csv")]
+    args += ["--source-commit", "00148f2af367", "--source-note", note]
+    assert script.main([*args, "--date", CATALOG.date, "--out", str(tmp_path)]) == 0
+    built = json.loads((tmp_path / f"aws-ec2-{CATALOG.date}.json").read_text())
+    assert Catalog.model_validate(built) == CATALOG
 
 
 def test_newest_catalog_file_wins_and_a_bad_one_names_itself(tmp_path: Path) -> None:
@@ -98,6 +127,10 @@ def test_offers_honour_spot_price_region_and_hardware_limits() -> None:
     req = Requirements(gpu_type="H100", gpu_count_min=8, gpu_count_max=8, spot=False)
     offers = build_offers("aws", CATALOG, req, ["us-east-1", "eu-west-1"], spot_table)
     assert [o.offer_id for o in offers] == ["us-east-1:p5.48xlarge:on-demand"]  # no p5 in eu-west-1
+    details = offers[0].details  # a catalog price says which catalog, from which source
+    assert details["price_source"] == f"catalog {CATALOG.date}"
+    assert "catalogs/v8/aws/vms.csv at 00148f2af367" in details["catalog_source"]
+    assert offers[0].price_per_hour == 55.04
     cheap = A10G_1.model_copy(update={"max_hourly_price": 1.1, "disk_gb": 300.0})
     offers = build_offers("aws", CATALOG, cheap, ["us-east-1"], spot_table)
     assert offers and all(o.price_per_hour <= 1.1 for o in offers)
@@ -190,22 +223,26 @@ def test_spot_prices_are_cached_until_their_ttl_passes() -> None:
 
 
 def test_a_share_of_a_gpu_is_listed_but_never_offered() -> None:
-    from corral.pricing import Catalog
-
-    doc = CATALOG.model_dump(mode="json")
-    share = {
-        "instance_type": "g6f.large",
-        "gpu_type": "L4",
-        "gpu_count": 0,
-        "gpu_fraction": 0.125,
-        "vcpus": 2,
-        "memory_gb": 8,
-        "prices": {"us-east-1": 0.2},
-    }
-    catalog = Catalog.model_validate({**doc, "entries": [*doc["entries"], share]})
+    catalog = CATALOG  # the bundled catalog lists g6f (1/8 to 1/2 of an L4) and gr6f
     assert catalog.entry("g6f.large").gpu_fraction == 0.125
     for req in (Requirements(), Requirements(gpu_type="L4", gpu_count_min=1)):
         offers = build_offers(
             "aws", catalog, req.model_copy(update={"spot": False}), ["us-east-1"], spot_table
         )
         assert "g6f.large" not in {o.details["instance_type"] for o in offers}
+
+
+@pytest.mark.parametrize(
+    ("name", "canonical"),
+    [
+        ("RTX PRO Server 6000", "RTXPRO6000"),  # AWS's name of the g7e GPU (DescribeInstanceTypes)
+        ("NVIDIA RTX PRO 6000 Blackwell Server Edition", "RTXPRO6000"),
+        ("NVIDIA RTX 6000 Ada Generation", "RTX6000ADA"),
+        ("A100-80GB", "A100"),
+        ("V100-32GB", "V100"),
+    ],
+)
+def test_aws_gpu_names_get_the_names_jobs_use(name: str, canonical: str) -> None:
+    from corral.providers.common.gpu_names import canonical_name
+
+    assert canonical_name(name) == canonical

@@ -61,6 +61,15 @@ def test_an_image_with_python_3_10_fails_the_attempt_with_why_and_is_not_launche
     assert exc.value.message.startswith(f"aws: image {image} cannot run corral (python3 3.10 ")
     assert "CORRAL_AWS_IMAGE_ID" in exc.value.message and "\n" not in exc.value.message
     assert aws.live_instances(owner) == []
+    # a restarted controller (a new provider on the same CORRAL_HOME) refuses it as well
+    restarted = make_provider(machine_runner=runner)
+    third = new_key()
+    with pytest.raises(BadInput, match=f"aws: image {image} cannot run corral"):
+        restarted.launch(offers[-1], bootstrap(tmp_path, third), third)
+    assert aws.live_instances(owner) == []
+    # another image (CORRAL_AWS_IMAGE_ID) is not refused for it; nor is that one elsewhere
+    assert restarted.unusable_images.get("us-east-1", "ami-0123456789abcdef0") is None
+    assert restarted.unusable_images.get("eu-west-1", image) is None
 
 
 def test_a_machine_that_powered_off_for_another_reason_is_only_terminated(
@@ -81,3 +90,18 @@ def test_the_console_line_is_read_back_only_when_it_says_the_image_is_unusable()
     assert unusable_image_reason(f"boot\n{line}\nmore") == "python3 3.9 is older than 3.11: x"
     other = "corral: bootstrap failed (exit 1): at line 40, see /var/log/x; powering off"
     assert unusable_image_reason(other) is None and unusable_image_reason("") is None
+
+
+def test_refusals_are_kept_in_a_file_an_unreadable_one_counting_as_none(tmp_path: Path) -> None:
+    from corral.providers.aws.image_refusals import FILE, ImageRefusals
+
+    refusals = ImageRefusals(tmp_path / "aws")
+    assert refusals.get("us-east-1", "ami-1") is None  # no file yet
+    refusals.refuse("us-east-1", "ami-1", "python3 3.10 is older than 3.11")
+    again = ImageRefusals(tmp_path / "aws")  # another process reading the same CORRAL_HOME
+    assert again.get("us-east-1", "ami-1") == "python3 3.10 is older than 3.11"
+    assert again.get("us-west-2", "ami-1") is None
+    (tmp_path / "aws" / FILE).write_text("{not json")
+    assert again.get("us-east-1", "ami-1") is None
+    again.refuse("us-east-1", "ami-2", "python3 3.9 is older than 3.11")
+    assert ImageRefusals(tmp_path / "aws").get("us-east-1", "ami-2").startswith("python3 3.9")

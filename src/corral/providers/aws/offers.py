@@ -159,6 +159,8 @@ def _offer(
         "price_source": source,
         "price_at": when,
     }
+    if source == catalog_source(catalog) and catalog.source:
+        details["catalog_source"] = catalog.source  # the file and version it was built from
     if spot:
         details["zone"] = zone
         details["spot_price_at"] = when

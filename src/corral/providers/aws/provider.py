@@ -21,7 +21,7 @@
   why on the console and powers the machine off; :meth:`status` reads the console of a machine
   that powered itself off and fails the attempt with that reason, and :meth:`launch` refuses
   that image from then on (:class:`BadInput`: the run fails at once instead of booting the
-  same failure once per attempt).
+  same failure once per attempt), a restarted controller too (:mod:`.image_refusals`).
 * **Terminate** is idempotent (missing = done; ``shutting-down`` = :class:`NotYetTerminated`).
 * **Leak sweep**: :meth:`sweep` terminates this controller's instances whose key is not active.
 
@@ -39,10 +39,12 @@ import logging
 import time
 from collections.abc import Callable, Iterable
 from datetime import datetime
+from pathlib import Path
 from typing import Any, ClassVar, Protocol
 
 import httpx
 
+from corral import paths
 from corral.errors import (
     AuthFailed,
     BadInput,
@@ -58,6 +60,7 @@ from corral.providers.aws import named, volumes
 from corral.providers.aws.client import Ec2
 from corral.providers.aws.errors import NOT_FOUND
 from corral.providers.aws.housekeeping import Housekeeping
+from corral.providers.aws.image_refusals import ImageRefusals
 from corral.providers.aws.listing import LIVE, InstanceListing, Listed
 from corral.providers.aws.mapping import is_spot, map_state, state_name, tags
 from corral.providers.aws.offers import SpotPriceCache, _offer, build_offers, parse_offer_id
@@ -126,6 +129,7 @@ class AwsProvider(
         environ: dict[str, str] | None = None,
         catalog: Catalog | None = None,
         endpoints: dict[str, str] | None = None,
+        home: Path | None = None,
         **settings: Any,
     ) -> None:
         self.settings: AwsSettings = settings_from_env(environ, **settings)
@@ -145,7 +149,7 @@ class AwsProvider(
             self.ec2, self.settings.owner, self.settings.list_cache_s, clock, L.TAG_OWNER
         )
         #: (region, AMI) -> why it cannot run corral, as a machine of it said on its console
-        self.unusable_images: dict[tuple[str, str], str] = {}
+        self.unusable_images = ImageRefusals((home or paths.home()) / "aws")
         self._boot_verdicts: dict[str, str | None] = {}
 
     # --- regions and offers -----------------------------------------------------------------
@@ -257,7 +261,7 @@ class AwsProvider(
         if found is not None:  # idempotent: the instance launched with this key
             return found
         image_id = self.launcher.image(region)[0]
-        why = self.unusable_images.get((region, image_id))
+        why = self.unusable_images.get(region, image_id)
         if why is not None:
             raise BadInput(
                 f"aws: image {image_id} cannot run corral ({why}): set CORRAL_AWS_IMAGE_ID or "
@@ -467,7 +471,7 @@ class AwsProvider(
                 return None  # EC2 posts the console output shortly after: look again
             self._boot_verdicts[iid] = why
             if why is not None and item.get("ImageId"):
-                self.unusable_images[(region, str(item["ImageId"]))] = why
+                self.unusable_images.refuse(region, str(item["ImageId"]), why)
                 log.warning("aws: image %s cannot run corral: %s", item["ImageId"], why)
         return self._boot_verdicts[iid]
 

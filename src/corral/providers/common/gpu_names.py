@@ -33,6 +33,8 @@ def canonical_name(name: str) -> str:
     if words[0] == "RTX":
         parts = ["RTX"]
         for word in words[1:]:
+            if _VARIANT.match(word):  # "RTX PRO Server 6000" (AWS's name) is an RTXPRO6000
+                continue
             if not _RTX_WORD.match(word):
                 break
             parts.append(word)

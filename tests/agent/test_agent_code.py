@@ -4,6 +4,7 @@ place, then runs the stages there; or fetches it from object storage itself."""
 
 from __future__ import annotations
 
+import base64
 import shutil
 from pathlib import Path
 
@@ -26,9 +27,9 @@ def _bundle(tmp_path: Path):
     return packing.pack(tmp_path / "cache", packing.collect(str(work), [("0", str(conf))]))
 
 
-def _plan(tmp_path: Path, bundle, storage: str | None = None):
+def _plan(tmp_path: Path, bundle, storage: str | None = None, inline: str | None = None):
     code = CodePlan(
-        bundle=BundleRef(sha256=bundle.sha256, size=bundle.size, storage=storage),
+        bundle=BundleRef(sha256=bundle.sha256, size=bundle.size, storage=storage, inline=inline),
         files=[FileDrop(member="0", path="/etc/corral-test.conf", mode=0o600)],
     )
     return make_plan(
@@ -112,6 +113,27 @@ def test_the_agent_fetches_its_code_from_storage(start_agent, tmp_path) -> None:
     done = client.wait_finished()
     assert done["phase"] == "succeeded", done["reason"]
     assert done["code"]["source"] == "storage"
+
+
+def test_a_bundle_carried_in_the_plan_needs_no_upload(start_agent, tmp_path) -> None:
+    # the pool's tasks carry a small bundle (NodeProfile.inline_code_max): no round trip
+    bundle = _bundle(tmp_path)
+    data = base64.b64encode(bundle.path.read_bytes()).decode()
+    client = start_agent(
+        _plan(tmp_path, bundle, inline=data), launch=NodeLaunch(root=str(tmp_path / "node"))
+    )
+    done = client.wait_finished()
+    assert done["phase"] == "succeeded", done["reason"]
+    assert done["code"]["source"] == "plan"
+    # bytes that are not the bundle's: refused, the attempt fails saying so
+    wrong = base64.b64encode(b"x" * bundle.size).decode()
+    other = tmp_path / "other"
+    other.mkdir()
+    client = start_agent(
+        _plan(other, bundle, inline=wrong), launch=NodeLaunch(root=str(other / "node"))
+    )
+    done = client.wait_finished()
+    assert done["phase"] == "failed" and "sha256" in done["reason"], done
 
 
 def test_a_bundle_missing_from_storage_is_awaited_from_the_controller(

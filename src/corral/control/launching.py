@@ -139,7 +139,9 @@ def _bootstrap(ctx: Context, run: RunRecord, number: int, offer: Offer) -> Boots
     # a node of its own gets the code shipped (packed once per run; put in the run's object
     # storage once; BadInput for a workdir over code.max_size, before any machine is rented)
     code = (
-        shipping.code_plan(ctx.store, run.id, spec, ctx.home, attempt=number)
+        shipping.code_plan(
+            ctx.store, run.id, spec, ctx.home, attempt=number, inline_max=profile.inline_code_max
+        )
         if (profile.workdir)
         else None
     )

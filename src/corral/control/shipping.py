@@ -20,6 +20,7 @@ resumable from what the agent has), off the controller's loop.
 
 from __future__ import annotations
 
+import base64
 import logging
 import os
 import threading
@@ -292,10 +293,17 @@ def _store_bundle(path: Path, uri: str, size: int, sha256: str, env: dict[str, s
 
 
 def code_plan(
-    store: Store, run_id: str, spec: JobSpec, home: Path, *, attempt: int | None = None
+    store: Store,
+    run_id: str,
+    spec: JobSpec,
+    home: Path,
+    *,
+    attempt: int | None = None,
+    inline_max: int = 0,
 ) -> CodePlan:
     """The ``code`` of a plan for ``run_id``: packed once (the run's ``code.packed``), put in
-    object storage when the run has some (unless already there)."""
+    object storage when the run has some (unless already there); a bundle of at most
+    ``inline_max`` bytes goes in the plan itself (the provider's bootstrap carries it)."""
     from corral.bundle import pack as packing  # lazy: see pack()
 
     packed = packed_of(store, run_id)
@@ -338,8 +346,15 @@ def code_plan(
                 f"the code packed for run {run_id} (sha256 {packed.sha256[:12]}) is no longer "
                 f"in {cache_dir(home)} and no storage holds it"
             )
+        inline = None
+        if packed.size <= inline_max and path.is_file():
+            inline = base64.b64encode(path.read_bytes()).decode("ascii")
         ref = BundleRef(
-            sha256=packed.sha256, size=packed.size, storage=uri, workdir=packed.source != "git"
+            sha256=packed.sha256,
+            size=packed.size,
+            storage=uri,
+            workdir=packed.source != "git",
+            inline=inline,
         )
     git = None
     if packed.git_url and packed.git_commit:

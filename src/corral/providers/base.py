@@ -126,6 +126,13 @@ class NodeProfile(_Model):
         "checked out there; see corral.wire.code). None: the node sees this machine's files "
         "and the job runs in the spec's workdir in place.",
     )
+    inline_code_max: int = Field(
+        0,
+        ge=0,
+        description="The largest code bundle (bytes) the provider's bootstrap carries inside "
+        "the plan: such a node has its code at boot, with no upload after its agent answers "
+        "(0: never).",
+    )
     install_corral: bool = Field(
         False,
         description="The node may lack this corral (a stock image, a user's image): its "

@@ -38,6 +38,11 @@ class BundleRef(_Model):
         "controller uploads it through the agent's API.",
     )
     workdir: bool = Field(True, description="The archive holds the workdir (under work/).")
+    inline: str | None = Field(
+        None,
+        description="The archive itself, base64: a small bundle the provider's bootstrap "
+        "carries in the plan (no fetch, no upload; its sha256 is checked all the same).",
+    )
 
     @field_validator("sha256")
     @classmethod

@@ -58,6 +58,9 @@ from corral.wire.env import DEFAULT_GRACE_SECONDS
 
 #: where a worker keeps the runs whose code is shipped to it (under its root)
 NODE_RUNS = "/corral/runs"
+#: a code bundle up to this size travels inside the task (base64 in the plan, through the
+#: broker): the worker's agent has its code at boot, with no upload after it answers
+INLINE_CODE_MAX = 256 * 1024
 
 #: how soon the controller looks again at an attempt a worker has claimed (its agent is
 #: starting: it answers within a second or so, and a look is one read from Redis)
@@ -250,7 +253,8 @@ class PoolProvider(Provider, SupportsSimulatedPreemption, ReportsQueue):
         place)."""
         if self.settings.shared_files:
             return NodeProfile()
-        return NodeProfile(workdir=f"{NODE_RUNS}/{run_id}/work")
+        # a small bundle rides in the task itself: the job starts without an upload
+        return NodeProfile(workdir=f"{NODE_RUNS}/{run_id}/work", inline_code_max=INLINE_CODE_MAX)
 
     def launch(self, offer: Offer, bootstrap: Bootstrap, key: str) -> Instance:
         check_key(key)

@@ -372,13 +372,19 @@ def _load(path: str) -> AgentPlan:
             f"{WIRE_VERSION}: install the controller's corral release on this node"
         )
     try:
-        return AgentPlan.load(path)
+        plan = AgentPlan.load(path)
     except FileNotFoundError:
         raise BadInput(f"plan file {path} does not exist")
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"]) or "plan"
         raise BadInput(f"plan file {path}: {where}: {first['msg']}")
+    if plan.nodes > 1:  # never one node of a gang as if it were the whole job
+        raise BadInput(
+            f"plan file {path} is for a gang of {plan.nodes} nodes; this agent runs one "
+            "node only (multi-node launch is not available yet)"
+        )
+    return plan
 
 
 def main(argv: list[str] | None = None) -> int:

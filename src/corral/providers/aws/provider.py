@@ -73,6 +73,7 @@ from corral.providers.base import (
     Offer,
     Provider,
     Requirements,
+    SupportsGangs,
     SupportsLogs,
     SupportsPreemptionNotice,
     SupportsPriceRefresh,
@@ -105,8 +106,15 @@ class AwsProvider(
     SupportsPreemptionNotice,
     SupportsLogs,
     SupportsPriceRefresh,
+    SupportsGangs,
 ):
     name: ClassVar[str] = "aws"
+    #: a cluster placement group has no size limit of its own (capacity and the account's
+    #: vCPU quota are the limits): the spec's bound
+    max_nodes: ClassVar[int] = 256
+    gang_form: ClassVar[str] = (
+        "one availability zone, a cluster placement group, a security-group rule between the nodes"
+    )
     unsupported: ClassVar[dict[str, str]] = {
         "SupportsStop": "corral's EC2 instances terminate on shutdown (one-time spot requests "
         "cannot be stopped); a stopped run resumes from its checkpoints on a new instance",

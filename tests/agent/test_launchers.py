@@ -56,9 +56,9 @@ def test_accelerate_launch_gets_the_port_on_its_command_line():
 
 
 def test_deepspeed_gets_the_port_on_its_command_line_in_command_position_only():
-    command, _ = prepare("pip install deepspeed; NCCL_DEBUG=INFO deepspeed t.py", 2, {}, _port)
+    command, _ = prepare("pip install deepspeed; NCCL_DEBUG=INFO deepspeed t.py", 2, {}, port=_port)
     assert command == "pip install deepspeed; NCCL_DEBUG=INFO deepspeed --master_port 41234 t.py"
-    assert prepare("deepspeed --master_port 7 t.py", 2, {}, _port)[0].count("master_port") == 1
+    assert prepare("deepspeed --master_port 7 t.py", 2, {}, port=_port)[0].count("master_port") == 1
 
 
 def test_commands_without_a_launcher_keep_their_text_and_get_the_rendezvous():

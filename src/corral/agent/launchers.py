@@ -29,7 +29,9 @@ import socket
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from corral.errors import BadInput
 from corral.wire import env as C
+from corral.wire.plan import AgentPlan
 
 # a launcher in command position: at the start, after ; & | ( or `exec`, after VAR=value words
 _LEAD = r"(?:^|[;&|(]|\bexec)\s*(?:[A-Za-z_][A-Za-z0-9_]*=\S*\s+)*(?:\S*/)?"
@@ -53,6 +55,18 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 def uses_launcher(command: str) -> bool:
     return any(p.search(command) for p in (_TORCHRUN, _ACCELERATE, _DEEPSPEED))
+
+
+def one_node(plan: AgentPlan, path: str) -> AgentPlan:
+    """``plan`` (read from ``path``) if it is for one node: a node of a gang needs its rank
+    and the head's address, which no launch gives yet (docs/multinode.md), and is never run
+    as if it were the whole job."""
+    if plan.nodes > 1:
+        raise BadInput(
+            f"plan file {path} is for a gang of {plan.nodes} nodes; this agent runs one "
+            "node only (multi-node launch is not available yet)"
+        )
+    return plan
 
 
 @dataclass(frozen=True)
@@ -95,8 +109,8 @@ def prepare(
     command: str,
     gpus: int,
     given: Mapping[str, str],
-    port: Callable[[], int] = free_port,
     meet: Rendezvous = Rendezvous(),
+    port: Callable[[], int] = free_port,
 ) -> tuple[str, dict[str, str]]:
     """The command to run and the variables to add for a stage with ``gpus`` GPUs meeting
     its other ranks at ``meet``; ``given`` is the job's own env (its values win)."""

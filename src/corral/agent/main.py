@@ -32,6 +32,7 @@ from corral.agent import dag
 from corral.agent.diskfull import RESERVE_FILE, DiskGuard
 from corral.agent.events import EventLog
 from corral.agent.hooks import build_hooks
+from corral.agent.launchers import one_node
 from corral.agent.listen import listen
 from corral.agent.progress import ProgressTailer
 from corral.agent.runner import Runner
@@ -379,12 +380,7 @@ def _load(path: str) -> AgentPlan:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"]) or "plan"
         raise BadInput(f"plan file {path}: {where}: {first['msg']}")
-    if plan.nodes > 1:  # never one node of a gang as if it were the whole job
-        raise BadInput(
-            f"plan file {path} is for a gang of {plan.nodes} nodes; this agent runs one "
-            "node only (multi-node launch is not available yet)"
-        )
-    return plan
+    return one_node(plan, path)
 
 
 def main(argv: list[str] | None = None) -> int:

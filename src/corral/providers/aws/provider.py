@@ -57,6 +57,7 @@ from corral.providers.aws import launch as L
 from corral.providers.aws import named, volumes
 from corral.providers.aws.client import Ec2
 from corral.providers.aws.errors import NOT_FOUND
+from corral.providers.aws.gang import Ec2Gangs
 from corral.providers.aws.housekeeping import Housekeeping
 from corral.providers.aws.listing import LIVE, InstanceListing, Listed
 from corral.providers.aws.mapping import is_spot, map_state, state_name, tags
@@ -73,7 +74,6 @@ from corral.providers.base import (
     Offer,
     Provider,
     Requirements,
-    SupportsGangs,
     SupportsLogs,
     SupportsPreemptionNotice,
     SupportsPriceRefresh,
@@ -106,15 +106,9 @@ class AwsProvider(
     SupportsPreemptionNotice,
     SupportsLogs,
     SupportsPriceRefresh,
-    SupportsGangs,
+    Ec2Gangs,
 ):
     name: ClassVar[str] = "aws"
-    #: a cluster placement group has no size limit of its own (capacity and the account's
-    #: vCPU quota are the limits): the spec's bound
-    max_nodes: ClassVar[int] = 256
-    gang_form: ClassVar[str] = (
-        "one availability zone, a cluster placement group, a security-group rule between the nodes"
-    )
     unsupported: ClassVar[dict[str, str]] = {
         "SupportsStop": "corral's EC2 instances terminate on shutdown (one-time spot requests "
         "cannot be stopped); a stopped run resumes from its checkpoints on a new instance",

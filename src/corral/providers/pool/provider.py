@@ -44,10 +44,10 @@ from corral.providers.base import (
     Provider,
     ReportsQueue,
     Requirements,
-    SupportsGangs,
     SupportsSimulatedPreemption,
 )
 from corral.providers.common.files import check_key
+from corral.providers.pool.gang import PoolGangs
 from corral.queue import attempts as states
 from corral.queue.app import TASK_NAME
 from corral.queue.attempts import AttemptStore, PoolAttempt
@@ -89,13 +89,10 @@ def _dt(ts: float | None) -> datetime | None:
     return None if ts is None else datetime.fromtimestamp(ts, UTC)
 
 
-class PoolProvider(Provider, SupportsSimulatedPreemption, ReportsQueue, SupportsGangs):
+class PoolProvider(Provider, SupportsSimulatedPreemption, ReportsQueue, PoolGangs):
     """The pool's GPU workers, through their Celery queues on Redis."""
 
     name: ClassVar[str] = "pool"
-    #: at most as many as the pool has hosts, which only a launch can count
-    max_nodes: ClassVar[int] = 64
-    gang_form: ClassVar[str] = "N workers on N hosts, reserved together"
     unsupported: ClassVar[dict[str, str]] = {
         "SupportsSpot": "the pool's GPUs are the team's own: nobody takes them back",
         "SupportsStop": "a pool attempt holds no paid machine: stop it and launch again",

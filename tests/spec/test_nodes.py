@@ -72,3 +72,11 @@ def test_gpu_pins_of_a_multi_node_stage_must_fit_the_smallest_node():
 def test_nodes_can_be_set_from_the_command_line():
     spec = load("name: x\nrun: x\n", overrides=["resources.nodes=2"])
     assert spec.resources.nodes == 2
+
+
+def test_a_stages_nodes_can_be_set_from_the_command_line():
+    text = "name: x\nresources: {nodes: 2}\nstages:\n  - {name: train, run: x}\n"
+    assert load(text, overrides=["stages.train.nodes=all"]).stages[0].nodes == "all"
+    assert load(text, overrides=["stages.0.nodes=2"]).stages[0].nodes == 2
+    err = one(text, overrides=["stages.train.nodes=3"])
+    assert err["message"] == "stage 'train' asks for 3 nodes but resources.nodes gives 2"

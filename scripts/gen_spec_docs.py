@@ -52,6 +52,11 @@ More in `examples/specs/`: `minimal.yaml`, `full.yaml` (every section), `pipelin
   loading it is a mapping `{type, min, max}` (`type: null` means any type).
 - **stage GPUs**: a count (`2`: any two free GPUs of the machine), logical indices
   (`[0, 1, 2, 3]`, each below the maximum of `resources.gpus`), or `all`.
+- **nodes** (`resources.nodes`, a stage's `nodes`): the job's machines, one gang of
+  `resources.nodes` alike (each with `resources`' GPUs, CPUs, memory and disk); a stage runs on
+  the head node (`1`, a stage's default), on the first N, or on `all` (the `run:` form's).
+  Each node runs a multi-node stage with the same GPUs, so a stage's GPU count or indices
+  must fit the fewest a node may get (`resources.gpus`' minimum). See `docs/multinode.md`.
 - **duration**: seconds as a number, or `90s`, `30m`, `6h`, `1d`, `1h30m`. Stored as seconds.
 - **size**: `32GB`, `512Gi`, `1TB`, `500MB`, or a number of GB. Stored as GB. `GB` and `GiB`
   count alike (clouds list memory in GiB and call it GB); `TB` is 1024 GB.
@@ -63,9 +68,9 @@ More in `examples/specs/`: `minimal.yaml`, `full.yaml` (every section), `pipelin
 - **acceptance expression**: `METRIC OP NUMBER`, with OP one of `<=`, `<`, `>=`, `>`, `==`,
   e.g. `cer_clean <= 0.03`.
 - **upper bounds** (`corral/spec/bounds.py`; a value above one is refused, naming the bound):
-  64 GPUs per machine (requests, stage counts and indices), 4096 CPUs, 64 TB memory, 1 PB
-  disk, $1,000 an hour, a $1,000,000 budget, 366 days for any duration, 1,000 restarts of
-  each kind, 10,000 kept checkpoints. A spec file, spec text or `--set` value is at most
+  64 GPUs per machine (requests, stage counts and indices), 256 nodes, 4096 CPUs, 64 TB
+  memory, 1 PB disk, $1,000 an hour, a $1,000,000 budget, 366 days for any duration, 1,000
+  restarts of each kind, 10,000 kept checkpoints. A spec file, spec text or `--set` value is at most
   1 MiB, and YAML at most 100,000 values once aliases are expanded, nested 64 deep.
 
 ## Overrides

@@ -243,7 +243,13 @@ def test_stage_environment_has_corral_variables_and_not_the_token(tmp_path, star
         "CORRAL_CHECKPOINT_KEEP_LAST": "3",
         "CORRAL_CHECKPOINT_KEEP_BEST": "0",
         "CORRAL_CHECKPOINT_MODE": "min",
+        # where its ranks meet: one node, this one, on a free port of it
+        "CORRAL_NUM_NODES": "1",
+        "CORRAL_NODE_RANK": "0",
+        "CORRAL_MASTER_ADDR": "127.0.0.1",
+        "CORRAL_MASTER_PORT": env["MASTER_PORT"],
     }
+    assert int(env["MASTER_PORT"]) > 0 and env["PET_MASTER_PORT"] == env["MASTER_PORT"]
     assert env["CUDA_VISIBLE_DEVICES"] == "5,6"
     assert (env["PYTHONUNBUFFERED"], env["PLAN_VAR"], env["STAGE_ONLY"], env["FROM_NODE"]) == (
         "1",

@@ -20,9 +20,9 @@ def test_example_specs_load(name):
     assert spec.stage_list()
 
 
-def test_minimal_spec_runs_one_main_stage_with_all_gpus_and_no_gpu_by_default():
+def test_minimal_spec_runs_one_main_stage_with_all_gpus_on_every_node_and_no_gpu_by_default():
     spec = load_spec(EXAMPLES / "minimal.yaml")
-    assert spec.stage_list() == [Stage(name="main", run=spec.run, gpus="all")]
+    assert spec.stage_list() == [Stage(name="main", run=spec.run, gpus="all", nodes="all")]
     assert (spec.resources.gpus.type, spec.resources.gpus.min, spec.resources.gpus.max) == (
         None,
         0,

@@ -1,13 +1,20 @@
-"""Multi-GPU launchers in a stage's command: ``torchrun`` (or ``python -m torch.distributed.run``),
-``accelerate launch`` and ``deepspeed``.
+"""Where a stage's ranks meet, and the multi-GPU launchers in its command: ``torchrun`` (or
+``python -m torch.distributed.run``), ``accelerate launch`` and ``deepspeed``.
 
-A stage that uses one gets, unless the job's env already says otherwise:
+Every stage gets the rendezvous of its nodes (:class:`Rendezvous`: how many machines run the
+stage, this node's rank among them, the head node's address) and a free port of this node:
 
-- ``MASTER_ADDR=127.0.0.1`` and ``MASTER_PORT`` set to a free port of this node, so two stages
-  (or two runs) on one machine never meet on the default 29500;
-- for torchrun, the same as its ``PET_MASTER_ADDR``/``PET_MASTER_PORT`` defaults, and
-  ``PET_NPROC_PER_NODE`` = the stage's GPU count (when it has GPUs and the command does not
-  say ``--nproc-per-node``): one rank per GPU the stage was given;
+- ``CORRAL_NUM_NODES``, ``CORRAL_NODE_RANK``, ``CORRAL_MASTER_ADDR``, ``CORRAL_MASTER_PORT``
+  (corral's contract: always set, the job's own ``MASTER_ADDR``/``MASTER_PORT`` included);
+- the names the launchers and ``torch.distributed``'s ``env://`` read, unless the job's env
+  already sets them: ``MASTER_ADDR``, ``MASTER_PORT``, ``NNODES`` and ``NODE_RANK``, and
+  torchrun's defaults ``PET_NNODES``, ``PET_NODE_RANK``, ``PET_MASTER_ADDR``,
+  ``PET_MASTER_PORT`` (torchrun reads ``PET_<FLAG>`` for each flag not given; see
+  ``torch/distributed/argparse_util.py``), so ``torchrun train.py`` needs no rendezvous
+  flag. The port is this node's free one, so two stages (or two runs) on one machine never
+  meet on the default 29500;
+- for torchrun, ``PET_NPROC_PER_NODE`` = the stage's GPU count (when it has GPUs and the
+  command does not say ``--nproc-per-node``): one rank per GPU the stage was given;
 - for ``accelerate launch`` and ``deepspeed``, which read no port from the environment, the
   port as ``--main_process_port`` / ``--master_port`` after the launcher's name (when the
   command does not give one). Both take their GPUs from ``CUDA_VISIBLE_DEVICES``.
@@ -20,6 +27,11 @@ from __future__ import annotations
 import re
 import socket
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from corral.errors import BadInput
+from corral.wire import env as C
+from corral.wire.plan import AgentPlan
 
 # a launcher in command position: at the start, after ; & | ( or `exec`, after VAR=value words
 _LEAD = r"(?:^|[;&|(]|\bexec)\s*(?:[A-Za-z_][A-Za-z0-9_]*=\S*\s+)*(?:\S*/)?"
@@ -45,25 +57,70 @@ def uses_launcher(command: str) -> bool:
     return any(p.search(command) for p in (_TORCHRUN, _ACCELERATE, _DEEPSPEED))
 
 
+def one_node(plan: AgentPlan, path: str) -> AgentPlan:
+    """``plan`` (read from ``path``) if it is for one node: a node of a gang needs its rank
+    and the head's address, which no launch gives yet (docs/multinode.md), and is never run
+    as if it were the whole job."""
+    if plan.nodes > 1:
+        raise BadInput(
+            f"plan file {path} is for a gang of {plan.nodes} nodes; this agent runs one "
+            "node only (multi-node launch is not available yet)"
+        )
+    return plan
+
+
+@dataclass(frozen=True)
+class Rendezvous:
+    """Where a stage's ranks meet: the machines that run the stage, this node's rank among
+    them (0: the head) and the head's address. One node (today's only kind): 1, 0, this
+    node's loopback."""
+
+    nodes: int = 1
+    rank: int = 0
+    master_addr: str = "127.0.0.1"
+
+
+def rendezvous_env(meet: Rendezvous, given: Mapping[str, str], port: str) -> dict[str, str]:
+    """The rendezvous variables of a stage (see the module's doc); ``given``: the job's env,
+    whose values win for every name but corral's own."""
+    addr = given.get("MASTER_ADDR") or meet.master_addr
+    port = given.get("MASTER_PORT") or port
+    nodes, rank = str(meet.nodes), str(meet.rank)
+    standard = {
+        "MASTER_ADDR": addr,
+        "MASTER_PORT": port,
+        "NNODES": nodes,
+        "NODE_RANK": rank,
+        "PET_NNODES": nodes,
+        "PET_NODE_RANK": rank,
+        "PET_MASTER_ADDR": addr,
+        "PET_MASTER_PORT": port,
+    }
+    return {
+        **{k: v for k, v in standard.items() if k not in given},
+        C.ENV_NUM_NODES: nodes,
+        C.ENV_NODE_RANK: rank,
+        C.ENV_MASTER_ADDR: addr,
+        C.ENV_MASTER_PORT: port,
+    }
+
+
 def prepare(
     command: str,
     gpus: int,
     given: Mapping[str, str],
+    meet: Rendezvous = Rendezvous(),
     port: Callable[[], int] = free_port,
 ) -> tuple[str, dict[str, str]]:
-    """The command to run and the variables to add for a stage with ``gpus`` GPUs; ``given``
-    is the job's own env (its values win). A command without a launcher is returned as is."""
-    if not uses_launcher(command):
-        return command, {}
-    master = given.get("MASTER_PORT") or str(port())
-    env = {"MASTER_ADDR": given.get("MASTER_ADDR") or "127.0.0.1", "MASTER_PORT": master}
-    if _TORCHRUN.search(command):
-        env["PET_MASTER_ADDR"] = env["MASTER_ADDR"]
-        env["PET_MASTER_PORT"] = master
-        if gpus > 0 and not _NPROC.search(command):
-            env["PET_NPROC_PER_NODE"] = str(gpus)
+    """The command to run and the variables to add for a stage with ``gpus`` GPUs meeting
+    its other ranks at ``meet``; ``given`` is the job's own env (its values win)."""
+    env = rendezvous_env(meet, given, given.get("MASTER_PORT") or str(port()))
+    master = env[C.ENV_MASTER_PORT]
+    ranks = _TORCHRUN.search(command) and gpus > 0 and not _NPROC.search(command)
+    if ranks and "PET_NPROC_PER_NODE" not in given:
+        env["PET_NPROC_PER_NODE"] = str(gpus)
     if not _ACCELERATE_PORT.search(command):
         command = _ACCELERATE.sub(rf"\1 --main_process_port {master}", command, count=1)
     if not _DEEPSPEED_PORT.search(command):
         command = _DEEPSPEED.sub(rf"\1 --master_port {master}", command, count=1)
-    return command, {k: v for k, v in env.items() if k not in given}
+    return command, env

@@ -33,6 +33,7 @@ from corral.agent.bell import AgentBell
 from corral.agent.diskfull import RESERVE_FILE, DiskGuard
 from corral.agent.events import EventLog
 from corral.agent.hooks import build_hooks
+from corral.agent.launchers import one_node
 from corral.agent.listen import listen
 from corral.agent.progress import ProgressTailer
 from corral.agent.runner import Runner
@@ -377,13 +378,14 @@ def _load(path: str) -> AgentPlan:
             f"{WIRE_VERSION}: install the controller's corral release on this node"
         )
     try:
-        return AgentPlan.load(path)
+        plan = AgentPlan.load(path)
     except FileNotFoundError:
         raise BadInput(f"plan file {path} does not exist")
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"]) or "plan"
         raise BadInput(f"plan file {path}: {where}: {first['msg']}")
+    return one_node(plan, path)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -342,7 +342,8 @@ class Runner:
             with self._lock:
                 stage.gpus, stage.started_at, stage.started_mono = gpus, self._now(), self._clock()
             given = {**self.plan.env, **stage.plan.env}
-            command, extra = launchers.prepare(self.command_for(stage.plan), len(gpus), given)
+            meet = launchers.Rendezvous(nodes=stage.plan.nodes)
+            command, extra = launchers.prepare(self.command_for(stage.plan), len(gpus), given, meet)
             child = self._spawn(name, command, {**self._env(stage.plan, gpus), **extra}, stage.plan)
             if isinstance(child, str):
                 self._pool.release(name)

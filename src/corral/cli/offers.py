@@ -30,6 +30,12 @@ def offers(
     refresh: bool = typer.Option(
         False, "--refresh", help="Reload live prices first, where a provider publishes them."
     ),
+    nodes: int = typer.Option(
+        1,
+        "--nodes",
+        help="Machines for one job (a multi-node gang): providers that cannot give that many "
+        "are listed with why.",
+    ),
     limit: int = typer.Option(None, "--limit", "-n", help="Show at most this many offers."),
     json_: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
@@ -50,6 +56,7 @@ def offers(
         max_price=max_price,
         refresh=refresh,
         limit=limit,
+        nodes=nodes,
     )
     if json_:
         from corral.cli.output import print_json

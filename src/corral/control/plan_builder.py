@@ -13,6 +13,7 @@ from corral.control.interval import checkpoint_interval
 from corral.control.node_paths import checkpoint_dir
 from corral.providers.base import NodeProfile, Offer
 from corral.spec import JobSpec
+from corral.spec.nodes import node_count
 from corral.wire.code import CodePlan
 from corral.wire.env import DEFAULT_GRACE_SECONDS, ENV_TRACKERS
 from corral.wire.plan import (
@@ -78,6 +79,7 @@ def build_plan(
             gpus=s.gpus,
             needs=list(s.needs),
             env=dict(s.env),
+            nodes=node_count(s.nodes, spec.resources.nodes),
             service=ServicePlan(**s.service.model_dump()) if s.service else None,
             progress=s.progress,
             stop_signal=s.stop_signal,
@@ -113,6 +115,7 @@ def build_plan(
         env=env,
         setup=list(spec.setup),
         stages=stages,
+        nodes=spec.resources.nodes,
         devices=None,
         checkpoint_dir=checkpoint_dir(spec, run_id, node),
         state_dir=state_dir,

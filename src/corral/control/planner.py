@@ -24,6 +24,7 @@ from corral.providers.base import (
     Offer,
     Provider,
     Requirements,
+    SupportsGangs,
     SupportsPriceRefresh,
     SupportsVolumes,
     VolumeRequest,
@@ -57,6 +58,7 @@ def requirements_from_spec(spec: JobSpec) -> Requirements:
         providers=list(res.providers) if res.providers else None,
         regions=list(res.regions) if res.regions else None,
         max_runtime_s=getattr(getattr(spec, "limits", None), "max_runtime", None),
+        nodes=getattr(res, "nodes", 1),
         volumes=[
             VolumeRequest(name=v.name, size_gb=math.ceil(v.size), mount=v.mount)
             for v in getattr(spec, "volumes", None) or []
@@ -70,8 +72,9 @@ class Plan:
     #: provider name -> why it cannot serve this job (infeasible, error, excluded)
     rejected: dict[str, str] = field(default_factory=dict)
     #: provider name -> machine code of that reason: ``excluded`` (allow-list), ``no_offer``,
-    #: ``no_fit`` (offers, none within the limits), ``internal`` (a bug in the provider) or
-    #: the :class:`CorralError` code it raised (``infeasible``, ``auth_failed``, ...)
+    #: ``no_fit`` (offers, none within the limits), ``unsupported`` (it lacks what the job
+    #: needs: volumes, a gang), ``not_available`` (a multi-node job, before corral launches
+    #: gangs), ``internal`` (a bug in the provider) or the :class:`CorralError` code it raised (``infeasible``, ``auth_failed``, ...)
     codes: dict[str, str] = field(default_factory=dict)
 
     @property
@@ -244,6 +247,37 @@ def _without_volumes(providers: Mapping[str, Provider], req: Requirements) -> di
     return out
 
 
+def _without_gangs(
+    providers: Mapping[str, Provider], req: Requirements
+) -> dict[str, tuple[str, str]]:
+    """Providers allowed by ``req`` that cannot run its gang of ``req.nodes`` machines, with
+    why and its code: ``unsupported`` (no gang there, or not that many nodes) or
+    ``not_available`` (the provider can form one; corral's gang launch, docs/multinode.md,
+    is not built yet, so a multi-node job never runs on one node instead)."""
+    if req.nodes <= 1:
+        return {}
+    out = {}
+    for name, p in providers.items():
+        if req.providers and name not in req.providers:
+            continue
+        if not isinstance(p, SupportsGangs):
+            why = type(p).unsupported.get("SupportsGangs", "not implemented")
+            out[name] = (f"cannot give one job {req.nodes} machines ({why})", "unsupported")
+        elif req.nodes > p.max_nodes:
+            out[name] = (
+                f"gives one job at most {p.max_nodes} machines, {req.nodes} asked (resources.nodes)",
+                "unsupported",
+            )
+        else:
+            form = f"; its gang: {p.gang_form}" if p.gang_form else ""
+            out[name] = (
+                f"multi-node launch is not available yet on {name} ({req.nodes} nodes "
+                f"asked{form}; see docs/multinode.md)",
+                "not_available",
+            )
+    return out
+
+
 def plan(
     providers: Mapping[str, Provider], req: Requirements, *, workers: int | None = None
 ) -> Plan:
@@ -255,12 +289,13 @@ def plan(
     launch tries first. Each provider that gives nothing is in ``Plan.rejected`` with why."""
     result = Plan()
     limits = Limits(req)
-    unfit = _without_volumes(providers, req)
+    unfit = {n: (why, "unsupported") for n, why in _without_volumes(providers, req).items()}
+    unfit.update(_without_gangs(providers, req))
     askable = {n: p for n, p in providers.items() if n not in unfit}
     answers = collect(askable, req, workers)
     for name in providers:
         if name in unfit:
-            result.reject(name, unfit[name], "unsupported")
+            result.reject(name, *unfit[name])
             continue
         if name not in answers:
             result.reject(name, "not in resources.providers", "excluded")

@@ -61,6 +61,12 @@ class Requirements(_Model):
         None,
         description="The job's limits.max_runtime (a queue refuses runs longer than it allows).",
     )
+    nodes: int = Field(
+        1,
+        ge=1,
+        description="Machines of the job's gang (spec.resources.nodes), each meeting the "
+        "rest: only a provider that SupportsGangs of this size is planned for more than 1.",
+    )
     volumes: list[VolumeRequest] = Field(
         default_factory=list,
         description="Named persistent volumes to mount: only offers where each can be "
@@ -429,6 +435,19 @@ class SupportsPriceRefresh:
         raise NotImplementedError
 
 
+class SupportsGangs:
+    """The provider can give one job several machines at once that reach one another (a gang
+    for a multi-node job, ``spec.resources.nodes``): started together in one placement, with a
+    network between them. A provider without it is left out of the plan of a multi-node job
+    with its reason (``unsupported["SupportsGangs"]``: why its machines cannot form one).
+    How a gang is formed and recovered: ``docs/multinode.md``."""
+
+    #: the most machines one job may get from this provider
+    max_nodes: ClassVar[int] = 2
+    #: how the provider forms a gang, in a few words (shown with the plan's reasons)
+    gang_form: ClassVar[str] = ""
+
+
 class ReportsQueue:
     """Runs wait for the provider's machines in queues of its own (a pool of GPU workers fed
     by a broker): ``corral server``'s ``/metrics`` shows each queue's length as
@@ -448,4 +467,5 @@ CAPABILITY_MIXINS: tuple[type, ...] = (
     SupportsPreemptionNotice,
     SupportsLogs,
     SupportsSimulatedPreemption,
+    SupportsGangs,
 )

@@ -92,15 +92,19 @@ def list_offers(
     refresh: bool = False,
     limit: int | None = None,
     today: date | None = None,
+    nodes: int = 1,
 ) -> OfferList:
     """The offers of ``providers`` (default: the enabled ones) for machines with ``gpus``
     (e.g. ``"A100:1"``, ``"L40S:2..4"``; None: any machine), spot or on-demand (None: both),
-    in ``regions`` (None: all) at ``max_price`` USD per hour or less: cheapest first,
+    in ``regions`` (None: all) at ``max_price`` USD per hour or less, ``nodes`` of them for one
+    job (a provider that cannot give a gang that big is a row with its reason): cheapest first,
     unavailable ones last, at most ``limit`` of them. ``refresh`` reloads live prices first
     where a provider publishes them. One provider's failure is its row's reason, never an
     error; bad input (a request that does not parse, a price or limit out of range, an
     unknown provider) is BadInput. ``stale_prices``: providers whose price catalog is over
     60 days old on ``today`` (default: the service's clock)."""
+    if nodes < 1:
+        raise BadInput(f"--nodes {nodes}: expected 1 or more machines")
     if limit is not None and limit < 0:
         raise BadInput(f"--limit {limit}: expected 0 or more")
     if max_price is not None and not max_price > 0:
@@ -116,11 +120,17 @@ def list_offers(
         spot=spot,
         max_hourly_price=max_price,
         regions=list(regions) if regions else None,
+        nodes=nodes,
     )
     result = planner.plan(loaded, req)
     return OfferList(
         query=OfferQuery(
-            gpus=gpus, spot=spot, regions=req.regions, providers=names, max_price=max_price
+            gpus=gpus,
+            spot=spot,
+            regions=req.regions,
+            providers=names,
+            max_price=max_price,
+            nodes=nodes,
         ),
         offers=result.offers if limit is None else result.offers[:limit],
         providers=provider_rows(result, skipped, names),

@@ -56,6 +56,7 @@ class OfferQuery(View):
     regions: list[str] | None
     providers: list[str]
     max_price: float | None
+    nodes: int = 1
 
 
 class PriceRefresh(View):

@@ -36,6 +36,7 @@ from corral.spec.models import (
     SpecModel,
     Tracker,
 )
+from corral.spec.nodes import StageNodes, node_problems, parse_stage_nodes
 from corral.spec.schedule import Schedule
 from corral.spec.stopping import (
     SAVE_COMMAND,
@@ -93,6 +94,16 @@ class Stage(SpecModel):
         0,
         description="GPUs for this stage: a count (any free ones), logical indices such as "
         "[0, 1, 2, 3], or 'all'. Default 0: stages get no GPU unless they ask.",
+    )
+    nodes: Annotated[
+        StageNodes,
+        BeforeValidator(parse_stage_nodes),
+        Label("count of machines or 'all'"),
+    ] = Field(
+        1,
+        description="Machines this stage runs on, of the job's `resources.nodes`: 1 (the "
+        "default) stays on the head node (rank 0); a count N runs it on ranks 0..N-1; 'all' "
+        "on every node. Each node runs it with the same `gpus`.",
     )
     needs: StrList = Field(
         default_factory=list, description="Stages that must finish first (a name or a list)."
@@ -266,7 +277,9 @@ class JobSpec(SpecModel):
                     raise Problems([((key,), f"with `stages`, set `{key}` on each stage")])
         if self.resume_args is not None and self.stages is not None:
             raise Problems([(("resume_args",), "with `stages`, give `resume_args` in each stage")])
-        problems = stage_problems(self.stages or [], self.resources.gpus.max)
+        res = self.resources
+        problems = stage_problems(self.stages or [], res.gpus.max)
+        problems += node_problems(self.stages or [], res.nodes, res.gpus.min, res.gpus.max)
         if self.stages is not None and self.progress is not None:
             problems.append((("progress",), "with `stages`, set `progress` on the stages"))
         services = {s.name for s in self.stages or [] if s.service is not None}
@@ -294,7 +307,8 @@ class JobSpec(SpecModel):
         return self
 
     def stage_list(self) -> list[Stage]:
-        """The stages to run: ``run:`` is one stage named ``main`` with all GPUs."""
+        """The stages to run: ``run:`` is one stage named ``main`` with all GPUs, on every
+        node."""
         if self.stages is not None:
             return list(self.stages)
         stop = {key: getattr(self, key) for key in STOP_KEYS}
@@ -303,6 +317,7 @@ class JobSpec(SpecModel):
                 name=MAIN_STAGE,
                 run=self.run or "",
                 gpus="all",
+                nodes="all",
                 progress=self.progress,
                 resume_args=self.resume_args,
                 **stop,

@@ -14,6 +14,7 @@ from corral.spec.bounds import (
     MAX_HOURLY_PRICE_USD,
     MAX_KEEP,
     MAX_MEMORY_GB,
+    MAX_NODES,
     MAX_RESTARTS,
     at_most,
     size_at_most,
@@ -83,7 +84,17 @@ ProviderName = Annotated[str, BeforeValidator(_provider_name), Label("provider n
 
 
 class Resources(SpecModel):
-    """What one machine must have. Omitted keys mean "any"."""
+    """What one machine must have (each machine, with `nodes`). Omitted keys mean "any"."""
+
+    nodes: Annotated[int, Field(ge=1), at_most(MAX_NODES), Label("integer >= 1")] = Field(
+        1,
+        description="Machines the job runs on at once, as one gang, each with the resources "
+        "below (GPUs, CPUs, memory and disk are per machine; the price is per machine too). "
+        "Every stage process gets CORRAL_NUM_NODES, CORRAL_NODE_RANK, CORRAL_MASTER_ADDR and "
+        "CORRAL_MASTER_PORT and the names torchrun, accelerate and deepspeed read (see "
+        "docs/multinode.md). Only providers that can give one job this many connected "
+        "machines are planned; multi-node launch itself is not available yet.",
+    )
 
     gpus: Annotated[GpuRequest, Label("GPU request")] = Field(
         default_factory=GpuRequest,

@@ -14,6 +14,12 @@ ENV_CHECKPOINT_DIR = "CORRAL_CHECKPOINT_DIR"
 ENV_NUM_GPUS = "CORRAL_NUM_GPUS"
 ENV_GRACE_SECONDS = "CORRAL_GRACE_SECONDS"
 ENV_HOURLY_PRICE = "CORRAL_HOURLY_PRICE"
+#: A stage's rendezvous (corral.agent.launchers): the machines that run it, this node's rank
+#: among them (0: the head), the head's address and the port the ranks meet on.
+ENV_NUM_NODES = "CORRAL_NUM_NODES"
+ENV_NODE_RANK = "CORRAL_NODE_RANK"
+ENV_MASTER_ADDR = "CORRAL_MASTER_ADDR"
+ENV_MASTER_PORT = "CORRAL_MASTER_PORT"
 #: JSON lines the SDK appends progress/metrics/checkpoint records to; the agent tails it.
 ENV_PROGRESS_FILE = "CORRAL_PROGRESS_FILE"
 #: Cost of earlier attempts in USD, so the SDK's cost meter can continue from it.

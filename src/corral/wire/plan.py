@@ -56,6 +56,8 @@ class StagePlan(_Model):
     )
     needs: list[str] = Field(default_factory=list)
     env: dict[str, str] = Field(default_factory=dict)
+    #: the machines of the gang that run the stage (ranks 0..nodes-1); left out at 1
+    nodes: int = Field(1, ge=1, exclude_if=lambda v: v == 1)
     #: left out of a plan without it, so that such a plan reads as it did before services
     service: ServicePlan | None = Field(None, exclude_if=lambda v: v is None)
     progress: str | None = Field(
@@ -155,6 +157,12 @@ class AgentPlan(_Model):
     env: dict[str, str] = Field(default_factory=dict, description="Environment for every stage.")
     setup: list[str] = Field(default_factory=list, description="Shell commands run once, in order.")
     stages: list[StagePlan]
+    nodes: int = Field(
+        1,
+        ge=1,
+        exclude_if=lambda v: v == 1,
+        description="Machines of the job's gang (left out at 1: one node).",
+    )
     devices: list[str] | None = Field(
         None, description="Physical GPU ids given to this instance; None: all GPUs of the node."
     )
@@ -217,6 +225,15 @@ class AgentPlan(_Model):
     image: str | None = Field(
         None, description="The container image the node runs in (container providers)."
     )
+
+    @model_validator(mode="after")
+    def _stage_nodes(self) -> AgentPlan:
+        for stage in self.stages:
+            if stage.nodes > self.nodes:
+                raise ValueError(
+                    f"stage {stage.name!r} runs on {stage.nodes} nodes of a gang of {self.nodes}"
+                )
+        return self
 
     @field_validator("node_hooks")
     @classmethod

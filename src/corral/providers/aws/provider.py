@@ -59,6 +59,7 @@ from corral.providers.aws import launch as L
 from corral.providers.aws import named, volumes
 from corral.providers.aws.client import Ec2
 from corral.providers.aws.errors import NOT_FOUND
+from corral.providers.aws.gang import Ec2Gangs
 from corral.providers.aws.housekeeping import Housekeeping
 from corral.providers.aws.image_refusals import ImageRefusals
 from corral.providers.aws.listing import LIVE, InstanceListing, Listed
@@ -108,6 +109,7 @@ class AwsProvider(
     SupportsPreemptionNotice,
     SupportsLogs,
     SupportsPriceRefresh,
+    Ec2Gangs,
 ):
     name: ClassVar[str] = "aws"
     unsupported: ClassVar[dict[str, str]] = {

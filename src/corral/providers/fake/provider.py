@@ -50,6 +50,7 @@ from corral.providers.base import (
     Offer,
     Provider,
     Requirements,
+    SupportsGangs,
     SupportsLogs,
     SupportsPreemptionNotice,
     SupportsSimulatedPreemption,
@@ -70,13 +71,20 @@ log = logging.getLogger("corral.providers.fake")
 
 
 class FakeProvider(
-    Provider, SupportsSpot, SupportsPreemptionNotice, SupportsSimulatedPreemption, SupportsLogs
+    Provider,
+    SupportsSpot,
+    SupportsPreemptionNotice,
+    SupportsSimulatedPreemption,
+    SupportsLogs,
+    SupportsGangs,
 ):
     """A simulated spot cloud. ``cloud``: a :class:`FakeCloud`, a dict or a JSON/YAML path;
     default: the file named by ``CORRAL_FAKE_CLOUD``, else the built-in catalog."""
 
     #: the notice is delivered as SIGTERM to the agent: no node hook needed
     name: ClassVar[str] = "fake"
+    max_nodes: ClassVar[int] = 16
+    gang_form: ClassVar[str] = "simulated machines, each its own machine root, on loopback"
     unsupported: ClassVar[dict[str, str]] = {
         "SupportsStop": "the fake cloud sells spot and on-demand machines only; none can be "
         "stopped and started again",

@@ -107,6 +107,8 @@ class IonetProvider(Provider, SupportsLogs, SupportsPriceRefresh):
         "container is replaced and the run resumes from object storage",
         "SupportsSimulatedPreemption": "IO.net cannot be asked to fail a node; simulate "
         "preemptions with the fake provider",
+        "SupportsGangs": "IO.net's container deployments run each container on one node "
+        "(multi-node is not supported by its CaaS API)",
     }
     #: node failures per container-hour on IO.net's decentralised GPUs (an estimate until
     #: corral has observed its own), for the default checkpoint interval

@@ -52,6 +52,7 @@ class LocalProvider(Provider, SupportsLogs, SupportsSimulatedPreemption, RunsOnT
             "from its checkpoints"
         ),
         "SupportsVolumes": "checkpoints already stay on this machine's disk between runs",
+        "SupportsGangs": ("this machine is one node; the fake provider simulates several machines"),
         "SupportsPreemptionNotice": (
             "nobody preempts this machine; `corral debug preempt` simulates a preemption"
         ),

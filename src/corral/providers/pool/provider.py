@@ -47,6 +47,7 @@ from corral.providers.base import (
     SupportsSimulatedPreemption,
 )
 from corral.providers.common.files import check_key
+from corral.providers.pool.gang import PoolGangs
 from corral.queue import attempts as states
 from corral.queue.app import TASK_NAME
 from corral.queue.attempts import AttemptStore, PoolAttempt
@@ -91,7 +92,7 @@ def _dt(ts: float | None) -> datetime | None:
     return None if ts is None else datetime.fromtimestamp(ts, UTC)
 
 
-class PoolProvider(Provider, SupportsSimulatedPreemption, ReportsQueue):
+class PoolProvider(Provider, SupportsSimulatedPreemption, ReportsQueue, PoolGangs):
     """The pool's GPU workers, through their Celery queues on Redis."""
 
     name: ClassVar[str] = "pool"

@@ -66,6 +66,7 @@ from corral.providers.base import (
     Offer,
     Provider,
     Requirements,
+    SupportsGangs,
     SupportsLogs,
     SupportsPriceRefresh,
     SupportsSpot,
@@ -100,9 +101,20 @@ def _sells_spot(gpu: dict[str, Any]) -> bool:
 
 
 class RunPodProvider(
-    Provider, SupportsSpot, SupportsStop, SupportsVolumes, SupportsLogs, SupportsPriceRefresh
+    Provider,
+    SupportsSpot,
+    SupportsStop,
+    SupportsVolumes,
+    SupportsLogs,
+    SupportsPriceRefresh,
+    SupportsGangs,
 ):
     name: ClassVar[str] = "runpod"
+    #: an Instant Cluster holds 2 to 250 pods (ClusterCompute.podCount)
+    max_nodes: ClassVar[int] = 250
+    gang_form: ClassVar[str] = (
+        "an Instant Cluster: identical pods in one data center on a private overlay network"
+    )
     unsupported: ClassVar[dict[str, str]] = {
         "SupportsPreemptionNotice": "RunPod has no interruption notice to poll: a spot pod "
         "gets SIGTERM at most 5 s before SIGKILL, so jobs must checkpoint often",

@@ -106,6 +106,8 @@ class SaladProvider(
         "the interruption rate)",
         "SupportsVolumes": "SaladCloud containers have no persistent volumes; use "
         "checkpoints.storage (S3, R2) for what must survive a node",
+        "SupportsGangs": "SaladCloud has no networking between container instances (only "
+        "inbound HTTP through its Container Gateway): the ranks of two nodes cannot meet",
     }
     #: interruptions per instance-hour by priority: the lowest priorities at the rate
     #: SaladCloud reports for its consumer nodes (1.1/h, as the fake provider's spot market

@@ -1,0 +1,41 @@
+"""Until corral launches gangs, ``corral launch`` of a multi-node job is refused at once with one
+line saying why for each provider (a provider that could host the gang: multi-node launch is
+not available yet on it), and nothing is started: never the job on one node instead."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from corral.errors import EXIT_PROVIDER
+from corral.providers.fake import ENV_FAKE_CLOUD
+
+from .launched import TWO_GPUS
+from .test_debug import cli, write_spec
+
+SPEC = """
+name: gang
+resources: {nodes: 2, gpus: "L40S:2", providers: [fake]}
+run: torchrun train.py
+"""
+
+
+def test_a_multi_node_launch_is_refused_in_one_line_and_starts_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cloud = tmp_path / "cloud.json"
+    cloud.write_text(json.dumps(TWO_GPUS))
+    monkeypatch.setenv(ENV_FAKE_CLOUD, str(cloud))
+    monkeypatch.setenv("CORRAL_PROVIDERS", "fake,local")
+    code, out, err = cli("launch", write_spec(tmp_path, SPEC), "--detach")
+    assert code == EXIT_PROVIDER, (out, err)
+    line = err.strip()
+    assert "\n" not in line and "Traceback" not in line
+    assert "multi-node launch is not available yet on fake (2 nodes asked" in line
+    code, out, _ = cli("ls", "--json")
+    assert code == 0 and json.loads(out) == []  # no run was recorded, nothing launched
+    # one node of the same job launches (the refusal is about the gang, not the machine)
+    code, out, err = cli("validate", write_spec(tmp_path, SPEC.replace("nodes: 2", "nodes: 1")))
+    assert code == 0, err

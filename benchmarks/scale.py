@@ -244,7 +244,7 @@ def measure_live(
                 sub = submit_run(text=text, base_dir=work, store=store, start_controller=False)
                 ids.append(sub.run.id)
         last_running = None
-        deadline = time.monotonic() + 120 + n * 0.05
+        deadline = time.monotonic() + 120 + n * 0.1
         while time.monotonic() < deadline:
             if last_running is None and store.get_run(ids[-1]).state == "RUNNING":
                 last_running = time.monotonic() - submitted_last

@@ -103,16 +103,30 @@ def test_the_line_for_capacity_goes_one_run_at_a_time_oldest_first() -> None:
     assert s.next_due() == clock.now + 0.5  # nothing due before run's next look
     s.done("old", Result("PENDING"))  # no capacity: it waits
     assert s.next_due() == clock.now  # mid's turn: at once
-    assert [x.run_id for x in s.take_due()] == ["mid"]
+    assert [x.run_id for x in s.take_due() if x.line_turn] == ["mid"]
     s.done("mid", Result("PENDING"))
     # a newer run joins: the older ones are due again and go first
     s.sync([Head("old", "PENDING"), Head("mid", "PENDING"), Head("new", "PENDING")])
-    order = []
-    for _ in range(3):
-        [slot] = s.take_due()
-        order.append(slot.run_id)
-        s.done(slot.run_id, Result("PROVISIONING"))
-    assert order == ["old", "mid", "new"]
+    [first] = s.take_due()
+    assert first.run_id == "old"
+    s.done("old", Result("PROVISIONING"))  # launched: there is room, the line widens
+    assert [x.run_id for x in s.take_due()] == ["mid", "new"]  # oldest first, two at once
+    s.done("mid", Result("PENDING"))  # no capacity after all: one at a time again
+    s.done("new", Result("PENDING"))
+    clock.now += 3.0  # their retry
+    assert [x.run_id for x in s.take_due() if x.line_turn] == ["mid"]
+
+
+def test_a_long_line_on_a_provider_with_room_launches_up_to_ops_workers_at_once() -> None:
+    s, _ = _schedule()
+    s.sync([Head(f"r{i:03}", "PENDING") for i in range(100)])
+    widths = []
+    for _ in range(6):
+        taken = s.take_due()
+        widths.append(len(taken))
+        for slot in taken:
+            s.done(slot.run_id, Result("PROVISIONING"))
+    assert widths == [1, 2, 8, 8, 8, 8]  # doubled by each launch, up to Settings.ops_workers
 
 
 def test_a_controller_looks_only_at_the_runs_it_holds() -> None:

@@ -14,6 +14,8 @@ How soon a run is looked at again (:meth:`Schedule.done`):
 * PENDING and RECOVERING that wait for capacity: every ``Settings.wait_retry_s``, and at once
   when any run of this controller ends (a machine may have been freed); they form one line,
   looked at one run at a time in submission order, so the oldest gets a freed machine first
+  (while its turns launch, several at a time: twice as many after each launch, up to
+  ``Settings.ops_workers``; one again after a turn that found no capacity)
   (a PENDING run is always in it: its first launch too);
 * RUNNING: every ``Settings.tick_seconds`` after a look that saw the attempt move (its
   phase, a stage starting or ending), then twice as long after each look that did not, up
@@ -157,8 +159,12 @@ class Schedule:
         self._lock = threading.Lock()
         #: runs of the line for capacity that are due but wait for their turn
         self._line: set[str] = set()
-        #: a run of the line is being looked at
-        self._line_busy = False
+        #: runs of the line being looked at, and how many may be at once: one while the
+        #: line's last turn found no capacity (the oldest gets a freed machine first); twice
+        #: as many after each turn that launched, up to ``Settings.ops_workers`` (a line of
+        #: thousands on a provider with room is not launched one run at a time)
+        self._line_busy = 0
+        self._line_width = 1
 
     def __len__(self) -> int:
         return len(self.slots)
@@ -201,7 +207,8 @@ class Schedule:
 
     def take_due(self) -> list[Slot]:
         """The slots due now, marked busy, soonest due first. The line for capacity
-        (:attr:`Slot.queued`) goes one run at a time, oldest first: its other due runs wait
+        (:attr:`Slot.queued`) goes one run at a time, oldest first (several while its turns
+        launch: ``_line_width``): its other due runs wait
         for their turn (the next one is due as soon as the one out is back), so the oldest
         gets a freed machine first."""
         now = self.clock()
@@ -218,12 +225,14 @@ class Schedule:
                     continue
                 self._start(slot, now)
                 out.append(slot)
-            if not self._line_busy and self._line:
+            while self._line_busy < self._line_width and self._line:
                 turn = self._next_in_line()
-                if turn is not None:
-                    self._start(turn, now)
-                    turn.line_turn = self._line_busy = True
-                    out.append(turn)
+                if turn is None:
+                    break
+                self._start(turn, now)
+                turn.line_turn = True
+                self._line_busy += 1
+                out.append(turn)
         return out
 
     def _next_in_line(self) -> Slot | None:
@@ -246,7 +255,7 @@ class Schedule:
     def next_due(self) -> float | None:
         """Monotonic time of the soonest due slot (None: no slot)."""
         with self._lock:
-            if self._line and not self._line_busy:
+            if self._line and self._line_busy < self._line_width:
                 return self.clock()
             while self._heap:
                 due, ticket, rid = self._heap[0]
@@ -323,7 +332,10 @@ class Schedule:
                 return None
             if slot.line_turn:  # the line's turn is over: the next run of it may go
                 slot.line_turn = False
-                self._line_busy = False
+                self._line_busy -= 1
+                launched = result is not None and result.state not in WAITING
+                width = min(self._line_width * 2, max(1, s.ops_workers)) if launched else 1
+                self._line_width = width
             slot.busy = False
             if result is not None and result.gone:
                 del self.slots[run_id]

@@ -159,6 +159,10 @@ class Schedule:
         self._lock = threading.Lock()
         #: runs of the line for capacity that are due but wait for their turn
         self._line: set[str] = set()
+        #: the line in order, ``(order, run id)``: entries of runs no longer in it are
+        #: skipped when they come up; rebuilt when a read of the runs moved the order
+        self._line_heap: list[tuple[int, str]] = []
+        self._line_stale = False
         #: runs of the line being looked at, and how many may be at once: one while the
         #: line's last turn found no capacity (the oldest gets a freed machine first); twice
         #: as many after each turn that launched, up to ``Settings.ops_workers`` (a line of
@@ -191,7 +195,9 @@ class Schedule:
                     self._push(slot, now)
                     joined = joined or slot.queued
                     continue
-                slot.order = order
+                if slot.order != order:
+                    slot.order = order
+                    self._line_stale = self._line_stale or h.id in self._line
                 if slot.state != h.state or slot.action != h.requested_action:
                     slot.state, slot.action = h.state, h.requested_action
                     slot.waiting = False
@@ -221,6 +227,7 @@ class Schedule:
                     continue
                 if slot.queued:
                     self._line.add(rid)
+                    heapq.heappush(self._line_heap, (slot.order, rid))
                     slot.ticket = 0  # its place is the line now, not the heap
                     continue
                 self._start(slot, now)
@@ -237,14 +244,20 @@ class Schedule:
 
     def _next_in_line(self) -> Slot | None:
         """The oldest run of the line still in it (those that left it are dropped)."""
-        line = [self.slots[r] for r in self._line if r in self.slots]
-        line = [s for s in line if s.queued and not s.busy]
-        self._line = {s.run_id for s in line}
-        if not line:
-            return None
-        turn = min(line, key=lambda s: (s.order, s.run_id))
-        self._line.discard(turn.run_id)
-        return turn
+        if self._line_stale:
+            self._line_heap = [(self.slots[r].order, r) for r in self._line if r in self.slots]
+            heapq.heapify(self._line_heap)
+            self._line_stale = False
+        while self._line_heap:
+            _, rid = heapq.heappop(self._line_heap)
+            if rid not in self._line:
+                continue
+            self._line.discard(rid)
+            slot = self.slots.get(rid)
+            if slot is not None and slot.queued and not slot.busy:
+                return slot
+        self._line.clear()
+        return None
 
     def _start(self, slot: Slot, now: float) -> None:
         if slot.looked is not None:

@@ -26,19 +26,19 @@ class LeaseOps(StoreBase):
         d = self._db.dialect
         states = {f"s{i}": s for i, s in enumerate(sorted(ACTIVE_STATES))}
         in_states = f"state IN ({', '.join(':' + k for k in states)})"
-        with self._db.transaction() as tx:
-            rows = tx.all(
-                f"SELECT id, lease_owner, lease_expires_at FROM runs WHERE {in_states}", states
-            )
-        held, take = set(), []
         renew_before = now + timedelta(seconds=ttl_s / 2)
-        for row in rows:
-            expires = d.ts_out(row["lease_expires_at"])
-            mine = row["lease_owner"] == owner
-            if mine and expires is not None and expires > renew_before:
-                held.add(row["id"])
-            elif row["lease_owner"] is None or mine or expires is None or expires <= now:
-                take.append(row["id"])
+        # decided in SQL, as the UPDATE below decides it: a row is one id and two flags, no
+        # timestamp parsed per row (ten thousand active runs are read every tick)
+        with self._db.transaction() as tx:
+            rows = tx.tuples(
+                "SELECT id, CASE WHEN lease_owner = :me AND lease_expires_at > :renew "
+                "THEN 1 ELSE 0 END, CASE WHEN lease_owner IS NULL OR lease_owner = :me OR "
+                "lease_expires_at IS NULL OR lease_expires_at <= :now THEN 1 ELSE 0 END "
+                f"FROM runs WHERE {in_states}",
+                {**states, "me": owner, "renew": d.ts_in(renew_before), "now": d.ts_in(now)},
+            )
+        held = {rid for rid, kept, _ in rows if kept}
+        take = [rid for rid, kept, free in rows if free and not kept]
         if not take:
             return held
         ids = {f"r{i}": rid for i, rid in enumerate(take)}

@@ -37,6 +37,11 @@ ENV_WHEEL_SHA256 = "CORRAL_WHEEL_SHA256"
 ENV_WHEEL_NAME = "CORRAL_WHEEL_NAME"
 ENV_INDEX_URL = "CORRAL_NODE_INDEX_URL"
 ENV_INSTALL = "CORRAL_INSTALL"
+ENV_RUNTIME_URL = "CORRAL_RUNTIME_URL"
+ENV_RUNTIME_SHA256 = "CORRAL_RUNTIME_SHA256"
+ENV_RUNTIME_ARCH = "CORRAL_RUNTIME_ARCH"
+#: ``0``: ship no runtime (nodes then need python 3.11+ of their own, as before)
+ENV_SHIP_RUNTIME = "CORRAL_NODE_RUNTIME"
 INSTALL_VARS = (
     ENV_VERSION,
     ENV_WHEEL_URL,
@@ -44,7 +49,12 @@ INSTALL_VARS = (
     ENV_WHEEL_NAME,
     ENV_INDEX_URL,
     ENV_INSTALL,
+    ENV_RUNTIME_URL,
+    ENV_RUNTIME_SHA256,
+    ENV_RUNTIME_ARCH,
 )
+#: where runtimes live inside a storage prefix
+RUNTIME_DIR = "_corral/runtimes"
 _SKIP_SUFFIXES = (".pyc", ".pyo", ".so", ".pyd", ".c", ".o")
 #: the extras a node installs with corral (object storage for checkpoints and code)
 NODE_EXTRAS = "aws"
@@ -174,21 +184,31 @@ def node_install_env(storage_uri: str | None, cache: Path) -> dict[str, str]:
     base = storage_uri.rstrip("/")
     if "://" not in base:
         base = "file://" + base
-    uri = f"{base}/{STORAGE_DIR}/{wheel.sha256[:16]}/{wheel.name}"
-    storage, where = open_storage(uri, dict(os.environ))
-    try:
-        there = storage.isfile(where) and storage.size(where) == wheel.size
-    except FileNotFoundError:
-        there = False
-    if not there:
-        put_file(storage, wheel.path, where)
-    env.update(
-        {
-            ENV_WHEEL_URL: _url(storage, where),
-            ENV_WHEEL_SHA256: wheel.sha256,
-            ENV_WHEEL_NAME: wheel.name,
-        }
-    )
+
+    def shipped(path: Path, size: int, uri: str) -> str:
+        storage, where = open_storage(uri, dict(os.environ))
+        try:
+            there = storage.isfile(where) and storage.size(where) == size
+        except FileNotFoundError:
+            there = False
+        if not there:
+            put_file(storage, path, where)
+        return _url(storage, where)
+
+    url = shipped(wheel.path, wheel.size, f"{base}/{STORAGE_DIR}/{wheel.sha256[:16]}/{wheel.name}")
+    env.update({ENV_WHEEL_URL: url, ENV_WHEEL_SHA256: wheel.sha256, ENV_WHEEL_NAME: wheel.name})
+    if os.environ.get(ENV_SHIP_RUNTIME, "1") != "0":
+        from corral.providers.common import runtime  # packs once per machine (cached)
+
+        rt = runtime.build(wheel.path)
+        uri = f"{base}/{RUNTIME_DIR}/{rt.sha256[:16]}/{rt.name}"
+        env.update(
+            {
+                ENV_RUNTIME_URL: shipped(rt.path, rt.size, uri),
+                ENV_RUNTIME_SHA256: rt.sha256,
+                ENV_RUNTIME_ARCH: rt.arch,
+            }
+        )
     return env
 
 

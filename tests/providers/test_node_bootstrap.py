@@ -98,7 +98,8 @@ def test_a_python_older_than_3_11_is_said_once_and_ends_the_bootstrap_with_78(
     assert done.returncode == 78
     assert done.stderr.splitlines() == [
         "corral bootstrap: python3 3.10 is older than 3.11 and no corral runtime was shipped "
-        "(give the run object storage, or use an image with python 3.11 or later)"
+        "(give the run object storage, or use an image with python 3.11 or later)",
+        "corral: this machine cannot boot corral (exit 78)",
     ]
     assert (tmp_path / "asked").read_text().count("\n") == 1  # asked its version, nothing else
     assert not node.exists()

@@ -242,5 +242,46 @@ def test_no_runtime_and_no_usable_python_is_said_once_with_78(tmp_path: Path) ->
     assert done.returncode == 78
     assert done.stderr.splitlines() == [
         "corral bootstrap: no python on this machine and no corral runtime shipped (give the "
-        "run object storage, or use an image with python 3.11 or later)"
+        "run object storage, or use an image with python 3.11 or later)",
+        "corral: this machine cannot boot corral (exit 78)",
     ]
+
+
+def test_the_runtime_comes_over_http_with_the_images_curl(tmp_path: Path, shipped: dict) -> None:
+    """A presigned URL's way (HTTP here, on loopback): fetched with curl, the URL on its
+    standard input (never on a command line nor in the output)."""
+    import functools
+    import http.server
+    import threading
+
+    served = Path(shipped["CORRAL_RUNTIME_URL"].removeprefix("file://"))
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(served.parent))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        bin_dir = _image(tmp_path, None)
+        curl = shutil.which("curl")
+        if curl is None:
+            pytest.skip("no curl on this machine")
+        (bin_dir / "curl").symlink_to(curl)
+        script = tmp_path / "node-bootstrap.sh"
+        script.write_text(wheel.bootstrap_script())
+        url = f"http://127.0.0.1:{server.server_address[1]}/{served.name}?X-Amz-Signature=s3cr3t"
+        done = subprocess.run(
+            [str(bin_dir / "bash"), str(script), "-c", "import corral; print(corral.__version__)"],
+            env={
+                "PATH": str(bin_dir),
+                "HOME": str(tmp_path),
+                "CORRAL_NODE_HOME": str(tmp_path / "n"),
+                **shipped,
+                "CORRAL_RUNTIME_URL": url,
+            },
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    finally:
+        server.shutdown()
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == __version__
+    assert "s3cr3t" not in done.stderr + done.stdout

@@ -25,6 +25,13 @@
 set -euo pipefail
 
 say() { echo "corral bootstrap: $*" >&2; }
+# a machine that cannot run corral: the reason once, then a marker the controller looks for
+# (control/machine_log.py), and exit 78
+unbootable() {
+  say "$*"
+  echo "corral: this machine cannot boot corral (exit 78)" >&2
+  exit 78
+}
 WANT="${CORRAL_VERSION:-}"
 NODE_HOME="${CORRAL_NODE_HOME:-/opt/corral}"
 PY="${CORRAL_PYTHON:-$(command -v python3 || command -v python || true)}"
@@ -71,10 +78,11 @@ fetch() {  # fetch URL DEST: the URL from the environment variable named $1, nev
   case "$url" in
     file://*) cp "${url#file://}" "$dest" ;;
     *)
+      # the URL on stdin, never on a command line (a presigned URL is a credential)
       if command -v curl >/dev/null; then
-        curl -fsS --retry 3 -o "$dest" "$url"
+        printf 'url = "%s"\n' "$url" | curl -fsS --retry 3 -o "$dest" -K -
       elif command -v wget >/dev/null; then
-        wget -q -O "$dest" "$url"
+        printf '%s\n' "$url" | wget -q -O "$dest" -i -
       elif [ -n "$PY" ]; then
         "$PY" -c 'import os, shutil, sys, urllib.request as u
 with u.urlopen(os.environ[sys.argv[1]], timeout=300) as s, open(sys.argv[2], "wb") as o:
@@ -108,9 +116,8 @@ elif [ -n "${CORRAL_RUNTIME_URL:-}" ] && [ "${CORRAL_RUNTIME_ARCH:-}" = "$(uname
     rc=0
     fetch CORRAL_RUNTIME_URL "$PART/runtime.tar.gz" || rc=$?
     if [ "$rc" = 2 ]; then
-      say "cannot fetch corral's runtime: this machine has no curl, wget or python"
       rm -rf "$PART"
-      exit 78
+      unbootable "cannot fetch corral's runtime: this machine has no curl, wget or python"
     elif [ "$rc" != 0 ]; then
       say "corral's runtime could not be fetched (exit $rc)"
       rm -rf "$PART"
@@ -123,9 +130,8 @@ elif [ -n "${CORRAL_RUNTIME_URL:-}" ] && [ "${CORRAL_RUNTIME_ARCH:-}" = "$(uname
       exit 1
     fi
     tar -xzf "$PART/runtime.tar.gz" -C "$PART" || {
-      say "corral's runtime could not be unpacked into $RT (disk full?)"
       rm -rf "$PART"
-      exit 78
+      unbootable "corral's runtime could not be unpacked into $RT (disk full?)"
     }
     rm -f "$PART/runtime.tar.gz"
     rm -rf "$RT"
@@ -133,11 +139,9 @@ elif [ -n "${CORRAL_RUNTIME_URL:-}" ] && [ "${CORRAL_RUNTIME_ARCH:-}" = "$(uname
   fi
   run_on_runtime "$RT/corral-runtime" "$@"
 elif [ -z "$PY" ]; then
-  say "no python on this machine and no corral runtime shipped (give the run object storage, or use an image with python 3.11 or later)"
-  exit 78
+  unbootable "no python on this machine and no corral runtime shipped (give the run object storage, or use an image with python 3.11 or later)"
 elif [ -z "$PY_OK" ]; then
-  say "$(basename "$PY") ${PYV:-(does not run)} is older than 3.11 and no corral runtime was shipped (give the run object storage, or use an image with python 3.11 or later)"
-  exit 78
+  unbootable "$(basename "$PY") ${PYV:-(does not run)} is older than 3.11 and no corral runtime was shipped (give the run object storage, or use an image with python 3.11 or later)"
 else
   VENV="$NODE_HOME/venv"
   if [ -x "$VENV/bin/python" ] && has_corral "$VENV/bin/python"; then

@@ -285,3 +285,29 @@ def test_the_runtime_comes_over_http_with_the_images_curl(tmp_path: Path, shippe
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == __version__
     assert "s3cr3t" not in done.stderr + done.stdout
+
+
+@pytest.mark.skipif(
+    os.geteuid() != 0 or shutil.which("unshare") is None or sys.base_prefix in ("/usr", "/"),
+    reason="needs root, unshare and a python outside /usr (hidden by the test)",
+)
+def test_the_runtime_runs_where_the_controllers_python_is_not(
+    tmp_path: Path, shipped: dict
+) -> None:
+    """Relocatable: unpacked elsewhere, with the interpreter it was packed from hidden (an
+    empty tmpfs over its prefix, in a mount namespace of its own), it still runs the agent's
+    imports and the standard library's compiled modules."""
+    with tarfile.open(shipped["CORRAL_RUNTIME_URL"].removeprefix("file://")) as tf:
+        tf.extractall(tmp_path, filter="tar")
+    python = tmp_path / "corral-runtime" / "python" / "bin" / "python3"
+    code = "import ssl, sqlite3, ctypes, lzma, corral.agent.main, boto3, sys; print(sys.prefix)"
+    hide = f"mount -t tmpfs none {sys.base_prefix} && exec {python} -E -s -c '{code}'"
+    done = subprocess.run(
+        ["unshare", "--mount", "--propagation", "private", "sh", "-c", hide],
+        env={"PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == str(tmp_path / "corral-runtime" / "python")

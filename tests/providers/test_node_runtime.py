@@ -311,3 +311,21 @@ def test_the_runtime_runs_where_the_controllers_python_is_not(
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == str(tmp_path / "corral-runtime" / "python")
+
+
+def test_the_controller_ships_the_runtime_once_and_can_be_told_not_to(
+    tmp_path: Path, shipped: dict, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    storage = tmp_path / "storage"
+    env = wheel.node_install_env(str(storage), tmp_path / "wheels")
+    assert env["CORRAL_RUNTIME_SHA256"] == shipped["CORRAL_RUNTIME_SHA256"]  # same content
+    stored = list((storage / "_corral" / "runtimes").rglob("*.tar.gz"))
+    assert [p.name for p in stored] == [
+        f"corral-runtime-{__version__}-{runtime.machine_arch()}.tar.gz"
+    ]
+    mtime = stored[0].stat().st_mtime_ns
+    wheel.node_install_env(str(storage), tmp_path / "wheels")
+    assert stored[0].stat().st_mtime_ns == mtime  # there already: not uploaded again
+    monkeypatch.setenv("CORRAL_NODE_RUNTIME", "0")
+    without = wheel.node_install_env(str(tmp_path / "s2"), tmp_path / "wheels")
+    assert "CORRAL_RUNTIME_URL" not in without and "CORRAL_WHEEL_URL" in without

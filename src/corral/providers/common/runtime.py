@@ -91,7 +91,13 @@ def machine_arch() -> str:
 
 def _closure(extras: tuple[str, ...]) -> list[importlib.metadata.Distribution]:
     """The installed distributions corral needs (with ``extras``), corral itself excluded."""
-    from packaging.requirements import Requirement
+    import importlib
+
+    try:  # packaging is no dependency of corral's; pip vendors it where packaging is absent
+        requirements = importlib.import_module("packaging.requirements")
+    except ImportError:  # pragma: no cover - the dev environment has packaging
+        requirements = importlib.import_module("pip._vendor.packaging.requirements")
+    Requirement = requirements.Requirement
 
     seen: dict[str, importlib.metadata.Distribution] = {}
     todo = [(r, tuple(extras)) for r in importlib.metadata.requires("corral") or []]

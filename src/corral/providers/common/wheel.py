@@ -12,7 +12,9 @@ it goes through the run's object storage: uploaded once to ``<storage>/_corral/w
 the node gets a URL it can read with the standard library alone - a presigned HTTPS URL for
 ``s3://`` (valid for :data:`URL_TTL_S`), a ``file://`` URL for a path. Without storage the node
 installs ``corral==<version>`` from an index (PyPI, or ``CORRAL_NODE_INDEX_URL``): the same
-version either way, never another. The node's side is ``node_bootstrap.sh``.
+version either way, never another. The node's side is ``node_bootstrap.sh``. Beside the
+wheel goes corral's own runtime (:mod:`corral.providers.common.runtime`), which a node prefers:
+the agent then needs nothing of the image's python.
 """
 
 from __future__ import annotations
@@ -171,7 +173,9 @@ def _url(storage: object, where: str) -> str:
 
 def node_install_env(storage_uri: str | None, cache: Path) -> dict[str, str]:
     """What a node's bootstrap needs to run this corral: its version, and (with object
-    storage) the URL, name and sha256 of its wheel, uploaded there unless already there."""
+    storage) the URL, name and sha256 of its wheel and of corral's runtime for this arch
+    (:mod:`corral.providers.common.runtime`; not with ``CORRAL_NODE_RUNTIME=0``), each
+    uploaded there unless already there."""
     from corral.bundle.remote import open_storage, put_file  # the storage clients, lazily
 
     env = {ENV_VERSION: __version__}

@@ -22,6 +22,7 @@ import pytest
 from agent.helpers import make_plan
 from corral import __version__
 from corral.agent.boot import Delivered, delivery_env
+from corral.errors import BadInput
 from corral.providers.common import runtime, wheel
 from support.waiting import wait_until
 
@@ -329,3 +330,66 @@ def test_the_controller_ships_the_runtime_once_and_can_be_told_not_to(
     monkeypatch.setenv("CORRAL_NODE_RUNTIME", "0")
     without = wheel.node_install_env(str(tmp_path / "s2"), tmp_path / "wheels")
     assert "CORRAL_RUNTIME_URL" not in without and "CORRAL_WHEEL_URL" in without
+
+
+def _dist_archive(tmp: Path, version: str, *, with_stdlib: bool = True) -> Path:
+    """A python-build-standalone ``install_only`` archive's layout: ``python/bin``,
+    ``python/lib/python3.X`` (a few files of this python's standard library)."""
+    tree = tmp / f"dist-{version}" / "python"
+    (tree / "bin").mkdir(parents=True)
+    shutil.copy(sys.executable, tree / "bin" / f"python{version}")
+    (tree / "bin" / "python3").symlink_to(f"python{version}")
+    lib = tree / "lib" / f"python{version}"
+    lib.mkdir(parents=True)
+    if with_stdlib:
+        for name in ("os.py", "abc.py", "stat.py"):
+            shutil.copy(Path(os.__file__).with_name(name), lib / name)
+    archive = tmp / f"cpython-{version}-install_only.tar.gz"
+    with tarfile.open(archive, "w:gz") as tf:
+        tf.add(tree, "python")
+    return archive
+
+
+@pytest.mark.parametrize(
+    ("version", "stdlib", "said"),
+    [
+        ("3.10", True, "python 3.10 is older than 3.11"),
+        ("3.12", True, "python 3.12 is not the controller's 3.11"),
+        ("3.11", False, "is not a CPython install tree"),
+    ],
+)
+def test_a_python_dist_that_cannot_serve_is_refused_in_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, version: str, stdlib: bool, said: str
+) -> None:
+    if sys.version_info[:2] != (3, 11):
+        pytest.skip("the messages name the controller's 3.11")
+    built = wheel.build(tmp_path / "wheels")
+    monkeypatch.setenv(runtime.ENV_DIST, str(_dist_archive(tmp_path, version, with_stdlib=stdlib)))
+    with pytest.raises(BadInput) as exc:
+        runtime.build(built.path, tmp_path / "cache")
+    assert said in exc.value.message and "\n" not in exc.value.message
+    assert exc.value.message.startswith("CORRAL_NODE_PYTHON_DIST: ")
+    monkeypatch.setenv(runtime.ENV_DIST, str(tmp_path / "nowhere.tar.gz"))
+    with pytest.raises(BadInput, match="no such file"):
+        runtime.build(built.path, tmp_path / "cache")
+
+
+def test_a_python_dist_archive_is_what_the_runtime_carries(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    version = f"{sys.version_info[0]}.{sys.version_info[1]}"
+    built = wheel.build(tmp_path / "wheels")
+    monkeypatch.setenv(runtime.ENV_DIST, str(_dist_archive(tmp_path, version)))
+    rt = runtime.build(built.path, tmp_path / "cache")
+    with tarfile.open(rt.path) as tf:
+        names = set(tf.getnames())
+        link = tf.getmember("corral-runtime/python/bin/python3")
+    lib = f"corral-runtime/python/lib/python{version}"
+    assert {f"{lib}/os.py", f"{lib}/abc.py", f"{lib}/stat.py"} <= names
+    assert link.issym() and link.linkname == f"python{version}"
+    assert not [n for n in names if n.startswith(f"{lib}/") and "site-packages" not in n][3:]
+    assert f"{lib}/site-packages/pydantic_core/__init__.py" not in names  # the SDK's: sdk/
+    assert f"{lib}/site-packages/httpx/__init__.py" in names
+    assert not [n for n in names if "sqlalchemy" in n]  # the controller's side only
+    again = runtime.build(built.path, tmp_path / "cache")
+    assert again.path == rt.path and again.sha256 == rt.sha256  # cached, not packed again

@@ -136,20 +136,21 @@ def _dist_files(dist: importlib.metadata.Distribution) -> list[tuple[str, Path]]
     return out
 
 
-def _interpreter_tree(dist_archive: Path | None) -> tuple[Path, str]:
-    """The CPython tree to pack (a directory with ``bin/`` and ``lib/``) and its X.Y version."""
-    if dist_archive is not None:
-        if not dist_archive.is_file():
-            raise BadInput(f"{ENV_DIST}: no such file: {dist_archive}")
-        where = Path(tempfile.mkdtemp(prefix="corral-pydist-"))
+def _interpreter_tree(dist_archive: Path | None, scratch: Path) -> tuple[Path, str]:
+    """The CPython tree to pack (a directory with ``bin/`` and ``lib/``; an archive is
+    unpacked in ``scratch``) and its X.Y version."""
+    if dist_archive is None:
+        return Path(sys.base_prefix), f"{sys.version_info[0]}.{sys.version_info[1]}"
+    try:
         with tarfile.open(dist_archive) as tf:
-            tf.extractall(where, filter="tar")
-        tree = where / "python" if (where / "python").is_dir() else where
-        libs = sorted((tree / "lib").glob("python3.*/os.py"))
-        if not (tree / "bin").is_dir() or not libs:
-            raise BadInput(f"{ENV_DIST}: {dist_archive.name} is not a CPython install tree")
-        return tree, libs[0].parent.name.removeprefix("python")
-    return Path(sys.base_prefix), f"{sys.version_info[0]}.{sys.version_info[1]}"
+            tf.extractall(scratch, filter="tar")
+    except (tarfile.TarError, OSError) as exc:
+        raise BadInput(f"{ENV_DIST}: {dist_archive.name} cannot be unpacked ({exc})") from None
+    tree = scratch / "python" if (scratch / "python").is_dir() else scratch
+    libs = sorted((tree / "lib").glob("python3.*/os.py"))
+    if not (tree / "bin").is_dir() or not libs:
+        raise BadInput(f"{ENV_DIST}: {dist_archive.name} is not a CPython install tree")
+    return tree, libs[0].parent.name.removeprefix("python")
 
 
 def _relocatable(data: bytes, libdir: str) -> bytes:
@@ -261,20 +262,21 @@ def build(
     corral_wheel: Path, cache: Path | None = None, *, extras: tuple[str, ...] = ("aws",)
 ) -> Runtime:
     """corral's runtime for machines of this arch (see the module doc), in ``cache``: packed
-    once per content (this corral's wheel, the interpreter, the dependencies' versions)."""
+    once per content (this corral's wheel, the interpreter, the dependencies' versions).
+    :class:`BadInput` for an interpreter that cannot serve (``CORRAL_NODE_PYTHON_DIST``
+    missing, not CPython, older than 3.11 or not the controller's minor version)."""
     cache = cache_dir() if cache is None else cache
     source = os.environ.get(ENV_DIST)
-    tree, pyver = _interpreter_tree(Path(source) if source else None)
-    major, minor = (int(x) for x in pyver.split("."))
-    if (major, minor) < (3, 11):
-        raise BadInput(f"{ENV_DIST}: python {pyver} is older than 3.11")
-    if (major, minor) != sys.version_info[:2]:
-        raise BadInput(
-            f"{ENV_DIST}: python {pyver} is not the controller's {sys.version_info[0]}."
-            f"{sys.version_info[1]} (its packages are copied from this environment)"
-        )
+    archive = Path(source).expanduser() if source else None
+    if archive is not None and not archive.is_file():
+        raise BadInput(f"{ENV_DIST}: no such file: {archive}")
+    if archive is None:
+        interpreter = sys.base_prefix
+    else:
+        st = archive.stat()
+        interpreter = f"{archive.resolve()}:{st.st_size}:{st.st_mtime_ns}"
     key = hashlib.sha256()
-    key.update(f"{__version__}\0{machine_arch()}\0{pyver}\0{tree}\0{source}\0".encode())
+    key.update(f"{__version__}\0{machine_arch()}\0{interpreter}\0".encode())
     key.update(hashlib.sha256(corral_wheel.read_bytes()).digest())
     for dist in _closure(extras):
         key.update(f"{dist.metadata['Name']}=={dist.version}\0".encode())
@@ -282,10 +284,20 @@ def build(
     path = folder / f"corral-runtime-{__version__}-{machine_arch()}.tar.gz"
     digest_file = folder / "sha256"
     if not (path.is_file() and digest_file.is_file()):
-        folder.mkdir(parents=True, exist_ok=True)
-        tmp = folder / f".building-{os.getpid()}"
-        _pack(tmp, tree, pyver, corral_wheel, extras)
-        data = tmp.read_bytes()
-        digest_file.write_text(hashlib.sha256(data).hexdigest())
+        with tempfile.TemporaryDirectory(prefix="corral-runtime-") as scratch:
+            tree, pyver = _interpreter_tree(archive, Path(scratch))
+            major, minor = (int(x) for x in pyver.split("."))
+            if (major, minor) < (3, 11):
+                raise BadInput(f"{ENV_DIST}: python {pyver} is older than 3.11")
+            if (major, minor) != sys.version_info[:2]:
+                raise BadInput(
+                    f"{ENV_DIST}: python {pyver} is not the controller's "
+                    f"{sys.version_info[0]}.{sys.version_info[1]} (its packages are copied "
+                    "from this environment)"
+                )
+            folder.mkdir(parents=True, exist_ok=True)
+            tmp = folder / f".building-{os.getpid()}"
+            _pack(tmp, tree, pyver, corral_wheel, extras)
+        digest_file.write_text(hashlib.sha256(tmp.read_bytes()).hexdigest())
         os.replace(tmp, path)
     return Runtime(path, digest_file.read_text().strip(), path.stat().st_size, machine_arch())

@@ -218,8 +218,11 @@ def node_install_env(storage_uri: str | None, cache: Path) -> dict[str, str]:
 
 def bootstrap_script() -> str:
     """The node's bootstrap (``node_bootstrap.sh``): make sure this corral runs there, then
-    run the command it is given with that python."""
-    return (Path(__file__).with_name("node_bootstrap.sh")).read_text()
+    run the command it is given with that python. Without its comment lines (the shebang
+    kept): it travels in EC2 user-data (16 KB in all) and in a container's environment."""
+    lines = (Path(__file__).with_name("node_bootstrap.sh")).read_text().splitlines()
+    kept = [x for i, x in enumerate(lines) if i == 0 or not x.lstrip().startswith("#")]
+    return "\n".join(kept) + "\n"
 
 
 def start_script(install_command: str | None = None) -> str:

@@ -129,12 +129,13 @@ def _boot(tmp: Path, bin_dir: Path, install: dict[str, str]) -> tuple[dict, str]
 
         status = wait_until(ended, 60, 0.2, "the attempt to end")
         exe = os.readlink(f"/proc/{proc.pid}/exe")
+        cmdline = Path(f"/proc/{proc.pid}/cmdline").read_text().split("\0")
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         proc.wait(30)
     assert answer["version"] == __version__
     assert status["phase"] == "succeeded", log.read_text()
-    return {"exe": exe}, log.read_text()
+    return {"exe": exe, "argv": cmdline}, log.read_text()
 
 
 def _work(tmp: Path) -> Path:
@@ -194,14 +195,21 @@ def test_an_image_with_the_current_python(tmp_path: Path, shipped: dict[str, str
     python = image / "bin" / "python"
     before = _site_listing(python)
     bin_dir = _image(tmp_path, python)
-    proc, _ = _boot(tmp_path, bin_dir, shipped)
+    # the image's own PYTHONPATH holds a pydantic the agent must not see
+    theirs = tmp_path / "image-path" / "pydantic"
+    theirs.mkdir(parents=True)
+    (theirs / "__init__.py").write_text("raise ImportError('the image s own pydantic')\n")
+    proc, _ = _boot(tmp_path, bin_dir, {**shipped, "PYTHONPATH": str(theirs.parent)})
     # the image's python lacks corral: the agent runs on the runtime, the job on the image's
     assert proc["exe"].startswith(str(tmp_path / "node" / "runtimes"))
+    assert proc["argv"][1:4] == ["-E", "-s", "-m"]  # the agent, after boot's exec: isolated
     version = (_work(tmp_path) / "version.txt").read_text().strip()
     assert version == sys.version.splitlines()[0] or version.startswith(sys.version[:6])
     assert _site_listing(python) == before
     # the SDK imports in the job's python, its packages after the image's own
-    sdk = Path((_work(tmp_path) / "sdk.txt").read_text().strip()).parent.parent
+    sdk_file = (_work(tmp_path) / "sdk.txt").read_text().strip()
+    assert sdk_file.startswith(str(tmp_path / "node" / "runtimes")), sdk_file
+    sdk = Path(sdk_file).parent.parent
     done = subprocess.run(
         [str(python), "-c", "import corral.sdk, pydantic, sys; print(pydantic.__file__)"],
         env={"PATH": str(bin_dir), "PYTHONPATH": str(sdk)},

@@ -73,15 +73,15 @@ def test_a_machine_without_python_says_so(tmp_path: Path) -> None:
         capture_output=True,
         text=True,
     )
-    assert done.returncode == 127 and "no python on this machine" in done.stderr
+    assert done.returncode == 78 and "no python on this machine" in done.stderr
 
 
 def test_a_python_older_than_3_11_is_said_once_and_ends_the_bootstrap_with_78(
     tmp_path: Path,
 ) -> None:
-    """An image whose python3 is 3.10 (Ubuntu 22.04's) cannot run corral: one line says so,
-    no venv is made, nothing is installed, and the exit status tells the caller that no retry
-    on this image can help."""
+    """An image whose python3 is 3.10 (Ubuntu 22.04's) cannot run corral without corral's own
+    runtime (none was shipped here): one line says so, no venv is made, nothing is installed,
+    and the exit status tells the caller that no retry on this image can help."""
     image_bin = tmp_path / "bin"
     image_bin.mkdir()
     python3 = image_bin / "python3"
@@ -97,8 +97,9 @@ def test_a_python_older_than_3_11_is_said_once_and_ends_the_bootstrap_with_78(
     )
     assert done.returncode == 78
     assert done.stderr.splitlines() == [
-        "corral bootstrap: python3 3.10 is older than 3.11: corral needs python 3.11 or later "
-        "(use an image that has it)"
+        "corral bootstrap: python3 3.10 is older than 3.11 and no corral runtime was shipped "
+        "(give the run object storage, or use an image with python 3.11 or later)",
+        "corral: this machine cannot boot corral (exit 78)",
     ]
     assert (tmp_path / "asked").read_text().count("\n") == 1  # asked its version, nothing else
     assert not node.exists()

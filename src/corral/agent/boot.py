@@ -159,7 +159,10 @@ def prepare(
     state.mkdir(mode=0o700, parents=True, exist_ok=True)
     path = plan_file or state / "plan.json"
     write_plan(path, json.dumps(plan, indent=2))
-    argv = [sys.executable, "-m", "corral.agent"]
+    # on corral's own runtime (started with -E -s: the image's PYTHONPATH and user site are
+    # not the agent's) the agent keeps them off too
+    isolated = (("-E", sys.flags.ignore_environment), ("-s", sys.flags.no_user_site))
+    argv = [sys.executable, *(flag for flag, on in isolated if on), "-m", "corral.agent"]
     if state_dir is not None:
         argv += ["--state-dir", str(state)]
     if checkpoints is not None:

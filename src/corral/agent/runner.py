@@ -660,7 +660,11 @@ def _stop_settings(stage: StagePlan) -> dict[str, Any]:
 def _with_interpreter_first(path: str) -> str:
     """Put the directory of the Python running corral first on PATH, so a stage's bare
     ``python`` is the interpreter corral (and its venv's packages) runs under, even when the venv
-    is not activated or the system has no ``python`` command."""
+    is not activated or the system has no ``python`` command. Not when corral runs on its own
+    runtime (``providers/common/runtime.py``, beside the image's environment): a stage's
+    ``python`` is then the image's, and PATH is left as the image has it."""
+    if os.path.isfile(os.path.join(os.path.dirname(sys.prefix), "RUNTIME.json")):
+        return path
     bindir = os.path.dirname(sys.executable)
     parts = [p for p in path.split(os.pathsep) if p]
     if parts and parts[0] == bindir:

@@ -4,6 +4,10 @@ the machine's console log with the machine (RunPod keeps a pod's log only while 
 exists). The controller keeps the log's tail beside the run's files
 (``paths.kept_machine_log``) before the teardown, masked like every log it copies, so that
 ``corral logs`` can show why the agent never came up after the run has ended.
+
+A machine that cannot boot corral at all (no usable runtime, a runtime it cannot fetch or
+unpack) says why once in its log and ends with :data:`CANNOT_BOOT` (the node bootstrap's exit
+78): :func:`cannot_boot` reads that reason back, for the attempt's failure.
 """
 
 from __future__ import annotations
@@ -19,26 +23,40 @@ from corral.store.records import ResourceRecord, RunRecord
 
 #: lines of the console log kept
 KEEP_LINES = 200
+#: the node bootstrap's last line when the machine cannot boot corral (after its reason)
+CANNOT_BOOT = "corral: this machine cannot boot corral (exit 78)"
+_SAID = "corral bootstrap: "
 
 
-def keep(ctx: Context, run: RunRecord, resource: ResourceRecord | None) -> bool:
+def cannot_boot(text: str) -> str | None:
+    """Why the machine cannot boot corral, from its log (None if it does not say so): the
+    bootstrap's line just before its :data:`CANNOT_BOOT` marker."""
+    lines = [line.strip() for line in text.splitlines()]
+    for i in range(len(lines) - 1, 0, -1):
+        if lines[i].endswith(CANNOT_BOOT) and _SAID in lines[i - 1]:
+            return lines[i - 1].split(_SAID, 1)[1].strip() or None
+    return None
+
+
+def keep(ctx: Context, run: RunRecord, resource: ResourceRecord | None) -> str | None:
     """Save the tail of the console log of ``resource``'s machine, if its provider keeps one
-    and it says anything; whether a log was kept. Never raises: a log that cannot be read is
-    noted in the controller's log and the attempt ends as it would have."""
+    and it says anything; the text kept (masked), None if none. Never raises: a log that
+    cannot be read is noted in the controller's log and the attempt ends as it would have."""
     instance = instance_of(resource)
     if resource is None or instance is None:
-        return False
+        return None
     provider = ctx.provider(resource.provider)
     if not isinstance(provider, SupportsLogs):
-        return False
+        return None
     try:
         text = provider.logs(instance, tail=KEEP_LINES)
     except CorralError as e:
         log.info("run %s: the machine's console log could not be kept: %s", run.id, e.message)
-        return False
+        return None
     if not text.strip():
-        return False
+        return None
     path = paths.kept_machine_log(run.id, resource.attempt)
     path.parent.mkdir(parents=True, exist_ok=True)
-    write_atomic(path, redactor_for(ctx.spec(run).secrets).redact(text), fsync=False)
-    return True
+    kept = redactor_for(ctx.spec(run).secrets).redact(text)
+    write_atomic(path, kept, fsync=False)
+    return kept

@@ -8,7 +8,14 @@ parts that need it.
 from __future__ import annotations
 
 import importlib
+import sys
 from typing import Any
+
+if sys.version_info < (3, 11):  # noqa: UP036  (a job's own python, not corral's runtime)
+    raise ImportError(
+        f"corral.sdk needs python 3.11 or later; this job runs python {sys.version_info[0]}."
+        f"{sys.version_info[1]}"
+    )
 
 _EXPORTS: dict[str, str] = {
     # checkpoints

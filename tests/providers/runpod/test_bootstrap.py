@@ -308,7 +308,7 @@ def test_start_script_without_python_says_so(tmp_path):
         capture_output=True,
         text=True,
     )
-    assert done.returncode == 127 and "no python on this machine" in done.stderr
+    assert done.returncode == 78 and "no python on this machine" in done.stderr
 
 
 @pytest.mark.parametrize("spot", [False, True])

@@ -12,7 +12,9 @@ it goes through the run's object storage: uploaded once to ``<storage>/_corral/w
 the node gets a URL it can read with the standard library alone - a presigned HTTPS URL for
 ``s3://`` (valid for :data:`URL_TTL_S`), a ``file://`` URL for a path. Without storage the node
 installs ``corral==<version>`` from an index (PyPI, or ``CORRAL_NODE_INDEX_URL``): the same
-version either way, never another. The node's side is ``node_bootstrap.sh``.
+version either way, never another. The node's side is ``node_bootstrap.sh``. Beside the
+wheel goes corral's own runtime (:mod:`corral.providers.common.runtime`), which a node prefers:
+the agent then needs nothing of the image's python.
 """
 
 from __future__ import annotations
@@ -37,6 +39,11 @@ ENV_WHEEL_SHA256 = "CORRAL_WHEEL_SHA256"
 ENV_WHEEL_NAME = "CORRAL_WHEEL_NAME"
 ENV_INDEX_URL = "CORRAL_NODE_INDEX_URL"
 ENV_INSTALL = "CORRAL_INSTALL"
+ENV_RUNTIME_URL = "CORRAL_RUNTIME_URL"
+ENV_RUNTIME_SHA256 = "CORRAL_RUNTIME_SHA256"
+ENV_RUNTIME_ARCH = "CORRAL_RUNTIME_ARCH"
+#: ``0``: ship no runtime (nodes then need python 3.11+ of their own, as before)
+ENV_SHIP_RUNTIME = "CORRAL_NODE_RUNTIME"
 INSTALL_VARS = (
     ENV_VERSION,
     ENV_WHEEL_URL,
@@ -44,7 +51,12 @@ INSTALL_VARS = (
     ENV_WHEEL_NAME,
     ENV_INDEX_URL,
     ENV_INSTALL,
+    ENV_RUNTIME_URL,
+    ENV_RUNTIME_SHA256,
+    ENV_RUNTIME_ARCH,
 )
+#: where runtimes live inside a storage prefix
+RUNTIME_DIR = "_corral/runtimes"
 _SKIP_SUFFIXES = (".pyc", ".pyo", ".so", ".pyd", ".c", ".o")
 #: the extras a node installs with corral (object storage for checkpoints and code)
 NODE_EXTRAS = "aws"
@@ -161,7 +173,9 @@ def _url(storage: object, where: str) -> str:
 
 def node_install_env(storage_uri: str | None, cache: Path) -> dict[str, str]:
     """What a node's bootstrap needs to run this corral: its version, and (with object
-    storage) the URL, name and sha256 of its wheel, uploaded there unless already there."""
+    storage) the URL, name and sha256 of its wheel and of corral's runtime for this arch
+    (:mod:`corral.providers.common.runtime`; not with ``CORRAL_NODE_RUNTIME=0``), each
+    uploaded there unless already there."""
     from corral.bundle.remote import open_storage, put_file  # the storage clients, lazily
 
     env = {ENV_VERSION: __version__}
@@ -174,28 +188,41 @@ def node_install_env(storage_uri: str | None, cache: Path) -> dict[str, str]:
     base = storage_uri.rstrip("/")
     if "://" not in base:
         base = "file://" + base
-    uri = f"{base}/{STORAGE_DIR}/{wheel.sha256[:16]}/{wheel.name}"
-    storage, where = open_storage(uri, dict(os.environ))
-    try:
-        there = storage.isfile(where) and storage.size(where) == wheel.size
-    except FileNotFoundError:
-        there = False
-    if not there:
-        put_file(storage, wheel.path, where)
-    env.update(
-        {
-            ENV_WHEEL_URL: _url(storage, where),
-            ENV_WHEEL_SHA256: wheel.sha256,
-            ENV_WHEEL_NAME: wheel.name,
-        }
-    )
+
+    def shipped(path: Path, size: int, uri: str) -> str:
+        storage, where = open_storage(uri, dict(os.environ))
+        try:
+            there = storage.isfile(where) and storage.size(where) == size
+        except FileNotFoundError:
+            there = False
+        if not there:
+            put_file(storage, path, where)
+        return _url(storage, where)
+
+    url = shipped(wheel.path, wheel.size, f"{base}/{STORAGE_DIR}/{wheel.sha256[:16]}/{wheel.name}")
+    env.update({ENV_WHEEL_URL: url, ENV_WHEEL_SHA256: wheel.sha256, ENV_WHEEL_NAME: wheel.name})
+    if os.environ.get(ENV_SHIP_RUNTIME, "1") != "0":
+        from corral.providers.common import runtime  # packs once per machine (cached)
+
+        rt = runtime.build(wheel.path)
+        uri = f"{base}/{RUNTIME_DIR}/{rt.sha256[:16]}/{rt.name}"
+        env.update(
+            {
+                ENV_RUNTIME_URL: shipped(rt.path, rt.size, uri),
+                ENV_RUNTIME_SHA256: rt.sha256,
+                ENV_RUNTIME_ARCH: rt.arch,
+            }
+        )
     return env
 
 
 def bootstrap_script() -> str:
     """The node's bootstrap (``node_bootstrap.sh``): make sure this corral runs there, then
-    run the command it is given with that python."""
-    return (Path(__file__).with_name("node_bootstrap.sh")).read_text()
+    run the command it is given with that python. Without its comment lines (the shebang
+    kept): it travels in EC2 user-data (16 KB in all) and in a container's environment."""
+    lines = (Path(__file__).with_name("node_bootstrap.sh")).read_text().splitlines()
+    kept = [x for i, x in enumerate(lines) if i == 0 or not x.lstrip().startswith("#")]
+    return "\n".join(kept) + "\n"
 
 
 def start_script(install_command: str | None = None) -> str:

@@ -1,0 +1,303 @@
+"""corral's own runtime for a machine: an interpreter and every package the agent imports,
+packed once by the controller, unpacked beside the image's environment and never into it.
+
+A machine's image may have no Python, an old one (Ubuntu 22.04's 3.10), a conda one or a
+current one; the agent needs CPython 3.11+ and corral's dependencies at the versions the
+controller runs. :func:`build` packs, into one ``.tar.gz`` named by its content:
+
+- ``python/``: a CPython 3.11+ tree (``bin/``, the standard library, ``libpython`` when the
+  build is shared, with its run path rewritten to ``$ORIGIN/../lib`` so the tree runs from any
+  directory). Its source is ``CORRAL_NODE_PYTHON_DIST`` (a python-build-standalone
+  ``install_only`` archive: portable to any glibc Linux of its arch) or, without it, the
+  interpreter the controller itself runs on (portable to machines of the same distribution);
+- ``python/lib/python3.X/site-packages/``: corral's dependencies (with the node extras) copied
+  from the controller's own environment, so the versions are the tested ones and no index is
+  needed; a ``.pth`` puts ``sdk/`` after them;
+- ``sdk/``: corral itself (pure Python, from :func:`corral.providers.common.wheel.build`), what
+  a job's own interpreter gets on its ``PYTHONPATH`` (after the image's entries), and in
+  ``sdk/corral-sdk-deps`` the packages the SDK imports (pydantic, tenacity), which ``import
+  corral`` puts *after* the job's site-packages: what the image has wins, nothing is replaced;
+- ``RUNTIME.json``: corral's version, the arch, the Python version.
+
+The archive is cached under :func:`cache_dir` (``CORRAL_RUNTIME_CACHE``, default
+``~/.cache/corral/runtimes``) by the content of what went in, and shipped like the wheel
+(``node_install_env`` in :mod:`corral.providers.common.wheel`). The node's side is
+``node_bootstrap.sh``."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import json
+import os
+import platform
+import sys
+import sysconfig
+import tarfile
+import tempfile
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from corral import __version__
+from corral.errors import BadInput
+
+ENV_DIST = "CORRAL_NODE_PYTHON_DIST"
+ENV_CACHE = "CORRAL_RUNTIME_CACHE"
+#: the packages of the standard library a node never needs (tests, GUIs, the installer)
+_STDLIB_SKIP = {"test", "idlelib", "tkinter", "turtledemo", "ensurepip", "lib2to3", "site-packages"}
+#: the packages ``corral.sdk`` imports besides the standard library: in ``sdk/corral-sdk-deps``,
+#: which a job's python puts after its own site-packages (``corral/__init__.py``)
+SDK_PACKAGES = (
+    "tenacity",
+    "pydantic",
+    "pydantic-core",
+    "typing-extensions",
+    "annotated-types",
+    "typing-inspection",
+)
+SDK_DEPS = "corral-sdk-deps"
+#: corral's dependencies that only the controller's side imports (the store: the node side
+#: never imports it, an import contract in pyproject.toml says so)
+CONTROLLER_ONLY = frozenset({"sqlalchemy", "alembic"})
+#: the marker file at the top of an unpacked runtime
+MARKER = "RUNTIME.json"
+TOP = "corral-runtime"
+
+
+@dataclass(frozen=True)
+class Runtime:
+    path: Path
+    sha256: str
+    size: int
+    arch: str
+
+    @property
+    def name(self) -> str:
+        return self.path.name
+
+
+def cache_dir(environ: dict[str, str] | None = None) -> Path:
+    env = os.environ if environ is None else environ
+    if env.get(ENV_CACHE):
+        return Path(env[ENV_CACHE])
+    return Path(env.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "corral" / "runtimes"
+
+
+def machine_arch() -> str:
+    """This machine's arch as ``uname -m`` says it (``x86_64``, ``aarch64``)."""
+    return platform.machine()
+
+
+def _closure(extras: tuple[str, ...]) -> list[importlib.metadata.Distribution]:
+    """The installed distributions corral needs (with ``extras``), corral itself excluded."""
+    import importlib
+
+    try:  # packaging is no dependency of corral's; pip vendors it where packaging is absent
+        requirements = importlib.import_module("packaging.requirements")
+    except ImportError:  # pragma: no cover - the dev environment has packaging
+        requirements = importlib.import_module("pip._vendor.packaging.requirements")
+    Requirement = requirements.Requirement
+
+    seen: dict[str, importlib.metadata.Distribution] = {}
+    todo = [(r, tuple(extras)) for r in importlib.metadata.requires("corral") or []]
+    while todo:
+        text, wanted = todo.pop()
+        req = Requirement(text)
+        if req.marker is not None and not any(
+            req.marker.evaluate({"extra": e}) for e in (wanted or ("",))
+        ):
+            continue
+        key = req.name.lower().replace("_", "-")
+        if key in seen or key == "corral" or key in CONTROLLER_ONLY:
+            continue
+        try:
+            dist = importlib.metadata.distribution(req.name)
+        except importlib.metadata.PackageNotFoundError:
+            if req.marker is not None and "extra" in str(req.marker) and wanted == extras:
+                continue  # an extra of corral's this controller lacks: the node lacks it too
+            raise BadInput(
+                f"cannot pack corral's runtime: {req.name} is not installed here"
+            ) from None
+        seen[key] = dist
+        todo += [(r, tuple(req.extras)) for r in dist.requires or []]
+    return [seen[k] for k in sorted(seen)]
+
+
+def _dist_files(dist: importlib.metadata.Distribution) -> list[tuple[str, Path]]:
+    out = []
+    for f in dist.files or []:
+        rel = f.as_posix()
+        if rel.startswith(("..", "/")) or "__pycache__" in rel or rel.endswith(".pyc"):
+            continue  # scripts in bin/ and compiled caches: not needed, rebuilt on the node
+        path = Path(str(dist.locate_file(f)))
+        if path.is_file():
+            out.append((rel, path))
+    return out
+
+
+def _interpreter_tree(dist_archive: Path | None, scratch: Path) -> tuple[Path, str]:
+    """The CPython tree to pack (a directory with ``bin/`` and ``lib/``; an archive is
+    unpacked in ``scratch``) and its X.Y version."""
+    if dist_archive is None:
+        return Path(sys.base_prefix), f"{sys.version_info[0]}.{sys.version_info[1]}"
+    try:
+        with tarfile.open(dist_archive) as tf:
+            tf.extractall(scratch, filter="tar")
+    except (tarfile.TarError, OSError) as exc:
+        raise BadInput(f"{ENV_DIST}: {dist_archive.name} cannot be unpacked ({exc})") from None
+    tree = scratch / "python" if (scratch / "python").is_dir() else scratch
+    libs = sorted((tree / "lib").glob("python3.*/os.py"))
+    if not (tree / "bin").is_dir() or not libs:
+        raise BadInput(f"{ENV_DIST}: {dist_archive.name} is not a CPython install tree")
+    return tree, libs[0].parent.name.removeprefix("python")
+
+
+def _relocatable(data: bytes, libdir: str) -> bytes:
+    """An ELF file whose run path names ``libdir`` gets ``$ORIGIN/../lib`` instead (padded
+    with NULs to the same length), so it finds its ``libpython`` wherever it is unpacked."""
+    old = libdir.encode() + b"\0"
+    new = b"$ORIGIN/../lib"
+    if old not in data or len(new) + 1 > len(old):
+        return data
+    return data.replace(old, new.ljust(len(old), b"\0"))
+
+
+def _stripped(data: bytes) -> bytes:
+    """A shared library without its debugging symbols (``strip``, where this machine has it)."""
+    import shutil
+    import subprocess
+
+    tool = shutil.which("strip")
+    if tool is None:
+        return data
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "lib.so"
+        path.write_bytes(data)
+        done = subprocess.run([tool, "--strip-unneeded", str(path)], capture_output=True)
+        return path.read_bytes() if done.returncode == 0 else data
+
+
+def _add(tf: tarfile.TarFile, name: str, data: bytes, mode: int = 0o644) -> None:
+    import io
+
+    info = tarfile.TarInfo(f"{TOP}/{name}")
+    info.size, info.mode, info.mtime = len(data), mode, 0
+    tf.addfile(info, io.BytesIO(data))
+
+
+def _add_tree(tf: tarfile.TarFile, src: Path, arc: str, skip: set[str]) -> None:
+    for top, dirs, files in os.walk(src):
+        dirs[:] = sorted(
+            d for d in dirs if d not in skip and d != "__pycache__" and not d.startswith("config-")
+        )
+        rel = Path(top).relative_to(src)
+        for name in sorted(files):
+            if name.endswith((".pyc", ".pyo")):
+                continue
+            path = Path(top) / name
+            arcname = f"{TOP}/{arc}/{(rel / name).as_posix()}"
+            if path.is_symlink():
+                info = tarfile.TarInfo(arcname)
+                info.type, info.linkname = tarfile.SYMTYPE, os.readlink(path)
+                tf.addfile(info)
+            else:
+                tf.add(path, arcname, recursive=False)
+
+
+def _pack(out: Path, tree: Path, pyver: str, corral_wheel: Path, extras: tuple[str, ...]) -> None:
+    lib = f"lib/python{pyver}"
+    own = tree == Path(sys.base_prefix)
+    libdir = str(sysconfig.get_config_var("LIBDIR") or "") if own else ""
+    import gzip
+
+    # no time in the gzip header: the same content packs to the same bytes (and sha256)
+    with (
+        open(out, "wb") as raw,
+        gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=6, mtime=0) as gz,
+        tarfile.open(fileobj=gz, mode="w") as tf,
+    ):
+        binaries = sorted((tree / "bin").glob("python3*")) + sorted(
+            (tree / "lib").glob("libpython3*.so*")
+        )
+        for exe in binaries:
+            arc = f"{TOP}/python/{exe.parent.name}/{exe.name}"
+            if exe.name.endswith("-config"):
+                continue
+            if exe.is_symlink():
+                info = tarfile.TarInfo(arc)
+                info.type, info.linkname = tarfile.SYMTYPE, os.readlink(exe)
+                tf.addfile(info)
+            else:
+                data = exe.read_bytes()
+                relocated = exe.parent.name == "bin"
+                data = _relocatable(data, libdir) if relocated else _stripped(data)
+                _add(tf, arc.removeprefix(f"{TOP}/"), data, 0o755)
+        stdlib = tree / lib if not own else Path(sysconfig.get_paths()["stdlib"])
+        _add_tree(tf, stdlib, f"python/{lib}", _STDLIB_SKIP)
+        dynload = Path(sysconfig.get_paths()["platstdlib"]) / "lib-dynload"
+        if own and not (stdlib / "lib-dynload").is_dir() and dynload.is_dir():
+            _add_tree(tf, dynload, f"python/{lib}/lib-dynload", set())
+        site = f"python/{lib}/site-packages"
+        sdk_names = {n.lower() for n in SDK_PACKAGES}
+        for dist in _closure(extras):
+            name = str(dist.metadata["Name"]).lower().replace("_", "-")
+            target = f"sdk/{SDK_DEPS}" if name in sdk_names else site
+            for rel, path in _dist_files(dist):
+                _add(tf, f"{target}/{rel}", path.read_bytes(), path.stat().st_mode & 0o755 | 0o644)
+        with zipfile.ZipFile(corral_wheel) as zf:
+            for name in zf.namelist():
+                if not name.endswith("/"):
+                    _add(tf, f"sdk/{name}", zf.read(name))
+        _add(
+            tf,
+            f"{site}/corral-runtime.pth",
+            f"../../../../sdk\n../../../../sdk/{SDK_DEPS}\n".encode(),
+        )
+        marker = {"corral": __version__, "arch": machine_arch(), "python": pyver}
+        _add(tf, MARKER, json.dumps(marker, sort_keys=True).encode() + b"\n")
+
+
+def build(
+    corral_wheel: Path, cache: Path | None = None, *, extras: tuple[str, ...] = ("aws",)
+) -> Runtime:
+    """corral's runtime for machines of this arch (see the module doc), in ``cache``: packed
+    once per content (this corral's wheel, the interpreter, the dependencies' versions).
+    :class:`BadInput` for an interpreter that cannot serve (``CORRAL_NODE_PYTHON_DIST``
+    missing, not CPython, older than 3.11 or not the controller's minor version)."""
+    cache = cache_dir() if cache is None else cache
+    source = os.environ.get(ENV_DIST)
+    archive = Path(source).expanduser() if source else None
+    if archive is not None and not archive.is_file():
+        raise BadInput(f"{ENV_DIST}: no such file: {archive}")
+    if archive is None:
+        interpreter = sys.base_prefix
+    else:
+        st = archive.stat()
+        interpreter = f"{archive.resolve()}:{st.st_size}:{st.st_mtime_ns}"
+    key = hashlib.sha256()
+    key.update(f"{__version__}\0{machine_arch()}\0{interpreter}\0".encode())
+    key.update(hashlib.sha256(corral_wheel.read_bytes()).digest())
+    for dist in _closure(extras):
+        key.update(f"{dist.metadata['Name']}=={dist.version}\0".encode())
+    folder = cache / key.hexdigest()[:16]
+    path = folder / f"corral-runtime-{__version__}-{machine_arch()}.tar.gz"
+    digest_file = folder / "sha256"
+    if not (path.is_file() and digest_file.is_file()):
+        with tempfile.TemporaryDirectory(prefix="corral-runtime-") as scratch:
+            tree, pyver = _interpreter_tree(archive, Path(scratch))
+            major, minor = (int(x) for x in pyver.split("."))
+            if (major, minor) < (3, 11):
+                raise BadInput(f"{ENV_DIST}: python {pyver} is older than 3.11")
+            if (major, minor) != sys.version_info[:2]:
+                raise BadInput(
+                    f"{ENV_DIST}: python {pyver} is not the controller's "
+                    f"{sys.version_info[0]}.{sys.version_info[1]} (its packages are copied "
+                    "from this environment)"
+                )
+            folder.mkdir(parents=True, exist_ok=True)
+            tmp = folder / f".building-{os.getpid()}"
+            _pack(tmp, tree, pyver, corral_wheel, extras)
+        digest_file.write_text(hashlib.sha256(tmp.read_bytes()).hexdigest())
+        os.replace(tmp, path)
+    return Runtime(path, digest_file.read_text().strip(), path.stat().st_size, machine_arch())

@@ -129,6 +129,7 @@ class Child:
         save_command: str | None = None,
         launcher: bool = False,
         disk: DiskGuard | None = None,
+        cleanup: Callable[[], None] | None = None,
     ):
         self.name = name
         self.grace = grace
@@ -144,6 +145,7 @@ class Child:
         self.terminated = False  # terminate() was called
         self.stopped = False  # terminate() was called before the leader exited
         self._on_exit = on_exit
+        self._cleanup = cleanup  # after the group is gone (a stage's container removed)
         self._clock = clock
         self._sleep = sleep
         self._lock = threading.Lock()
@@ -228,6 +230,8 @@ class Child:
             self._watch_group()
             self._gone.set()
             self._pump.join(LOG_DRAIN_SECONDS)
+            if self._cleanup is not None:
+                self._cleanup()
         finally:  # the runner waits for this call: it must come whatever happened here
             self._on_exit(self)
 

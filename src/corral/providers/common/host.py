@@ -130,7 +130,8 @@ class AgentHost:
         if found is None:
             write_atomic(plan_path, bootstrap.plan.model_dump_json(indent=2), mode=0o600)
             base = dict(os.environ) if self.node is None else self.node.env()
-            env = {**base, **bootstrap.env, ENV_AGENT_TOKEN: bootstrap.token}
+            auth = bootstrap.image.agent_env() if bootstrap.image else {}
+            env = {**base, **bootstrap.env, **auth, ENV_AGENT_TOKEN: bootstrap.token}
             # shipped code is not there yet: the agent starts in its instance's directory
             cwd = bootstrap.plan.workdir if bootstrap.plan.code is None else str(d)
             argv = [self.python, "-m", "corral.agent", "--devices", ",".join(rec.gpus)]

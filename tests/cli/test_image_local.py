@@ -1,0 +1,152 @@
+"""`image:` on the local provider: the stages run in the image through a container engine (a
+real podman, when this machine can run one), or the launch is refused in one line."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from corral.errors import EXIT_PROVIDER
+from support import podman
+
+from .test_cli import cli, spec
+
+
+@pytest.fixture
+def engine(monkeypatch) -> dict[str, str]:
+    env = podman.engine()
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    return env
+
+
+def _logs_until(run_id: str, text: str, timeout: float = 60.0) -> str:
+    deadline = time.monotonic() + timeout
+    out = ""
+    while time.monotonic() < deadline:
+        out = cli("logs", run_id)[1]
+        if text in out:
+            return out
+        time.sleep(0.2)
+    raise AssertionError(f"{text!r} never came in the logs of {run_id}:\n{out}")
+
+
+def _containers(env: dict[str, str], run_id: str) -> list[str]:
+    out = subprocess.run(
+        ["podman", "ps", "-a", "--format", "{{.Names}}"],
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    return [n for n in out.split() if run_id in n]
+
+
+def test_a_local_run_with_image_runs_its_setup_and_stages_in_the_image(
+    tmp_path: Path, engine, monkeypatch
+) -> None:
+    monkeypatch.setenv("MY_TOKEN", "s3cret-value-xyz")
+    (tmp_path / "data.txt").write_text("from the workdir\n")
+    body = f"""
+        name: imaged
+        image: {podman.IMAGE}
+        secrets: [MY_TOKEN]
+        env: {{GREETING: hello-from-spec}}
+        setup:
+          - cat /etc/os-release > setup-saw.txt
+        stages:
+          - name: train
+            run: >-
+              cat /etc/os-release; cat data.txt; cat setup-saw.txt;
+              echo "greeting=$GREETING pwd=$PWD";
+              test -n "$MY_TOKEN" && echo token-is-set;
+              echo "stage=$CORRAL_STAGE ckpt=$CORRAL_CHECKPOINT_DIR";
+              touch "$CORRAL_CHECKPOINT_DIR/made-in-image"
+    """
+    code, out, err = cli("launch", spec(tmp_path, body), "--wait", "--json")
+    run = json.loads(out)
+    assert run["state"] == "SUCCEEDED", (run.get("reason"), cli("status", run["id"])[1])
+    assert code == 0, err
+    logs = cli("logs", run["id"])[1]
+    assert logs.count(podman.MARKER) == 2  # the stage's cat, and what the setup saw
+    assert "from the workdir" in logs and f"greeting=hello-from-spec pwd={tmp_path}" in logs
+    assert "token-is-set" in logs and "s3cret-value-xyz" not in logs
+    assert "stage=train" in logs
+    ckpt = logs.split("ckpt=")[1].split()[0]
+    assert (Path(ckpt) / "made-in-image").exists()  # the checkpoint dir is the host's
+    assert _containers(engine, run["id"]) == []  # removed at the end
+
+
+def test_a_stop_reaches_the_job_in_the_image_and_it_saves_first(tmp_path: Path, engine) -> None:
+    body = f"""
+        name: stoppable
+        image: {podman.IMAGE}
+        run: >-
+          trap 'echo got-term; sleep 0.5; echo saved > saved.txt; exit 75'
+          TERM; cat /etc/os-release; echo up; while :; do sleep 0.1; done
+    """
+    code, out, err = cli("launch", spec(tmp_path, body), "--detach", "--json")
+    assert code == 0, err
+    run_id = json.loads(out)["id"]
+    logs = _logs_until(run_id, "up")
+    assert podman.MARKER in logs
+    code, out, _ = cli("stop", run_id, "--wait", "--json")
+    assert code == 0
+    run = json.loads(out)
+    assert run["state"] == "STOPPED" and run["reason"] == "user", run
+    logs = cli("logs", run_id)[1]
+    assert "got-term" in logs
+
+    events = Path(os.environ["CORRAL_HOME"]).glob("local/instances/*/agent/events.jsonl")
+    finished = [
+        e
+        for path in events
+        for e in map(json.loads, path.read_text().splitlines())
+        if e["type"] == "stage.finished"
+    ]
+    [train] = finished
+    assert train["data"]["exit_code"] == 75, train  # the job's code, through the engine
+    assert (tmp_path / "saved.txt").read_text() == "saved\n"  # it saved before it exited
+    assert _containers(engine, run_id) == []
+
+
+@pytest.mark.parametrize(
+    "engine_env, says",
+    [
+        ({"CORRAL_CONTAINER_ENGINE": "/nonexistent/podman"}, "is not a command on this machine"),
+        ({"PATH": "/nonexistent"}, "neither podman nor docker is on PATH"),
+    ],
+)
+def test_without_an_engine_a_run_with_image_is_refused_in_one_line(
+    tmp_path: Path, monkeypatch, engine_env, says
+) -> None:
+    path = spec(tmp_path, "name: boxed\nimage: python:3.11-slim\nrun: echo never\n")
+    for key, value in engine_env.items():
+        monkeypatch.setenv(key, value)
+    code, _, err = cli("launch", path)
+    assert code == EXIT_PROVIDER, err
+    assert says in err and "python:3.11-slim" in err and "Traceback" not in err
+    lines = [line for line in err.splitlines() if "container engine" in line]
+    assert len(lines) == 1, err
+    code, out, _ = cli("ls", "--json")
+    assert json.loads(out) == []  # nothing ran, nothing was recorded
+
+
+def test_a_spec_without_image_still_runs_on_the_host(tmp_path: Path, monkeypatch) -> None:
+    bin_dir = tmp_path / "bin"  # bash and cat, no engine: none is needed
+    bin_dir.mkdir()
+    for tool in ("bash", "cat"):
+        (bin_dir / tool).symlink_to(shutil.which(tool) or tool)
+    monkeypatch.setenv("PATH", str(bin_dir))
+    body = "name: plain\nrun: cat /etc/os-release\n"
+    code, out, err = cli("launch", spec(tmp_path, body), "--wait", "--json")
+    assert code == 0, err
+    logs = cli("logs", json.loads(out)["id"])[1]
+    assert Path("/etc/os-release").read_text().splitlines()[0] in logs
+    assert podman.MARKER not in logs

@@ -32,7 +32,7 @@ IMAGE = "ghcr.io/acme/train:1"
 def test_an_aws_job_with_image_runs_in_it_through_docker_with_its_gpus_and_registry_login(
     make_provider, aws, runner, tmp_path, monkeypatch, request
 ) -> None:
-    # outside tmp_path: the machine's view of this host hides the test's own directory
+    # a directory of its own on the machine's PATH, where the AMI has its docker
     engine_dir = Path("/tmp") / f"corral-fake-docker-{uuid.uuid4().hex[:8]}"
     request.addfinalizer(lambda: shutil.rmtree(engine_dir, ignore_errors=True))
     fake_engine.install(engine_dir, "docker")

@@ -134,8 +134,12 @@ def test_without_an_engine_a_run_with_image_is_refused_in_one_line(
     assert says in err and "python:3.11-slim" in err and "Traceback" not in err
     lines = [line for line in err.splitlines() if "container engine" in line]
     assert len(lines) == 1, err
+    assert "local: local:" not in err
     code, out, _ = cli("ls", "--json")
     assert json.loads(out) == []  # nothing ran, nothing was recorded
+    code, out, _ = cli("preflight", path, "--json")  # said before any launch, too
+    [launch] = [c for c in json.loads(out)["checks"] if c["name"] == "launch"]
+    assert code != 0 and launch["status"] == "fail" and says in launch["detail"]
 
 
 def test_a_spec_without_image_still_runs_on_the_host(tmp_path: Path, monkeypatch) -> None:

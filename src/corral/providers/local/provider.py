@@ -83,7 +83,7 @@ class LocalProvider(Provider, SupportsLogs, SupportsSimulatedPreemption, RunsOnT
         if req.regions is not None and "local" not in req.regions:
             return []
         if req.image and find_engine() is None:  # never a silent run on the host
-            raise InfeasibleRequest(f"local: {no_engine_reason(req.image)}")
+            raise InfeasibleRequest(no_engine_reason(req.image))
         machine = inventory.Machine.probe(self.gpus, self.home)
         gpu_type = inventory.check_feasible(machine, req)
         if req.max_hourly_price is not None and self.price_per_hour > req.max_hourly_price:

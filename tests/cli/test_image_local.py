@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from corral.errors import EXIT_PROVIDER
-from support import podman
+from support import fake_engine, podman
 
 from .test_cli import cli, spec
 
@@ -154,3 +154,36 @@ def test_a_spec_without_image_still_runs_on_the_host(tmp_path: Path, monkeypatch
     logs = cli("logs", json.loads(out)["id"])[1]
     assert Path("/etc/os-release").read_text().splitlines()[0] in logs
     assert podman.MARKER not in logs
+
+
+def test_registry_credentials_reach_only_the_engines_login_on_stdin(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """A recording engine (support/fake_engine.py: it runs the command on the host): the
+    password from the secret store goes to ``login --password-stdin`` and nowhere else."""
+    engine_dir = tmp_path / "engine"
+    fake_engine.install(engine_dir, "podman")
+    monkeypatch.setenv("CORRAL_CONTAINER_ENGINE", str(engine_dir / "podman"))
+    monkeypatch.setenv("REG_PASS", "reg-pass-456")
+    body = """
+        name: private
+        image: registry.example.com/team/train:2
+        image_auth: {username: bot, password_secret: REG_PASS}
+        run: echo "in the image [$CUDA_VISIBLE_DEVICES]"; env | grep -c REG_PASS || true
+    """
+    code, out, err = cli("launch", spec(tmp_path, body), "--wait", "--json")
+    assert code == 0, err
+    run = json.loads(out)
+    assert run["state"] == "SUCCEEDED", run.get("reason")
+    calls = fake_engine.calls(engine_dir)
+    assert [c["argv"][0] for c in calls][:4] == ["image", "login", "pull", "run"]
+    assert calls[1]["argv"][-1] == "registry.example.com" and calls[1]["stdin"] == "reg-pass-456"
+    assert not any("reg-pass-456" in " ".join(c["argv"]) for c in calls)
+    passed = [a for c in calls for a in c["argv"]]
+    assert "CORRAL_IMAGE_PASSWORD" not in passed and "REG_PASS" not in passed
+    logs = cli("logs", run["id"])[1]
+    assert "in the image []" in logs and "reg-pass-456" not in logs
+    home = Path(os.environ["CORRAL_HOME"])
+    for path in home.rglob("*"):
+        if path.is_file() and path.suffix in (".json", ".jsonl", ".log", ".out"):
+            assert "reg-pass-456" not in path.read_text(errors="replace"), path

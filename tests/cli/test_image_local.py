@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -14,6 +15,7 @@ import pytest
 
 from corral.errors import EXIT_PROVIDER
 from support import fake_engine, podman
+from support.waiting import wait_until
 
 from .test_cli import cli, spec
 
@@ -114,6 +116,26 @@ def test_a_stop_reaches_the_job_in_the_image_and_it_saves_first(tmp_path: Path, 
     assert train["data"]["exit_code"] == 75, train  # the job's code, through the engine
     assert (tmp_path / "saved.txt").read_text() == "saved\n"  # it saved before it exited
     assert _containers(engine, run_id) == []
+
+
+def test_an_agent_killed_outright_leaves_no_container_running(tmp_path: Path, engine) -> None:
+    """SIGKILL to the agent: its stage shim hears of it (the parent-death signal), has the
+    engine remove the container (whose client's death would not stop it), then kills its
+    group. Without that, the job would run on unwatched."""
+    body = f"""
+        name: orphan
+        image: {podman.IMAGE}
+        run: echo up; while :; do sleep 0.1; done
+    """
+    code, out, err = cli("launch", spec(tmp_path, body), "--detach", "--json")
+    assert code == 0, err
+    run_id = json.loads(out)["id"]
+    _logs_until(run_id, "up")
+    assert len(_containers(engine, run_id)) == 1
+    [record] = Path(os.environ["CORRAL_HOME"]).glob(f"local/instances/{run_id}-a1/instance.json")
+    os.kill(json.loads(record.read_text())["pid"], signal.SIGKILL)
+    wait_until(lambda: not _containers(engine, run_id), 30, 0.2, "the container to be removed")
+    cli("cancel", run_id)
 
 
 @pytest.mark.parametrize(

@@ -42,6 +42,8 @@ from corral.wire.container import (
 from corral.wire.env import ENV_SECRET_NAMES
 from corral.wire.plan import AgentPlan, StagePlan
 
+#: read by the stage shim (agent/shim.py, which imports nothing of corral)
+ENV_ON_DEATH = "CORRAL_SHIM_ON_AGENT_DEATH"
 #: where the wrapper finds the command (a variable: no quoting, not in the process list)
 ENV_COMMAND = "CORRAL_STAGE_COMMAND"
 ENV_SAVE_COMMAND = "CORRAL_SAVE_COMMAND"
@@ -59,6 +61,7 @@ WRAPPER = (
 #: variables of the agent's host that never go into the image (the image has its own)
 HOST_ONLY = frozenset(
     {"PATH", "HOME", "HOSTNAME", "PWD", "OLDPWD", "SHLVL", "_", ENV_COMMAND, ENV_SAVE_COMMAND}
+    | {ENV_ON_DEATH}
 )
 PULL_TIMEOUT_S = 3600.0
 _NAME_OK = re.compile(r"[^a-zA-Z0-9_.-]+")
@@ -94,7 +97,12 @@ class Container:
         """The shim's command and environment for ``command`` in the image: ``names`` are the
         job's variables (passed by name), ``gpus`` the host devices it was given."""
         argv = self.run_argv(name, names, gpus)
-        env = {**env, ENV_COMMAND: command}
+        # the shim removes the container if the agent dies (the engine would keep it running)
+        env = {
+            **env,
+            ENV_COMMAND: command,
+            ENV_ON_DEATH: shlex.join([*self.engine, "rm", "-f", name]),
+        }
         if save_command:
             env[ENV_SAVE_COMMAND] = save_command
         return "exec " + shlex.join(argv), env

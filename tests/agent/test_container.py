@@ -24,12 +24,12 @@ def test_the_run_line_has_names_not_values_and_the_gpus_of_the_job_per_engine() 
     env = {"PATH": "/host/bin", "HOME": "/root", "TOKEN": "s3cret", "LR": "0.1"}
     names = job_names(env, {"PATH": "/host/bin", "HOME": "/root", "TOKEN": "s3cret"}, ["TOKEN"])
     assert names == ["LR", "TOKEN"]  # the host's own PATH/HOME stay out
-    command, child_env = _box("/usr/bin/docker").wrap(
-        "corral-r-1-train-1", "python train.py", env, names, ["2", "3"]
-    )
-    argv = shlex.split(command)
-    assert argv[:2] == ["exec", "/usr/bin/docker"]
-    assert argv[2:9] == [
+    box = _box("/usr/bin/docker")
+    command, child_env = box.wrap("corral-r-1-train-1", "python train.py", env, names, ["2", "3"])
+    argv = box.run_argv("corral-r-1-train-1", names, ["2", "3"])
+    assert shlex.join(argv) in command  # started by the stage's bash, in a group of its own
+    assert argv[0] == "/usr/bin/docker"
+    assert argv[1:8] == [
         "run",
         "--rm",
         "--init",
@@ -51,10 +51,10 @@ def test_the_run_line_has_names_not_values_and_the_gpus_of_the_job_per_engine() 
     assert argv[-4:] == ["ghcr.io/me/train:1", "bash", "-c", WRAPPER]
     assert child_env[ENV_COMMAND] == "python train.py" and child_env["TOKEN"] == "s3cret"
 
-    podman = shlex.split(_box("podman").wrap("n", "x", env, names, ["0"])[0])
+    podman = _box("podman").run_argv("n", names, ["0"])
     assert "--gpus" not in podman
     assert podman[podman.index("--device") + 1] == "nvidia.com/gpu=0"
-    cpu_only = shlex.split(_box("podman").wrap("n", "x", env, names, [])[0])
+    cpu_only = _box("podman").run_argv("n", names, [])
     assert "--device" not in cpu_only and "CUDA_VISIBLE_DEVICES=" in cpu_only
 
 

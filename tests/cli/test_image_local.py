@@ -39,15 +39,15 @@ def _logs_until(run_id: str, text: str, timeout: float = 60.0) -> str:
     raise AssertionError(f"{text!r} never came in the logs of {run_id}:\n{out}")
 
 
-def _containers(env: dict[str, str], run_id: str) -> list[str]:
+def _containers(env: dict[str, str], run_id: str, status: bool = False) -> list[str]:
     out = subprocess.run(
-        ["podman", "ps", "-a", "--format", "{{.Names}}"],
+        ["podman", "ps", "-a", "--format", "{{.Names}}" + ("={{.Status}}" if status else "")],
         env={**os.environ, **env},
         capture_output=True,
         text=True,
         check=True,
     ).stdout
-    return [n for n in out.split() if run_id in n]
+    return [n for n in out.splitlines() if run_id in n]
 
 
 def test_a_local_run_with_image_runs_its_setup_and_stages_in_the_image(
@@ -131,11 +131,18 @@ def test_an_agent_killed_outright_leaves_no_container_running(tmp_path: Path, en
     assert code == 0, err
     run_id = json.loads(out)["id"]
     _logs_until(run_id, "up")
-    assert len(_containers(engine, run_id)) == 1
+    assert len(_containers(engine, f"corral-{run_id}-1-")) == 1
     [record] = Path(os.environ["CORRAL_HOME"]).glob(f"local/instances/{run_id}-a1/instance.json")
     os.kill(json.loads(record.read_text())["pid"], signal.SIGKILL)
-    wait_until(lambda: not _containers(engine, run_id), 30, 0.2, "the container to be removed")
-    cli("cancel", run_id)
+    first = f"corral-{run_id}-1-"  # the attempt's (the run may be relaunched: a lost machine)
+    wait_until(
+        lambda: not _containers(engine, first),
+        30,
+        0.2,
+        lambda: f"the container to be removed: {_containers(engine, first, status=True)}",
+    )
+    cli("cancel", run_id, "--wait")  # the run may have ended already (its machine was lost)
+    wait_until(lambda: not _containers(engine, run_id), 30, 0.2, "no container of the run left")
 
 
 @pytest.mark.parametrize(

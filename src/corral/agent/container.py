@@ -2,7 +2,8 @@
 ``corral.wire.container`` for which engine, ``docs/shipping.md`` for the design).
 
 The agent stays on the host; each setup command and stage becomes, for the stage shim
-(``procs.py``), ``exec ENGINE run --rm --init --network host ... IMAGE bash -c WRAPPER``:
+(``procs.py``), ``ENGINE run --rm --init --network host ... IMAGE bash -c WRAPPER``, the
+engine's client in a process group of its own to which the shim's bash passes each signal:
 
 - ``--network host``: the job's services and ``corral.sdk`` meet the agent on loopback as on
   the host; the workdir, the checkpoint directory, the agent's state (logs, progress files) and
@@ -58,6 +59,20 @@ WRAPPER = (
     + " ".join(f"trap 'kill -s {s} -- -$job 2>/dev/null' {s};" for s in _SIGNALS)
     + " while :; do wait $job; code=$?; kill -0 $job 2>/dev/null || break; done; exit $code"
 )
+#: on the host: the engine's client in a process group of its own, each signal the stage's
+#: group gets passed to the client alone (which proxies it into the container): a signal to
+#: the whole group would also hit the helpers the client starts to deliver it (`runc kill`)
+_ON_HOST = (
+    "set -m; {argv} & client=$!; set +m; "
+    + " ".join(f"trap 'kill -s {s} $client 2>/dev/null' {s};" for s in _SIGNALS)
+    + " while :; do wait $client; code=$?; kill -0 $client 2>/dev/null || break; done; exit $code"
+)
+
+
+def _on_host(argv: str) -> str:
+    return _ON_HOST.replace("{argv}", argv)
+
+
 #: variables of the agent's host that never go into the image (the image has its own)
 HOST_ONLY = frozenset(
     {"PATH", "HOME", "HOSTNAME", "PWD", "OLDPWD", "SHLVL", "_", ENV_COMMAND, ENV_SAVE_COMMAND}
@@ -101,11 +116,11 @@ class Container:
         env = {
             **env,
             ENV_COMMAND: command,
-            ENV_ON_DEATH: shlex.join([*self.engine, "rm", "-f", name]),
+            ENV_ON_DEATH: shlex.join(self.remove_argv(name)),
         }
         if save_command:
             env[ENV_SAVE_COMMAND] = save_command
-        return "exec " + shlex.join(argv), env
+        return _on_host(shlex.join(argv)), env
 
     def run_argv(self, name: str, names: Iterable[str], gpus: list[str]) -> list[str]:
         argv = [*self.engine, "run", "--rm", "--init", "--network", "host", "--name", name]
@@ -139,19 +154,9 @@ class Container:
         argv += ["--workdir", self.workdir, name, "bash", "-c"]
         return "exec " + shlex.join(argv) + f' "${ENV_SAVE_COMMAND}"'
 
-    def remove(self, name: str) -> None:
-        """Remove the container if it is still there (its client was killed); quiet."""
-        try:
-            subprocess.run(
-                [*self.engine, "rm", "-f", name],
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-                timeout=60,
-                check=False,
-            )
-        except (OSError, subprocess.TimeoutExpired):
-            pass
+    def remove_argv(self, name: str) -> list[str]:
+        """Removes the container if it is still there (its client was killed)."""
+        return [*self.engine, "rm", "-f", name]
 
     def pull(self, environ: dict[str, str]) -> str | None:
         """Make the image present (log in first with the registry credentials the agent was

@@ -19,7 +19,6 @@ Lifecycle (all decisions are taken on the runner thread; children report through
 
 from __future__ import annotations
 
-import functools
 import os
 import queue
 import signal
@@ -390,7 +389,7 @@ class Runner:
             command, env = box.wrap(cname, command, env, names, gpus, save)
             if save:
                 settings["save_command"] = box.exec_command(cname, names)
-            cleanup = functools.partial(box.remove, cname)
+            cleanup = box.remove_argv(cname)
         try:
             child = Child(
                 name,

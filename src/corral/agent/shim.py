@@ -80,8 +80,9 @@ ENV_ON_DEATH = "CORRAL_SHIM_ON_AGENT_DEATH"
 
 
 def _die_with_group(*_: object) -> None:
+    groups = _descendant_groups()  # before the cleanup starts: it is not to be killed
     on_death = os.environ.get(ENV_ON_DEATH)
-    if on_death:  # in a session of its own: what kills this group next must not cut it short
+    if on_death:  # in a session of its own: what kills this group must not cut it short
         import subprocess
 
         try:
@@ -94,7 +95,7 @@ def _die_with_group(*_: object) -> None:
             )
         except OSError:  # the group goes whatever happened
             pass
-    for group in _descendant_groups():
+    for group in groups:
         try:
             os.killpg(group, signal.SIGKILL)
         except OSError:

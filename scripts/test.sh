@@ -31,6 +31,15 @@ if ! command -v prometheus >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1
     echo "prometheus could not be installed: the Grafana dashboard's test will be skipped" >&2
 fi
 
+# Debian's podman (daemonless) and runc for the `image:` tests (tests/support/podman.py: a
+# test image imported from this machine's own files, its storage under /var/tmp). Quiet;
+# without them those tests are skipped, saying why.
+if ! { command -v podman && command -v runc; } >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then
+  { apt-get install -y -q podman runc ||
+    { apt-get update -q && apt-get install -y -q podman runc; }; } >/dev/null 2>&1 ||
+    echo "podman could not be installed: the image: tests will be skipped" >&2
+fi
+
 # Ultralytics' real `yolo train` for its tests: an environment of its own (torch 2.14.1 and
 # the torchvision built for it, ~6 GB from pip's local files, ~3.5 min the first time on a
 # machine, then kept in ~/.cache; scripts/ultralytics_venv.sh says why). With under 20 GB

@@ -129,6 +129,7 @@ class Child:
         save_command: str | None = None,
         launcher: bool = False,
         disk: DiskGuard | None = None,
+        cleanup: list[str] | None = None,
     ):
         self.name = name
         self.grace = grace
@@ -144,6 +145,9 @@ class Child:
         self.terminated = False  # terminate() was called
         self.stopped = False  # terminate() was called before the leader exited
         self._on_exit = on_exit
+        #: run after the group is gone (a stage's container removed: its engine's client may
+        #: have been killed); in children.json too, for a provider that stops a dead agent's
+        self.cleanup = cleanup
         self._clock = clock
         self._sleep = sleep
         self._lock = threading.Lock()
@@ -228,6 +232,8 @@ class Child:
             self._watch_group()
             self._gone.set()
             self._pump.join(LOG_DRAIN_SECONDS)
+            if self.cleanup:
+                run_quietly(self.cleanup)
         finally:  # the runner waits for this call: it must come whatever happened here
             self._on_exit(self)
 
@@ -255,7 +261,23 @@ class Child:
 
     def record(self) -> dict:
         """This child's entry in ``children.json``."""
-        return {"stage": self.name, "pgid": self.pgid, "create_time": self.create_time}
+        entry = {"stage": self.name, "pgid": self.pgid, "create_time": self.create_time}
+        return {**entry, "cleanup": self.cleanup} if self.cleanup else entry
+
+
+def run_quietly(argv: list[str], timeout: float = 60.0) -> None:
+    """Run a cleanup command, its output and failure ignored (what it ends may be gone)."""
+    try:
+        subprocess.run(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            timeout=timeout,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        pass
 
 
 def _create_time(pid: int) -> float | None:

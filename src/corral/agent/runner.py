@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from corral.agent import container as images
 from corral.agent import launchers
 from corral.agent.events import EventLog
 from corral.agent.gpus import GpuPool
@@ -40,6 +41,7 @@ from corral.files import write_json_atomic
 from corral.secrets.redact import job_secret_values
 from corral.wire import WIRE_VERSION
 from corral.wire import env as C
+from corral.wire.container import IMAGE_AUTH_ENV
 from corral.wire.node import NodeHook, iso
 from corral.wire.outcome import (
     SETUP_STAGE,
@@ -125,6 +127,10 @@ class Runner:
         self.setup_done = threading.Event()  # no more output will go to the _setup log
         self.finished = threading.Event()
         self._thread = threading.Thread(target=self._run, name="runner", daemon=True)
+        #: the image the commands run in (None: on this node as it is; str: why they cannot)
+        self.container = images.for_plan(
+            plan, str(self.state_dir), self.checkpoint_dir, self._environ
+        )
 
     # --- public ----------------------------------------------------------------------------
 
@@ -253,6 +259,8 @@ class Runner:
                 if problem and stage.name not in self.plan.skip_stages:
                     self._shutdown(Phase.FAILED, stage.name, None, problem)
                     break
+            if self._outcome is None and self.container is not None:
+                self._prepare_image()
             if self._outcome is None and self.code is not None:
                 self._prepare_code()
             if self._outcome is None and self.plan.setup:
@@ -270,6 +278,16 @@ class Runner:
         finally:
             self.setup_done.set()
             self._finish()
+
+    def _prepare_image(self) -> None:
+        """The plan's image is there to run in (pulled, after a registry login), or the
+        attempt fails with why (no engine on this node, the pull refused)."""
+        box = self.container
+        problem = box if isinstance(box, str) else None
+        if isinstance(box, images.Container):
+            problem = box.pull(self._environ)
+        if problem:
+            self._shutdown(Phase.FAILED, None, None, problem)
 
     def _prepare_code(self) -> None:
         assert self.code is not None
@@ -362,6 +380,17 @@ class Runner:
     ) -> Child | str:
         """Start a child (a setup command, or ``stage`` with its stop settings), or return why
         it could not start (also written to its log)."""
+        settings = _stop_settings(stage) if stage else {}
+        box, cleanup = self.container, None
+        if isinstance(box, images.Container):  # in the plan's image, through the engine
+            names = images.job_names(env, self._environ, images.chosen_names(self.plan, stage, env))
+            gpus = [g for g in env.get("CUDA_VISIBLE_DEVICES", "").split(",") if g]
+            cname = box.name_for(name)
+            save = settings.get("save_command")
+            command, env = box.wrap(cname, command, env, names, gpus, save)
+            if save:
+                settings["save_command"] = box.exec_command(cname, names)
+            cleanup = box.remove_argv(cname)
         try:
             child = Child(
                 name,
@@ -377,7 +406,8 @@ class Runner:
                 mask=self.secret_values(),
                 tap=self._log_progress(name, env),
                 disk=self._events.disk,
-                **(_stop_settings(stage) if stage else {}),
+                cleanup=cleanup,
+                **settings,
             )
         except OSError as exc:
             error = exc.strerror or type(exc).__name__
@@ -642,6 +672,8 @@ class Runner:
             env.pop(C.ENV_RESUME, None)
             env.pop(C.ENV_RESUME_FROM, None)
         env.pop(C.ENV_AGENT_TOKEN, None)
+        for key in IMAGE_AUTH_ENV:  # the agent's own, for the registry: never the job's
+            env.pop(key, None)
         env["PATH"] = _with_interpreter_first(env.get("PATH", ""))
         return env
 

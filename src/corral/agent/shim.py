@@ -9,8 +9,9 @@ does the shim; otherwise it exits with bash's code. Without a stop it exits as s
 does, with bash's code (leftovers are the agent's business).
 
 It also dies with its agent: if the agent process goes away (killed, crashed), the shim kills
-its whole group and the groups of its descendants (a launcher's ranks), so a stage never runs
-on unwatched (a new attempt could otherwise run the same job twice on one machine).
+its whole group and the groups of its descendants (a launcher's ranks), after running
+``$CORRAL_SHIM_ON_AGENT_DEATH`` if set (a stage in a container: its engine removes it), so a
+stage never runs on unwatched (a new attempt could otherwise run the same job twice on one machine).
 
 It outlives every signal a stage may be stopped or asked to save with (SIGTERM, SIGINT,
 SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2: each counts as a stop), so the job's own handling decides.
@@ -73,8 +74,28 @@ def _descendant_groups() -> set[int]:
     return {parents[pid][1] for pid in below} - {os.getpgrp()}
 
 
+#: a command that ends what the group started outside itself (a stage's container, which an
+#: engine keeps running when its client dies): started, on its own, before the group is killed
+ENV_ON_DEATH = "CORRAL_SHIM_ON_AGENT_DEATH"
+
+
 def _die_with_group(*_: object) -> None:
-    for group in _descendant_groups():
+    groups = _descendant_groups()  # before the cleanup starts: it is not to be killed
+    on_death = os.environ.get(ENV_ON_DEATH)
+    if on_death:  # in a session of its own: what kills this group must not cut it short
+        import subprocess
+
+        try:
+            subprocess.Popen(
+                ["bash", "-c", on_death],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+        except OSError:  # the group goes whatever happened
+            pass
+    for group in groups:
         try:
             os.killpg(group, signal.SIGKILL)
         except OSError:

@@ -15,6 +15,7 @@ from corral.providers.base import NodeProfile, Offer
 from corral.spec import JobSpec
 from corral.spec.nodes import node_count
 from corral.wire.code import CodePlan
+from corral.wire.container import ContainerPlan
 from corral.wire.env import DEFAULT_GRACE_SECONDS, ENV_TRACKERS
 from corral.wire.plan import (
     AcceptancePlan,
@@ -146,4 +147,12 @@ def build_plan(
         node_hooks=list(node.node_hooks),
         code=code if node.workdir else None,
         image=spec.image,
+        container=_container(spec.image, node.container_engine),
     )
+
+
+def _container(image: str | None, engine: str | None) -> ContainerPlan | None:
+    """The job's commands run in ``image`` through the node's engine (see NodeProfile)."""
+    if not image or not engine:
+        return None
+    return ContainerPlan(image=image, engine=None if engine == "auto" else engine)

@@ -59,6 +59,7 @@ def requirements_from_spec(spec: JobSpec) -> Requirements:
         regions=list(res.regions) if res.regions else None,
         max_runtime_s=getattr(getattr(spec, "limits", None), "max_runtime", None),
         nodes=getattr(res, "nodes", 1),
+        image=getattr(spec, "image", None),
         volumes=[
             VolumeRequest(name=v.name, size_gb=math.ceil(v.size), mount=v.mount)
             for v in getattr(spec, "volumes", None) or []

@@ -23,6 +23,7 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from corral.wire.container import ENV_IMAGE_PASSWORD, ENV_IMAGE_REGISTRY, ENV_IMAGE_USERNAME
 from corral.wire.machine import InstanceState
 from corral.wire.plan import AgentPlan
 
@@ -66,6 +67,11 @@ class Requirements(_Model):
         ge=1,
         description="Machines of the job's gang (spec.resources.nodes), each meeting the "
         "rest: only a provider that SupportsGangs of this size is planned for more than 1.",
+    )
+    image: str | None = Field(
+        None,
+        description="The spec's `image:`: a provider that cannot run it here says so "
+        "(InfeasibleRequest) rather than run the job without it.",
     )
     volumes: list[VolumeRequest] = Field(
         default_factory=list,
@@ -145,6 +151,14 @@ class NodeProfile(_Model):
         "bootstrap installs this very version, from what Bootstrap.install says.",
     )
 
+    container_engine: str | None = Field(
+        None,
+        description="A node that is not the job's image (this machine, a pool worker, a VM) "
+        "runs the job's commands in its `image:` through a container engine: 'auto' (the "
+        "node's CORRAL_CONTAINER_ENGINE, else podman or docker on its PATH) or the engine "
+        "command the node is known to have ('docker'). None: the node itself runs in the "
+        "image (a container provider), or the provider refuses `image:`.",
+    )
     interruptions_per_hour: float | None = Field(
         None,
         ge=0,
@@ -176,6 +190,17 @@ class ImageRef(_Model):
         if sep and ("." in first or ":" in first or first == "localhost"):
             return first
         return "docker.io"
+
+    def agent_env(self) -> dict[str, str]:
+        """The credentials for an agent that pulls the image itself through an engine
+        (``corral.wire.container``): in its environment, never a stage's; {} without them."""
+        if not (self.username and self.password):
+            return {}
+        return {
+            ENV_IMAGE_REGISTRY: self.host,
+            ENV_IMAGE_USERNAME: self.username,
+            ENV_IMAGE_PASSWORD: self.password,
+        }
 
 
 class Bootstrap(_Model):

@@ -240,8 +240,9 @@ class JobSpec(SpecModel):
     image: str | None = Field(
         None,
         min_length=1,
-        description="Container image the job runs in, for providers that run containers "
-        "(default: the provider's). corral is installed in it at start if it lacks it.",
+        description="Container image the job runs in: the machine's container on container "
+        "clouds (default: the provider's); on AWS, the local provider and the pool, each "
+        "command runs in it through docker or podman (a launch without one is refused).",
     )
     image_auth: ImageAuth | None = Field(
         None, description="Credentials of the image's private registry."

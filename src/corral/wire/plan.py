@@ -25,6 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from corral.wire import WIRE_VERSION
 from corral.wire import env as C
 from corral.wire.code import CodePlan
+from corral.wire.container import ContainerPlan
 from corral.wire.env import DEFAULT_GRACE_SECONDS
 
 #: the signals a stage may be stopped or asked to save with (never SIGKILL/SIGSTOP: uncatchable)
@@ -224,6 +225,12 @@ class AgentPlan(_Model):
     )
     image: str | None = Field(
         None, description="The container image the node runs in (container providers)."
+    )
+    container: ContainerPlan | None = Field(
+        None,
+        description="The image the agent runs every setup command and stage in, through a "
+        "container engine on the node (a node that is not the image: this machine, a pool "
+        "worker, a VM); None: the commands run on the node as it is.",
     )
 
     @model_validator(mode="after")

@@ -268,7 +268,8 @@ class Launcher:
             mounts=[NamedMount(volume_id=v, device=d, path=p) for v, d, p in mounts],
             plan=plan,
             token=bootstrap.token,
-            env=dict(bootstrap.env),
+            # the registry's credentials for the agent's `docker login` (never the job's)
+            env={**bootstrap.env, **(bootstrap.image.agent_env() if bootstrap.image else {})},
         )
         return run_instances_request(
             image_id=image_id,

@@ -103,7 +103,8 @@ def node_profile(
     spot notices on a spot instance, and stops within the two-minute notice. With a data
     volume, checkpoints live on it. The agent keeps its state under the payload's root
     (``--state-dir``, set by :mod:`corral.providers.aws.boot`), and the job's code is shipped
-    to ``<root>/runs/<run id>/work``."""
+    to ``<root>/runs/<run id>/work``. A job with ``image:`` runs in it through the AMI's
+    docker (see corral.wire.container)."""
     return NodeProfile(
         host="0.0.0.0",
         port=port,
@@ -114,6 +115,7 @@ def node_profile(
         node_hooks=[NOTICE_HOOK] if spot else [],
         workdir=f"{root.rstrip('/')}/runs/{run_id}/work",
         install_corral=True,
+        container_engine="docker",  # the Deep Learning AMI's, with the NVIDIA toolkit
     )
 
 

@@ -1,7 +1,8 @@
 """Files an agent running on this machine writes in its state dir, read by its agent host.
 
 * ``agent.json``: where the agent's HTTP API listens (``{"url": ...}``, or ``host`` + ``port``).
-* ``children.json``: ``[{"stage", "pgid", "create_time"}]``, one process group per stage.
+* ``children.json``: ``[{"stage", "pgid", "create_time"}]``, one process group per stage,
+  with ``"cleanup"`` (an argv: its container's removal) for a stage run in an image.
 * ``*.log`` files: stage logs, tailed by :func:`tail_logs` together with ``agent.out``.
 """
 
@@ -49,6 +50,21 @@ def stage_groups(agent_dir: Path) -> list[Group]:
         ct = float(ct) if isinstance(ct, int | float) and not isinstance(ct, bool) else None
         groups.append(Group(pgid, ct, f"stage:{item.get('stage', '?')}"))
     return groups
+
+
+def stage_cleanups(agent_dir: Path) -> list[list[str]]:
+    """The cleanup commands listed in ``children.json`` (a stage container's removal)."""
+    data = read_json(agent_dir / CHILDREN_JSON)
+    if not isinstance(data, list):
+        return []
+    return [
+        item["cleanup"]
+        for item in data
+        if isinstance(item, dict)
+        and isinstance(item.get("cleanup"), list)
+        and item["cleanup"]
+        and all(isinstance(a, str) for a in item["cleanup"])
+    ]
 
 
 def _tail(path: Path, n: int) -> list[str]:

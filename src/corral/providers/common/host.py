@@ -30,7 +30,12 @@ from corral.errors import BadInput, Conflict, NotFound, NotYetTerminated, Provid
 from corral.files import write_atomic
 from corral.providers.base import Bootstrap, InstanceState, InstanceStatus, Offer
 from corral.providers.common import process
-from corral.providers.common.agent_files import agent_endpoint, stage_groups, tail_logs
+from corral.providers.common.agent_files import (
+    agent_endpoint,
+    stage_cleanups,
+    stage_groups,
+    tail_logs,
+)
 from corral.providers.common.device_locks import DeviceLocks
 from corral.providers.common.files import check_key, read_json, utcnow
 from corral.providers.common.host_state import (
@@ -130,7 +135,8 @@ class AgentHost:
         if found is None:
             write_atomic(plan_path, bootstrap.plan.model_dump_json(indent=2), mode=0o600)
             base = dict(os.environ) if self.node is None else self.node.env()
-            env = {**base, **bootstrap.env, ENV_AGENT_TOKEN: bootstrap.token}
+            auth = bootstrap.image.agent_env() if bootstrap.image else {}
+            env = {**base, **bootstrap.env, **auth, ENV_AGENT_TOKEN: bootstrap.token}
             # shipped code is not there yet: the agent starts in its instance's directory
             cwd = bootstrap.plan.workdir if bootstrap.plan.code is None else str(d)
             argv = [self.python, "-m", "corral.agent", "--devices", ",".join(rec.gpus)]
@@ -238,6 +244,8 @@ class AgentHost:
         # now that the agent is dead, and stop whatever is new.
         extra = [g for g in self._groups(rec) if g not in groups]
         left += process.stop_groups(extra, rec.since, 0.0)
+        for argv in stage_cleanups(self.layout.agent_dir(rec.key)):  # a stage's container
+            process.run_quietly(argv)
         if left:
             groups_left = ", ".join(f"{g.label or 'group'} {g.pgid}" for g in left[:5])
             raise NotYetTerminated(

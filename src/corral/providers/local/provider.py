@@ -18,13 +18,14 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from corral import paths
-from corral.errors import BadInput, NotFound
+from corral.errors import BadInput, InfeasibleRequest, NotFound
 from corral.gpu import GpuInfo, describe, detect
 from corral.providers.base import (
     Bootstrap,
     Instance,
     InstanceState,
     InstanceStatus,
+    NodeProfile,
     Offer,
     Provider,
     Requirements,
@@ -37,6 +38,7 @@ from corral.providers.common.host import AgentHost
 from corral.providers.common.host_state import InstanceRecord
 from corral.providers.local import inventory
 from corral.providers.local.settings import gpu_lock_dir, price
+from corral.wire.container import find_engine, no_engine_reason
 
 
 class LocalProvider(Provider, SupportsLogs, SupportsSimulatedPreemption, RunsOnThisMachine):
@@ -81,6 +83,8 @@ class LocalProvider(Provider, SupportsLogs, SupportsSimulatedPreemption, RunsOnT
             return []
         if req.regions is not None and "local" not in req.regions:
             return []
+        if req.image and find_engine() is None:  # never a silent run on the host
+            raise InfeasibleRequest(no_engine_reason(req.image))
         machine = inventory.Machine.probe(self.gpus, self.home)
         gpu_type = inventory.check_feasible(machine, req)
         if req.max_hourly_price is not None and self.price_per_hour > req.max_hourly_price:
@@ -115,6 +119,11 @@ class LocalProvider(Provider, SupportsLogs, SupportsSimulatedPreemption, RunsOnT
                 },
             )
         ]
+
+    def node_profile(self, offer: Offer, run_id: str) -> NodeProfile:
+        """This machine as it is; a job with ``image:`` runs in it through the machine's
+        container engine (see corral.wire.container)."""
+        return NodeProfile(container_engine="auto")
 
     # --- launch -----------------------------------------------------------------------------
 

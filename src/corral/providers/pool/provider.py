@@ -251,11 +251,16 @@ class PoolProvider(Provider, SupportsSimulatedPreemption, ReportsQueue, PoolGang
         ``/corral/runs/<run id>/work`` under the worker's root (checkpoints beside it: set
         ``checkpoints.storage`` to resume on another machine), unless the workers share this
         machine's files (``CORRAL_POOL_SHARED_FILES=1``: the job runs in its workdir in
-        place)."""
+        place). A job with ``image:`` runs in it through the worker machine's container engine
+        (``corral.wire.container``), or its attempt fails saying there is none."""
         if self.settings.shared_files:
-            return NodeProfile()
+            return NodeProfile(container_engine="auto")
         # a small bundle rides in the task itself: the job starts without an upload
-        return NodeProfile(workdir=f"{NODE_RUNS}/{run_id}/work", inline_code_max=INLINE_CODE_MAX)
+        return NodeProfile(
+            workdir=f"{NODE_RUNS}/{run_id}/work",
+            inline_code_max=INLINE_CODE_MAX,
+            container_engine="auto",
+        )
 
     def launch(self, offer: Offer, bootstrap: Bootstrap, key: str) -> Instance:
         check_key(key)
@@ -266,6 +271,12 @@ class PoolProvider(Provider, SupportsSimulatedPreemption, ReportsQueue, PoolGang
             raise BadInput(f"offer {queue!r} is not a queue of the pool {self.settings.name!r}")
         tid = task_id(self.settings.name, key)
         grace = bootstrap.plan.longest_grace()
+        if (
+            bootstrap.image is not None and bootstrap.image.agent_env()
+        ):  # the worker's agent logs in
+            bootstrap = bootstrap.model_copy(
+                update={"env": {**bootstrap.env, **bootstrap.image.agent_env()}}
+            )
         fields = {
             "run_id": bootstrap.plan.run_id,
             "attempt": bootstrap.plan.attempt,

@@ -160,8 +160,9 @@ def test_the_code_is_shipped_to_a_worker_unless_the_files_are_shared() -> None:
     offer = Offer(provider="pool", offer_id="corral.l40s.x1", region="corral")
     shipped = PoolProvider(PoolSettings()).node_profile(offer, "r-1")
     assert shipped.workdir == "/corral/runs/r-1/work"
+    assert shipped.inline_code_max > 0  # a small bundle rides in the task: no upload
     shared = PoolProvider(replace(PoolSettings(), shared_files=True)).node_profile(offer, "r-1")
-    assert shared == NodeProfile()
+    assert shared == NodeProfile(container_engine="auto")
 
 
 def test_higher_priority_is_served_first_on_redis() -> None:

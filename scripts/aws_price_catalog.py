@@ -285,10 +285,11 @@ def _type_order(itype: str) -> tuple[str, float, str]:
 
 
 def build_from_skypilot(
-    path: Path, day: str, commit: str, source_note: str = ""
+    path: Path, day: str, commit: str, source_note: str = "", read_on: str | None = None
 ) -> tuple[Catalog, list[str]]:
-    """The catalog of a SkyPilot ``vms.csv`` read on ``day`` (``commit``: its version;
-    ``source_note``: what else is known of it, such as its date)."""
+    """The catalog of a SkyPilot ``vms.csv`` whose prices date from ``day``, read on
+    ``read_on`` (default ``day``; ``commit``: its version; ``source_note``: what else is
+    known of it, such as how its date was worked out)."""
     entries, notes = skypilot_entries(path)
     if not entries:
         raise ValueError("no NVIDIA GPU instance type with an on-demand price in it")
@@ -300,7 +301,7 @@ def build_from_skypilot(
             "service": "ec2",
             "date": day,
             "price_kind": "on-demand, Linux, shared tenancy",
-            "source": f"{where}, read on {day} by scripts/aws_price_catalog.py (SkyPilot "
+            "source": f"{where}, read on {read_on or day} by scripts/aws_price_catalog.py (SkyPilot "
             "builds it from AWS's published price files); every region it lists",
             "note": "A catalog, not a quote: corral reads on-demand prices live from the AWS "
             "Price List API where it can, and this file where it cannot. Spot prices are never "
@@ -339,7 +340,14 @@ def main(argv: list[str] | None = None, client: Any = None) -> int:
     parser.add_argument(
         "--regions", help="regions, comma separated (default: the current catalog's)"
     )
-    parser.add_argument("--date", help="date of the data, YYYY-MM-DD (default: today, UTC)")
+    parser.add_argument(
+        "--date",
+        help="the day the prices were written down, YYYY-MM-DD (default: today, UTC): what "
+        "corral's staleness warning counts from",
+    )
+    parser.add_argument(
+        "--read-on", help="the day the source was read, when it is not --date (YYYY-MM-DD)"
+    )
     parser.add_argument("--out", type=Path, default=DATA, help="directory to write to")
     parser.add_argument("--endpoint-url", help="Price List endpoint (default: AWS's)")
     parser.add_argument(
@@ -367,7 +375,7 @@ def main(argv: list[str] | None = None, client: Any = None) -> int:
     if args.skypilot_csv is not None:
         try:
             catalog, notes = build_from_skypilot(
-                args.skypilot_csv, day, args.source_commit, args.source_note
+                args.skypilot_csv, day, args.source_commit, args.source_note, args.read_on
             )
         except (OSError, KeyError, ValueError) as exc:  # one line, never a traceback
             print(

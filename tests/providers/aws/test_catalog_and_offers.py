@@ -65,7 +65,7 @@ def test_bundled_catalog_is_what_the_script_builds_from_the_kept_excerpt(tmp_pat
     data = root / "scripts" / "data"
     note = (data / "skypilot-catalog-v8-aws-vms-gpu.note").read_text()
     args = ["--skypilot-csv", str(data / "skypilot-catalog-v8-aws-vms-gpu.csv")]
-    args += ["--source-commit", "00148f2af367", "--source-note", note]
+    args += ["--source-commit", "00148f2af367", "--source-note", note, "--read-on", "2026-11-29"]
     assert script.main([*args, "--date", CATALOG.date, "--out", str(tmp_path)]) == 0
     built = json.loads((tmp_path / f"aws-ec2-{CATALOG.date}.json").read_text())
     assert Catalog.model_validate(built) == CATALOG

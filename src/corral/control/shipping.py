@@ -465,7 +465,7 @@ def upload_step(ctx: Context, run: RunRecord, client: AgentClient, status: Agent
     uploads: Uploads = ctx.uploads
     key = f"{run.id}:{run.attempt}"
     sent = uploads.finished(key)
-    if sent is not None:
+    if sent:  # (an upload that found everything there already sent nothing: no event)
         ctx.store.add_event(
             run.id,
             SENT,
@@ -479,6 +479,8 @@ def upload_step(ctx: Context, run: RunRecord, client: AgentClient, status: Agent
     sha, received = code.sha256, code.received
     if sha is None or received is None:
         return
+    if code.size is not None and received >= code.size:
+        return  # all there: the agent is verifying it (a look a ring brought saw it waiting)
     path = cache_dir(ctx.home) / f"{sha}.tar.gz"  # corral.bundle.pack.bundle_path
     if not path.is_file():
         log.warning("run %s: the code bundle %s is not in %s", run.id, sha[:12], path.parent)

@@ -137,7 +137,7 @@ class StandIn:
     """The stand-in server in its own process, and the plugin module a tree loads: the tree's
     own stand-in where it has one (its agents speak that tree's wire), else this tree's."""
 
-    def __init__(self, tmp: Path, src: str):
+    def __init__(self, tmp: Path, src: str, *, quiet: bool = False):
         self.dir = Path(tempfile.mkdtemp(prefix="standin-", dir=tmp))
         own = Path(src) / "corral" / "testing" / "standin.py"
         if not own.is_file():
@@ -148,8 +148,11 @@ class StandIn:
         shutil.copy(own, self.dir / "corral_standin_plugin.py")
         ready = self.dir / "url"
         env = dict(os.environ, PYTHONPATH=src if own.is_relative_to(src) else "")
+        # quiet: jobs that print nothing and report no progress (what changes is their
+        # state: a stage's end, a preemption); else a log line every 2 s, progress every 5 s
+        chatter = ["--log-every-s", "1e9", "--progress-every-s", "1e9"] if quiet else []
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "corral.testing.standin", "--ready-file", str(ready)],
+            [sys.executable, "-m", "corral.testing.standin", "--ready-file", str(ready), *chatter],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
             env=env,
@@ -176,8 +179,9 @@ def measure_live(
     *,
     bell: bool = True,
     react: int = 0,
+    chatty: bool = False,
 ) -> dict[str, float]:
-    tag = f"{kind}-{n}-{'bell' if bell else 'pull'}-{abs(hash(src)) % 10000}"
+    tag = f"{kind}-{n}-{'bell' if bell else 'pull'}-{chatty}-{abs(hash(src)) % 10000}"
     home = tmp / f"home-{tag}"
     home.mkdir()
     work = tmp / f"work-{tag}"
@@ -284,6 +288,8 @@ def measure_live(
             _kill_tree(work)
     polls = json.loads(polls_file.read_text()) if polls_file.exists() else {}
     name = str(n) if kind == "standin" else f"local_{n}"
+    if chatty and kind == "standin":
+        name = f"chatty_{name}"
     if not bell:
         name = f"pull_{name}"
     extra = {f"max_react_s_{name}": round(max(reacts), 3)} if reacts else {}
@@ -389,12 +395,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     parser.add_argument("--local", default="10,100", help="live runs of real agents")
     parser.add_argument(
-        "--standin", default="100,1000,10000", help="live runs on the stand-in (belled)"
+        "--standin", default="1000,10000", help="quiet live runs on the stand-in (belled)"
+    )
+    parser.add_argument(
+        "--chatty", default="1000", help="live stand-in runs that print and report progress"
     )
     parser.add_argument(
         "--pull",
         default="1000",
-        help="live stand-in runs with the bell off (the same-run baseline)",
+        help="chatty live stand-in runs with the bell off (the same-run baseline)",
     )
     parser.add_argument("--react", type=int, default=20, help="changes timed per stand-in count")
     parser.add_argument("--history", type=int, default=100000, help="runs in the store for ls")
@@ -415,6 +424,7 @@ def main(argv: list[str] | None = None) -> int:
     local = sorted(int(c) for c in args.local.split(",") if c)
     standin_counts = sorted(int(c) for c in args.standin.split(",") if c)
     pull_counts = sorted(int(c) for c in args.pull.split(",") if c)
+    chatty_counts = sorted(int(c) for c in args.chatty.split(",") if c)
     tmp = Path(tempfile.mkdtemp(prefix="corral-scale-"))
     result: dict[str, float] = {}
     standin: StandIn | None = None
@@ -423,23 +433,32 @@ def main(argv: list[str] | None = None) -> int:
             if standin is not None:
                 standin.close()
             rss: dict[tuple[str, int], int] = {}
-            plan = [("standin", n, True) for n in standin_counts]
-            if not prefix:  # real agents and pulled runs: this tree only
+            plan = [("standin", n, True, False) for n in standin_counts]
+            if not prefix:  # real agents, chatty and pulled runs: this tree only
                 plan = (
-                    [("local", n, True) for n in local]
+                    [("local", n, True, True) for n in local]
                     + plan
-                    + [("standin", n, False) for n in pull_counts]
+                    + [("standin", n, True, True) for n in chatty_counts]
+                    + [("standin", n, False, True) for n in pull_counts]
                 )
-            for kind, n, belled in plan:
+            for kind, n, belled, chatty in plan:
                 if kind == "standin":  # a fresh stand-in for each count (its agents' rings)
                     if standin is not None:
                         standin.close()
-                    standin = StandIn(tmp, src)
+                    standin = StandIn(tmp, src, quiet=not chatty)
                 figures = measure_live(
-                    kind, n, tmp, args.window, src, standin, bell=belled, react=args.react
+                    kind,
+                    n,
+                    tmp,
+                    args.window,
+                    src,
+                    standin,
+                    bell=belled,
+                    react=args.react,
+                    chatty=chatty,
                 )
                 rss_kib = int(figures.pop("_rss_kib"))
-                if belled:
+                if belled and not (chatty and kind == "standin"):
                     rss[(kind, n)] = rss_kib
                 result.update({prefix + k: v for k, v in figures.items()})
             _slopes(rss, result, prefix)
@@ -505,12 +524,21 @@ def _table(result: dict[str, float], args: argparse.Namespace, local: list[int],
         t.add_row(label, shown, fmt.format(base) if base is not None else "-", target)
 
     pulled = [n for n in (int(c) for c in args.pull.split(",") if c)]
-    for kind, counts in (("local", local), ("standin", si), ("pull", pulled)):
+    chatty = [n for n in (int(c) for c in args.chatty.split(",") if c)]
+    for kind, counts in (("local", local), ("standin", si), ("chatty", chatty), ("pull", pulled)):
         for n in counts:
-            name = {"standin": str(n), "local": f"local_{n}", "pull": f"pull_{n}"}[kind]
-            what = f"{n} live runs ({'real agents' if kind == 'local' else 'stand-in'})"
-            if kind == "pull":
-                what = f"{n} live runs (stand-in, bell off)"
+            name = {
+                "standin": str(n),
+                "local": f"local_{n}",
+                "chatty": f"chatty_{n}",
+                "pull": f"pull_chatty_{n}",
+            }[kind]
+            what = {
+                "local": f"{n} live runs (real agents)",
+                "standin": f"{n} quiet live runs (stand-in)",
+                "chatty": f"{n} chatty live runs (stand-in: a line every 2 s, progress every 5 s)",
+                "pull": f"{n} chatty live runs (stand-in, bell off: pulled every 2 s)",
+            }[kind]
             row(f"{what}: controller RSS", f"ctl_rss_mib_{name}", "{} MiB")
             row(
                 f"{what}: longest wait between two looks",

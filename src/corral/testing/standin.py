@@ -635,8 +635,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ready-file", type=Path, required=True)
     parser.add_argument("--run-s", type=float, default=Config.run_s)
     parser.add_argument("--log-every-s", type=float, default=Config.log_every_s)
+    parser.add_argument("--progress-every-s", type=float, default=Config.progress_every_s)
     args = parser.parse_args(argv)
-    cfg = Config(run_s=args.run_s, log_every_s=args.log_every_s)
+    cfg = Config(
+        run_s=args.run_s, log_every_s=args.log_every_s, progress_every_s=args.progress_every_s
+    )
     srv = StandInServer(("127.0.0.1", args.port), cfg)
     args.ready_file.write_text(srv.url)
     try:

@@ -19,11 +19,12 @@ from corral.control.lock import running_pid
 from corral.control.schedule import Head, Result, Schedule
 from corral.control.watching import FOLLOW_DIR, followed_runs, mark_followed
 from corral.errors import ControllerError
-from corral.spec import load_spec_text, spec_hash
 from corral.store import Store
-from corral.testing.standin import Config, StandInProvider, StandInServer
+from corral.testing.standin import StandInProvider, StandInServer
 from corral.wire import bell
 from support.waiting import wait_until
+
+from .standinkit import create_run
 
 
 def _token(run_id: str, attempt: int) -> str:
@@ -162,26 +163,6 @@ RUNS = 150
 QUIET_S = 30.0
 
 
-@pytest.fixture
-def standin() -> Iterator[StandInServer]:
-    srv = StandInServer(cfg=Config(boot_s=0.1, log_every_s=1.0, progress_every_s=3.0))
-    srv.serve_in_thread()
-    yield srv
-    srv.shutdown()
-    srv.server_close()
-
-
-def _create(store: Store, name: str, body: str) -> str:
-    spec = load_spec_text(f"name: {name}\n{body}")
-    return store.create_run(
-        name=spec.name,
-        spec=spec.model_dump(mode="json"),
-        spec_hash=spec_hash(spec),
-        spec_path="corral.yaml",
-        workdir="/tmp",
-    ).id
-
-
 @pytest.mark.slow
 def test_quiet_belled_runs_are_rarely_pulled_and_a_change_is_acted_on_within_two_seconds(
     standin: StandInServer, corral_home: Path, monkeypatch: pytest.MonkeyPatch
@@ -191,8 +172,8 @@ def test_quiet_belled_runs_are_rarely_pulled_and_a_change_is_acted_on_within_two
     monkeypatch.setenv("CORRAL_STANDIN_URL", standin.url)
     monkeypatch.setenv("CORRAL_QUIET_POLL_INTERVAL", str(QUIET_S))
     store = Store.open()
-    ids = [_create(store, f"quiet{i}", "run: sleep 3600\n") for i in range(RUNS)]
-    short = _create(store, "short", "run: sleep 12\n")
+    ids = [create_run(store, f"quiet{i}", "run: sleep 3600\n") for i in range(RUNS)]
+    short = create_run(store, "short", "run: sleep 12\n")
     log = corral_home / "controller-test.log"
     with open(log, "ab") as out:
         ctl = subprocess.Popen(

@@ -8,16 +8,16 @@ import json
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from corral.control.lock import running_pid
-from corral.spec import load_spec_text, spec_hash
 from corral.store import Store
-from corral.testing.standin import Config, StandInProvider, StandInServer
+from corral.testing.standin import StandInProvider, StandInServer
 from support.waiting import wait_until
+
+from .standinkit import create_run
 
 pytestmark = pytest.mark.slow
 
@@ -25,26 +25,6 @@ RUNS = 300
 POLL_S = 2.0  # a quiet run's interval
 SLACK_S = 1.0  # the benchmark's target: the interval plus 1 s
 PRICE = 36.0  # $/h of a stand-in machine: $0.01 a second
-
-
-@pytest.fixture
-def standin() -> Iterator[StandInServer]:
-    srv = StandInServer(cfg=Config(boot_s=0.1, log_every_s=1.0, progress_every_s=3.0))
-    srv.serve_in_thread()
-    yield srv
-    srv.shutdown()
-    srv.server_close()
-
-
-def _create(store: Store, name: str, body: str) -> str:
-    spec = load_spec_text(f"name: {name}\n{body}")
-    return store.create_run(
-        name=spec.name,
-        spec=spec.model_dump(mode="json"),
-        spec_hash=spec_hash(spec),
-        spec_path="corral.yaml",
-        workdir="/tmp",
-    ).id
 
 
 def test_a_few_hundred_live_runs_are_each_looked_at_within_their_interval(
@@ -58,8 +38,8 @@ def test_a_few_hundred_live_runs_are_each_looked_at_within_their_interval(
     # stops on the stand-in take a moment: what the budget watcher reserves for one
     (corral_home / "stop-times.json").write_text(json.dumps({"standin": [0.5] * 5}))
     store = Store.open()
-    ids = [_create(store, f"many{i}", "run: sleep 3600\n") for i in range(RUNS)]
-    capped = _create(store, "capped", "run: sleep 3600\nbudget: {max_cost_usd: 0.25}\n")
+    ids = [create_run(store, f"many{i}", "run: sleep 3600\n") for i in range(RUNS)]
+    capped = create_run(store, "capped", "run: sleep 3600\nbudget: {max_cost_usd: 0.25}\n")
     log = corral_home / "controller-test.log"
     with open(log, "ab") as out:
         ctl = subprocess.Popen(

@@ -29,7 +29,7 @@ import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from corral.control.context import log
+from corral.control.context import interval_env, log
 from corral.control.tokens import agent_token
 from corral.errors import ControllerError
 from corral.wire import bell
@@ -69,19 +69,7 @@ def bell_settings(
 
 def quiet_poll_default(environ: Mapping[str, str] | None = None) -> float | None:
     """``CORRAL_QUIET_POLL_INTERVAL`` in seconds (None: unset); ControllerError on a bad one."""
-    env = os.environ if environ is None else environ
-    raw = env.get(ENV_QUIET_POLL, "").strip()
-    if not raw:
-        return None
-    try:
-        value = float(raw)
-    except ValueError:
-        value = -1.0
-    if not 0 < value <= 3600:
-        raise ControllerError(
-            f"{ENV_QUIET_POLL}={raw!r}: expected seconds above 0 and at most 3600"
-        )
-    return value
+    return interval_env(ENV_QUIET_POLL, environ)
 
 
 class Bell:

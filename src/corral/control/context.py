@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -14,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from corral import paths
 from corral.control.notes import RunNotes
 from corral.control.tokens import agent_token
-from corral.errors import BadInput
+from corral.errors import BadInput, ControllerError
 from corral.providers.base import Provider
 from corral.spec import JobSpec
 from corral.store.records import RunRecord
@@ -27,6 +28,21 @@ log = logging.getLogger("corral.controller")
 
 #: builds an agent API client from (endpoint, token)
 ClientFactory = Callable[[str, str], "AgentClient"]
+
+
+def interval_env(name: str, environ: Mapping[str, str] | None = None) -> float | None:
+    """The environment variable ``name`` as an interval in seconds, above 0 and at most an
+    hour (None: unset or empty); ControllerError naming the variable otherwise."""
+    raw = (os.environ if environ is None else environ).get(name, "").strip()
+    if not raw:
+        return None
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not 0 < value <= 3600:
+        raise ControllerError(f"{name}={raw!r}: expected seconds above 0 and at most 3600")
+    return value
 
 
 def utcnow() -> datetime:

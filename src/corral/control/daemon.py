@@ -84,18 +84,9 @@ DEFAULT_IDLE_EXIT_S = 600.0
 
 def poll_interval_default() -> float | None:
     """``CORRAL_POLL_INTERVAL`` in seconds (None: unset); ControllerError naming a bad one."""
-    raw = os.environ.get(ENV_POLL_INTERVAL)
-    if raw is None or raw == "":
-        return None
-    try:
-        value = float(raw)
-    except ValueError:
-        value = -1.0
-    if not 0 < value <= 3600:
-        raise ControllerError(
-            f"{ENV_POLL_INTERVAL}={raw!r}: expected seconds above 0 and at most 3600"
-        ) from None
-    return value
+    from corral.control.context import interval_env
+
+    return interval_env(ENV_POLL_INTERVAL)
 
 
 ENV_GPU_HISTORY_EVERY = "CORRAL_GPU_HISTORY_EVERY"

@@ -26,6 +26,7 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 
+from corral.agent.procs import run_quietly
 from corral.errors import BadInput, Conflict, NotFound, NotYetTerminated, ProviderError
 from corral.files import write_atomic
 from corral.providers.base import Bootstrap, InstanceState, InstanceStatus, Offer
@@ -245,7 +246,7 @@ class AgentHost:
         extra = [g for g in self._groups(rec) if g not in groups]
         left += process.stop_groups(extra, rec.since, 0.0)
         for argv in stage_cleanups(self.layout.agent_dir(rec.key)):  # a stage's container
-            process.run_quietly(argv)
+            run_quietly(argv)  # a stage container's removal, say
         if left:
             groups_left = ", ".join(f"{g.label or 'group'} {g.pgid}" for g in left[:5])
             raise NotYetTerminated(

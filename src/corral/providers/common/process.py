@@ -378,19 +378,3 @@ def find_agent(plan_path: str, since: float) -> tuple[int, float] | None:
         if p.info["create_time"] is not None and p.info["create_time"] >= since - CLOCK_SLACK:
             return p.pid, p.info["create_time"]
     return None
-
-
-def run_quietly(argv: list[str], timeout: float = 60.0) -> None:
-    """Run a cleanup command an agent left (children.json: a stage container's removal), its
-    output and failure ignored: what it ends may be gone already."""
-    try:
-        subprocess.run(
-            argv,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            timeout=timeout,
-            check=False,
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        pass

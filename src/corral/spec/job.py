@@ -240,9 +240,9 @@ class JobSpec(SpecModel):
     image: str | None = Field(
         None,
         min_length=1,
-        description="Container image the job runs in: the machine's container on container "
-        "clouds (default: the provider's); on AWS, the local provider and the pool, each "
-        "command runs in it through docker or podman (a launch without one is refused).",
+        description="Container image the job runs in: the machine's container where the "
+        "provider runs containers (default: the provider's); elsewhere each command runs in "
+        "it through docker or podman (a launch where neither is found is refused).",
     )
     image_auth: ImageAuth | None = Field(
         None, description="Credentials of the image's private registry."

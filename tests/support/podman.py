@@ -92,7 +92,7 @@ def engine() -> dict[str, str]:
 
 
 class _Unusable(Exception):
-    pass
+    """This machine cannot run podman for the tests (the message says why)."""
 
 
 def _prepare() -> dict[str, str]:

@@ -37,7 +37,7 @@ def check(r: Rig, watcher: Watcher) -> Step | None:
 
 def test_the_registry_holds_every_watcher_once() -> None:
     names = [w.name for w in WATCHERS]
-    assert sorted(names) == ["budget", "caps", "deadline", "health", "idle", "preemption"]
+    assert sorted(names) == ["budget", "caps", "deadline", "gang", "health", "idle", "preemption"]
 
 
 # --- health ----------------------------------------------------------------------------------

@@ -17,11 +17,26 @@ def test_nodes_default_to_one_and_run_form_runs_on_every_node():
 def test_stages_stay_on_the_head_node_unless_they_ask():
     text = (
         "name: x\nresources: {nodes: 3}\nstages:\n"
-        "  - {name: prep, run: x}\n"
+        "  - {name: prep, run: x, nodes: all}\n"
         "  - {name: train, run: x, nodes: all, needs: prep}\n"
+        "  - {name: eval, run: x, needs: train}\n"
         "  - {name: half, run: x, nodes: 2}\n"
     )
-    assert [s.nodes for s in load(text).stages or []] == [1, "all", 2]
+    assert [s.nodes for s in load(text).stages or []] == ["all", "all", 1, 2]
+
+
+def test_a_stage_needing_one_on_fewer_nodes_is_refused_naming_the_need():
+    """On the nodes where the needed stage does not run, nothing would hold this one back."""
+    err = one(
+        "name: x\nresources: {nodes: 3}\nstages:\n"
+        "  - {name: prep, run: x}\n"
+        "  - {name: train, run: x, nodes: all, needs: prep}\n"
+    )
+    assert err["field"] == "stages[1].needs[0]"
+    assert err["message"] == (
+        "stage 'train' runs on 3 nodes but needs 'prep', which runs on 1: run 'prep' on at "
+        "least 3 nodes (each node needs its output), or this stage on fewer"
+    )
 
 
 def test_nodes_below_one_or_above_the_bound_are_refused_naming_the_field():

@@ -4,6 +4,8 @@ a gang as if it were the whole job."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from corral.agent.main import main
@@ -44,15 +46,32 @@ def test_a_stage_on_more_nodes_than_the_gang_is_not_a_plan():
         AgentPlan.model_validate(plan)
 
 
-def test_the_agent_refuses_a_gang_plan_in_one_line(tmp_path, capsys):
+def test_the_agent_refuses_a_gang_plan_without_its_place_in_the_gang_in_one_line(
+    tmp_path, capsys, monkeypatch
+):
+    """A gang's plan needs the node's rank and the head's address (the launch gives them in
+    the agent's environment): without them, or with a rank past the gang, one line each."""
     plan = _plan("name: x\nresources: {nodes: 2}\nrun: torchrun t.py\n")
     path = tmp_path / "plan.json"
     plan.dump(path)
-    code = main(["--plan", str(path)])
-    err = capsys.readouterr().err.strip()
-    assert code != 0
-    assert err.endswith(
-        "is for a gang of 2 nodes; this agent runs one node only (multi-node launch is not "
-        "available yet)"
-    ), err
-    assert "\n" not in err and "Traceback" not in err
+    monkeypatch.setenv("CORRAL_AGENT_TOKEN", "t")
+    for env, said in (
+        ({}, "is for a gang of 2 nodes and this node was given no place in it "
+             "(CORRAL_GANG_RANK, CORRAL_GANG_MASTER_ADDR, CORRAL_GANG_MASTER_PORT)"),
+        ({"CORRAL_GANG_RANK": "2", "CORRAL_GANG_MASTER_ADDR": "10.0.0.1",
+          "CORRAL_GANG_MASTER_PORT": "29500"},
+         "CORRAL_GANG_RANK=2: the plan's gang has 2 node(s) (ranks 0..1)"),
+        ({"CORRAL_GANG_RANK": "1"}, "CORRAL_GANG_MASTER_ADDR is not set: a node of a gang "
+         "needs CORRAL_GANG_RANK, CORRAL_GANG_MASTER_ADDR, CORRAL_GANG_MASTER_PORT"),
+        ({"CORRAL_GANG_RANK": "1", "CORRAL_GANG_MASTER_ADDR": "h", "CORRAL_GANG_MASTER_PORT": "80"},
+         "CORRAL_GANG_MASTER_PORT=80: expected 1024..65279"),
+    ):  # fmt: skip
+        monkeypatch.setenv("CORRAL_AGENT_TOKEN", "t")
+        for k, v in env.items():
+            monkeypatch.setenv(k, v)
+        code = main(["--plan", str(path), "--root", str(tmp_path / "node")])
+        err = capsys.readouterr().err.strip()
+        assert code != 0
+        assert err.endswith(said), err
+        assert "\n" not in err and "Traceback" not in err
+        assert not any(k.startswith("CORRAL_GANG_") for k in os.environ)  # taken out

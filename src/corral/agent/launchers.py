@@ -31,6 +31,7 @@ from dataclasses import dataclass
 
 from corral.errors import BadInput
 from corral.wire import env as C
+from corral.wire.gang import ENV_GANG_RANK, GANG_VARS, GangRole
 from corral.wire.plan import AgentPlan
 
 # a launcher in command position: at the start, after ; & | ( or `exec`, after VAR=value words
@@ -57,14 +58,19 @@ def uses_launcher(command: str) -> bool:
     return any(p.search(command) for p in (_TORCHRUN, _ACCELERATE, _DEEPSPEED))
 
 
-def one_node(plan: AgentPlan, path: str) -> AgentPlan:
-    """``plan`` (read from ``path``) if it is for one node: a node of a gang needs its rank
-    and the head's address, which no launch gives yet (docs/multinode.md), and is never run
-    as if it were the whole job."""
-    if plan.nodes > 1:
+def for_this_node(plan: AgentPlan, role: GangRole | None, path: str) -> AgentPlan:
+    """``plan`` (read from ``path``) if this node can run it: a plan for a gang needs the
+    node's role (its rank and the head's address, given by the launch: ``wire.gang``), and a
+    plan for one node takes none. Never run a gang's plan as if it were the whole job."""
+    if plan.nodes > 1 and role is None:
         raise BadInput(
-            f"plan file {path} is for a gang of {plan.nodes} nodes; this agent runs one "
-            "node only (multi-node launch is not available yet)"
+            f"plan file {path} is for a gang of {plan.nodes} nodes and this node was given no "
+            f"place in it ({', '.join(GANG_VARS)})"
+        )
+    if role is not None and role.rank >= plan.nodes:
+        raise BadInput(
+            f"{ENV_GANG_RANK}={role.rank}: the plan's gang has {plan.nodes} node(s) "
+            f"(ranks 0..{plan.nodes - 1})"
         )
     return plan
 
@@ -72,8 +78,7 @@ def one_node(plan: AgentPlan, path: str) -> AgentPlan:
 @dataclass(frozen=True)
 class Rendezvous:
     """Where a stage's ranks meet: the machines that run the stage, this node's rank among
-    them (0: the head) and the head's address. One node (today's only kind): 1, 0, this
-    node's loopback."""
+    them (0: the head) and the head's address. One node: 1, 0, this node's loopback."""
 
     nodes: int = 1
     rank: int = 0

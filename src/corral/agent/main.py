@@ -33,7 +33,7 @@ from corral.agent.bell import AgentBell
 from corral.agent.diskfull import RESERVE_FILE, DiskGuard
 from corral.agent.events import EventLog
 from corral.agent.hooks import build_hooks
-from corral.agent.launchers import one_node
+from corral.agent.launchers import for_this_node
 from corral.agent.listen import listen
 from corral.agent.progress import ProgressTailer
 from corral.agent.runner import Runner
@@ -42,6 +42,7 @@ from corral.files import write_json_atomic
 from corral.secrets.redact import Redactor, job_secret_values
 from corral.wire import WIRE_VERSION
 from corral.wire.env import ENV_AGENT_TOKEN, NODE_INSTALL_VARS
+from corral.wire.gang import GangRole, role_from_env
 from corral.wire.node import NodeContext, NodeHook, iso
 from corral.wire.outcome import StopCause
 from corral.wire.plan import AgentPlan
@@ -60,6 +61,8 @@ class NodeLaunch:
     checkpoint_dir: str | None = None
     host: str | None = None
     port: int | None = None
+    #: this node's place in a gang (a multi-node job; ``wire.gang``), None: the job's only node
+    gang: GangRole | None = None
     #: "" means none (a machine that must not power itself off)
     shutdown_command: str | None = None
     #: where the code goes on this node (``--workdir``)
@@ -196,6 +199,7 @@ class Agent:
             state_dir=str(self.state_dir),
             checkpoint_dir=self.checkpoint_dir,
             code=code,
+            gang=node.gang,
         )
         self._devices = devices
         self._usage = usage
@@ -385,7 +389,7 @@ def _load(path: str) -> AgentPlan:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"]) or "plan"
         raise BadInput(f"plan file {path}: {where}: {first['msg']}")
-    return one_node(plan, path)
+    return plan
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -443,7 +447,8 @@ def _serve(
 ) -> int:
     """Start the agent, serve until :func:`should_exit`, then close it; the exit code."""
     try:
-        agent = Agent(_load(args.plan), token, launch=_launch(args))
+        launch = _launch(args)
+        agent = Agent(for_this_node(_load(args.plan), launch.gang, args.plan), token, launch=launch)
         url = agent.start()
     except CorralError as exc:
         print(f"corral agent: error: {exc}", file=sys.stderr)
@@ -493,6 +498,7 @@ def _launch(args: argparse.Namespace) -> NodeLaunch:
     if args.devices is not None:
         devices = [d.strip() for d in args.devices.split(",") if d.strip()]
     return NodeLaunch(
+        gang=role_from_env(os.environ, pop=True),  # none of the job's business
         devices=devices,
         state_dir=args.state_dir or None,
         checkpoint_dir=args.checkpoint_dir or None,

@@ -42,6 +42,7 @@ from corral.secrets.redact import job_secret_values
 from corral.wire import WIRE_VERSION
 from corral.wire import env as C
 from corral.wire.container import IMAGE_AUTH_ENV
+from corral.wire.gang import GangRole
 from corral.wire.node import NodeHook, iso
 from corral.wire.outcome import (
     SETUP_STAGE,
@@ -94,8 +95,12 @@ class Runner:
         state_dir: str | None = None,
         checkpoint_dir: str | None = None,
         code: CodeStage | None = None,
+        gang: GangRole | None = None,
     ):
         self.plan = plan
+        #: this node's place in the job's gang (None: the job's only node); a stage on fewer
+        #: nodes than this node's rank is ``skipped`` here
+        self.gang = gang
         #: puts the plan's code in place before the setup (None: the workdir is there)
         self.code = code
         self.hooks = list(hooks or [])
@@ -325,6 +330,14 @@ class Runner:
             with self._lock:
                 self._stages[name].state = StageState.SKIPPED
             self._events.emit("stage.skipped", stage=name)
+        rank = self.gang.rank if self.gang is not None else 0
+        for name, stage in self._stages.items():  # the head's only (or a few nodes') stages
+            if stage.plan.nodes <= rank and stage.state != StageState.SKIPPED:
+                with self._lock:
+                    stage.state = StageState.SKIPPED
+                self._events.emit(
+                    "stage.skipped", stage=name, data={"nodes": stage.plan.nodes, "rank": rank}
+                )
         while True:
             self._drain_queue()
             if self._outcome is None and not self._stop_requested:
@@ -360,8 +373,10 @@ class Runner:
             with self._lock:
                 stage.gpus, stage.started_at, stage.started_mono = gpus, self._now(), self._clock()
             given = {**self.plan.env, **stage.plan.env}
-            meet = launchers.Rendezvous(nodes=stage.plan.nodes)
-            command, extra = launchers.prepare(self.command_for(stage.plan), len(gpus), given, meet)
+            meet, port = self._rendezvous(name, stage.plan)
+            command, extra = launchers.prepare(
+                self.command_for(stage.plan), len(gpus), given, meet, port
+            )
             child = self._spawn(name, command, {**self._env(stage.plan, gpus), **extra}, stage.plan)
             if isinstance(child, str):
                 self._pool.release(name)
@@ -372,6 +387,21 @@ class Runner:
             with self._lock:
                 stage.state, stage.pid = StageState.RUNNING, child.pid
             self._events.emit("stage.started", stage=name, data={"gpus": gpus, "pid": child.pid})
+
+    def _rendezvous(
+        self, name: str, stage: StagePlan
+    ) -> tuple[launchers.Rendezvous, Callable[[], int]]:
+        """Where the stage's ranks meet, and its port: a stage on several nodes meets at the
+        head's address on the gang's port of the stage (every node agrees on it); any other
+        on this node's loopback and a free port of it."""
+        if self.gang is None or stage.nodes <= 1:
+            return launchers.Rendezvous(nodes=stage.nodes), launchers.free_port
+        index = list(self._stages).index(name)
+        port = self.gang.stage_port(index)
+        meet = launchers.Rendezvous(
+            nodes=stage.nodes, rank=self.gang.rank, master_addr=self.gang.master_addr
+        )
+        return meet, lambda: port
 
     # --- children --------------------------------------------------------------------------
 

@@ -80,6 +80,10 @@ class Settings:
     unreachable_grace_s: float = 60.0
     #: an attempt whose agent is not ready after this long is failed.
     provision_timeout_s: float = 600.0
+    #: a gang (a multi-node attempt) not every node of which is ready this long after the
+    #: attempt began is released, saying what was missing (``CORRAL_GANG_TIMEOUT``; never
+    #: more than ``provision_timeout_s``)
+    gang_timeout_s: float = 600.0
     #: after a graceful stop request, wait this long beyond the grace period before teardown.
     stop_margin_s: float = 30.0
     #: a steady run's cost is worked out (and written when it moved) at most this often; a

@@ -35,6 +35,7 @@ CONTROLLER_ENV = (
     "CORRAL_POOL_MAX_RUNTIME",
     "CORRAL_POLL_INTERVAL",
     "CORRAL_QUIET_POLL_INTERVAL",
+    "CORRAL_GANG_TIMEOUT",
     "CORRAL_BELL",
     "CORRAL_BELL_ADVERTISE",
     "CORRAL_GPU_HISTORY_EVERY",
@@ -82,13 +83,16 @@ ENV_POLL_INTERVAL = "CORRAL_POLL_INTERVAL"
 DEFAULT_IDLE_EXIT_S = 600.0
 
 
-def poll_interval_default() -> float | None:
-    """``CORRAL_POLL_INTERVAL`` in seconds (None: unset); ControllerError naming a bad one."""
+def poll_interval_default(name: str = ENV_POLL_INTERVAL) -> float | None:
+    """``CORRAL_POLL_INTERVAL`` (or the interval ``name``) in seconds (None: unset);
+    ControllerError naming a bad one."""
     from corral.control.context import interval_env
 
-    return interval_env(ENV_POLL_INTERVAL)
+    return interval_env(name)
 
 
+#: seconds a gang (a multi-node attempt) may take to have every node ready
+ENV_GANG_TIMEOUT = "CORRAL_GANG_TIMEOUT"
 ENV_GPU_HISTORY_EVERY = "CORRAL_GPU_HISTORY_EVERY"
 ENV_GPU_HISTORY_KEEP = "CORRAL_GPU_HISTORY_KEEP"
 #: what turns the GPU history off (``CORRAL_GPU_HISTORY_EVERY=off``)
@@ -187,6 +191,9 @@ def run_foreground(
         quiet_s = quiet_poll_default()
         if quiet_s is not None:
             settings.quiet_poll_s = quiet_s
+        gang_s = poll_interval_default(ENV_GANG_TIMEOUT)
+        if gang_s is not None:
+            settings.gang_timeout_s = gang_s
         bell_settings()  # a bad CORRAL_BELL is said here, not at the first look
         settings.gpu_history_every_s, settings.gpu_history_keep_s = history_settings(
             settings.gpu_history_every_s, settings.gpu_history_keep_s

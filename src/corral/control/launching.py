@@ -15,11 +15,13 @@ from __future__ import annotations
 
 import enum
 from itertools import count
+from typing import Any
 
 from corral.control import planner, shipping, transitions
 from corral.control.context import Context, log
 from corral.control.interval import interruption_rate
 from corral.control.plan_builder import build_plan
+from corral.control.resources import instance_of, open_resources, rank_of
 from corral.control.strategies import get_strategy
 from corral.control.tokens import agent_token
 from corral.control.transitions import Note, Transition
@@ -32,13 +34,14 @@ from corral.errors import (
     NotFound,
     ProviderError,
 )
-from corral.providers.base import Bootstrap, ImageRef, Offer
+from corral.providers.base import Bootstrap, ImageRef, Offer, SupportsGangs
 from corral.providers.common import wheel
 from corral.secrets import register_names, resolve_many
 from corral.spec import JobSpec
-from corral.store.records import RunRecord
+from corral.store.records import ResourceRecord, RunRecord
 from corral.store.states import ResourceState, RunState
 from corral.wire.env import ENV_SECRET_NAMES
+from corral.wire.gang import GangRole
 
 
 class Launch(enum.StrEnum):
@@ -118,9 +121,11 @@ def next_attempt(
         )
         return None
     number = run.attempt + 1
+    nodes = spec.resources.nodes
+    gang = f" x{nodes} nodes" if nodes > 1 else ""
     claim = Transition(
         RunState.PROVISIONING,
-        f"launching attempt {number} on {_offer_text(offers[0])}",
+        f"launching attempt {number} on {_offer_text(offers[0])}{gang}",
         fields={"attempt": number, "provider": offers[0].provider},
         event_data={"attempt": number, "offer": offers[0].model_dump(mode="json")},
     )
@@ -130,10 +135,12 @@ def next_attempt(
     return launch_offers(ctx, claimed, offers)
 
 
-def _bootstrap(ctx: Context, run: RunRecord, number: int, offer: Offer) -> Bootstrap:
+def _bootstrap(
+    ctx: Context, run: RunRecord, number: int, offer: Offer, role: GangRole | None = None
+) -> Bootstrap:
     """The bootstrap of attempt ``number`` on ``offer``: the plan, built once here from the
     spec and the offer's provider's node contribution, the agent's token and the job's
-    secrets."""
+    secrets; ``role``: the node's place in the attempt's gang (its agent's environment)."""
     spec = ctx.spec(run)
     profile = ctx.provider(offer.provider).node_profile(offer, run.id)
     # a node of its own gets the code shipped (packed once per run; put in the run's object
@@ -150,7 +157,7 @@ def _bootstrap(ctx: Context, run: RunRecord, number: int, offer: Offer) -> Boots
         spec,
         run_id=run.id,
         attempt=number,
-        offer=offer,
+        offer=gang_offer(offer, spec.resources.nodes),
         skip_stages=list(run.completed_stages or []),
         cost_offset_usd=float(run.cost_usd or 0.0),
         spec_hash=run.spec_hash,
@@ -180,7 +187,7 @@ def _bootstrap(ctx: Context, run: RunRecord, number: int, offer: Offer) -> Boots
     return Bootstrap(
         plan=plan,
         token=agent_token(run.id, number, ctx.home),
-        env=env,
+        env={**env, **role.env()} if role is not None else env,
         image=image_ref(spec, ctx),
         install=install,
         priority=spec.priority,
@@ -205,7 +212,16 @@ def image_ref(spec: JobSpec, ctx: Context | None = None) -> ImageRef | None:
     )
 
 
+def gang_offer(offer: Offer, nodes: int) -> Offer:
+    """``offer`` as the whole gang's: its price for ``nodes`` machines (what the attempt is
+    billed and the job's cost meter counts: every node from its start)."""
+    if nodes <= 1:
+        return offer
+    return offer.model_copy(update={"price_per_hour": offer.price_per_hour * nodes})
+
+
 def _ensure_attempt(ctx: Context, run: RunRecord, number: int, offer: Offer) -> None:
+    offer = gang_offer(offer, ctx.spec(run).resources.nodes)
     offer_json = offer.model_dump(mode="json")
     try:
         ctx.store.get_attempt(run.id, number)
@@ -249,15 +265,17 @@ def launch_offers(ctx: Context, run: RunRecord, offers: list[Offer]) -> Transiti
             continue
         key = next(tries)  # never runs out
         _ensure_attempt(ctx, run, number, offer)
+        role = head_role(ctx, run, offer)
+        data: dict[str, Any] = {"offer": offer.model_dump(mode="json")}
+        if role is not None:
+            data.update(rank=0, gang_port=role.master_port)
         ctx.store.record_intent(
-            run_id=run.id,
-            attempt=number,
-            provider=offer.provider,
-            key=key,
-            data={"offer": offer.model_dump(mode="json")},
+            run_id=run.id, attempt=number, provider=offer.provider, key=key, data=data
         )
         ctx.store.update_resource(key, state=ResourceState.INTENT)
-        result, failure = launch_key(ctx, run, number, key, offer)
+        result, failure = launch_key(ctx, run, number, key, offer, role)
+        if result == Launch.LAUNCHED and role is not None:
+            return launch_members(ctx, run, number)
         if result in (Launch.LAUNCHED, Launch.PENDING):
             return None
         if result == Launch.FATAL:
@@ -288,16 +306,22 @@ def back_to_waiting(ctx: Context, run: RunRecord, reasons: list[str]) -> Transit
 
 
 def launch_key(
-    ctx: Context, run: RunRecord, number: int, key: str, offer: Offer
+    ctx: Context,
+    run: RunRecord,
+    number: int,
+    key: str,
+    offer: Offer,
+    role: GangRole | None = None,
 ) -> tuple[Launch, Transition | None]:
-    """Call the provider for one resource key. Idempotent; safe to repeat after a crash.
+    """Call the provider for one resource key (``role``: the node's place in a gang).
+    Idempotent; safe to repeat after a crash.
 
     Returns what became of the call (:class:`Launch`) and, for FATAL, the run's failure to
     apply (the resource row is closed: nothing was launched).
     """
     provider = ctx.provider(offer.provider)
     try:
-        instance = provider.launch(offer, _bootstrap(ctx, run, number, offer), key)
+        instance = provider.launch(offer, _bootstrap(ctx, run, number, offer, role), key)
     except NoCapacity as e:
         log.info("run %s: %s has no capacity: %s", run.id, offer.provider, e.message)
         ctx.store.update_resource(key, state=ResourceState.GONE)
@@ -345,18 +369,111 @@ def launch_key(
         instance_id=instance.instance_id,
         instance=instance.model_dump(mode="json"),
     )
-    ctx.store.update_attempt(
-        run.id,
-        number,
-        instance_id=instance.instance_id,
-        endpoint=instance.endpoint,
-        state="provisioning",
-    )
+    node = role.rank if role is not None else 0
+    if node == 0:  # the head is the attempt's machine
+        ctx.store.update_attempt(
+            run.id,
+            number,
+            instance_id=instance.instance_id,
+            endpoint=instance.endpoint,
+            state="provisioning",
+        )
+    data: dict[str, Any] = {"provider": offer.provider, "instance_id": instance.instance_id}
+    if role is not None:
+        data["node"] = node
     ctx.store.add_event(
         run.id,
         "instance.launched",
-        f"{_offer_text(offer)}: {instance.instance_id}",
+        f"{_offer_text(offer)}: {instance.instance_id}" + (f" (node {node})" if role else ""),
         attempt=number,
-        data={"provider": offer.provider, "instance_id": instance.instance_id},
+        data=data,
     )
     return Launch.LAUNCHED, None
+
+
+# --- gangs (docs/multinode.md) ------------------------------------------------------------
+
+
+def member_key(head_key: str, rank: int) -> str:
+    """The resource key of node ``rank`` of the gang whose head has ``head_key``."""
+    return f"{head_key}-k{rank}"
+
+
+def head_role(ctx: Context, run: RunRecord, offer: Offer) -> GangRole | None:
+    """The head's place in a new gang of the run on ``offer`` (None: the job has one node):
+    rank 0, meeting its own ranks on this machine, on the port the provider gives the gang."""
+    nodes = ctx.spec(run).resources.nodes
+    if nodes <= 1:
+        return None
+    provider = ctx.provider(offer.provider)
+    assert isinstance(provider, SupportsGangs)  # the planner offers no other
+    return GangRole(rank=0, master_addr="127.0.0.1", master_port=provider.gang_port(run.id))
+
+
+def member_role(ctx: Context, head: ResourceRecord, rank: int) -> GangRole | None:
+    """Node ``rank``'s place in the gang whose head is ``head`` (None until the head has a
+    machine: its address is what the node needs)."""
+    inst = instance_of(head)
+    port = head.data.get("gang_port")
+    provider = ctx.provider(head.provider)
+    if inst is None or not isinstance(port, int) or not isinstance(provider, SupportsGangs):
+        return None
+    return GangRole(rank=rank, master_addr=provider.gang_address(inst), master_port=port)
+
+
+def launch_members(ctx: Context, run: RunRecord, number: int) -> Transition | None:
+    """Launch every node of the current attempt's gang that has no machine yet (its head
+    launched): None once each launched or waits on its idempotent retry; the gang given
+    up (:func:`gang_incomplete`) when a node cannot be had."""
+    head = next(
+        (r for r in open_resources(ctx, run) if rank_of(r) == 0 and r.attempt == number), None
+    )
+    if head is None or head.state != ResourceState.ACTIVE:
+        return None
+    offer = Offer.model_validate(head.data["offer"])
+    have = {rank_of(r): r for r in open_resources(ctx, run) if r.attempt == number}
+    for rank in range(1, ctx.spec(run).resources.nodes):
+        row = have.get(rank)
+        if row is not None and row.state != ResourceState.INTENT:
+            continue
+        if row is not None and (ctx.clock() - row.updated_at).total_seconds() < (
+            ctx.settings.intent_grace_s
+        ):
+            continue  # another process may be inside that launch right now
+        role = member_role(ctx, head, rank)
+        if role is None:
+            return None
+        key = member_key(head.key, rank)
+        ctx.store.record_intent(
+            run_id=run.id,
+            attempt=number,
+            provider=offer.provider,
+            key=key,
+            data={"offer": offer.model_dump(mode="json"), "rank": rank},
+        )
+        result, failure = launch_key(ctx, run, number, key, offer, role)
+        if result == Launch.FATAL:
+            return failure
+        if result in (Launch.NEXT, Launch.NEXT_PROVIDER):
+            nodes = ctx.spec(run).resources.nodes
+            return gang_incomplete(
+                ctx, run, f"node {rank} of {nodes} could not be had on {_offer_text(offer)}"
+            )
+    return None
+
+
+def gang_incomplete(ctx: Context, run: RunRecord, why: str) -> Transition:
+    """The current attempt's gang cannot be completed: every node it has is released (the
+    RECOVERING handler tears them down, billed until the provider confirms) and the run
+    waits for the next gang, saying what was missing."""
+    ctx.store.update_attempt(
+        run.id, run.attempt, state="gang_incomplete", exit_reason="gang_incomplete"
+    )
+    reason = f"the gang was not completed: {why}; releasing its nodes"
+    return Transition(
+        RunState.RECOVERING,
+        reason,
+        expect=frozenset({RunState.PROVISIONING}),
+        follow=True,
+        events=(Note("gang.incomplete", reason, data={"attempt": run.attempt}),),
+    )

@@ -21,7 +21,7 @@ from corral.control import (
 )
 from corral.control.context import Context, log
 from corral.control.observe import Observation
-from corral.control.resources import open_resources
+from corral.control.resources import open_resources, rank_of
 from corral.control.transitions import Note, Transition
 from corral.errors import AgentError, ProviderError, WireVersionMismatch
 from corral.providers.base import InstanceState, Offer
@@ -32,13 +32,20 @@ from corral.store.states import ResourceState, RunState
 def _relaunch(ctx: Context, run: RunRecord) -> Transition | None:
     """A PROVISIONING run without a launched machine: repeat an interrupted launch with the
     same key (idempotent), or plan and launch again."""
-    intents = [r for r in open_resources(ctx, run) if r.state == ResourceState.INTENT]
+    intents = [
+        r
+        for r in open_resources(ctx, run)
+        if r.state == ResourceState.INTENT and rank_of(r) == 0  # a gang's other nodes: later
+    ]
     if intents:
         r = intents[0]
         if (ctx.clock() - r.updated_at).total_seconds() < ctx.settings.intent_grace_s:
             return None  # another process (the CLI) may be inside that launch right now
         offer = Offer.model_validate(r.data["offer"])
-        result, failure = launching.launch_key(ctx, run, run.attempt, r.key, offer)
+        role = launching.head_role(ctx, run, offer)
+        if role is not None and isinstance(r.data.get("gang_port"), int):
+            role = role.model_copy(update={"master_port": r.data["gang_port"]})
+        result, failure = launching.launch_key(ctx, run, run.attempt, r.key, offer, role)
         if result in (launching.Launch.NEXT, launching.Launch.NEXT_PROVIDER):
             return launching.back_to_waiting(ctx, run, [])
         return failure
@@ -68,6 +75,9 @@ def handle_provisioning(ctx: Context, run: RunRecord, obs: Observation) -> Trans
             obs.soon(st.look_again_s)  # it is about to be ready: not a tick later
         return None  # the health watcher fails it after provision_timeout_s
     _send_code(ctx, run, obs)
+    if ctx.spec(run).resources.nodes > 1 and not obs.gang_ready:
+        obs.soon(0.5)
+        return None  # a gang runs once every node is ready (the gang watcher bounds the wait)
     provider = obs.resource.provider if obs.resource else run.provider
     return Transition(
         RunState.RUNNING,

@@ -58,6 +58,9 @@ class Observation:
         #: the look saw the attempt move (its phase, a stage starting or ending): the run is
         #: looked at again soon rather than at its quiet pace
         self.lively = False
+        #: a gang's: every node other than the head has a ready agent (set by the gang
+        #: watcher; None: not looked at in this tick)
+        self.gang_ready: bool | None = None
 
     def soon(self, seconds: float) -> None:
         """Ask for the run to be looked at again within ``seconds`` (a cap near, a notice,

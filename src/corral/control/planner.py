@@ -253,8 +253,9 @@ def _without_gangs(
 ) -> dict[str, tuple[str, str]]:
     """Providers allowed by ``req`` that cannot run its gang of ``req.nodes`` machines, with
     why and its code: ``unsupported`` (no gang there, or not that many nodes) or
-    ``not_available`` (the provider can form one; corral's gang launch, docs/multinode.md,
-    is not built yet, so a multi-node job never runs on one node instead)."""
+    ``not_available`` (the provider can form one, but corral's gang launch there,
+    docs/multinode.md, is not built yet, so a multi-node job never runs on one node
+    instead)."""
     if req.nodes <= 1:
         return {}
     out = {}
@@ -269,7 +270,7 @@ def _without_gangs(
                 f"gives one job at most {p.max_nodes} machines, {req.nodes} asked (resources.nodes)",
                 "unsupported",
             )
-        else:
+        elif not p.launches_gangs:
             form = f"; its gang: {p.gang_form}" if p.gang_form else ""
             out[name] = (
                 f"multi-node launch is not available yet on {name} ({req.nodes} nodes "

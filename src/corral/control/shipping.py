@@ -457,21 +457,24 @@ class Uploads:
             t.join(timeout)
 
 
-def upload_step(ctx: Context, run: RunRecord, client: AgentClient, status: AgentStatus) -> None:
+def upload_step(
+    ctx: Context, run: RunRecord, client: AgentClient, status: AgentStatus, node: int = 0
+) -> None:
     """Send the bundle to an agent that waits for it (resuming from what it has), and record
-    what earlier uploads sent. Never raises: the next tick tries again."""
+    what earlier uploads sent (``node``: the agent's rank in a gang). Never raises: the next
+    tick tries again."""
     if ctx.uploads is None:
         ctx.uploads = Uploads()
     uploads: Uploads = ctx.uploads
-    key = f"{run.id}:{run.attempt}"
+    key = f"{run.id}:{run.attempt}" + (f":k{node}" if node else "")
     sent = uploads.finished(key)
     if sent:  # (an upload that found everything there already sent nothing: no event)
         ctx.store.add_event(
             run.id,
             SENT,
-            f"code bundle sent to the agent ({sent} bytes)",
+            f"code bundle sent to the agent ({sent} bytes)" + (f" of node {node}" if node else ""),
             attempt=run.attempt,
-            data={"bytes": sent, "to": "agent"},
+            data={"bytes": sent, "to": "agent", **({"node": node} if node else {})},
         )
     code = status.code
     if code is None or code.state != "waiting":

@@ -471,6 +471,19 @@ class SupportsGangs:
     max_nodes: ClassVar[int] = 2
     #: how the provider forms a gang, in a few words (shown with the plan's reasons)
     gang_form: ClassVar[str] = ""
+    #: whether corral launches gangs here yet (False: a multi-node job is refused with
+    #: ``not_available`` rather than run on one node)
+    launches_gangs: ClassVar[bool] = False
+
+    def gang_port(self, run_id: str) -> int:  # pragma: no cover - interface
+        """The head's first rendezvous port for a new gang of ``run_id`` (stage ``i`` of the
+        plan meets on this + ``i``): a port the nodes can reach one another on."""
+        raise NotImplementedError
+
+    def gang_address(self, head: Instance) -> str:  # pragma: no cover - interface
+        """The address the other nodes of a gang reach its head ``head`` at (its private
+        address in the gang's network)."""
+        raise NotImplementedError
 
 
 class ReportsQueue:

@@ -53,6 +53,8 @@ class Stage(Protocol):
     def nodes(self) -> StageNodes: ...
     @property
     def gpus(self) -> StageGpus: ...
+    @property
+    def needs(self) -> Sequence[str]: ...
 
 
 def node_problems(
@@ -79,7 +81,28 @@ def node_problems(
             continue
         if count > 1 and gpu_min < gpu_max:
             out.extend(_pins(i, stage, count, gpu_min, gpu_max))
+        out.extend(_needs(i, stage, count, stages, job_nodes))
     return out
+
+
+def _needs(
+    i: int, stage: Stage, count: int, stages: Sequence[Stage], job_nodes: int
+) -> list[Problem]:
+    """A stage may not need one that runs on fewer nodes: on the nodes where that one does not
+    run, nothing would make this one wait for it (each node runs its own stages)."""
+    counts = {s.name: node_count(s.nodes, job_nodes) for s in stages}
+    for j, name in enumerate(stage.needs):
+        fewer = counts.get(name)
+        if fewer is not None and fewer < count:
+            return [
+                (
+                    ("stages", i, "needs", j),
+                    f"stage '{stage.name}' runs on {count} nodes but needs '{name}', which runs "
+                    f"on {fewer}: run '{name}' on at least {count} nodes (each node needs its "
+                    "output), or this stage on fewer",
+                )
+            ]
+    return []
 
 
 def _pins(i: int, stage: Stage, count: int, gpu_min: int, gpu_max: int) -> list[Problem]:

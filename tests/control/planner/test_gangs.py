@@ -1,7 +1,9 @@
 """Who can host a gang: a multi-node job (``resources.nodes`` > 1) is planned only on providers
 that say they can give one job that many connected machines (``SupportsGangs``); the others
-are rows with their reason, as infeasible offers are. Until corral launches gangs, a provider
-that could host one is refused with one line saying so: never a multi-node job on one node."""
+are rows with their reason, as infeasible offers are. A provider that could host one but where
+corral does not launch gangs yet is refused with one line saying so: never a multi-node job on
+one node. The fake cloud launches gangs: its offers are planned, available while it has as
+many machines free as the gang asks."""
 
 from __future__ import annotations
 
@@ -88,13 +90,29 @@ def test_each_provider_says_whether_it_can_host_a_gang():
     assert "no networking between container instances" in salad.reason
 
 
+def test_a_gang_provider_s_offers_are_available_only_with_room_for_the_whole_gang():
+    cloud = {
+        "launch_delay_s": 0,
+        "offers": [
+            {"id": "two", "region": "r1", "gpu_type": "A100", "gpu_count": 1, "cpus": 4,
+             "memory_gb": 16, "on_demand_price": 1.0, "capacity": 2},
+        ],
+    }  # fmt: skip
+    fake = FakeProvider(cloud)
+    for nodes, free in ((2, True), (3, False)):
+        req = Requirements(gpu_count_min=1, gpu_count_max=1, nodes=nodes, spot=False)
+        (got,) = planner.plan({"fake": fake}, req).offers
+        assert got.available is free
+    assert got.details["unavailable_reason"] == (
+        "fake/r1: 2 of 2 A100 x1 machines free, a gang of 3 asked"
+    )
+
+
 def test_corral_offers_nodes_shows_why_each_provider_cannot(cloud):
-    data = run_json("offers", "--gpus", "A100:1", "--nodes", "2")
+    data = run_json("offers", "--gpus", "A100:1", "--nodes", "2", "--provider", "local")
     assert data["offers"] == [] and data["query"]["nodes"] == 2
     rows = {p["provider"]: p for p in data["providers"]}
     assert rows["local"]["code"] == "unsupported"
     assert "cannot give one job 2 machines (this machine is one node" in rows["local"]["reason"]
-    assert rows["fake"]["code"] == "not_available"
-    assert "multi-node launch is not available yet on fake" in rows["fake"]["reason"]
     code, _, err = run("offers", "--nodes", "0")
     assert code != 0 and "--nodes 0: expected 1 or more machines" in err

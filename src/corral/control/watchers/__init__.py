@@ -19,6 +19,7 @@ from corral.control.watchers.base import Watcher
 from corral.control.watchers.budget import BudgetWatcher
 from corral.control.watchers.caps import CapsWatcher
 from corral.control.watchers.deadline import DeadlineWatcher
+from corral.control.watchers.gang import GangWatcher
 from corral.control.watchers.health import HealthWatcher
 from corral.control.watchers.idle import IdleWatcher
 from corral.control.watchers.preemption import PreemptionWatcher
@@ -31,6 +32,7 @@ WATCHERS: tuple[Watcher, ...] = (
     DeadlineWatcher(),
     IdleWatcher(),
     PreemptionWatcher(),
+    GangWatcher(),
     HealthWatcher(),
 )
 

@@ -94,6 +94,11 @@ def offers(
                 details["unavailable_reason"] = (
                     f"{provider}/{entry.region}: all {entry.capacity} {gpus} machines are in use"
                 )
+            elif free < req.nodes:
+                details["unavailable_reason"] = (
+                    f"{provider}/{entry.region}: {free} of {entry.capacity} {gpus} machines "
+                    f"free, a gang of {req.nodes} asked"
+                )
             out.append(
                 Offer(
                     provider=provider,
@@ -105,8 +110,8 @@ def offers(
                     memory_gb=entry.memory_gb,
                     spot=spot,
                     price_per_hour=price,
-                    available=free > 0,
-                    availability=_availability(free, entry.capacity),
+                    available=free >= req.nodes,
+                    availability=_availability(free if free >= req.nodes else 0, entry.capacity),
                     catalog_date=cloud.catalog_date,
                     details=details,
                 )

@@ -22,6 +22,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import socket
 import sys
 import time
 import uuid
@@ -85,6 +86,7 @@ class FakeProvider(
     name: ClassVar[str] = "fake"
     max_nodes: ClassVar[int] = 16
     gang_form: ClassVar[str] = "simulated machines, each its own machine root, on loopback"
+    launches_gangs: ClassVar[bool] = True
     unsupported: ClassVar[dict[str, str]] = {
         "SupportsStop": "the fake cloud sells spot and on-demand machines only; none can be "
         "stopped and started again",
@@ -391,6 +393,17 @@ class FakeProvider(
             created_at=datetime.fromtimestamp(rec.launched_at, UTC),
             data=data,
         )
+
+    # --- gangs ------------------------------------------------------------------------------
+
+    def gang_port(self, run_id: str) -> int:
+        """A free port of this machine: every simulated machine shares its loopback."""
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind(("127.0.0.1", 0))
+            return int(s.getsockname()[1])
+
+    def gang_address(self, head: Instance) -> str:
+        return "127.0.0.1"
 
     def find(self, key: str) -> Instance | None:
         try:

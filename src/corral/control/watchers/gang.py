@@ -1,0 +1,132 @@
+"""The gang watcher: the other nodes of a multi-node attempt (``docs/multinode.md``)."""
+
+from __future__ import annotations
+
+from corral.control import finishing, launching, shipping
+from corral.control.context import Context, log
+from corral.control.observe import Observation
+from corral.control.resources import instance_of, members, rank_of
+from corral.control.transitions import AskStop, Note, Step
+from corral.control.watchers.base import Watcher
+from corral.errors import AgentError, ProviderError
+from corral.providers.base import Instance, InstanceStatus
+from corral.spec import JobSpec
+from corral.store.records import ResourceRecord, RunRecord
+from corral.store.states import ResourceState, RunState
+from corral.wire import outcome as outcomes
+from corral.wire.machine import InstanceState
+from corral.wire.outcome import StopCause
+from corral.wire.status import Phase
+
+
+class GangWatcher(Watcher):
+    """The nodes of a gang other than its head (the head is the attempt's machine, which the
+    other watchers and the handlers follow).
+
+    * PROVISIONING: every node without a machine is launched (idempotently on its key, once
+      the head has the address they meet at); a gang not every node of which is ready
+      ``Settings.gang_timeout_s`` after the attempt began is released, saying how many were
+      ready (``launching.gang_incomplete``). A node's agent that waits for its code gets it.
+    * PROVISIONING and RUNNING: a node the provider reports gone ends the attempt as the head
+      would (preempted, terminated, failed: recovered or failed by the recovery rules, the
+      whole gang relaunched); a node being preempted asks the head's agent to stop gracefully
+      (every rank checkpoints); a node whose agent reports its attempt failed fails the
+      attempt, naming the node.
+
+    Reset rules: none of its own; the "stop asked" mark is the attempt's, shared with the
+    preemption watcher (a notice is acted on once, whichever node got it).
+    """
+
+    name = "gang"
+    states = frozenset({RunState.PROVISIONING, RunState.RUNNING})
+
+    def check(self, ctx: Context, run: RunRecord, spec: JobSpec, obs: Observation) -> Step | None:
+        nodes = spec.resources.nodes
+        if nodes <= 1 or obs.resource is None:
+            return None
+        if run.state == RunState.PROVISIONING:
+            launched = launching.launch_members(ctx, run, run.attempt)
+            if launched is not None:
+                return launched
+        ready = 1  # the head's readiness is the PROVISIONING handler's
+        for row in members(ctx, run):
+            inst = instance_of(row)
+            if inst is None or row.state != ResourceState.ACTIVE:
+                continue  # launched above, or being torn down
+            try:
+                st = ctx.provider(row.provider).status(inst)
+            except ProviderError as e:
+                log.info("run %s: node %d: provider status failed: %s", run.id, rank_of(row), e)
+                continue
+            inst = _endpoint(ctx, row, inst, st)
+            step = self._node(ctx, run, row, inst, st)
+            if step is True:
+                ready += 1
+            elif step is not None and step is not False:
+                return step
+        obs.gang_ready = ready == nodes
+        if run.state == RunState.PROVISIONING and ready < nodes:
+            return _bound(ctx, run, ready, nodes, obs)
+        return None
+
+    def _node(
+        self,
+        ctx: Context,
+        run: RunRecord,
+        row: ResourceRecord,
+        inst: Instance,
+        st: InstanceStatus,
+    ) -> Step | bool | None:
+        """One node's look: a step for the run, or whether its agent is ready."""
+        rank = rank_of(row)
+        where = f"node {rank} ({inst.instance_id})"
+        if st.state.gone:
+            return finishing.attempt_lost(ctx, run, st.state, f"{where}: {st.detail}", st.limit)
+        notes = ctx.notes(run.id).attempt(run.attempt)
+        if st.state == InstanceState.PREEMPTED and run.state == RunState.RUNNING:
+            if notes.preemption_stop_asked:
+                return None
+            notes.preemption_stop_asked = True
+            why = f"{row.provider} is preempting {where}: stopping the gang gracefully"
+            return AskStop(StopCause.PREEMPTION, why, Note("instance.preempting", why))
+        if not inst.endpoint:
+            return False
+        client = ctx.agent(run.id, run.attempt, inst.endpoint)
+        try:
+            status = client.status()
+        except AgentError:
+            return False
+        shipping.upload_step(ctx, run, client, status, node=rank)
+        if status.phase == Phase.FAILED and run.state == RunState.RUNNING:
+            outcome = outcomes.from_agent(status, None)
+            return finishing.end_attempt(
+                ctx, run, outcome.model_copy(update={"reason": f"{where}: {outcome.reason}"})
+            )
+        return True
+
+
+def _endpoint(ctx: Context, row: ResourceRecord, inst: Instance, st: InstanceStatus) -> Instance:
+    """The node's instance with the agent's endpoint once the provider knows it (stored)."""
+    if not st.endpoint or st.endpoint == inst.endpoint:
+        return inst
+    inst = inst.model_copy(update={"endpoint": st.endpoint})
+    ctx.store.update_resource(row.key, instance=inst.model_dump(mode="json"))
+    return inst
+
+
+def _bound(ctx: Context, run: RunRecord, ready: int, nodes: int, obs: Observation) -> Step | None:
+    """A forming gang past ``Settings.gang_timeout_s``: released, saying what was missing."""
+    attempt = ctx.store.get_attempt(run.id, run.attempt)
+    if attempt.started_at is None:
+        return None
+    bound = min(ctx.settings.gang_timeout_s, ctx.settings.provision_timeout_s)
+    waited = (ctx.clock() - attempt.started_at).total_seconds()
+    if waited <= bound:
+        obs.soon(min(1.0, bound - waited))  # a forming gang is looked at often
+        return None
+    return launching.gang_incomplete(
+        ctx,
+        run,
+        f"{ready - 1} of {nodes - 1} other nodes ready after {waited:.0f}s "
+        f"(the bound is {bound:.0f}s: CORRAL_GANG_TIMEOUT)",
+    )

@@ -1,21 +1,28 @@
 """A multi-node job on the simulated cloud (``resources.nodes: 2``): ``corral launch`` rents a
 gang of two machines, each its own machine root, and an unmodified ``torchrun`` command meets
 across them (gloo on CPU over loopback) with no rendezvous flag; the run is billed for both
-machines, and every machine is gone at the end."""
+machines, and every machine is gone at the end. One node preempted: every rank saves its part
+of a sharded checkpoint (on the cloud's volume of the run, which both machines mount), the gang
+is launched again and the job ends with the weights of an uninterrupted run."""
 
 from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 
 import pytest
 
+from corral.providers.base import Instance
 from corral.providers.fake import ENV_FAKE_CLOUD
+from corral.providers.fake.provider import FakeProvider
 from corral.store import Store
 
 from .helpers import wait_state
 from .test_debug import cli, write_spec
+
+STATES = ("RUNNING", "SUCCEEDED", "FAILED")
 
 pytest.importorskip("torch.distributed")
 
@@ -86,3 +93,88 @@ def test_a_two_node_torchrun_job_meets_across_two_machines_and_is_billed_for_bot
     assert attempt.cost_usd == pytest.approx(billed_h * 1.0, abs=1e-6)
     home = Path(os.environ["CORRAL_HOME"])
     assert not [p for p in (home / "fake" / "instances").glob("*/machine/fs") if p.exists()]
+
+
+SHARDED = """
+import datetime, os, sys, time
+import torch, torch.distributed as dist
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.tensor import Shard, distribute_tensor
+from corral.sdk import Checkpointer, install_signal_handlers, should_stop_all
+
+dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=60))
+rank, world = dist.get_rank(), dist.get_world_size()
+mesh = init_device_mesh("cpu", (world,))
+install_signal_handlers()
+cp = Checkpointer(os.environ["CORRAL_CHECKPOINT_DIR"], keep_last=3)
+w, start = distribute_tensor(torch.zeros(8), mesh, [Shard(0)]), 0
+if cp.latest() is not None:
+    state = cp.restore(template={"w": w, "step": 0})
+    w, start = state["w"], state["step"]
+print(f"rank {rank} of {world} starts at step {start}", flush=True)
+saved = start
+for step in range(start + 1, STEPS + 1):
+    g = torch.tensor([rank + 1.0])
+    dist.all_reduce(g)
+    w = w + g.item() * step
+    if step % 4 == 0:
+        cp.save({"w": w, "step": step}, step)
+        saved = step
+    if should_stop_all():
+        if saved != step:
+            cp.save({"w": w, "step": step}, step)
+        cp.wait()
+        print(f"rank {rank} stops at step {step}", flush=True)
+        dist.barrier()
+        sys.exit(75)
+    time.sleep(0.2)
+cp.wait()
+full = w.full_tensor()
+if rank == 0:
+    print("final " + ",".join(f"{v:g}" for v in full.tolist()), flush=True)
+dist.barrier()
+dist.destroy_process_group()
+""".replace("STEPS", "40")
+
+RELAUNCH_SPEC = """
+name: gang-preempted
+resources: {nodes: 2, providers: [fake]}
+env: {OMP_NUM_THREADS: 1}
+run: torchrun --nproc-per-node 1 train.py
+"""
+
+
+@pytest.mark.slow
+def test_a_node_preempted_relaunches_the_gang_which_ends_with_the_uninterrupted_weights(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cloud = tmp_path / "cloud.json"
+    cloud.write_text(json.dumps({**CLOUD, "notice_s": 20.0}))
+    monkeypatch.setenv(ENV_FAKE_CLOUD, str(cloud))
+    monkeypatch.setenv("CORRAL_PROVIDERS", "fake")
+    (tmp_path / "train.py").write_text(SHARDED)
+    code, out, err = cli("launch", write_spec(tmp_path, RELAUNCH_SPEC), "--detach", "--json")
+    assert code == 0, err
+    run_id = json.loads(out)["id"]
+    store = Store.open()
+    deadline = time.monotonic() + 120
+    while not [e for e in store.events(run_id, types=["checkpoint.saved"]) if e.attempt == 1]:
+        assert time.monotonic() < deadline, "no checkpoint was saved"
+        assert wait_state(run_id, set(STATES), timeout=60)["state"] == "RUNNING"
+        time.sleep(0.2)
+    (member,) = [
+        r for r in store.resources(run_id=run_id) if r.attempt == 1 and r.data.get("rank") == 1
+    ]
+    FakeProvider().preempt(Instance.model_validate(member.instance), grace=20.0)
+    run = wait_state(run_id, {"SUCCEEDED", "FAILED"}, timeout=180)
+    _, logs, _ = cli("logs", run_id)
+    assert run["state"] == "SUCCEEDED", (run, logs)
+    first, *_ = store.attempts(run_id)
+    assert first.exit_reason == "preempted", first
+    (recovering,) = store.events(run_id, types=["run.recovering"])
+    assert "node 1" in recovering.reason and "preempted" in recovering.reason, recovering
+    assert "rank 0 stops at step" in logs
+    resumed = [line for line in logs.splitlines() if "rank 0 of 2 starts at step" in line]
+    assert resumed[0].endswith("starts at step 0") and not resumed[-1].endswith("step 0"), logs
+    # each element: sum over 40 steps of (1 + 2) * step, exactly as without the preemption
+    assert "final " + ",".join(["2460"] * 8) in logs, logs

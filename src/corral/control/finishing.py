@@ -14,7 +14,7 @@ from datetime import datetime
 from corral.control import launching, recovery, sync, transitions
 from corral.control.context import Context, log
 from corral.control.cost import attempt_cost, record_stop_time, run_cost
-from corral.control.resources import instance_of, live_resource
+from corral.control.resources import instance_of, live_resource, members, rank_of
 from corral.control.transitions import Note, Transition
 from corral.errors import AgentError, NotYetTerminated, ProviderError
 from corral.providers.base import InstanceStatus
@@ -41,6 +41,10 @@ def agent_finished(ctx: Context, run: RunRecord, status: AgentStatus) -> Transit
                 machine = None
     if machine is not None and machine.limit and status.phase == Phase.FAILED:
         return end_attempt(ctx, run, outcomes.over_limit(machine.limit, status))
+    if status.phase in (Phase.STOPPED, Phase.FAILED):
+        lost = _lost_member(ctx, run)
+        if lost is not None:  # the gang's ranks ended because a node went: that is the cause
+            return end_attempt(ctx, run, lost)
     outcome = outcomes.from_agent(status, machine.state if machine is not None else None)
     if outcome.kind == OutcomeKind.SUCCEEDED:
         return transitions.finish(
@@ -51,6 +55,23 @@ def agent_finished(ctx: Context, run: RunRecord, status: AgentStatus) -> Transit
             RunState.STOPPED, outcome.reason, graceful=False, attempt_outcome=outcome
         )
     return end_attempt(ctx, run, outcome)
+
+
+def _lost_member(ctx: Context, run: RunRecord) -> AttemptOutcome | None:
+    """The outcome of a gang whose node other than the head the provider reports preempted or
+    gone (None: every node is there, or the attempt has one node)."""
+    for res in members(ctx, run):
+        inst = instance_of(res)
+        if inst is None or res.state != ResourceState.ACTIVE:
+            continue
+        try:
+            st = ctx.provider(res.provider).status(inst)
+        except ProviderError:
+            continue
+        if st.state == InstanceState.PREEMPTED or st.state.gone:
+            where = f"node {rank_of(res)} ({inst.instance_id})"
+            return outcomes.from_machine(st.state, f"{where}: {st.detail or st.state.value}")
+    return None
 
 
 def attempt_lost(

@@ -36,6 +36,8 @@ class AttemptNotes:
     unreachable_noted: bool = False
     #: the attempt's ``started_at`` as last written or read while its machine queued
     queue_start: datetime | None = None
+    #: the gang watcher: a node went and the head's agent was asked to stop then
+    node_lost_at: datetime | None = None
 
 
 @dataclass

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from corral.control import finishing, launching, shipping
 from corral.control.context import Context, log
+from corral.control.notes import AttemptNotes
 from corral.control.observe import Observation
+from corral.control.plan_builder import longest_grace
 from corral.control.resources import instance_of, members, rank_of
 from corral.control.transitions import AskStop, Note, Step
 from corral.control.watchers.base import Watcher
@@ -59,7 +61,7 @@ class GangWatcher(Watcher):
                 log.info("run %s: node %d: provider status failed: %s", run.id, rank_of(row), e)
                 continue
             inst = _endpoint(ctx, row, inst, st)
-            step = self._node(ctx, run, row, inst, st)
+            step = self._node(ctx, run, row, inst, st, obs)
             if step is True:
                 ready += 1
             elif step is not None and step is not False:
@@ -76,13 +78,14 @@ class GangWatcher(Watcher):
         row: ResourceRecord,
         inst: Instance,
         st: InstanceStatus,
+        obs: Observation,
     ) -> Step | bool | None:
         """One node's look: a step for the run, or whether its agent is ready."""
         rank = rank_of(row)
         where = f"node {rank} ({inst.instance_id})"
-        if st.state.gone:
-            return finishing.attempt_lost(ctx, run, st.state, f"{where}: {st.detail}", st.limit)
         notes = ctx.notes(run.id).attempt(run.attempt)
+        if st.state.gone:
+            return _node_gone(ctx, run, where, st, notes, obs)
         if st.state == InstanceState.PREEMPTED and run.state == RunState.RUNNING:
             if notes.preemption_stop_asked:
                 return None
@@ -103,6 +106,37 @@ class GangWatcher(Watcher):
                 ctx, run, outcome.model_copy(update={"reason": f"{where}: {outcome.reason}"})
             )
         return True
+
+
+def _node_gone(
+    ctx: Context,
+    run: RunRecord,
+    where: str,
+    st: InstanceStatus,
+    notes: AttemptNotes,
+    obs: Observation,
+) -> Step | None:
+    """A node the provider reports gone. While the head's agent still runs its stages, it is
+    asked to stop them gracefully first (its ranks save their parts of the checkpoint; rank 0
+    writes its ``COMPLETE`` last): the attempt ends when it reports its end
+    (``finishing.agent_finished`` names the lost node), or after the plan's grace and
+    ``Settings.stop_margin_s`` without it."""
+    why = f"{where}: {st.detail or st.state.value}"
+    head_runs = run.state == RunState.RUNNING and obs.agent_answers() and not obs.status().terminal
+    if not head_runs:
+        return finishing.attempt_lost(ctx, run, st.state, why, st.limit)
+    now = ctx.clock()
+    if notes.node_lost_at is None:
+        notes.node_lost_at = now
+        notes.preemption_stop_asked = True
+        said = f"{why}: stopping the gang's other ranks gracefully"
+        cause = StopCause.PREEMPTION if st.state == InstanceState.PREEMPTED else StopCause.AGENT
+        return AskStop(cause, said, Note("gang.node_lost", said))
+    grace = longest_grace(ctx.spec(run)) + ctx.settings.stop_margin_s
+    if (now - notes.node_lost_at).total_seconds() > grace:
+        return finishing.attempt_lost(ctx, run, st.state, why, st.limit)
+    obs.soon(1.0)
+    return None
 
 
 def _endpoint(ctx: Context, row: ResourceRecord, inst: Instance, st: InstanceStatus) -> Instance:

@@ -188,6 +188,7 @@ def _bootstrap(
         plan=plan,
         token=agent_token(run.id, number, ctx.home),
         env={**env, **role.env()} if role is not None else env,
+        gang=role,
         image=image_ref(spec, ctx),
         install=install,
         priority=spec.priority,

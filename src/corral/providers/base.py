@@ -24,6 +24,7 @@ from typing import Any, ClassVar
 from pydantic import BaseModel, ConfigDict, Field
 
 from corral.wire.container import ENV_IMAGE_PASSWORD, ENV_IMAGE_REGISTRY, ENV_IMAGE_USERNAME
+from corral.wire.gang import GangRole
 from corral.wire.machine import InstanceState
 from corral.wire.plan import AgentPlan
 
@@ -231,6 +232,12 @@ class Bootstrap(_Model):
     )
     max_runtime_s: float | None = Field(
         None, description="The job's limits.max_runtime: a queue's time limit for the attempt."
+    )
+    gang: GangRole | None = Field(
+        None,
+        description="The node's place in a multi-node attempt (its rank: 0 is the head; the "
+        "head's rendezvous address and port), already in ``env`` for the agent; a provider "
+        "that places a gang's nodes together reads the rank here. None: a one-node attempt.",
     )
 
 

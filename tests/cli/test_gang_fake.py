@@ -2,8 +2,9 @@
 gang of two machines, each its own machine root, and an unmodified ``torchrun`` command meets
 across them (gloo on CPU over loopback) with no rendezvous flag; the run is billed for both
 machines, and every machine is gone at the end. One node preempted: every rank saves its part
-of a sharded checkpoint (on the cloud's volume of the run, which both machines mount), the gang
-is launched again and the job ends with the weights of an uninterrupted run."""
+of a sharded checkpoint (on the cloud's volume of the run, which both machines mount), the
+gang is repaired - the surviving machine is kept, only the lost one is launched again - and
+the job ends with the weights of an uninterrupted run."""
 
 from __future__ import annotations
 
@@ -145,8 +146,9 @@ run: torchrun --nproc-per-node 1 train.py
 
 
 @pytest.mark.slow
-def test_a_node_preempted_relaunches_the_gang_which_ends_with_the_uninterrupted_weights(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("lost", [1, 0], ids=["node-1-lost", "head-lost"])
+def test_a_node_preempted_is_replaced_the_survivor_kept_and_the_weights_are_uninterrupted(
+    lost: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     cloud = tmp_path / "cloud.json"
     cloud.write_text(json.dumps({**CLOUD, "notice_s": 20.0}))
@@ -162,19 +164,30 @@ def test_a_node_preempted_relaunches_the_gang_which_ends_with_the_uninterrupted_
         assert time.monotonic() < deadline, "no checkpoint was saved"
         assert wait_state(run_id, set(STATES), timeout=60)["state"] == "RUNNING"
         time.sleep(0.2)
-    (member,) = [
-        r for r in store.resources(run_id=run_id) if r.attempt == 1 and r.data.get("rank") == 1
+    (node,) = [
+        r for r in store.resources(run_id=run_id) if r.attempt == 1 and r.data.get("rank") == lost
     ]
-    FakeProvider().preempt(Instance.model_validate(member.instance), grace=20.0)
+    FakeProvider().preempt(Instance.model_validate(node.instance), grace=20.0)
     run = wait_state(run_id, {"SUCCEEDED", "FAILED"}, timeout=180)
     _, logs, _ = cli("logs", run_id)
     assert run["state"] == "SUCCEEDED", (run, logs)
     first, *_ = store.attempts(run_id)
     assert first.exit_reason == "preempted", first
     (recovering,) = store.events(run_id, types=["run.recovering"])
-    assert "node 1" in recovering.reason and "preempted" in recovering.reason, recovering
+    assert "preempted" in recovering.reason, recovering
+    assert lost == 0 or f"node {lost}" in recovering.reason, recovering
     assert "rank 0 stops at step" in logs
     resumed = [line for line in logs.splitlines() if "rank 0 of 2 starts at step" in line]
     assert resumed[0].endswith("starts at step 0") and not resumed[-1].endswith("step 0"), logs
     # each element: sum over 40 steps of (1 + 2) * step, exactly as without the preemption
     assert "final " + ",".join(["2460"] * 8) in logs, logs
+    # the repair: the survivor's machine is the same in both attempts, the lost node's new
+    rows = {(r.attempt, r.data.get("rank")): r for r in store.resources(run_id=run_id)}
+    survivor = 1 - lost
+    assert rows[(2, survivor)].instance_id == rows[(1, survivor)].instance_id
+    assert rows[(2, lost)].instance_id not in (rows[(1, 1)].instance_id, rows[(1, 0)].instance_id)
+    (kept,) = store.events(run_id, types=["gang.node_kept"])
+    assert kept.data == {"node": survivor, "instance_id": rows[(1, survivor)].instance_id}
+    assert store.events(run_id, types=["gang.handed_over"])
+    launched = [e.data["instance_id"] for e in store.events(run_id, types=["instance.launched"])]
+    assert len(launched) == 3  # two machines, then only the lost one again

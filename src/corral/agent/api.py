@@ -8,13 +8,17 @@ import re
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from pydantic import ValidationError
 
 from corral import __version__
 from corral.agent import logs
 from corral.agent.events import EventLog
 from corral.agent.execs import ExecSessions
+from corral.agent.launchers import for_this_node
 from corral.agent.progress import ProgressTailer
 from corral.agent.runner import SETUP, Runner
 from corral.agent.services import Services
@@ -22,7 +26,9 @@ from corral.errors import BadInput
 from corral.secrets.redact import Redactor
 from corral.wire import WIRE_VERSION
 from corral.wire.events import EventsPage
+from corral.wire.gang import GangRole
 from corral.wire.outcome import StopCause
+from corral.wire.plan import AgentPlan
 from corral.wire.poll import (
     MAX_POLL_EVENTS,
     POLL_FEATURE,
@@ -50,6 +56,43 @@ ZERO_UTIL_PCT = 1.0
 MAX_EVENTS_PAGE = 1000
 #: what a name under /artifacts/ may look like (no separators, no "..")
 _PACKAGE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*\.tar\.gz$")
+
+
+@dataclass(frozen=True)
+class Handover:
+    """The next attempt of this node's run, as the controller handed it over."""
+
+    plan: AgentPlan
+    token: str
+    gang: GangRole | None
+
+    @classmethod
+    def from_body(cls, body: dict[str, Any], current: AgentPlan) -> Handover:
+        """The hand-over in ``body`` for a node that runs ``current``; BadInput naming what is
+        wrong (another run, an attempt not after this one, another wire version, ...)."""
+        raw, token, gang = body.get("plan"), body.get("token"), body.get("gang")
+        if not isinstance(raw, dict):
+            raise BadInput("plan: expected the next attempt's plan (a JSON object)")
+        if raw.get("wire_version") != WIRE_VERSION:
+            raise BadInput(
+                f"plan: wire version {raw.get('wire_version')}; this agent speaks {WIRE_VERSION}"
+            )
+        if not isinstance(token, str) or not token:
+            raise BadInput("token: expected the next attempt's token")
+        try:
+            plan = AgentPlan.model_validate(raw)
+            role = GangRole.model_validate(gang) if gang is not None else None
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(p) for p in first["loc"]) or "plan"
+            raise BadInput(f"{where}: {first['msg']}") from None
+        if plan.run_id != current.run_id:
+            raise BadInput(f"plan: run {plan.run_id}, this node runs {current.run_id}")
+        if plan.attempt <= current.attempt:
+            raise BadInput(
+                f"plan: attempt {plan.attempt} is not after this node's {current.attempt}"
+            )
+        return cls(for_this_node(plan, role, "POST /attempt"), token, role)
 
 
 class HttpError(Exception):
@@ -94,6 +137,10 @@ class AgentApi:
         #: set once a controller has read every event of an attempt that had ended: what a
         #: signalled agent waits for before it exits (its last words are not lost)
         self.collected = threading.Event()
+        #: the next attempt this node runs, handed over by the controller (``POST /attempt``:
+        #: a gang's node kept through a repair); set once, read by the agent's main loop
+        self.handover: Handover | None = None
+        self.handed_over = threading.Event()
         #: commands run on the node for ``corral exec`` (POST /exec)
         self.execs = ExecSessions(
             runner.state_dir / "exec",
@@ -288,6 +335,23 @@ class AgentApi:
             reason = "stop requested through the API"
         self.runner.request_stop(reason[:500], cause)
         return {"stopping": True}
+
+    def hand_over(self, body: dict[str, Any]) -> dict:
+        """``POST /attempt`` ``{"plan": {...}, "token": "...", "gang": {...}}``: this node runs
+        the run's next attempt once this one has ended (a gang repaired around it: the machine
+        is kept, only its attempt changes). 409 while this attempt runs or after a hand-over;
+        400 for a plan this node cannot run, saying why."""
+        if not self.runner.finished.is_set():
+            raise HttpError(409, "this attempt still runs: stop it first")
+        if self.handover is not None:
+            raise HttpError(409, f"attempt {self.handover.plan.attempt} was handed over already")
+        try:
+            handover = Handover.from_body(body, self.runner.plan)
+        except BadInput as exc:
+            raise HttpError(400, exc.message) from None
+        self.handover = handover
+        self.handed_over.set()
+        return {"attempt": handover.plan.attempt}
 
     def code(self) -> dict:
         """``GET /code``: where the attempt's code stands (404: the plan ships none)."""

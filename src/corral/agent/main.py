@@ -22,7 +22,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -48,7 +48,7 @@ from corral.wire.outcome import StopCause
 from corral.wire.plan import AgentPlan
 
 if TYPE_CHECKING:
-    from corral.agent.api import AgentApi
+    from corral.agent.api import AgentApi, Handover
     from corral.agent.server import AgentServer
 
 
@@ -212,6 +212,8 @@ class Agent:
         self.signalled_at: float | None = None
         self.server: AgentServer | None = None
         self.url = ""
+        #: the port the API is bound to (known once started)
+        self.port = 0
 
     @property
     def api(self) -> AgentApi:
@@ -242,6 +244,7 @@ class Agent:
         host, port = self.bind
         listener = listen(host, port)
         bound = int(listener.getsockname()[1])
+        self.port = bound
         shown = f"[{host.strip('[]')}]" if ":" in host else host
         self.url = f"http://{shown}:{bound}"
         try:
@@ -461,15 +464,26 @@ def _serve(
         agent.stop(received[-1])
     print(f"corral agent: serving on {url}", file=sys.stderr, flush=True)
 
-    while not should_exit(agent, signalled.is_set()):
-        if not signalled.is_set():
-            signalled.wait(0.5)
-        elif not agent.runner.finished.is_set():
-            agent.runner.finished.wait(0.5)
-        elif again.is_set():
+    while True:
+        while not should_exit(agent, signalled.is_set()) and not agent.api.handed_over.is_set():
+            if not signalled.is_set():
+                signalled.wait(0.5)
+            elif not agent.runner.finished.is_set():
+                agent.runner.finished.wait(0.5)
+            elif again.is_set():
+                break
+            else:  # short waits: a second signal (the machine's teardown) ends this one too
+                agent.api.collected.wait(0.02)
+        if signalled.is_set() or agent.api.handover is None:
             break
-        else:  # short waits: a second signal (the machine's teardown) ends this one too
-            agent.api.collected.wait(0.02)
+        try:  # the controller kept this node for the run's next attempt (a gang's repair)
+            agent = _next_attempt(agent, agent.api.handover, launch)
+        except (CorralError, OSError) as exc:
+            print(f"corral agent: error: the next attempt did not start: {exc}", file=sys.stderr)
+            return BadInput.exit_code
+        started[0] = agent
+        if received:
+            agent.stop(received[-1])
     lost_controller = not signalled.is_set()
     agent.close(timeout=5)
     if lost_controller:
@@ -481,6 +495,22 @@ def _serve(
         )
         shutdown_machine(agent.shutdown_command)
     return 0
+
+
+def _next_attempt(agent: Agent, handover: Handover, launch: NodeLaunch) -> Agent:
+    """The agent of the attempt ``handover`` gives this node, on the same address as
+    ``agent``'s (its endpoint stays the one the controller knows), once ``agent`` is closed."""
+    host, port = agent.bind[0], agent.port
+    agent.close(timeout=5)
+    launch = replace(launch, gang=handover.gang, host=host, port=port)
+    nxt = Agent(handover.plan, handover.token, launch=launch)
+    url = nxt.start()
+    print(
+        f"corral agent: attempt {handover.plan.attempt} handed over: serving on {url}",
+        file=sys.stderr,
+        flush=True,
+    )
+    return nxt
 
 
 def _launch(args: argparse.Namespace) -> NodeLaunch:

@@ -64,8 +64,10 @@ from corral.wire.poll import (
     decode_offsets,
 )
 
-#: the largest request body read (only ``POST /stop`` takes one: a small JSON object)
+#: the largest request body read (``POST /stop``: a small JSON object; ``POST /exec``)
 MAX_BODY = 64 * 1024
+#: the largest body of ``POST /attempt`` (a plan, which may carry a small code bundle)
+MAX_PLAN_BODY = 8 * 1024 * 1024
 #: seconds a request body has to arrive in full
 BODY_TIMEOUT = 2.0
 #: seconds a connection may send nothing (between requests, or within a request's head)
@@ -85,6 +87,7 @@ _METHODS = {
     "/logs": "GET",
     "/poll": "GET",
     "/stop": "POST",
+    "/attempt": "POST",
     "/gpus": "GET",
     "/code": "GET",
 }
@@ -233,7 +236,8 @@ class _Handler(BaseHTTPRequestHandler):
             return
         try:
             upload = method == "PUT" and url.path.startswith("/code/")
-            length = self._content_length(MAX_CODE_CHUNK if upload else MAX_BODY)
+            limit = MAX_PLAN_BODY if url.path == "/attempt" else MAX_BODY
+            length = self._content_length(MAX_CODE_CHUNK if upload else limit)
             probe = url.path in _PROBES and method in ("GET", "HEAD")
             if method not in _KNOWN_METHODS and not probe and not upload:
                 if length:  # the body is not read: nothing after it can be
@@ -389,6 +393,8 @@ class _Handler(BaseHTTPRequestHandler):
             offset = _int_param(query, "offset", 0, 0, 2**62)
             limit = _int_param(query, "limit", logs.DEFAULT_LIMIT, 1, logs.MAX_LIMIT)
             return 200, api.log_chunk(stage, offset, limit)
+        if path == "/attempt":
+            return 202, api.hand_over(_json_body(raw))
         return 202, api.stop(_json_body(raw))
 
     def _exec(

@@ -30,7 +30,9 @@ from corral.errors import AgentError, AgentUnreachable
 from corral.wire import check_version
 from corral.wire.bell import HEADER as BELL_HEADER
 from corral.wire.events import EventsPage
+from corral.wire.gang import GangRole
 from corral.wire.outcome import StopCause
+from corral.wire.plan import AgentPlan
 from corral.wire.poll import (
     DEFAULT_LOG_LIMIT,
     LogSizes,
@@ -427,6 +429,16 @@ class AgentClient:
         if reason:
             body["reason"] = reason
         return self._request("POST", "/stop", json=body)
+
+    def hand_over(self, plan: AgentPlan, token: str, gang: GangRole | None) -> dict[str, Any]:
+        """Give the node the run's next attempt (``POST /attempt``: a gang's node kept through
+        a repair); its ended attempt must be this client's."""
+        body = {
+            "plan": plan.model_dump(mode="json"),
+            "token": token,
+            "gang": gang.model_dump(mode="json") if gang is not None else None,
+        }
+        return self._request("POST", "/attempt", json=body)
 
     # --- a way in: commands and packaged results (corral exec, corral download) -----------
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from corral.control import launching, recovery, sync, transitions
+from corral.control import launching, recovery, repair, sync, transitions
 from corral.control.context import Context, log
 from corral.control.cost import attempt_cost, record_stop_time, run_cost
 from corral.control.resources import instance_of, live_resource, members, rank_of
@@ -121,10 +121,13 @@ def end_attempt(ctx: Context, run: RunRecord, outcome: AttemptOutcome) -> Transi
     )
 
 
-def teardown(ctx: Context, run: RunRecord) -> bool:
-    """Terminate every open resource of the run; True once the provider confirmed all gone."""
+def teardown(ctx: Context, run: RunRecord, keep: frozenset[str] = frozenset()) -> bool:
+    """Terminate every open resource of the run but those in ``keep`` (a repaired gang's
+    surviving nodes); True once the provider confirmed all gone."""
     all_gone = True
     for res in ctx.store.resources(run_id=run.id, open_only=True):
+        if res.key in keep:
+            continue
         inst = instance_of(res)
         if inst is None:  # intent never launched: ask the provider by key, then forget it
             try:
@@ -303,10 +306,14 @@ def _served_to_the_end(ctx: Context, run: RunRecord) -> bool:
 
 
 def handle_recovering(ctx: Context, run: RunRecord) -> Transition | None:
-    """RECOVERING: tear the ended attempt down, then plan and launch the next one."""
+    """RECOVERING: tear the ended attempt down, then plan and launch the next one (a gang
+    that lost some nodes keeps the others: ``control.repair``)."""
     _final_sync(ctx, run)
-    if not teardown(ctx, run):
+    kept = repair.kept_nodes(ctx, run)
+    if kept is None:  # a surviving node still stops its stages: looked at again soon
+        return None
+    if not teardown(ctx, run, frozenset(r.key for r in kept)):
         return None
     _close_attempt(ctx, run)
     run = ctx.store.update_run(run.id, cost_usd=run_cost(ctx, run.id))
-    return launching.next_attempt(ctx, run)
+    return launching.next_attempt(ctx, run, kept=kept)

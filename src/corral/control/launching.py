@@ -14,6 +14,7 @@ run is returned as a :class:`~corral.control.transitions.Transition` for the cal
 from __future__ import annotations
 
 import enum
+from collections.abc import Sequence
 from itertools import count
 from typing import Any
 
@@ -26,6 +27,7 @@ from corral.control.strategies import get_strategy
 from corral.control.tokens import agent_token
 from corral.control.transitions import Note, Transition
 from corral.errors import (
+    AgentError,
     Conflict,
     CorralError,
     MaybeLaunched,
@@ -78,13 +80,19 @@ def _note_waiting(ctx: Context, run: RunRecord, reason: str) -> None:
 
 
 def next_attempt(
-    ctx: Context, run: RunRecord, planned: planner.Plan | None = None
+    ctx: Context,
+    run: RunRecord,
+    planned: planner.Plan | None = None,
+    kept: Sequence[ResourceRecord] = (),
 ) -> Transition | None:
     """Plan the next attempt of a PENDING or RECOVERING run, claim it and launch it. Returns
     the run's next move (a failure when no provider can ever run it, back to waiting when no
     offer had capacity), None when it launched or waits. ``planned``: the plan the caller
     just made for this very spec (``corral launch`` plans once, to refuse an infeasible job,
-    and launches the first attempt on that plan)."""
+    and launches the first attempt on that plan). ``kept``: the nodes of the ended attempt's
+    gang that the next one keeps (a repair: only the others are launched, on their offer)."""
+    if kept:
+        return _repair(ctx, run, kept)
     spec = ctx.spec(run)
     result = planned or planner.plan(ctx.providers, planner.requirements_from_spec(spec))
     if not result.offers:
@@ -424,8 +432,9 @@ def member_role(ctx: Context, head: ResourceRecord, rank: int) -> GangRole | Non
 
 def launch_members(ctx: Context, run: RunRecord, number: int) -> Transition | None:
     """Launch every node of the current attempt's gang that has no machine yet (its head
-    launched): None once each launched or waits on its idempotent retry; the gang given
-    up (:func:`gang_incomplete`) when a node cannot be had."""
+    launched), and hand the attempt over to every node kept from the last one (a repair):
+    None once each launched or waits on its idempotent retry; the gang given up
+    (:func:`gang_incomplete`) when a node cannot be had."""
     head = next(
         (r for r in open_resources(ctx, run) if rank_of(r) == 0 and r.attempt == number), None
     )
@@ -433,9 +442,12 @@ def launch_members(ctx: Context, run: RunRecord, number: int) -> Transition | No
         return None
     offer = Offer.model_validate(head.data["offer"])
     have = {rank_of(r): r for r in open_resources(ctx, run) if r.attempt == number}
-    for rank in range(1, ctx.spec(run).resources.nodes):
+    for rank in range(ctx.spec(run).resources.nodes):
         row = have.get(rank)
-        if row is not None and row.state != ResourceState.INTENT:
+        if row is not None and KEPT_FROM in row.data:
+            _hand_over(ctx, run, number, row, head, offer)
+            continue
+        if rank == 0 or (row is not None and row.state != ResourceState.INTENT):
             continue
         if row is not None and (ctx.clock() - row.updated_at).total_seconds() < (
             ctx.settings.intent_grace_s
@@ -461,6 +473,133 @@ def launch_members(ctx: Context, run: RunRecord, number: int) -> Transition | No
                 ctx, run, f"node {rank} of {nodes} could not be had on {_offer_text(offer)}"
             )
     return None
+
+
+#: a kept node's row: the attempt it was kept from (its agent's token until the hand-over)
+KEPT_FROM = "kept_from"
+
+
+def node_key(run_id: str, number: int, rank: int) -> str:
+    """The resource key of node ``rank`` of attempt ``number``'s gang (rank 0: the attempt's
+    own key)."""
+    key = attempt_key(run_id, number)
+    return member_key(key, rank) if rank else key
+
+
+def _repair(ctx: Context, run: RunRecord, kept: Sequence[ResourceRecord]) -> Transition | None:
+    """Claim the next attempt on the kept nodes' offer, move the kept nodes to it (their
+    machines stay: a row of the new attempt each, the old rows closed), and launch the lost
+    nodes only; the kept agents get the new attempt by :func:`launch_members`."""
+    offer = Offer.model_validate(kept[0].data["offer"])
+    nodes = ctx.spec(run).resources.nodes
+    number = run.attempt + 1
+    ranks = sorted(rank_of(r) for r in kept)
+    lost = [k for k in range(nodes) if k not in ranks]
+    claim = Transition(
+        RunState.PROVISIONING,
+        f"repairing the gang: attempt {number} keeps node(s) {', '.join(map(str, ranks))} "
+        f"and launches node(s) {', '.join(map(str, lost))} on {_offer_text(offer)}",
+        fields={"attempt": number, "provider": offer.provider},
+        event_data={"attempt": number, "kept": ranks, "launched": lost},
+    )
+    claimed = transitions.apply(ctx, run, claim)
+    if claimed is None:
+        return None
+    _ensure_attempt(ctx, claimed, number, offer)
+    provider = ctx.provider(offer.provider)
+    assert isinstance(provider, SupportsGangs)  # a gang was kept on it
+    port = provider.gang_port(run.id)
+    for row in kept:
+        rank = rank_of(row)
+        key = node_key(run.id, number, rank)
+        data: dict[str, Any] = {"offer": row.data["offer"], "rank": rank, KEPT_FROM: row.attempt}
+        if rank == 0:
+            data["gang_port"] = port
+        ctx.store.record_intent(
+            run_id=run.id, attempt=number, provider=row.provider, key=key, data=data
+        )
+        ctx.store.update_resource(
+            key, state=ResourceState.ACTIVE, instance_id=row.instance_id, instance=row.instance
+        )
+        ctx.store.update_resource(row.key, state=ResourceState.GONE)  # the machine is key's now
+        inst = instance_of(row)
+        if rank == 0 and inst is not None:
+            ctx.store.update_attempt(
+                run.id, number, instance_id=inst.instance_id, endpoint=inst.endpoint
+            )
+        ctx.store.add_event(
+            run.id,
+            "gang.node_kept",
+            f"node {rank} kept: {row.instance_id}",
+            attempt=number,
+            data={"node": rank, "instance_id": row.instance_id},
+        )
+    if 0 in lost:
+        key = node_key(run.id, number, 0)
+        ctx.store.record_intent(
+            run_id=run.id,
+            attempt=number,
+            provider=offer.provider,
+            key=key,
+            data={"offer": offer.model_dump(mode="json"), "rank": 0, "gang_port": port},
+        )
+        role = GangRole(rank=0, master_addr="127.0.0.1", master_port=port)
+        result, failure = launch_key(ctx, claimed, number, key, offer, role)
+        if result == Launch.FATAL:
+            return failure
+        if result in (Launch.NEXT, Launch.NEXT_PROVIDER):
+            return gang_incomplete(
+                ctx, claimed, f"node 0 of {nodes} could not be had on {_offer_text(offer)}"
+            )
+    return launch_members(ctx, claimed, number)
+
+
+def _hand_over(
+    ctx: Context,
+    run: RunRecord,
+    number: int,
+    row: ResourceRecord,
+    head: ResourceRecord,
+    offer: Offer,
+) -> None:
+    """Give a kept node's agent attempt ``number`` (``POST /attempt`` with the attempt it
+    was kept from's token), once the head's address is known; noted as handed once its agent
+    answers for attempt ``number``."""
+    notes = ctx.notes(run.id).attempt(number)
+    rank = rank_of(row)
+    inst = instance_of(row)
+    if rank in notes.handed or inst is None or not inst.endpoint:
+        return
+    port = head.data.get("gang_port")
+    if rank == 0 and isinstance(port, int):
+        role: GangRole | None = GangRole(rank=0, master_addr="127.0.0.1", master_port=port)
+    else:
+        role = member_role(ctx, head, rank)
+    if role is None:
+        return
+    try:  # the node's agent for this attempt answers: it took it
+        ctx.agent(run.id, number, inst.endpoint).status()
+        notes.handed.add(rank)
+        return
+    except AgentError:
+        pass
+    boot = _bootstrap(ctx, run, number, offer, role)
+    try:
+        ctx.agent(run.id, int(row.data[KEPT_FROM]), inst.endpoint).hand_over(
+            boot.plan, boot.token, role
+        )
+    except AgentError as e:
+        log.info("run %s: node %d did not take attempt %d yet: %s", run.id, rank, number, e)
+        return
+    # handed once its new agent answers with the new token (a later look): until then the
+    # old one may still answer, and a second hand-over is refused by either
+    ctx.store.add_event(
+        run.id,
+        "gang.handed_over",
+        f"node {rank} ({inst.instance_id}) runs attempt {number}",
+        attempt=number,
+        data={"node": rank, "instance_id": inst.instance_id},
+    )
 
 
 def gang_incomplete(ctx: Context, run: RunRecord, why: str) -> Transition:

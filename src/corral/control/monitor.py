@@ -66,6 +66,10 @@ def handle_provisioning(ctx: Context, run: RunRecord, obs: Observation) -> Trans
     if st.state.gone:
         machine_log.keep(ctx, run, obs.resource)  # it never served: its console says why
         return finishing.attempt_lost(ctx, run, st.state, st.detail, st.limit)
+    gang = ctx.spec(run).resources.nodes > 1
+    if gang and not obs.gang_ready:
+        obs.soon(0.5)
+        return None  # a gang runs once every node is ready (the gang watcher bounds the wait)
     try:
         ready = obs.ready()
     except WireVersionMismatch as e:  # no retry or recovery can fix this: say so, stop
@@ -75,9 +79,6 @@ def handle_provisioning(ctx: Context, run: RunRecord, obs: Observation) -> Trans
             obs.soon(st.look_again_s)  # it is about to be ready: not a tick later
         return None  # the health watcher fails it after provision_timeout_s
     _send_code(ctx, run, obs)
-    if ctx.spec(run).resources.nodes > 1 and not obs.gang_ready:
-        obs.soon(0.5)
-        return None  # a gang runs once every node is ready (the gang watcher bounds the wait)
     provider = obs.resource.provider if obs.resource else run.provider
     return Transition(
         RunState.RUNNING,

@@ -38,6 +38,11 @@ class AttemptNotes:
     queue_start: datetime | None = None
     #: the gang watcher: a node went and the head's agent was asked to stop then
     node_lost_at: datetime | None = None
+    #: a repaired gang: the ranks of kept nodes whose agent took this attempt (a restarted
+    #: controller asks each again: one that took it already answers with its new token)
+    handed: set[int] = field(default_factory=set)
+    #: the repair: the ended attempt's nodes still running their stages were asked to stop
+    survivors_asked_at: datetime | None = None
 
 
 @dataclass

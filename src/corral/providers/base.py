@@ -481,6 +481,9 @@ class SupportsGangs:
     #: whether corral launches gangs here yet (False: a multi-node job is refused with
     #: ``not_available`` rather than run on one node)
     launches_gangs: ClassVar[bool] = False
+    #: whether a gang's surviving nodes may idle while a lost one is replaced (a repair keeps
+    #: them; False: the whole gang is relaunched, as where a gang is created and deleted whole)
+    keeps_members: ClassVar[bool] = False
 
     def gang_port(self, run_id: str) -> int:  # pragma: no cover - interface
         """The head's first rendezvous port for a new gang of ``run_id`` (stage ``i`` of the

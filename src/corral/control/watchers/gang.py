@@ -10,7 +10,7 @@ from corral.control.plan_builder import longest_grace
 from corral.control.resources import instance_of, members, rank_of
 from corral.control.transitions import AskStop, Note, Step
 from corral.control.watchers.base import Watcher
-from corral.errors import AgentError, ProviderError
+from corral.errors import AgentError, CorralError, ProviderError
 from corral.providers.base import Instance, InstanceStatus
 from corral.spec import JobSpec
 from corral.store.records import ResourceRecord, RunRecord
@@ -50,7 +50,11 @@ class GangWatcher(Watcher):
             launched = launching.launch_members(ctx, run, run.attempt)
             if launched is not None:
                 return launched
-        ready = 1  # the head's readiness is the PROVISIONING handler's
+        # the head's readiness is the PROVISIONING handler's, once a kept head took this
+        # attempt (its agent answers /ready for the attempt it was kept from until then)
+        handed = ctx.notes(run.id).attempt(run.attempt).handed
+        ready = 0 if launching.KEPT_FROM in obs.resource.data and 0 not in handed else 1
+        looked = []
         for row in members(ctx, run):
             inst = instance_of(row)
             if inst is None or row.state != ResourceState.ACTIVE:
@@ -60,8 +64,10 @@ class GangWatcher(Watcher):
             except ProviderError as e:
                 log.info("run %s: node %d: provider status failed: %s", run.id, rank_of(row), e)
                 continue
-            inst = _endpoint(ctx, row, inst, st)
-            step = self._node(ctx, run, row, inst, st, obs)
+            looked.append((row, _endpoint(ctx, row, inst, st), st))
+        losing = any(_losing(st) for _, _, st in looked) or _head_losing(obs)
+        for row, inst, st in looked:
+            step = self._node(ctx, run, row, inst, st, obs, losing)
             if step is True:
                 ready += 1
             elif step is not None and step is not False:
@@ -79,8 +85,11 @@ class GangWatcher(Watcher):
         inst: Instance,
         st: InstanceStatus,
         obs: Observation,
+        losing: bool,
     ) -> Step | bool | None:
-        """One node's look: a step for the run, or whether its agent is ready."""
+        """One node's look: a step for the run, or whether its agent is ready. ``losing``: a
+        node of the gang is being preempted or is gone (a rank failing meanwhile lost its
+        peers: the lost node's end decides the attempt's outcome, not this failure)."""
         rank = rank_of(row)
         where = f"node {rank} ({inst.instance_id})"
         notes = ctx.notes(run.id).attempt(run.attempt)
@@ -100,12 +109,24 @@ class GangWatcher(Watcher):
         except AgentError:
             return False
         shipping.upload_step(ctx, run, client, status, node=rank)
-        if status.phase == Phase.FAILED and run.state == RunState.RUNNING:
+        if status.phase == Phase.FAILED and run.state == RunState.RUNNING and not losing:
             outcome = outcomes.from_agent(status, None)
             return finishing.end_attempt(
                 ctx, run, outcome.model_copy(update={"reason": f"{where}: {outcome.reason}"})
             )
         return True
+
+
+def _losing(st: InstanceStatus) -> bool:
+    return st.state == InstanceState.PREEMPTED or st.state.gone
+
+
+def _head_losing(obs: Observation) -> bool:
+    """The head's machine is being preempted or is gone (False when that cannot be known)."""
+    try:
+        return _losing(obs.machine())
+    except CorralError:
+        return False
 
 
 def _node_gone(

@@ -87,6 +87,7 @@ class FakeProvider(
     max_nodes: ClassVar[int] = 16
     gang_form: ClassVar[str] = "simulated machines, each its own machine root, on loopback"
     launches_gangs: ClassVar[bool] = True
+    keeps_members: ClassVar[bool] = True
     unsupported: ClassVar[dict[str, str]] = {
         "SupportsStop": "the fake cloud sells spot and on-demand machines only; none can be "
         "stopped and started again",

@@ -94,6 +94,14 @@ def test_a_two_node_torchrun_job_meets_across_two_machines_and_is_billed_for_bot
     assert attempt.cost_usd == pytest.approx(billed_h * 1.0, abs=1e-6)
     home = Path(os.environ["CORRAL_HOME"])
     assert not [p for p in (home / "fake" / "instances").glob("*/machine/fs") if p.exists()]
+    # corral status: a row per node, its machine, state and cost
+    nodes = run["nodes"]
+    assert [(n["rank"], n["instance_id"], n["state"]) for n in nodes] == [
+        (e.data["node"], e.data["instance_id"], "gone") for e in launched
+    ]
+    assert all(n["cost_usd"] > 0 and n["provider"] == "fake" and not n["kept"] for n in nodes)
+    code, shown, _ = cli("status", run_id)
+    assert code == 0 and "NODE" in shown and all(m in shown for m in machines), shown
 
 
 SHARDED = """

@@ -178,6 +178,21 @@ def _print_details(run: RunDetails) -> None:
             line = unread_line(st)
             if line:
                 console.print(line, highlight=False, markup=False)
+    if run.nodes:
+        nodes = Table(box=None, pad_edge=False, header_style="bold")
+        for col in ("NODE", "MACHINE", "PROVIDER", "STATE", "COST"):
+            nodes.add_column(col)
+        for node in run.nodes:
+            where = "/".join(str(v) for v in (node.get("provider"), node.get("region")) if v)
+            kept = " (kept)" if node.get("kept") else ""
+            nodes.add_row(
+                str(node.get("rank", "?")),
+                str(node.get("instance_id") or "-") + kept,
+                where or "-",
+                str(node.get("state", "?")),
+                fmt_cost(cost if isinstance(cost := node.get("cost_usd"), int | float) else 0.0),
+            )
+        console.print(nodes)
     if len(run.attempts) > 1:
         for a in run.attempts:
             console.print(

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from corral.control import (
     finishing,
+    gangs,
+    launch_node,
     launching,
     machine_log,
     planner,
@@ -42,11 +44,11 @@ def _relaunch(ctx: Context, run: RunRecord) -> Transition | None:
         if (ctx.clock() - r.updated_at).total_seconds() < ctx.settings.intent_grace_s:
             return None  # another process (the CLI) may be inside that launch right now
         offer = Offer.model_validate(r.data["offer"])
-        role = launching.head_role(ctx, run, offer)
+        role = gangs.head_role(ctx, run, offer)
         if role is not None and isinstance(r.data.get("gang_port"), int):
             role = role.model_copy(update={"master_port": r.data["gang_port"]})
-        result, failure = launching.launch_key(ctx, run, run.attempt, r.key, offer, role)
-        if result in (launching.Launch.NEXT, launching.Launch.NEXT_PROVIDER):
+        result, failure = launch_node.launch_key(ctx, run, run.attempt, r.key, offer, role)
+        if result in (launch_node.Launch.NEXT, launch_node.Launch.NEXT_PROVIDER):
             return launching.back_to_waiting(ctx, run, [])
         return failure
     if (ctx.clock() - run.updated_at).total_seconds() < ctx.settings.intent_grace_s:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 from pydantic import ValidationError
@@ -16,6 +17,7 @@ from corral.service._store import using
 from corral.service.runs import current_attempt
 from corral.service.views import AttemptView, RunDetails, RunView
 from corral.store import AttemptRecord, RunRecord, Store
+from corral.store.states import ResourceState
 from corral.wire.events import CHECKPOINT_WARNING
 from corral.wire.outcome import AttemptOutcome, OutcomeKind
 from corral.wire.status import StageState
@@ -132,7 +134,37 @@ def details(store: Store, run: RunRecord) -> RunDetails:
         warnings=_warnings(store, run),
         budget=_budget(store, run),
         forecast=_forecast(run, attempt),
+        nodes=_nodes(store, run),
     )
+
+
+def _nodes(store: Store, run: RunRecord) -> list[dict[str, Any]] | None:
+    """The machines of a gang's current attempt (a row per node, its rank in the row's data),
+    each with what it cost in this attempt: its offer's price from its row's start until it
+    was gone (or now). None for a run whose attempts have one machine."""
+    rows = [r for r in store.resources(run_id=run.id) if r.attempt == run.attempt]
+    if not any("rank" in r.data for r in rows):
+        return None
+    now = datetime.now(UTC)
+    out = []
+    for r in sorted(rows, key=lambda r: (r.data.get("rank", 0), r.created_at)):
+        offer = r.data.get("offer") or {}
+        price = float(offer.get("price_per_hour") or 0.0)
+        until = r.updated_at if r.state == ResourceState.GONE else now
+        out.append(
+            {
+                "rank": r.data.get("rank", 0),
+                "instance_id": r.instance_id,
+                "provider": r.provider,
+                "region": offer.get("region"),
+                "state": r.state,
+                "kept": "kept_from" in r.data,
+                "cost_usd": round(
+                    price * max(0.0, (until - r.created_at).total_seconds()) / 3600, 6
+                ),
+            }
+        )
+    return out
 
 
 def _forecast(run: RunRecord, attempt: AttemptRecord | None) -> dict[str, Any] | None:

@@ -137,6 +137,7 @@ class RunDetails(OmitsNone, RunFields):
             "checkpoint_mirror",
             "budget",
             "forecast",
+            "nodes",
         }
     )
 
@@ -168,6 +169,10 @@ class RunDetails(OmitsNone, RunFields):
     #: what the run will cost in all and when its running stages end, from their progress
     #: rate (``cost_usd``, ``finish_in_s``, ``fraction``); left out while there is none
     forecast: JsonValue = None
+    #: a multi-node run's machines of its current attempt, by rank (``rank``, ``instance_id``,
+    #: ``provider``, ``region``, ``state``, ``kept``: from the attempt before, ``cost_usd``:
+    #: this machine in this attempt); left out for a run of one node
+    nodes: list[JsonObject] | None = None
 
 
 class Preemption(View):

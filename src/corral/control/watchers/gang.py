@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from corral.control import finishing, launching, shipping
+from corral.control import finishing, gangs, shipping
 from corral.control.context import Context, log
 from corral.control.notes import AttemptNotes
 from corral.control.observe import Observation
@@ -28,7 +28,7 @@ class GangWatcher(Watcher):
     * PROVISIONING: every node without a machine is launched (idempotently on its key, once
       the head has the address they meet at); a gang not every node of which is ready
       ``Settings.gang_timeout_s`` after the attempt began is released, saying how many were
-      ready (``launching.gang_incomplete``). A node's agent that waits for its code gets it.
+      ready (``gangs.gang_incomplete``). A node's agent that waits for its code gets it.
     * PROVISIONING and RUNNING: a node the provider reports gone ends the attempt as the head
       would (preempted, terminated, failed: recovered or failed by the recovery rules, the
       whole gang relaunched); a node being preempted asks the head's agent to stop gracefully
@@ -47,13 +47,13 @@ class GangWatcher(Watcher):
         if nodes <= 1 or obs.resource is None:
             return None
         if run.state == RunState.PROVISIONING:
-            launched = launching.launch_members(ctx, run, run.attempt)
+            launched = gangs.launch_members(ctx, run, run.attempt)
             if launched is not None:
                 return launched
         # the head's readiness is the PROVISIONING handler's, once a kept head took this
         # attempt (its agent answers /ready for the attempt it was kept from until then)
         handed = ctx.notes(run.id).attempt(run.attempt).handed
-        ready = 0 if launching.KEPT_FROM in obs.resource.data and 0 not in handed else 1
+        ready = 0 if gangs.KEPT_FROM in obs.resource.data and 0 not in handed else 1
         looked = []
         for row in members(ctx, run):
             inst = instance_of(row)
@@ -179,7 +179,7 @@ def _bound(ctx: Context, run: RunRecord, ready: int, nodes: int, obs: Observatio
     if waited <= bound:
         obs.soon(min(1.0, bound - waited))  # a forming gang is looked at often
         return None
-    return launching.gang_incomplete(
+    return gangs.gang_incomplete(
         ctx,
         run,
         f"{ready - 1} of {nodes - 1} other nodes ready after {waited:.0f}s "

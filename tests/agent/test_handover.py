@@ -1,0 +1,101 @@
+"""``POST /attempt``: a node kept through a gang's repair takes the run's next attempt. The
+agent process stays, its ended attempt's agent closes, and the next one serves on the same
+address with the new token (the old one is refused); a hand-over while the attempt runs, of
+another run, of an attempt not after this one, or without a token is refused in one line, and
+only one hand-over is taken."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+
+from support.waiting import wait_until
+
+from .helpers import TOKEN, make_plan
+
+NEXT_TOKEN = "next-attempt-token"
+
+
+def _spawn(plan_path: Path, env: dict[str, str]) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "corral.agent", "--plan", str(plan_path)],
+        env={**os.environ, "CORRAL_AGENT_TOKEN": TOKEN, **env},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+
+
+def _call(url: str, token: str, method: str, path: str, body: dict | None = None):
+    answer = httpx.request(
+        method, url + path, json=body, headers={"Authorization": f"Bearer {token}"}, timeout=10
+    )
+    return answer.status_code, answer.json()
+
+
+def test_a_kept_node_takes_the_next_attempt_on_its_address_with_the_new_token(tmp_path):
+    gang = {"CORRAL_GANG_RANK": "1", "CORRAL_GANG_MASTER_ADDR": "127.0.0.1",
+            "CORRAL_GANG_MASTER_PORT": "29400"}  # fmt: skip
+    first = make_plan(
+        tmp_path, [{"name": "train", "run": "sleep 1; echo one", "nodes": 2}], nodes=2
+    )
+    plan_path = tmp_path / "plan.json"
+    first.dump(plan_path)
+    proc = _spawn(plan_path, gang)
+    try:
+        info = tmp_path / "state" / "agent.json"
+        wait_until(info.exists, 10, 0.02, "agent.json")
+        url = json.loads(info.read_text())["url"]
+        second = first.model_copy(
+            update={"attempt": 2, "state_dir": str(tmp_path / "state2"),
+                    "stages": [first.stages[0].model_copy(
+                        update={"run": "echo two $CORRAL_NODE_RANK@$CORRAL_MASTER_ADDR:$CORRAL_MASTER_PORT"}
+                    )]}
+        )  # fmt: skip
+        body = {"plan": second.model_dump(mode="json"), "token": NEXT_TOKEN,
+                "gang": {"rank": 1, "master_addr": "10.0.0.9", "master_port": 29600}}  # fmt: skip
+        code, said = _call(url, TOKEN, "POST", "/attempt", body)
+        assert (code, said) == (409, {"error": "this attempt still runs: stop it first"})
+
+        def ended() -> bool:
+            return _call(url, TOKEN, "GET", "/status")[1]["finished_at"] is not None
+
+        wait_until(ended, 15, 0.05, "the first attempt's end")
+        for bad, error in (
+            ({**body, "plan": {**body["plan"], "attempt": 1}},
+             "plan: attempt 1 is not after this node's 1"),
+            ({**body, "plan": {**body["plan"], "run_id": "other"}},
+             "plan: run other, this node runs run-1"),
+            ({**body, "token": ""}, "token: expected the next attempt's token"),
+            ({**body, "gang": {"rank": 5, "master_addr": "h", "master_port": 29600}},
+             "CORRAL_GANG_RANK=5: the plan's gang has 2 node(s) (ranks 0..1)"),
+        ):  # fmt: skip
+            assert _call(url, TOKEN, "POST", "/attempt", bad) == (400, {"error": error})
+        assert _call(url, TOKEN, "POST", "/attempt", body) == (202, {"attempt": 2})
+
+        def serves_the_next() -> bool:
+            try:
+                return _call(url, NEXT_TOKEN, "GET", "/status")[0] == 200
+            except httpx.HTTPError:
+                return False
+
+        wait_until(serves_the_next, 15, 0.05, "attempt 2 on the same address")
+        assert _call(url, TOKEN, "GET", "/status")[0] == 401  # the old token is gone
+        status = _call(url, NEXT_TOKEN, "GET", "/status")[1]
+        assert (status["run_id"], status["attempt"]) == ("run-1", 2)
+        wait_until(lambda: _call(url, NEXT_TOKEN, "GET", "/status")[1]["finished_at"], 15, 0.05)
+        assert proc.poll() is None  # one process throughout
+        assert _call(url, NEXT_TOKEN, "POST", "/attempt", body) == (
+            400,
+            {"error": "plan: attempt 2 is not after this node's 2"},
+        )
+    finally:
+        proc.kill()
+        proc.communicate()
+    # the second attempt's stage ran with its new place in the gang (the head moved)
+    said = (tmp_path / "state2" / "logs" / "train.log").read_text()
+    assert said.strip().endswith(" two 1@10.0.0.9:29600"), said  # (after the line's time)

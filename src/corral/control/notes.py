@@ -36,6 +36,8 @@ class AttemptNotes:
     unreachable_noted: bool = False
     #: the attempt's ``started_at`` as last written or read while its machine queued
     queue_start: datetime | None = None
+    #: the booting machine's console log was last read then (``machine_log.boot_failure``)
+    boot_log_read_at: datetime | None = None
 
 
 @dataclass

@@ -9,7 +9,9 @@
 #    /opt/corral) by an earlier boot, or fetched now from CORRAL_RUNTIME_URL (https:// with
 #    curl, wget or any python; none of them: curl from the image's package manager, apt-get,
 #    dnf, microdnf, yum or apk; or file://), checked against CORRAL_RUNTIME_SHA256 and unpacked
-#    there. The image's python (if any) and its packages are left as they are: the agent runs
+#    there (CORRAL_RUNTIME_URL_<ARCH> and CORRAL_RUNTIME_SHA256_<ARCH> for this machine's
+#    `uname -m`, AARCH64 say, when the controller packed one for it). The image's python (if
+#    any) and its packages are left as they are: the agent runs
 #    on the runtime, the job's stages on the image's python, with corral's SDK appended to
 #    their PYTHONPATH;
 # 3. else (no runtime shipped, or one for another arch) a venv under $CORRAL_NODE_HOME
@@ -134,9 +136,18 @@ sha256_of() {
   fi
 }
 
+# the runtime of this machine's arch: CORRAL_RUNTIME_URL_<ARCH> (AARCH64, X86_64) when the
+# controller packed one for it, else CORRAL_RUNTIME_URL when it is of this arch
+ARCH="$(uname -m 2>/dev/null || true)"
+ARCH_URL="CORRAL_RUNTIME_URL_${ARCH^^}"
+ARCH_SHA="CORRAL_RUNTIME_SHA256_${ARCH^^}"
+if [[ "$ARCH" =~ ^[a-z0-9_]+$ ]] && [ -n "${!ARCH_URL:-}" ]; then
+  export CORRAL_RUNTIME_URL="${!ARCH_URL}" CORRAL_RUNTIME_SHA256="${!ARCH_SHA:-}"
+  export CORRAL_RUNTIME_ARCH="$ARCH"
+fi
 if [ -n "$PY_OK" ] && has_corral "$PY"; then
   :
-elif [ -n "${CORRAL_RUNTIME_URL:-}" ] && [ "${CORRAL_RUNTIME_ARCH:-}" = "$(uname -m)" ]; then
+elif [ -n "${CORRAL_RUNTIME_URL:-}" ] && [ "${CORRAL_RUNTIME_ARCH:-}" = "$ARCH" ]; then
   WANT_SHA="${CORRAL_RUNTIME_SHA256:?CORRAL_RUNTIME_SHA256 is not set}"
   RT="$NODE_HOME/runtimes/${WANT_SHA:0:16}"
   if ! runtime_ready "$RT/corral-runtime"; then

@@ -174,8 +174,9 @@ def _url(storage: object, where: str) -> str:
 def node_install_env(storage_uri: str | None, cache: Path) -> dict[str, str]:
     """What a node's bootstrap needs to run this corral: its version, and (with object
     storage) the URL, name and sha256 of its wheel and of corral's runtime for this arch
-    (:mod:`corral.providers.common.runtime`; not with ``CORRAL_NODE_RUNTIME=0``), each
-    uploaded there unless already there."""
+    (:mod:`corral.providers.common.runtime`; not with ``CORRAL_NODE_RUNTIME=0``) and for each
+    other arch configured (``CORRAL_RUNTIME_URL_AARCH64``, ...), each uploaded there unless
+    already there."""
     from corral.bundle.remote import open_storage, put_file  # the storage clients, lazily
 
     env = {ENV_VERSION: __version__}
@@ -213,6 +214,11 @@ def node_install_env(storage_uri: str | None, cache: Path) -> dict[str, str]:
                 ENV_RUNTIME_ARCH: rt.arch,
             }
         )
+        for arch in runtime.foreign_arches():  # the node picks its own by `uname -m`
+            other = runtime.build(wheel.path, arch=arch)
+            uri = f"{base}/{RUNTIME_DIR}/{other.sha256[:16]}/{other.name}"
+            env[runtime.arch_env(ENV_RUNTIME_URL, arch)] = shipped(other.path, other.size, uri)
+            env[runtime.arch_env(ENV_RUNTIME_SHA256, arch)] = other.sha256
     return env
 
 

@@ -332,6 +332,8 @@ def test_the_controller_ships_the_runtime_once_and_can_be_told_not_to(
     assert [p.name for p in stored] == [
         f"corral-runtime-{__version__}-{runtime.machine_arch()}.tar.gz"
     ]
+    index = json.loads((storage / "_corral" / "runtimes" / runtime.STORAGE_INDEX).read_text())
+    assert index == [{"id": stored[0].parent.name, "arch": runtime.machine_arch()}]  # pruning's
     mtime = stored[0].stat().st_mtime_ns
     wheel.node_install_env(str(storage), tmp_path / "wheels")
     assert stored[0].stat().st_mtime_ns == mtime  # there already: not uploaded again

@@ -45,6 +45,7 @@ import tempfile
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from corral import __version__
 from corral.errors import BadInput
@@ -74,6 +75,14 @@ SDK_DEPS = "corral-sdk-deps"
 #: corral's dependencies that only the controller's side imports (the store: the node side
 #: never imports it, an import contract in pyproject.toml says so)
 CONTROLLER_ONLY = frozenset({"sqlalchemy", "alembic"})
+#: runtimes of one arch kept in the controller's cache and in a storage (the newest): the
+#: current one and the two before it, so a controller upgraded and rolled back, or a checkout
+#: beside an installed corral, neither packs (20 s) nor uploads (45 MB) again; older ones are
+#: dead weight (45 MB each, as many as versions and dependency changes)
+KEEP = 3
+#: the storage's list of the runtimes shipped there, oldest first (what :func:`prune_storage`
+#: may delete: a runtime not in it is left alone)
+STORAGE_INDEX = "index.json"
 #: the marker file at the top of an unpacked runtime
 MARKER = "RUNTIME.json"
 TOP = "corral-runtime"
@@ -429,7 +438,9 @@ def build(
     folder = cache / key.hexdigest()[:16]
     path = folder / f"corral-runtime-{__version__}-{arch}.tar.gz"
     digest_file = folder / "sha256"
-    if not (path.is_file() and digest_file.is_file()):
+    if path.is_file() and digest_file.is_file():
+        os.utime(path)  # used now: the newest for the pruning
+    else:
         with tempfile.TemporaryDirectory(prefix="corral-runtime-") as scratch:
             tree, pyver = _interpreter_tree(archive, Path(scratch), env_name)
             major, minor = (int(x) for x in pyver.split("."))
@@ -446,4 +457,48 @@ def build(
             _pack(tmp, tree, pyver, corral_wheel, extras, arch, wheels)
         digest_file.write_text(hashlib.sha256(tmp.read_bytes()).hexdigest())
         os.replace(tmp, path)
+        prune_cache(cache, arch)
     return Runtime(path, digest_file.read_text().strip(), path.stat().st_size, arch)
+
+
+def prune_cache(cache: Path, arch: str, keep: int = KEEP) -> list[Path]:
+    """Delete all but the ``keep`` newest (last packed or used) runtimes of ``arch`` from the
+    controller's ``cache``; the folders deleted."""
+    import shutil
+
+    archives = [
+        (p.stat().st_mtime_ns, p.parent)
+        for p in cache.glob(f"*/corral-runtime-*-{arch}.tar.gz")
+        if p.is_file()
+    ]
+    gone = [folder for _, folder in sorted(archives, reverse=True)[keep:]]
+    for folder in gone:
+        shutil.rmtree(folder, ignore_errors=True)
+    return gone
+
+
+def prune_storage(
+    storage: Any, folder: str, shipped: str, arch: str, keep: int = KEEP
+) -> list[str]:
+    """Note ``shipped`` (the folder name of a runtime of ``arch`` just uploaded under
+    ``folder``, the storage's runtimes) as the newest in the storage's index, and delete the
+    runtimes of ``arch`` the index lists beyond the ``keep`` newest; their folder names. A
+    runtime shipped by a controller that keeps no index is never deleted."""
+    index = storage.join(folder, STORAGE_INDEX)
+    try:
+        listed = json.loads(storage.read_bytes(index)) if storage.isfile(index) else []
+    except (ValueError, FileNotFoundError):
+        listed = []
+    entries = [
+        e
+        for e in listed
+        if isinstance(e, dict) and isinstance(e.get("id"), str) and e["id"] != shipped
+    ]
+    entries.append({"id": shipped, "arch": arch})
+    mine = [e for e in entries if e.get("arch") == arch]
+    gone = [e["id"] for e in mine[: max(0, len(mine) - keep)]]
+    for name in gone:
+        storage.rmtree(storage.join(folder, name))
+    kept = [e for e in entries if e["id"] not in gone]
+    storage.write_bytes(index, json.dumps(kept, indent=1).encode() + b"\n")
+    return gone

@@ -190,7 +190,9 @@ def node_install_env(storage_uri: str | None, cache: Path) -> dict[str, str]:
     if "://" not in base:
         base = "file://" + base
 
-    def shipped(path: Path, size: int, uri: str) -> str:
+    def shipped(path: Path, size: int, uri: str, arch: str | None = None) -> str:
+        """Upload ``path`` to ``uri`` unless it is there; a runtime (``arch``) uploaded
+        prunes the storage's older runtimes of its arch."""
         storage, where = open_storage(uri, dict(os.environ))
         try:
             there = storage.isfile(where) and storage.size(where) == size
@@ -198,6 +200,13 @@ def node_install_env(storage_uri: str | None, cache: Path) -> dict[str, str]:
             there = False
         if not there:
             put_file(storage, path, where)
+            if arch is not None:
+                from corral.providers.common import runtime
+
+                folder = os.path.dirname(os.path.dirname(where))
+                runtime.prune_storage(
+                    storage, folder, os.path.basename(os.path.dirname(where)), arch
+                )
         return _url(storage, where)
 
     url = shipped(wheel.path, wheel.size, f"{base}/{STORAGE_DIR}/{wheel.sha256[:16]}/{wheel.name}")
@@ -209,7 +218,7 @@ def node_install_env(storage_uri: str | None, cache: Path) -> dict[str, str]:
         uri = f"{base}/{RUNTIME_DIR}/{rt.sha256[:16]}/{rt.name}"
         env.update(
             {
-                ENV_RUNTIME_URL: shipped(rt.path, rt.size, uri),
+                ENV_RUNTIME_URL: shipped(rt.path, rt.size, uri, rt.arch),
                 ENV_RUNTIME_SHA256: rt.sha256,
                 ENV_RUNTIME_ARCH: rt.arch,
             }
@@ -217,7 +226,8 @@ def node_install_env(storage_uri: str | None, cache: Path) -> dict[str, str]:
         for arch in runtime.foreign_arches():  # the node picks its own by `uname -m`
             other = runtime.build(wheel.path, arch=arch)
             uri = f"{base}/{RUNTIME_DIR}/{other.sha256[:16]}/{other.name}"
-            env[runtime.arch_env(ENV_RUNTIME_URL, arch)] = shipped(other.path, other.size, uri)
+            url = shipped(other.path, other.size, uri, arch)
+            env[runtime.arch_env(ENV_RUNTIME_URL, arch)] = url
             env[runtime.arch_env(ENV_RUNTIME_SHA256, arch)] = other.sha256
     return env
 

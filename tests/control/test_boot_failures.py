@@ -114,3 +114,35 @@ def test_an_agent_that_cannot_run_the_image_is_not_recovered() -> None:
     assert not from_agent(stage).cannot_boot
     again = recovery.decide(spec, [], 1, OutcomeKind.FAILED, EXIT_CANNOT_BOOT)
     assert again.recover
+
+
+def test_a_machine_that_boots_in_time_never_waits_for_its_log(
+    tmp_path: Path, corral_home: Path
+) -> None:
+    """A log stream may take seconds to read: the booting machine's log is read first
+    boot_log_check_s into its boot, so a machine that boots sooner is not held up by it."""
+    work = tmp_path / "work"
+    work.mkdir()
+    spec = write_spec(
+        work,
+        """
+        name: quick
+        run: echo done
+        resources: {gpus: "L40S:1", spot: false, providers: [fake]}
+        """,
+    )
+    run_id = submit(spec)
+    reads: list[str] = []
+
+    class Counting(FakeProvider):
+        def logs(self, instance, tail: int = 200) -> str:  # type: ignore[no-untyped-def]
+            reads.append(instance.key)
+            return super().logs(instance, tail)
+
+    provider = Counting({"offers": [OFFER], "launch_delay_s": 0.0}, home=corral_home)
+    store = Store.open()
+    settings = Settings(boot_log_check_s=30)
+    controller = Controller(Context(store=store, providers={"fake": provider}, settings=settings))
+    run = tick_until(controller, store, run_id, lambda r: r.terminal, timeout=60)
+    assert run.state == "SUCCEEDED", run.reason
+    assert reads == []

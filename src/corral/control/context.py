@@ -80,9 +80,10 @@ class Settings:
     unreachable_grace_s: float = 60.0
     #: an attempt whose agent is not ready after this long is failed.
     provision_timeout_s: float = 600.0
-    #: while an attempt boots, its machine's console log is read this often for the node's
-    #: "cannot boot corral" (``control.machine_log``), which fails the run at once
-    boot_log_check_s: float = 10.0
+    #: while an attempt boots, its machine's console log is read this often (the first time
+    #: this long after the boot was first seen) for the node's "cannot boot corral"
+    #: (``control.machine_log``), which fails the run at once
+    boot_log_check_s: float = 30.0
     #: after a graceful stop request, wait this long beyond the grace period before teardown.
     stop_margin_s: float = 30.0
     #: a steady run's cost is worked out (and written when it moved) at most this often; a

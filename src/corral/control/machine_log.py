@@ -53,9 +53,9 @@ def failed(why: str) -> Transition:
 def boot_failure(ctx: Context, run: RunRecord, resource: ResourceRecord | None) -> str | None:
     """Why the booting machine of ``resource`` cannot boot corral, if its console log says so
     (read every ``Settings.boot_log_check_s``, the first time that long after the controller
-    first saw it boot: a log stream may take seconds to read (RunPod's, IO.net's follow the
-    container for ``log_read_s``), which a machine that boots in time never waits for; the
-    log is kept when it says so)."""
+    first saw it boot: a log stream may take seconds to read (a container cloud's follows the
+    container for a while), which a machine that boots in time never waits for; the log is
+    kept when it says so)."""
     notes = ctx.notes(run.id).attempt(run.attempt)
     now = ctx.clock()
     last = notes.boot_log_read_at

@@ -40,6 +40,20 @@ if ! { command -v podman && command -v runc; } >/dev/null 2>&1 && command -v apt
     echo "podman could not be installed: the image: tests will be skipped" >&2
 fi
 
+# arm64: Debian's qemu-user-static, and an aarch64 CPython with the aarch64 wheels of corral's
+# compiled dependencies (scripts/aarch64_python.sh: ~50 MB from Debian's packages and PyPI,
+# kept in ~/.cache/corral/aarch64) for tests/providers/test_node_runtime_arm64.py. Quiet;
+# without them those tests are skipped, saying why.
+if [ "$(uname -m)" = x86_64 ] && command -v apt-get >/dev/null 2>&1; then
+  if ! command -v qemu-aarch64-static >/dev/null 2>&1; then
+    { apt-get install -y -q qemu-user-static ||
+      { apt-get update -q && apt-get install -y -q qemu-user-static; }; } >/dev/null 2>&1 ||
+      echo "qemu-user-static could not be installed: the arm64 runtime's qemu test will be skipped" >&2
+  fi
+  bash scripts/aarch64_python.sh >/dev/null 2>&1 ||
+    echo "no aarch64 CPython could be made: the arm64 runtime's tests will be skipped" >&2
+fi
+
 # Ultralytics' real `yolo train` for its tests: an environment of its own (torch 2.14.1 and
 # the torchvision built for it, ~6 GB from pip's local files, ~3.5 min the first time on a
 # machine, then kept in ~/.cache; scripts/ultralytics_venv.sh says why). With under 20 GB

@@ -76,3 +76,25 @@ def test_the_engine_is_the_nodes_choice_then_the_plans_then_podman_then_docker(
     assert find_engine("docker", {"PATH": path}) is None
     reason = no_engine_reason("img:1", {"PATH": path})
     assert "\n" not in reason and "img:1" in reason and "CORRAL_CONTAINER_ENGINE" in reason
+
+
+def test_a_simulated_machines_gpus_are_not_given_to_the_engine(tmp_path: Path) -> None:
+    """A fake cloud machine's GPU ids name no device (CORRAL_CONTAINER_GPUS=none): the container
+    gets no GPU option, only its renumbered CUDA_VISIBLE_DEVICES."""
+    from corral.agent.container import for_plan
+    from corral.wire.container import ContainerPlan
+
+    from .helpers import make_plan
+
+    plan = make_plan(tmp_path, [{"name": "a", "run": "true"}]).model_copy(
+        update={"container": ContainerPlan(image="img:1", engine="sh")}
+    )
+    for environ, real in [
+        ({}, True),
+        ({"CORRAL_CONTAINER_GPUS": "none"}, False),
+    ]:
+        box = for_plan(plan, str(tmp_path / "s"), str(tmp_path / "c"), {"PATH": "/bin", **environ})
+        assert isinstance(box, Container) and box.real_gpus is real
+        argv = box.run_argv("n", [], ["1"])
+        assert ("nvidia.com/gpu=1" in argv) is real
+        assert "CUDA_VISIBLE_DEVICES=0" in argv

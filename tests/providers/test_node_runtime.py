@@ -332,6 +332,8 @@ def test_the_controller_ships_the_runtime_once_and_can_be_told_not_to(
     assert [p.name for p in stored] == [
         f"corral-runtime-{__version__}-{runtime.machine_arch()}.tar.gz"
     ]
+    index = json.loads((storage / "_corral" / "runtimes" / runtime.STORAGE_INDEX).read_text())
+    assert index == [{"id": stored[0].parent.name, "arch": runtime.machine_arch()}]  # pruning's
     mtime = stored[0].stat().st_mtime_ns
     wheel.node_install_env(str(storage), tmp_path / "wheels")
     assert stored[0].stat().st_mtime_ns == mtime  # there already: not uploaded again
@@ -401,3 +403,46 @@ def test_a_python_dist_archive_is_what_the_runtime_carries(
     assert not [n for n in names if "sqlalchemy" in n]  # the controller's side only
     again = runtime.build(built.path, tmp_path / "cache")
     assert again.path == rt.path and again.sha256 == rt.sha256  # cached, not packed again
+
+
+def test_an_image_without_curl_wget_python_or_package_manager_says_so_with_78(
+    tmp_path: Path,
+) -> None:
+    """An nvidia/cuda base image has no curl, wget nor python: the bootstrap would install curl
+    with its package manager (apt-get, dnf, microdnf, yum, apk); with none, it says what is
+    missing in one line and exits 78, which the controller reads back for the attempt."""
+    from corral.control.machine_log import cannot_boot
+
+    bin_dir = _image(tmp_path, None)
+    assert not [
+        t for t in ("curl", "wget", "apt-get", "dnf", "yum", "apk") if (bin_dir / t).exists()
+    ]
+    script = tmp_path / "node-bootstrap.sh"
+    script.write_text(wheel.bootstrap_script())
+    done = subprocess.run(
+        [str(bin_dir / "bash"), str(script)],
+        env={
+            "PATH": str(bin_dir),
+            "HOME": str(tmp_path),
+            "CORRAL_NODE_HOME": str(tmp_path / "n"),
+            "CORRAL_VERSION": __version__,
+            "CORRAL_RUNTIME_URL": "https://127.0.0.1:9/rt.tar.gz?X-Amz-Signature=s3cr3t",
+            "CORRAL_RUNTIME_SHA256": "0" * 64,
+            "CORRAL_RUNTIME_ARCH": runtime.machine_arch(),
+        },
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 78, done.stderr
+    why = (
+        "cannot fetch corral's runtime: this machine has no curl, wget or python, and no "
+        "package manager (apt-get, dnf, microdnf, yum, apk) to install curl with"
+    )
+    assert done.stderr.splitlines()[-2:] == [
+        f"corral bootstrap: {why}",
+        "corral: this machine cannot boot corral (exit 78)",
+    ]
+    assert cannot_boot(done.stderr) == why
+    assert "s3cr3t" not in done.stderr
+    assert not list((tmp_path / "n" / "runtimes").iterdir())  # nothing half-fetched left

@@ -139,5 +139,6 @@ def test_stopped_by_the_controller():
         "exit_code": None,
         "failed_stage": None,
         "over_limit": False,
+        "cannot_boot": False,
     }
     assert AttemptOutcome.model_validate(out.model_dump(mode="json")) == out

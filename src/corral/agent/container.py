@@ -32,6 +32,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from corral.wire.container import (
+    ENV_CONTAINER_GPUS,
     ENV_IMAGE_PASSWORD,
     ENV_IMAGE_REGISTRY,
     ENV_IMAGE_USERNAME,
@@ -91,6 +92,8 @@ class Container:
     workdir: str
     dirs: list[str]
     prefix: str = "corral"
+    #: the node's GPU ids are devices the engine can pass (not a simulated machine's)
+    real_gpus: bool = True
     _count: itertools.count = field(default_factory=lambda: itertools.count(1))
 
     @property
@@ -136,7 +139,7 @@ class Container:
         return [*argv, self.image, "bash", "-c", WRAPPER]
 
     def gpu_args(self, gpus: list[str]) -> list[str]:
-        if not gpus:
+        if not gpus or not self.real_gpus:
             return []
         if self.kind == "docker":  # the NVIDIA toolkit's --gpus; a list needs the quotes
             return ["--gpus", '"device=' + ",".join(gpus) + '"']
@@ -230,6 +233,7 @@ def for_plan(
         workdir=plan.workdir,
         dirs=dirs_of([plan.workdir, checkpoint_dir, state_dir], mounts),
         prefix=f"corral-{plan.run_id}-{plan.attempt}",
+        real_gpus=environ.get(ENV_CONTAINER_GPUS) != "none",
     )
 
 

@@ -286,13 +286,14 @@ class Runner:
 
     def _prepare_image(self) -> None:
         """The plan's image is there to run in (pulled, after a registry login), or the
-        attempt fails with why (no engine on this node, the pull refused)."""
+        attempt fails with why (no engine on this node, the pull refused) and exit 78: the node
+        cannot run this job, which the controller does not relaunch."""
         box = self.container
         problem = box if isinstance(box, str) else None
         if isinstance(box, images.Container):
             problem = box.pull(self._environ)
         if problem:
-            self._shutdown(Phase.FAILED, None, None, problem)
+            self._shutdown(Phase.FAILED, None, C.EXIT_CANNOT_BOOT, problem)
 
     def _prepare_code(self) -> None:
         assert self.code is not None

@@ -84,6 +84,10 @@ class Settings:
     #: attempt began is released, saying what was missing (``CORRAL_GANG_TIMEOUT``; never
     #: more than ``provision_timeout_s``)
     gang_timeout_s: float = 600.0
+    #: while an attempt boots, its machine's console log is read this often (the first time
+    #: this long after the boot was first seen) for the node's "cannot boot corral"
+    #: (``control.machine_log``), which fails the run at once
+    boot_log_check_s: float = 30.0
     #: after a graceful stop request, wait this long beyond the grace period before teardown.
     stop_margin_s: float = 30.0
     #: a steady run's cost is worked out (and written when it moved) at most this often; a

@@ -95,6 +95,7 @@ def end_attempt(ctx: Context, run: RunRecord, outcome: AttemptOutcome) -> Transi
         outcome.kind,
         exit_code,
         over_limit=outcome.over_limit,
+        cannot_boot=outcome.cannot_boot,
     )
     if decision.recover:
         return Transition(

@@ -66,7 +66,10 @@ def handle_provisioning(ctx: Context, run: RunRecord, obs: Observation) -> Trans
         log.warning("run %s: provider status failed: %s", run.id, e.message)
         return None
     if st.state.gone:
-        machine_log.keep(ctx, run, obs.resource)  # it never served: its console says why
+        said = machine_log.keep(ctx, run, obs.resource)  # it never served: its console says why
+        why = machine_log.cannot_boot(said or "")
+        if why is not None:  # not relaunched: the next machine of that image would say the same
+            return machine_log.failed(why)
         return finishing.attempt_lost(ctx, run, st.state, st.detail, st.limit)
     gang = ctx.spec(run).resources.nodes > 1
     if gang and not obs.gang_ready:
@@ -77,6 +80,9 @@ def handle_provisioning(ctx: Context, run: RunRecord, obs: Observation) -> Trans
     except WireVersionMismatch as e:  # no retry or recovery can fix this: say so, stop
         return transitions.finish(RunState.FAILED, e.message, graceful=False)
     if not ready:
+        why = machine_log.boot_failure(ctx, run, obs.resource)
+        if why is not None:  # said once on its console: no wait for the provision timeout
+            return machine_log.failed(why)
         if st.look_again_s is not None:
             obs.soon(st.look_again_s)  # it is about to be ready: not a tick later
         return None  # the health watcher fails it after provision_timeout_s

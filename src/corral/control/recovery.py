@@ -10,7 +10,10 @@ Rules (spec ``recovery``):
   non-empty, only for those exit codes (a machine failure, which has no exit code, is always
   eligible);
 - a job its machine killed for going over a limit (a pool worker's ``--job-memory``) is never
-  recovered: a new attempt would meet the same limit.
+  recovered: a new attempt would meet the same limit;
+- nor is an attempt whose node could not run the job at all (exit 78 before any stage: its
+  image could not be pulled, no container engine for it, no runtime for corral): the same
+  image on the same offer would fail the same way, again and again.
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ def decide(
     kind: OutcomeKind,
     exit_code: int | None,
     over_limit: bool = False,
+    cannot_boot: bool = False,
 ) -> Decision:
     """Whether attempt ``current``, which ended as ``kind`` (a preemption or a failure), is
     recovered; ``attempts`` are the run's attempts (the current one's own exit is ``kind``
@@ -46,6 +50,8 @@ def decide(
     rec = spec.recovery
     if over_limit:
         return Decision(False, "over its machine's limit: a new attempt would be too")
+    if cannot_boot:
+        return Decision(False, "the node cannot run this job: a new attempt would fail the same")
     ended = [a for a in attempts if a.number != current and a.exit_reason in (PREEMPTED, FAILED)]
     if kind == OutcomeKind.PREEMPTED:
         used = sum(1 for a in ended if a.exit_reason == PREEMPTED)

@@ -27,6 +27,9 @@ ENV_IMAGE_REGISTRY = "CORRAL_IMAGE_REGISTRY"
 ENV_IMAGE_USERNAME = "CORRAL_IMAGE_USERNAME"
 ENV_IMAGE_PASSWORD = "CORRAL_IMAGE_PASSWORD"
 IMAGE_AUTH_ENV = (ENV_IMAGE_REGISTRY, ENV_IMAGE_USERNAME, ENV_IMAGE_PASSWORD)
+#: "none" on a node whose GPU ids name no device (a machine of the fake cloud): the engine gets
+#: no GPU options (CUDA_VISIBLE_DEVICES is still renumbered)
+ENV_CONTAINER_GPUS = "CORRAL_CONTAINER_GPUS"
 #: engines looked for on PATH, in this order
 ENGINES = ("podman", "docker")
 

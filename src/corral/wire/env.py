@@ -5,6 +5,10 @@ from __future__ import annotations
 #: Exit code of a training process that was preempted and saved what it could: "resume me".
 #: (75 is EX_TEMPFAIL in sysexits.h: a temporary failure, the work should be retried.)
 EXIT_PREEMPTED = 75
+#: Exit code of a node that cannot run the job at all (78 is EX_CONFIG: no usable runtime for
+#: corral, the image cannot be pulled, no container engine for it): said once, with its reason,
+#: by the node bootstrap or by the agent before the setup; no retry of the same image can help.
+EXIT_CANNOT_BOOT = 78
 
 #: Environment variables the agent sets for every stage.
 ENV_RUN_ID = "CORRAL_RUN_ID"

@@ -17,7 +17,7 @@ import enum
 
 from pydantic import BaseModel, ConfigDict
 
-from corral.wire.env import EXIT_PREEMPTED
+from corral.wire.env import EXIT_CANNOT_BOOT, EXIT_PREEMPTED
 from corral.wire.machine import InstanceState
 from corral.wire.status import AgentStatus, Phase, StageState
 
@@ -66,6 +66,9 @@ class AttemptOutcome(BaseModel):
     #: the job went over a limit its machine enforces (a pool worker's memory limit) and was
     #: killed for it: a new attempt would meet the same limit, so it is not recovered
     over_limit: bool = False
+    #: the node could not run the job at all (its image not pulled, no engine for it, no
+    #: runtime for corral): the same image would fail the same way, so it is not recovered
+    cannot_boot: bool = False
 
 
 def over_limit(reason: str, status: AgentStatus | None = None) -> AttemptOutcome:
@@ -154,6 +157,7 @@ def from_agent(status: AgentStatus, machine: InstanceState | None = None) -> Att
         reason=_failure_reason(status),
         exit_code=code,
         failed_stage=stage,
+        cannot_boot=stage is None and code == EXIT_CANNOT_BOOT,
     )
 
 

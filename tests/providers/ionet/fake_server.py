@@ -164,6 +164,8 @@ class FakeIonet:
         #: container (IO.net documents no container words; a deployment's may be new ones)
         self.running_word = "running"
         self.container_word = "running"
+        #: a command run instead of the deployment's (an image that lacks what it needs)
+        self.command_override: list[str] | None = None
         self.deploys: list[dict[str, Any]] = []
         self.seen: list[tuple[float, str, int]] = []
         self.faults: fakehttp.Faults[Fault] = fakehttp.Faults()
@@ -217,7 +219,9 @@ class FakeIonet:
     def _start_container(self, dep: Dep) -> None:
         config = dep.body["container_config"]
         env = {**(config.get("env_variables") or {}), **(config.get("secret_env_variables") or {})}
-        argv = list(config.get("entrypoint") or []) + list(config.get("args") or [])
+        argv = self.command_override or (
+            list(config.get("entrypoint") or []) + list(config.get("args") or [])
+        )
         cid = uuid.uuid4().hex[:12]
         container = Container(argv or ["true"], env, self.root / dep.id / cid)
         container.start()

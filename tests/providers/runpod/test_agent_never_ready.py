@@ -93,3 +93,39 @@ def test_the_pods_log_shows_why_the_agent_never_came_up(make_provider, fake, tmp
     assert gone.exit_code != 0
     assert "RunPod keeps a pod's log only while the pod exists" in gone.output
     assert API_KEY not in gone.output
+
+
+def test_a_pod_that_cannot_boot_fails_its_run_within_the_boot(
+    make_provider, fake, tmp_path, monkeypatch
+):
+    """The pod's bootstrap says it cannot boot and exits 78: the run fails with that reason as
+    soon as the pod's log says it, not at the provision timeout (600 s here), and no other pod
+    is created for it."""
+    from control.helpers import submit, write_spec
+    from support.cannot_boot import NO_PYTHON, run_until_it_ends
+
+    for name, value in {
+        **{f"CORRAL_RUNPOD_{k.upper()}": v for k, v in fake.settings().items()},
+        "CORRAL_RUNPOD_RATE_PER_S": "none",
+        "CORRAL_RUNPOD_LOG_READ_S": "1",
+        "CORRAL_PROVIDERS": "runpod",
+        "RUNPOD_API_KEY": API_KEY,
+    }.items():
+        monkeypatch.setenv(name, value)
+    (tmp_path / "train.py").write_text("print('never runs')\n")
+    spec = write_spec(
+        tmp_path,
+        f"""
+        name: no-python
+        run: python train.py
+        image: {IMAGE_WITHOUT_PYTHON}
+        resources: {{gpus: "L40S:1", spot: false, providers: [runpod]}}
+        recovery: {{max_error_restarts: 3}}
+        """,
+    )
+    run_id = submit(spec)
+    run, took = run_until_it_ends(run_id, "runpod", make_provider())
+    assert run.state == "FAILED" and took < 60
+    assert run.reason == f"the machine cannot boot corral: {NO_PYTHON}"
+    assert len(fake.creates) == 1
+    assert Store.open().attempts(run_id)[-1].number == 1

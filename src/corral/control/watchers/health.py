@@ -59,9 +59,7 @@ class HealthWatcher(Watcher):
         said = machine_log.keep(ctx, run, obs.resource)  # its last words, before the teardown
         why = machine_log.cannot_boot(said or "")
         if why is not None:  # said once on its console: no retry of that image can help
-            return transitions.finish(
-                RunState.FAILED, f"the machine cannot boot corral: {why}", graceful=False
-            )
+            return machine_log.failed(why)
         return transitions.finish(
             RunState.FAILED,
             f"the agent did not become ready within {ctx.settings.provision_timeout_s:.0f}s "

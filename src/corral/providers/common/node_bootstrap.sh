@@ -7,8 +7,11 @@
 # 2. else corral's own runtime (an interpreter and every package the agent needs, packed by the
 #    controller: providers/common/runtime.py) unpacked under $CORRAL_NODE_HOME (default
 #    /opt/corral) by an earlier boot, or fetched now from CORRAL_RUNTIME_URL (https:// with
-#    curl, wget or any python, or file://), checked against CORRAL_RUNTIME_SHA256 and unpacked
-#    there. The image's python (if any) and its packages are left as they are: the agent runs
+#    curl, wget or any python; none of them: curl from the image's package manager, apt-get,
+#    dnf, microdnf, yum or apk; or file://), checked against CORRAL_RUNTIME_SHA256 and unpacked
+#    there (CORRAL_RUNTIME_URL_<ARCH> and CORRAL_RUNTIME_SHA256_<ARCH> for this machine's
+#    `uname -m`, AARCH64 say, when the controller packed one for it). The image's python (if
+#    any) and its packages are left as they are: the agent runs
 #    on the runtime, the job's stages on the image's python, with corral's SDK appended to
 #    their PYTHONPATH;
 # 3. else (no runtime shipped, or one for another arch) a venv under $CORRAL_NODE_HOME
@@ -73,11 +76,42 @@ runtime_ready() {
     grep -q "\"corral\": \"${WANT}\"" "$1/RUNTIME.json"
 }
 
+# an image with neither curl, wget nor python (nvidia/cuda base images): curl from the image's
+# own package manager; 0 once curl is there, else 1 with NO_FETCH saying why
+NO_FETCH=""
+install_curl() {
+  local pm rc
+  for pm in apt-get dnf microdnf yum apk; do
+    command -v "$pm" >/dev/null || continue
+    say "this machine has no curl, wget or python: installing curl with $pm"
+    rc=0
+    case "$pm" in
+      apt-get)
+        { DEBIAN_FRONTEND=noninteractive apt-get update -q &&
+          DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
+            curl ca-certificates; } >&2 || rc=$?
+        ;;
+      apk) apk add --no-cache curl ca-certificates >&2 || rc=$? ;;
+      *) "$pm" install -y curl >&2 || rc=$? ;;
+    esac
+    if [ "$rc" = 0 ] && command -v curl >/dev/null; then
+      return 0
+    fi
+    NO_FETCH="this machine has no curl, wget or python, and '$pm install curl' failed (exit $rc)"
+    return 1
+  done
+  NO_FETCH="this machine has no curl, wget or python, and no package manager (apt-get, dnf, microdnf, yum, apk) to install curl with"
+  return 1
+}
+
 fetch() {  # fetch URL DEST: the URL from the environment variable named $1, never printed
   local url="${!1}" dest="$2"
   case "$url" in
     file://*) cp "${url#file://}" "$dest" ;;
     *)
+      if ! command -v curl >/dev/null && ! command -v wget >/dev/null && [ -z "$PY" ]; then
+        install_curl || return 2
+      fi
       # the URL on stdin, never on a command line (a presigned URL is a credential)
       if command -v curl >/dev/null; then
         printf 'url = "%s"\n' "$url" | curl -fsS --retry 3 -o "$dest" -K -
@@ -102,9 +136,18 @@ sha256_of() {
   fi
 }
 
+# the runtime of this machine's arch: CORRAL_RUNTIME_URL_<ARCH> (AARCH64, X86_64) when the
+# controller packed one for it, else CORRAL_RUNTIME_URL when it is of this arch
+ARCH="$(uname -m 2>/dev/null || true)"
+ARCH_URL="CORRAL_RUNTIME_URL_${ARCH^^}"
+ARCH_SHA="CORRAL_RUNTIME_SHA256_${ARCH^^}"
+if [[ "$ARCH" =~ ^[a-z0-9_]+$ ]] && [ -n "${!ARCH_URL:-}" ]; then
+  export CORRAL_RUNTIME_URL="${!ARCH_URL}" CORRAL_RUNTIME_SHA256="${!ARCH_SHA:-}"
+  export CORRAL_RUNTIME_ARCH="$ARCH"
+fi
 if [ -n "$PY_OK" ] && has_corral "$PY"; then
   :
-elif [ -n "${CORRAL_RUNTIME_URL:-}" ] && [ "${CORRAL_RUNTIME_ARCH:-}" = "$(uname -m)" ]; then
+elif [ -n "${CORRAL_RUNTIME_URL:-}" ] && [ "${CORRAL_RUNTIME_ARCH:-}" = "$ARCH" ]; then
   WANT_SHA="${CORRAL_RUNTIME_SHA256:?CORRAL_RUNTIME_SHA256 is not set}"
   RT="$NODE_HOME/runtimes/${WANT_SHA:0:16}"
   if ! runtime_ready "$RT/corral-runtime"; then
@@ -117,7 +160,7 @@ elif [ -n "${CORRAL_RUNTIME_URL:-}" ] && [ "${CORRAL_RUNTIME_ARCH:-}" = "$(uname
     fetch CORRAL_RUNTIME_URL "$PART/runtime.tar.gz" || rc=$?
     if [ "$rc" = 2 ]; then
       rm -rf "$PART"
-      unbootable "cannot fetch corral's runtime: this machine has no curl, wget or python"
+      unbootable "cannot fetch corral's runtime: ${NO_FETCH:-this machine has no curl, wget or python}"
     elif [ "$rc" != 0 ]; then
       say "corral's runtime could not be fetched (exit $rc)"
       rm -rf "$PART"

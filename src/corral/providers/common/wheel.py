@@ -174,8 +174,9 @@ def _url(storage: object, where: str) -> str:
 def node_install_env(storage_uri: str | None, cache: Path) -> dict[str, str]:
     """What a node's bootstrap needs to run this corral: its version, and (with object
     storage) the URL, name and sha256 of its wheel and of corral's runtime for this arch
-    (:mod:`corral.providers.common.runtime`; not with ``CORRAL_NODE_RUNTIME=0``), each
-    uploaded there unless already there."""
+    (:mod:`corral.providers.common.runtime`; not with ``CORRAL_NODE_RUNTIME=0``) and for each
+    other arch configured (``CORRAL_RUNTIME_URL_AARCH64``, ...), each uploaded there unless
+    already there."""
     from corral.bundle.remote import open_storage, put_file  # the storage clients, lazily
 
     env = {ENV_VERSION: __version__}
@@ -189,7 +190,9 @@ def node_install_env(storage_uri: str | None, cache: Path) -> dict[str, str]:
     if "://" not in base:
         base = "file://" + base
 
-    def shipped(path: Path, size: int, uri: str) -> str:
+    def shipped(path: Path, size: int, uri: str, arch: str | None = None) -> str:
+        """Upload ``path`` to ``uri`` unless it is there; a runtime (``arch``) uploaded
+        prunes the storage's older runtimes of its arch."""
         storage, where = open_storage(uri, dict(os.environ))
         try:
             there = storage.isfile(where) and storage.size(where) == size
@@ -197,6 +200,13 @@ def node_install_env(storage_uri: str | None, cache: Path) -> dict[str, str]:
             there = False
         if not there:
             put_file(storage, path, where)
+            if arch is not None:
+                from corral.providers.common import runtime
+
+                folder = os.path.dirname(os.path.dirname(where))
+                runtime.prune_storage(
+                    storage, folder, os.path.basename(os.path.dirname(where)), arch
+                )
         return _url(storage, where)
 
     url = shipped(wheel.path, wheel.size, f"{base}/{STORAGE_DIR}/{wheel.sha256[:16]}/{wheel.name}")
@@ -208,11 +218,17 @@ def node_install_env(storage_uri: str | None, cache: Path) -> dict[str, str]:
         uri = f"{base}/{RUNTIME_DIR}/{rt.sha256[:16]}/{rt.name}"
         env.update(
             {
-                ENV_RUNTIME_URL: shipped(rt.path, rt.size, uri),
+                ENV_RUNTIME_URL: shipped(rt.path, rt.size, uri, rt.arch),
                 ENV_RUNTIME_SHA256: rt.sha256,
                 ENV_RUNTIME_ARCH: rt.arch,
             }
         )
+        for arch in runtime.foreign_arches():  # the node picks its own by `uname -m`
+            other = runtime.build(wheel.path, arch=arch)
+            uri = f"{base}/{RUNTIME_DIR}/{other.sha256[:16]}/{other.name}"
+            url = shipped(other.path, other.size, uri, arch)
+            env[runtime.arch_env(ENV_RUNTIME_URL, arch)] = url
+            env[runtime.arch_env(ENV_RUNTIME_SHA256, arch)] = other.sha256
     return env
 
 

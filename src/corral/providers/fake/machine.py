@@ -22,12 +22,25 @@ volume and the agent's files its host reads (``instances/``) stay.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from corral.providers.base import Bootstrap, InstanceState, InstanceStatus, Offer
 from corral.providers.common.host import AgentHost
 from corral.providers.common.host_state import InstanceRecord
 from corral.providers.common.node import NodeView
+from corral.wire.container import ENV_CONTAINER_ENGINE, ENV_CONTAINER_GPUS
+
+#: what a fake machine's agent gets of this machine's container engine (the choice and its
+#: configuration), for a job with ``image:``: the machine "has" this machine's engine
+ENGINE_ENV = (
+    ENV_CONTAINER_ENGINE,
+    "CONTAINERS_CONF",
+    "CONTAINERS_STORAGE_CONF",
+    "CONTAINERS_REGISTRIES_CONF",
+    "DOCKER_HOST",
+    "DOCKER_CONFIG",
+)
 
 
 class Machine:
@@ -65,7 +78,12 @@ class Machine:
         return self.home / "disk"
 
     def start(self, bootstrap: Bootstrap, offer: Offer) -> InstanceRecord:
-        """Start the agent (idempotent on the key). Raises what the host raises."""
+        """Start the agent (idempotent on the key). Raises what the host raises. A plan with
+        an image: the agent gets this machine's container engine and its configuration."""
+        if bootstrap.plan.container is not None:
+            engine = {k: os.environ[k] for k in ENGINE_ENV if os.environ.get(k)}
+            engine[ENV_CONTAINER_GPUS] = "none"  # its GPU ids are simulated: no device
+            bootstrap = bootstrap.model_copy(update={"env": {**engine, **bootstrap.env}})
         return self.host.launch(
             self.key,
             bootstrap,

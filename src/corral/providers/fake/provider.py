@@ -15,6 +15,11 @@ because the controller does not ask for ``status`` while the agent answers, and 
 not wait to be asked before it reclaims a machine. All state is in files under
 ``CORRAL_HOME/fake/`` (:mod:`corral.providers.fake.state`), changed under a file lock, so a
 new provider object - a restarted controller - sees the same instances.
+
+``image:`` is honoured or refused, as on the local provider: a fake machine is a VM with this
+machine's container engine (podman or docker on PATH, or ``CORRAL_CONTAINER_ENGINE``), through
+which its agent runs the job's setup and stages in the image; without one the offers raise
+:class:`~corral.errors.InfeasibleRequest` saying so, and nothing runs on the machine instead.
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ from corral.errors import (
     BadInput,
     Conflict,
     CorralError,
+    InfeasibleRequest,
     NoCapacity,
     NotFound,
     NotYetTerminated,
@@ -63,6 +69,7 @@ from corral.providers.fake import market
 from corral.providers.fake.cloud import FakeCloud, load_cloud
 from corral.providers.fake.machine import Machine
 from corral.providers.fake.state import TIMER_OUT, FakeRecord, Layout, next_event
+from corral.wire.container import find_engine, no_engine_reason
 
 _GONE = ("preempted", "failed", "terminated")
 #: where a fake machine keeps the runs' code and state (under its own root)
@@ -119,6 +126,8 @@ class FakeProvider(
     def offers(self, req: Requirements) -> list[Offer]:
         if req.providers is not None and self.name not in req.providers:
             return []
+        if req.image and find_engine() is None:  # the machines have this machine's engine
+            raise InfeasibleRequest(f"fake: {no_engine_reason(req.image)}")
         now = self.clock()
         with self.layout.lock():
             records = [self._advance(r, now) for r in self.layout.records()]
@@ -194,8 +203,10 @@ class FakeProvider(
 
     def node_profile(self, offer: Offer, run_id: str) -> NodeProfile:
         """A fake machine shares no file with the controller: the code is shipped to
-        ``/corral/runs/<run id>/work`` under the machine's own root."""
-        return NodeProfile(workdir=f"{NODE_RUNS}/{run_id}/work")
+        ``/corral/runs/<run id>/work`` under the machine's own root. Its container engine is
+        this machine's (``image:``: the job's commands run in the image through it, see
+        :mod:`corral.providers.fake.machine`)."""
+        return NodeProfile(workdir=f"{NODE_RUNS}/{run_id}/work", container_engine="auto")
 
     # --- the simulation (every method below runs with the lock held) ------------------------
 

@@ -79,6 +79,13 @@ def test_a_two_node_torchrun_job_meets_across_two_machines_and_is_billed_for_bot
     assert "rank 0 of 2 node 0 sum 3.0" in logs, logs
     code, report, _ = cli("logs", run_id, "--stage", "report")
     assert "head only, node 0 of 1" in report
+    # every node's log, each line saying its node; --node one of them
+    assert "node1/train" in logs and "rank 1 of 2 node 1 sum 3.0" in logs, logs
+    code, one, _ = cli("logs", run_id, "--node", "1")
+    assert code == 0 and "rank 1 of 2 node 1" in one and "rank 0 of 2" not in one, one
+    assert "report" not in one  # a head-only stage: skipped on node 1, no log there
+    code, _, err = cli("logs", run_id, "--node", "2")
+    assert code != 0 and err.strip().endswith("has no node 2 (nodes: 0..1)"), err
     store = Store.open()
     launched = store.events(run_id, types=["instance.launched"])
     assert [e.data.get("node") for e in launched] == [0, 1], launched

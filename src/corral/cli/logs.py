@@ -11,6 +11,13 @@ def logs(
     stage: list[str] = typer.Option([], "--stage", "-s", help="Only this stage (repeatable)."),
     attempt: int = typer.Option(None, "--attempt", help="Only this attempt."),
     timestamps: bool = typer.Option(False, "--timestamps", "-t", help="Show each line's UTC time."),
+    node: int = typer.Option(
+        None,
+        "--node",
+        min=0,
+        help="A multi-node run: only this node's logs (0: the head). Default: every node's, "
+        "each line prefixed with its node.",
+    ),
     machine: bool = typer.Option(
         False,
         "--machine",
@@ -22,6 +29,10 @@ def logs(
     from corral.remote import connect
 
     remote = connect()
+    if remote is not None and node is not None:
+        from corral.errors import BadInput
+
+        raise BadInput("--node: a corral server does not serve one node's logs yet (CORRAL_SERVER)")
     if remote is not None:  # CORRAL_SERVER: the server's copy of the logs
         from corral.cli import remote as remote_cli
 
@@ -44,7 +55,7 @@ def logs(
     )
     if (machine or no_stage_log) and _machine_log(run_ref, attempt, required=machine):
         return
-    tailer = open_logs(run_ref, stages=stage, attempt=attempt)
+    tailer = open_logs(run_ref, stages=stage, attempt=attempt, node=node)
     if follow_:
         follow(
             tailer.run_id,

@@ -175,6 +175,15 @@ def _final_sync(ctx: Context, run: RunRecord) -> None:
             sync.drain(ctx, run, ctx.agent(run.id, run.attempt, inst.endpoint))
         except AgentError:
             pass
+    for res in members(ctx, run):  # a gang's other nodes: their last log lines
+        node = instance_of(res)
+        if node is None or not node.endpoint:
+            continue
+        try:
+            client = ctx.agent(run.id, run.attempt, node.endpoint)
+            sync.copy_node_logs(ctx, run, rank_of(res), client, rounds=16)
+        except AgentError:
+            pass
     _note_completed_stages(ctx, run)
 
 

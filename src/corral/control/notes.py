@@ -43,6 +43,8 @@ class AttemptNotes:
     handed: set[int] = field(default_factory=set)
     #: the repair: the ended attempt's nodes still running their stages were asked to stop
     survivors_asked_at: datetime | None = None
+    #: a gang's other nodes: how far their stage logs were copied (rank -> ``sync.PollState``)
+    node_logs: dict[int, Any] = field(default_factory=dict)
     #: the booting machine's console log was last read then (``machine_log.boot_failure``)
     boot_log_read_at: datetime | None = None
 

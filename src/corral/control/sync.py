@@ -143,6 +143,41 @@ def drain(ctx: Context, run: RunRecord, client: AgentClient, *, rounds: int = 16
             return
 
 
+#: ``GET /poll``'s event cursor that asks for no event (a gang's other nodes: their logs only)
+NO_EVENTS = 2**62
+
+
+def node_log_dir(run_id: str, attempt: int, rank: int) -> Path:
+    """Where the stage logs of node ``rank`` of a gang are copied (the head's are the
+    attempt's own, :func:`logs_dir`)."""
+    d = logs_dir(run_id, attempt) / f"node{rank}"
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
+def copy_node_logs(
+    ctx: Context, run: RunRecord, rank: int, client: AgentClient, *, rounds: int = 1
+) -> None:
+    """Copy the new stage log bytes of node ``rank`` of the run's gang (a node other than the
+    head: its events are the head's too, so none are copied), masked like the head's; up to
+    ``rounds`` polls (more: before teardown, its last words)."""
+    states = ctx.notes(run.id).attempt(run.attempt).node_logs
+    state = states.get(rank)
+    if not isinstance(state, PollState):
+        directory = node_log_dir(run.id, run.attempt, rank)
+        offsets = {p.stem: _read_offset(p) for p in directory.glob("*.log")}
+        state = states[rank] = PollState(run.attempt, directory, NO_EVENTS, offsets, None)
+    redactor = _redactor(ctx, run)
+    for _ in range(rounds):
+        answer = client.poll(NO_EVENTS, state.offsets, _log_limit(ctx))
+        for stage, chunk in answer.logs.items():
+            _append_log(
+                ctx, run, state, stage, chunk.offset, chunk.next_offset, chunk.data, redactor
+            )
+        if not answer.more:
+            return
+
+
 def _log_limit(ctx: Context) -> int:
     from corral.wire.poll import DEFAULT_LOG_LIMIT
 

@@ -84,6 +84,27 @@ def _attempt_dirs(root: Path) -> list[tuple[int, Path]]:
     return sorted(found)
 
 
+def _node_dirs(attempt_dir: Path) -> list[tuple[int, Path]]:
+    """A gang's other nodes' log folders in an attempt's (``node<rank>``), by rank."""
+    found = [
+        (int(p.name[4:]), p)
+        for p in attempt_dir.glob("node*")
+        if p.name[4:].isdigit() and p.is_dir()
+    ]
+    return sorted(found)
+
+
+def _origin(path: Path) -> tuple[int, str]:
+    """The attempt and the label of a copied stage log: its stage, prefixed with its node in
+    a gang's attempt (``node1/train``; the head's ``node0/train``)."""
+    parent = path.parent
+    if parent.name.startswith("node") and parent.name[4:].isdigit():
+        return int(parent.parent.name[1:]), f"{parent.name}/{path.stem}"
+    if _node_dirs(parent):
+        return int(parent.name[1:]), f"node0/{path.stem}"
+    return int(parent.name[1:]), path.stem
+
+
 class LogTailer:
     """Reads the new complete lines of a run's copied stage logs (all attempts, in order).
     ``stages``/``attempt`` narrow what is read; ``from_end`` skips what is there now."""
@@ -96,8 +117,11 @@ class LogTailer:
         attempt: int | None = None,
         from_end: bool = False,
         stage_names: list[str] | None = None,
+        node: int | None = None,
     ):
         self.run_id = run_id
+        #: a gang's node whose logs are read (None: every node's; 0: the head's)
+        self.node = node
         #: every stage of the run that writes a log (for a caller laying out columns)
         self.stage_names = list(stage_names or [MAIN_STAGE])
         self.root = logs_dir(run_id)
@@ -120,9 +144,13 @@ class LogTailer:
         for number, adir in _attempt_dirs(self.root):
             if self.attempt is not None and number != self.attempt:
                 continue
-            for f in sorted(adir.glob("*.log")):
-                if self.stages is None or f.stem in self.stages:
-                    out.append(f)
+            dirs = [(0, adir), *_node_dirs(adir)]
+            for rank, d in dirs:
+                if self.node is not None and rank != self.node:
+                    continue
+                for f in sorted(d.glob("*.log")):
+                    if self.stages is None or f.stem in self.stages:
+                        out.append(f)
         return out
 
     def read(self) -> list[LogLine]:
@@ -147,8 +175,8 @@ class LogTailer:
             if end < 0:
                 continue
             self.offsets[path] = offset + end + 1
-            attempt = int(path.parent.name[1:])
-            batch += parse_log(data[: end + 1].decode("utf-8", "replace"), attempt, path.stem)
+            attempt, label = _origin(path)
+            batch += parse_log(data[: end + 1].decode("utf-8", "replace"), attempt, label)
         batch.sort(key=lambda line: (line.attempt, line.ts))
         return batch
 
@@ -173,19 +201,26 @@ def open_logs(
     attempt: int | None = None,
     from_end: bool = False,
     store: Store | None = None,
+    node: int | None = None,
 ) -> LogTailer:
     """A :class:`LogTailer` over the logs of the run named by ``ref``, after checking that
-    the run has the ``stages`` and the ``attempt`` asked for (NotFound otherwise)."""
+    the run has the ``stages``, the ``attempt`` and the gang's ``node`` asked for (NotFound
+    otherwise)."""
     wanted = list(stages or [])
     with using(store) as st:
         run = st.get_run(ref)
     _check(run, wanted, attempt)
+    if node is not None:
+        nodes = int(((run.spec or {}).get("resources") or {}).get("nodes") or 1)
+        if not 0 <= node < nodes:
+            raise NotFound(f"run {run.id} has no node {node} (nodes: 0..{nodes - 1})")
     return LogTailer(
         run.id,
         stages=wanted or None,
         attempt=attempt,
         from_end=from_end,
         stage_names=stage_names(run.spec),
+        node=node,
     )
 
 

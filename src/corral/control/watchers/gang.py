@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from corral.control import finishing, gangs, shipping
+from corral.control import finishing, gangs, shipping, sync
 from corral.control.context import Context, log
 from corral.control.notes import AttemptNotes
 from corral.control.observe import Observation
@@ -109,6 +109,10 @@ class GangWatcher(Watcher):
         except AgentError:
             return False
         shipping.upload_step(ctx, run, client, status, node=rank)
+        try:  # its stage logs, beside the head's (corral logs --node)
+            sync.copy_node_logs(ctx, run, rank, client)
+        except AgentError as e:
+            log.info("run %s: node %d: logs not copied: %s", run.id, rank, e)
         if status.phase == Phase.FAILED and run.state == RunState.RUNNING and not losing:
             outcome = outcomes.from_agent(status, None)
             return finishing.end_attempt(

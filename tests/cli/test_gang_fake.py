@@ -206,3 +206,47 @@ def test_a_node_preempted_is_replaced_the_survivor_kept_and_the_weights_are_unin
     assert store.events(run_id, types=["gang.handed_over"])
     launched = [e.data["instance_id"] for e in store.events(run_id, types=["instance.launched"])]
     assert len(launched) == 3  # two machines, then only the lost one again
+
+
+@pytest.mark.slow
+def test_a_gang_not_ready_within_its_bound_is_released_saying_what_was_missing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No node boots within CORRAL_GANG_TIMEOUT: every machine the gang had is released
+    (billed until then), the run says how many were ready, and it waits for the next gang."""
+    cloud = tmp_path / "cloud.json"
+    cloud.write_text(json.dumps({**CLOUD, "launch_delay_s": 30}))
+    monkeypatch.setenv(ENV_FAKE_CLOUD, str(cloud))
+    monkeypatch.setenv("CORRAL_PROVIDERS", "fake")
+    monkeypatch.setenv("CORRAL_GANG_TIMEOUT", "2")
+    (tmp_path / "train.py").write_text(TRAIN)
+    code, out, err = cli("launch", write_spec(tmp_path, SPEC), "--detach", "--json")
+    assert code == 0, err
+    run_id = json.loads(out)["id"]
+    store = Store.open()
+    deadline = time.monotonic() + 60
+    while not store.events(run_id, types=["gang.incomplete"]):
+        assert time.monotonic() < deadline, store.events(run_id)
+        time.sleep(0.2)
+    (said,) = store.events(run_id, types=["gang.incomplete"])
+    assert said.reason.startswith("the gang was not completed: 0 of 2 nodes ready after "), said
+    assert "(the bound is 2s: CORRAL_GANG_TIMEOUT); releasing its nodes" in said.reason
+    first = {e.data["instance_id"] for e in store.events(run_id, types=["instance.launched"])
+             if e.attempt == 1}  # fmt: skip
+    assert len(first) == 2
+
+    def released() -> bool:
+        gone = {
+            e.reason.split(": ")[-1] for e in store.events(run_id, types=["instance.terminated"])
+        }
+        return first <= gone
+
+    deadline = time.monotonic() + 60
+    while not released():
+        assert time.monotonic() < deadline, store.events(run_id)
+        time.sleep(0.2)
+    attempt = store.attempts(run_id)[0]
+    assert attempt.exit_reason == "gang_incomplete" and attempt.cost_usd > 0  # billed till then
+    code, _, err = cli("cancel", run_id)
+    assert code == 0, err
+    assert wait_state(run_id, {"CANCELLED"}, timeout=60)["state"] == "CANCELLED"

@@ -50,10 +50,7 @@ class GangWatcher(Watcher):
             launched = gangs.launch_members(ctx, run, run.attempt)
             if launched is not None:
                 return launched
-        # the head's readiness is the PROVISIONING handler's, once a kept head took this
-        # attempt (its agent answers /ready for the attempt it was kept from until then)
-        handed = ctx.notes(run.id).attempt(run.attempt).handed
-        ready = 0 if gangs.KEPT_FROM in obs.resource.data and 0 not in handed else 1
+        ready = 1 if _head_ready(ctx, run, obs) else 0
         looked = []
         for row in members(ctx, run):
             inst = instance_of(row)
@@ -121,6 +118,20 @@ class GangWatcher(Watcher):
         return True
 
 
+def _head_ready(ctx: Context, run: RunRecord, obs: Observation) -> bool:
+    """The head's agent serves this attempt (a kept head: once it took it; until then its
+    agent still answers /ready for the attempt it was kept from)."""
+    if run.state != RunState.PROVISIONING:
+        return True
+    handed = ctx.notes(run.id).attempt(run.attempt).handed
+    if obs.resource is not None and gangs.KEPT_FROM in obs.resource.data:
+        return 0 in handed
+    try:
+        return obs.ready()
+    except CorralError:
+        return False  # the PROVISIONING handler says why
+
+
 def _losing(st: InstanceStatus) -> bool:
     return st.state == InstanceState.PREEMPTED or st.state.gone
 
@@ -186,6 +197,6 @@ def _bound(ctx: Context, run: RunRecord, ready: int, nodes: int, obs: Observatio
     return gangs.gang_incomplete(
         ctx,
         run,
-        f"{ready - 1} of {nodes - 1} other nodes ready after {waited:.0f}s "
+        f"{ready} of {nodes} nodes ready after {waited:.0f}s "
         f"(the bound is {bound:.0f}s: CORRAL_GANG_TIMEOUT)",
     )

@@ -128,6 +128,7 @@ if cp.latest() is not None:
     state = cp.restore(template={"w": w, "step": 0})
     w, start = state["w"], state["step"]
 print(f"rank {rank} of {world} starts at step {start}", flush=True)
+open("node.txt", "w").write(os.environ["NODE_RANK"])  # in this machine's workdir
 saved = start
 for step in range(start + 1, STEPS + 1):
     g = torch.tensor([rank + 1.0])
@@ -179,6 +180,10 @@ def test_a_node_preempted_is_replaced_the_survivor_kept_and_the_weights_are_unin
         assert time.monotonic() < deadline, "no checkpoint was saved"
         assert wait_state(run_id, set(STATES), timeout=60)["state"] == "RUNNING"
         time.sleep(0.2)
+    # corral exec reaches each node (its own machine: its own workdir)
+    for flag, said in (([], "0"), (["--node", "1"], "1")):
+        code, out, err = cli("exec", run_id, *flag, "--", "cat", "node.txt")
+        assert (code, out.strip()) == (0, said), (flag, out, err)
     (node,) = [
         r for r in store.resources(run_id=run_id) if r.attempt == 1 and r.data.get("rank") == lost
     ]

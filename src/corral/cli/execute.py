@@ -17,6 +17,9 @@ def exec_(
     json_: bool = typer.Option(
         False, "--json", help="Print one JSON object (the outcome and the output) at the end."
     ),
+    node: int = typer.Option(
+        None, "--node", min=0, help="A multi-node run: on this node (default: 0, the head)."
+    ),
 ) -> None:
     """Run a command on the machine of a running run (say `corral exec RUN -- nvidia-smi`),
     in its workdir with the job's environment and GPUs, and print its output as it comes.
@@ -38,7 +41,7 @@ def exec_(
     argv = list(command or [])
     if argv[:1] == ["--"]:  # the separator itself, when the parser leaves it in
         argv = argv[1:]
-    result = exec_command(run_ref, argv, on_output=show, timeout_s=timeout)
+    result = exec_command(run_ref, argv, on_output=show, timeout_s=timeout, node=node)
     if json_:
         from corral.cli.output import print_json
 

@@ -42,11 +42,13 @@ def exec_command(
     poll_s: float = POLL_S,
     sleep: Callable[[float], None] = time.sleep,
     store: Store | None = None,
+    node: int | None = None,
 ) -> ExecResult:
     """Run ``argv`` on the machine of run ``ref`` and wait for it, handing its merged output
     to ``on_output`` piece by piece (whole lines). Conflict when the run has no live machine;
     BadInput for an empty command; AgentError when the agent refuses it (its words). A
-    KeyboardInterrupt kills the command and ends the call with exit code 130."""
+    KeyboardInterrupt kills the command and ends the call with exit code 130. ``node``: on
+    that node of a multi-node run (default: the head)."""
     argv = [str(a) for a in argv]
     if not argv or not argv[0]:
         raise BadInput("give the command to run after `--`, e.g. corral exec RUN -- nvidia-smi")
@@ -56,7 +58,7 @@ def exec_command(
     with using(store) as st:
         run = st.get_run(ref)
         redactor = run_redactor(run)
-        agent = live_agent(st, run)
+        agent = live_agent(st, run, node=node)
         shown = redactor.redact(command_text(argv))
         attempt = run.attempt
         try:
@@ -76,7 +78,8 @@ def exec_command(
             run,
             "exec.started",
             f"{who} ran: {shown}",
-            {"actor": who, "command": shown, "command_id": command_id},
+            {"actor": who, "command": shown, "command_id": command_id}
+            | ({"node": node} if node else {}),
             redactor,
         )
         offset, interrupted = 0, False

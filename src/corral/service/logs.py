@@ -20,6 +20,7 @@ from corral import paths
 from corral.control.watching import TOUCH_S, mark_followed
 from corral.errors import BadInput, NotFound
 from corral.service._store import using
+from corral.service.node import check_node
 from corral.service.views import LogChunk, LogFile, LogLine
 from corral.store import RunRecord, Store
 
@@ -211,9 +212,7 @@ def open_logs(
         run = st.get_run(ref)
     _check(run, wanted, attempt)
     if node is not None:
-        nodes = int(((run.spec or {}).get("resources") or {}).get("nodes") or 1)
-        if not 0 <= node < nodes:
-            raise NotFound(f"run {run.id} has no node {node} (nodes: 0..{nodes - 1})")
+        check_node(run, node)
     return LogTailer(
         run.id,
         stages=wanted or None,

@@ -10,7 +10,7 @@ from typing import Any
 
 from corral.control.agent_client import AgentClient
 from corral.control.tokens import agent_token
-from corral.errors import Conflict
+from corral.errors import Conflict, NotFound
 from corral.secrets.redact import Redactor, redactor_for
 from corral.store import RunRecord, Store
 
@@ -30,10 +30,17 @@ def run_redactor(run: RunRecord) -> Redactor:
 
 
 def live_agent(
-    store: Store, run: RunRecord, *, timeout: float = 30.0, ended_ok: bool = False
+    store: Store,
+    run: RunRecord,
+    *,
+    timeout: float = 30.0,
+    ended_ok: bool = False,
+    node: int | None = None,
 ) -> AgentClient:
-    """A client of the agent of the run's current attempt. Conflict when the run is over, its
-    machine has no agent address yet, or (unless ``ended_ok``) its attempt has ended."""
+    """A client of the agent of the run's current attempt (``node``: of that node of a
+    multi-node run; None or 0: the head). Conflict when the run is over, its machine has no
+    agent address yet, or (unless ``ended_ok``) its attempt has ended; NotFound for a node
+    the run does not have."""
     if run.terminal:
         raise Conflict(f"run {run.id} is {run.state}: its machine is gone")
     attempts = [a for a in store.attempts(run.id) if a.number == run.attempt]
@@ -43,7 +50,26 @@ def live_agent(
             f"run {run.id} ({run.state}, attempt {run.attempt}) has no machine with a "
             "running agent right now"
         )
-    return AgentClient(attempt.endpoint, agent_token(run.id, attempt.number), timeout=timeout)
+    endpoint = attempt.endpoint if not node else _node_endpoint(store, run, node)
+    return AgentClient(endpoint, agent_token(run.id, attempt.number), timeout=timeout)
+
+
+def check_node(run: RunRecord, node: int) -> None:
+    """NotFound unless the run's gang has node ``node`` (``resources.nodes`` of its spec)."""
+    nodes = int(((run.spec or {}).get("resources") or {}).get("nodes") or 1)
+    if not 0 <= node < nodes:
+        raise NotFound(f"run {run.id} has no node {node} (nodes: 0..{nodes - 1})")
+
+
+def _node_endpoint(store: Store, run: RunRecord, node: int) -> str:
+    """The agent address of node ``node`` of the run's current attempt's gang."""
+    check_node(run, node)
+    for row in store.resources(run_id=run.id, open_only=True):
+        if row.attempt == run.attempt and row.data.get("rank") == node and row.instance:
+            endpoint = row.instance.get("endpoint")
+            if isinstance(endpoint, str) and endpoint:
+                return endpoint
+    raise Conflict(f"run {run.id}: node {node} has no machine with a running agent right now")
 
 
 def audit(

@@ -87,6 +87,8 @@ def test_a_two_node_torchrun_job_meets_across_two_machines_and_is_billed_for_bot
     code, _, err = cli("logs", run_id, "--node", "2")
     assert code != 0 and err.strip().endswith("has no node 2 (nodes: 0..1)"), err
     store = Store.open()
+    (started,) = store.events(run_id, types=["run.started"])
+    assert started.data == {"nodes": 2} and started.reason == "attempt 1 running on 2 nodes"
     launched = store.events(run_id, types=["instance.launched"])
     assert [e.data.get("node") for e in launched] == [0, 1], launched
     machines = {e.data["instance_id"] for e in launched}

@@ -71,7 +71,8 @@ def handle_provisioning(ctx: Context, run: RunRecord, obs: Observation) -> Trans
         if why is not None:  # not relaunched: the next machine of that image would say the same
             return machine_log.failed(why)
         return finishing.attempt_lost(ctx, run, st.state, st.detail, st.limit)
-    gang = ctx.spec(run).resources.nodes > 1
+    nodes = ctx.spec(run).resources.nodes
+    gang = nodes > 1
     if gang and not obs.gang_ready:
         obs.soon(0.5)
         return None  # a gang runs once every node is ready (the gang watcher bounds the wait)
@@ -93,7 +94,13 @@ def handle_provisioning(ctx: Context, run: RunRecord, obs: Observation) -> Trans
         f"agent ready on {provider}",
         expect=frozenset({RunState.PROVISIONING}),
         attempt_fields={"state": "running", "running_at": ctx.clock()},
-        events=(Note("run.started", f"attempt {run.attempt} running"),),
+        events=(
+            Note(
+                "run.started",
+                f"attempt {run.attempt} running" + (f" on {nodes} nodes" if gang else ""),
+                data={"nodes": nodes} if gang else None,
+            ),
+        ),
     )
 
 

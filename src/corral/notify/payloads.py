@@ -35,7 +35,7 @@ DELIVERY_NAMESPACE = uuid.uuid5(uuid.NAMESPACE_URL, "https://corral.dev/webhooks
 
 #: The fields of an event's data that a payload carries, per event type.
 FIELDS: dict[str, tuple[str, ...]] = {
-    "run.started": (),
+    "run.started": ("nodes",),
     "stage.started": ("stage", "gpus"),
     "stage.finished": ("stage", "state", "exit_code", "duration_s"),
     "progress": ("stage", "step", "total", "percent", "loss", "metrics", "eta_s"),

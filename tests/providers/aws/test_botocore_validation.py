@@ -132,12 +132,16 @@ def test_every_provider_method_sends_only_requests_botocore_validates(make_provi
         assert p.status(inst).state in (InstanceState.RUNNING, InstanceState.PROVISIONING)
         p.logs(inst, tail=5)
         assert p.find(inst.key) is not None
-    # a gang of two: the placement group, the zone of its head, the rule between the nodes
+    # a gang of two (no named volumes: one EBS volume, one instance): the placement group,
+    # the zone of its head, the rule between the nodes, a data volume per node
+    plain = next(
+        o for o in p.offers(A10G) if not o.spot and o.details["instance_type"] == "g5.xlarge"
+    )
     head_key = new_key()
-    head = p.launch(on_demand, gang_bootstrap(tmp_path, head_key, 0), head_key)
+    head = p.launch(plain, gang_bootstrap(tmp_path, head_key, 0), head_key)
     member_key = f"{head_key}-k1"
     member = p.launch(
-        on_demand, gang_bootstrap(tmp_path, member_key, 1, p.gang_address(head)), member_key
+        plain, gang_bootstrap(tmp_path, member_key, 1, p.gang_address(head)), member_key
     )
     gang_run = head.data["run_id"]
     launched += [head, member]

@@ -1,7 +1,8 @@
 """The fake AWS for tests: a moto server on loopback (EC2's books), a fake of the Price List
 API (moto has no ``pricing``; it serves the bundled catalog's on-demand prices), plus what moto
 cannot do - reclaiming a spot instance the way EC2 does (``StateReason``
-``Server.SpotInstanceTermination``) or a machine powering itself off.
+``Server.SpotInstanceTermination``), a machine powering itself off, and placement groups
+(:mod:`.moto_placement`, added to moto's EC2 in this process).
 Machines are played by :class:`~corral.testing.aws.LocalMachineRunner`, spot
 notices by :class:`fake_imds.FakeImds`.
 
@@ -21,6 +22,8 @@ from moto.server import ThreadedMotoServer
 from corral.pricing import load_catalog
 from pricing.fake_price_list import FakePriceList, product
 
+from .moto_placement import PlacementBooks, install
+
 ACCOUNT = "123456789012"
 REGION = "us-east-1"
 #: fake credentials; distinctive so tests can look for them in logs and messages
@@ -30,6 +33,8 @@ SECRET_KEY = "corral-test-secret-0123456789-never-log-me"
 
 class MotoAws:
     def __init__(self) -> None:
+        #: placement groups, which moto lacks (a test sets a group's capacity here)
+        self.placement: PlacementBooks = install()
         self.server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
         self.server.start()
         host, port = self.server.get_host_and_port()

@@ -22,7 +22,7 @@ from corral.storage.s3_client import S3Settings, make_client
 
 from ..contract import new_key
 from .harness import ACCESS_KEY, SECRET_KEY
-from .test_provider import bootstrap
+from .test_provider import bootstrap, gang_bootstrap
 
 SRC = Path(__file__).resolve().parents[3] / "src" / "corral"
 A10G = Requirements(gpu_type="A10G", gpu_count_min=1, gpu_count_max=1)
@@ -110,6 +110,8 @@ def test_every_provider_method_sends_only_requests_botocore_validates(make_provi
         image_id=None,
         image_parameter="/corral/test/validated-ami",
         data_volume_gb=10,
+        # a security group of its own: the gang's rule is not the single-node tests' business
+        controller_cidr="192.0.2.77/32",
     )
     mount = tmp_path / "mnt" / "data"
     needs = A10G.model_copy(
@@ -130,6 +132,19 @@ def test_every_provider_method_sends_only_requests_botocore_validates(make_provi
         assert p.status(inst).state in (InstanceState.RUNNING, InstanceState.PROVISIONING)
         p.logs(inst, tail=5)
         assert p.find(inst.key) is not None
+    # a gang of two (no named volumes: one EBS volume, one instance): the placement group,
+    # the zone of its head, the rule between the nodes, a data volume per node
+    plain = next(
+        o for o in p.offers(A10G) if not o.spot and o.details["instance_type"] == "g5.xlarge"
+    )
+    head_key = new_key()
+    head = p.launch(plain, gang_bootstrap(tmp_path, head_key, 0), head_key)
+    member_key = f"{head_key}-k1"
+    member = p.launch(
+        plain, gang_bootstrap(tmp_path, member_key, 1, p.gang_address(head)), member_key
+    )
+    gang_run = head.data["run_id"]
+    launched += [head, member]
     assert {i.instance_id for i in p.list_instances()} >= {i.instance_id for i in launched}
     assert p.list_volumes()
     p.refresh_prices()
@@ -143,6 +158,7 @@ def test_every_provider_method_sends_only_requests_botocore_validates(make_provi
                 continue
     p.sweep([], [], min_age_s=0)
     p.release_run(launched[0].data["run_id"])
+    p.release_run(gang_run)
     for v in p.list_volumes():
         if v.state == "available":
             p.remove_volume(v.name)
@@ -165,6 +181,10 @@ def test_every_provider_method_sends_only_requests_botocore_validates(make_provi
         "ec2.GetConsoleOutput",
         "ec2.TerminateInstances",
         "ec2.DeleteVolume",
+        "ec2.DescribeInstanceTypes",
+        "ec2.CreatePlacementGroup",
+        "ec2.DescribePlacementGroups",
+        "ec2.DeletePlacementGroup",
     }, sorted(rec.ops())
 
 

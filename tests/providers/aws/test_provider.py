@@ -25,9 +25,11 @@ from corral.errors import (
     ProviderUnavailable,
     QuotaExceeded,
 )
+from corral.providers.aws.placement import GANG_PORT
 from corral.providers.aws.provider import AwsProvider
 from corral.providers.aws.userdata import NOTICE_HOOK, extract_payload
 from corral.providers.base import Bootstrap, InstanceState, Requirements
+from corral.wire.gang import GangRole
 from support.waiting import wait_until
 
 from ..contract import ProviderContract, new_key, provider_plan, trivial_plan
@@ -40,6 +42,14 @@ A10G = Requirements(gpu_type="A10G", gpu_count_min=1, gpu_count_max=1)
 def bootstrap(tmp_path: Path, key: str, run: str = "sleep 60", **env: str) -> Bootstrap:
     plan = trivial_plan(tmp_path, key, run)
     return Bootstrap(plan=plan.model_dump(mode="json"), token="tok-" + uuid.uuid4().hex, env=env)
+
+
+def gang_bootstrap(tmp_path: Path, key: str, rank: int, head: str = "127.0.0.1") -> Bootstrap:
+    """What the controller gives node ``rank`` of a gang (control/launching.py): its place
+    in the bootstrap and the agent's environment."""
+    bs = bootstrap(tmp_path, key)
+    role = GangRole(rank=rank, master_addr=head, master_port=GANG_PORT)
+    return bs.model_copy(update={"gang": role, "env": {**bs.env, **role.env()}})
 
 
 def pick(provider: AwsProvider, spot: bool, itype: str = "g5.xlarge", **req: object):

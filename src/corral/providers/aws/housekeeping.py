@@ -1,5 +1,5 @@
 """Housekeeping of the AWS provider (a mixin of :class:`AwsProvider`): the leak sweep, the
-persistent data volumes, and console logs."""
+persistent data volumes, the gangs' placement groups, and console logs."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from corral.errors import NotYetTerminated, ProviderError
-from corral.providers.aws import named, volumes
+from corral.providers.aws import named, placement, volumes
 from corral.providers.aws.launch import TAG_RUN
 from corral.providers.aws.mapping import tags
 from corral.providers.base import Instance, VolumeInfo
@@ -43,14 +43,20 @@ class Housekeeping:
         """Terminate this controller's instances whose key is not in ``active_keys`` (their
         run is over, or was never recorded) and that are older than ``min_age_s`` (a launch
         in flight is not a leak); with ``active_runs``, also delete the unattached data
-        volumes of runs not in it (:meth:`sweep_volumes`). Returns the instance ids asked to
-        terminate and the volume ids deleted."""
+        volumes (:meth:`sweep_volumes`) and the empty placement groups
+        (:meth:`sweep_placement`) of runs not in it. Returns the instance ids asked to
+        terminate, the volume ids and the placement group names deleted."""
         swept = self._sweep_instances(set(active_keys), min_age_s)
         if active_runs is not None:
+            runs = set(active_runs)
             try:
-                swept += self.sweep_volumes(active_runs, min_age_s=min_age_s)
+                swept += self.sweep_volumes(runs, min_age_s=min_age_s)
             except ProviderError as e:  # the next sweep tries again
                 log.warning("aws: volume sweep failed: %s", e.message)
+            try:
+                swept += self.sweep_placement(runs)
+            except ProviderError as e:
+                log.warning("aws: placement group sweep failed: %s", e.message)
         return swept
 
     def _sweep_instances(self, active: set[str], min_age_s: float) -> list[str]:
@@ -110,6 +116,44 @@ class Housekeeping:
                 continue
             log.warning("aws: volume sweep deleted %s (run %s)", vol["VolumeId"], run)
             deleted.append(str(vol["VolumeId"]))
+        return deleted
+
+    # --- the gangs' placement groups (gang.py) ---------------------------------------------
+
+    def _placement_groups(self, run_id: str | None = None) -> list[tuple[str, str, str]]:
+        """(region, group name, run id) of this controller's placement groups (of one run)."""
+        owner = self.settings.owner
+        return self._scan(
+            lambda r: [
+                (r, str(g["GroupName"]), tags(g).get(TAG_RUN, ""))
+                for g in placement.groups(self.ec2, r, run_id=run_id, owner=owner)
+            ]
+        )
+
+    def release_placement(self, run_id: str) -> list[str]:
+        """Delete the run's placement group (call when the run is over).
+        :class:`NotYetTerminated` while an instance is still in it."""
+        found = self._placement_groups(run_id)
+        for region, name, _ in found:
+            placement.delete_group(self.ec2, region, name)
+        return [name for _, name, _ in found]
+
+    def sweep_placement(self, active_runs: Iterable[str]) -> list[str]:
+        """Delete this controller's placement groups of runs not in ``active_runs`` (a run
+        that ended without :meth:`release_placement`); one still holding an instance is left
+        for the next sweep. Returns the names deleted."""
+        active = set(active_runs)
+        deleted = []
+        for region, name, run in self._placement_groups():
+            if run in active:
+                continue
+            try:
+                placement.delete_group(self.ec2, region, name)
+            except ProviderError as e:  # NotYetTerminated: in use; anything else: next time
+                log.info("aws: placement group %s not deleted yet: %s", name, e.message)
+                continue
+            log.warning("aws: sweep deleted placement group %s (run %s)", name, run)
+            deleted.append(name)
         return deleted
 
     # --- named volumes (spec.volumes) -------------------------------------------------------

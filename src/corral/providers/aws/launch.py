@@ -5,7 +5,11 @@ Tags (on the instance; the run and key also on its root volume):
 * ``corral:key`` - the launch key (idempotency, ``find``), ``corral:run``, ``corral:attempt``;
 * ``corral:owner`` - the controller that launched it (the leak sweep touches only its own);
 * ``corral:offer``, ``corral:price`` - to rebuild the :class:`Offer` after a restart;
-* ``corral:volume`` - the data volume to attach, if any; ``Name`` for the console.
+* ``corral:volume`` - the data volume to attach, if any; ``Name`` for the console;
+* ``corral:node-rank`` - the node's rank in its gang (a multi-node attempt; 0 is the head).
+
+A node of a gang goes into its run's cluster placement group (``Placement.GroupName``,
+:mod:`.placement`) in its head's zone, and its security group admits the other nodes.
 
 ``ClientToken`` is the key itself (a retried ``run_instances`` with the same token returns the
 instance of the first call instead of a second one), or a digest of it when longer than EC2's
@@ -22,7 +26,7 @@ import httpx
 
 from corral.errors import BadInput, ProviderError
 from corral.pricing import CatalogEntry
-from corral.providers.aws import named, network, volumes
+from corral.providers.aws import named, network, placement, volumes
 from corral.providers.aws.client import Ec2
 from corral.providers.aws.settings import AwsSettings
 from corral.providers.aws.userdata import MachinePayload, NamedMount, user_data
@@ -37,6 +41,7 @@ TAG_OWNER = "corral:owner"
 TAG_OFFER = "corral:offer"
 TAG_PRICE = "corral:price"
 TAG_VOLUME = "corral:volume"
+TAG_RANK = "corral:node-rank"
 
 
 def check_key(key: str) -> str:
@@ -66,6 +71,7 @@ def instance_tags(
     offer: Offer,
     volume_id: str | None,
     mounts: str = "",
+    rank: int | None = None,
 ) -> dict[str, str]:
     tags = {
         TAG_KEY: key,
@@ -80,6 +86,8 @@ def instance_tags(
         tags[TAG_VOLUME] = volume_id
     if mounts:
         tags[named.TAG_MOUNTS] = mounts
+    if rank is not None:
+        tags[TAG_RANK] = str(rank)
     return tags
 
 
@@ -98,6 +106,7 @@ def run_instances_request(
     subnet_id: str | None = None,
     instance_profile: str | None = None,
     key_name: str | None = None,
+    placement_group: str | None = None,
 ) -> dict[str, Any]:
     """Keyword arguments of ``ec2.run_instances`` for one instance."""
     volume_tags = {k: tags[k] for k in (TAG_KEY, TAG_RUN, TAG_OWNER)}
@@ -142,8 +151,11 @@ def run_instances_request(
                 "InstanceInterruptionBehavior": "terminate",
             },
         }
-    if zone:
-        req["Placement"] = {"AvailabilityZone": zone}
+    if zone or placement_group:
+        req["Placement"] = {
+            **({"AvailabilityZone": zone} if zone else {}),
+            **({"GroupName": placement_group} if placement_group else {}),
+        }
     if subnet_id:
         req["SubnetId"] = subnet_id
     if instance_profile:
@@ -161,6 +173,7 @@ class Launcher:
         self.ec2, self.settings, self._http = ec2, settings, http
         self._images: dict[str, tuple[str, str, int]] = {}
         self._groups: dict[str, str] = {}
+        self._gang_rules: set[str] = set()
         self._cidr: str | None = settings.controller_cidr
 
     def image(self, region: str) -> tuple[str, str, int]:
@@ -225,6 +238,15 @@ class Launcher:
             )
         return self._groups[region]
 
+    def gang_security_group(self, region: str) -> str:
+        """:meth:`security_group`, admitting all TCP from its own members too (the nodes of a
+        gang reach one another; the rule is added once per region)."""
+        group_id = self.security_group(region)
+        if region not in self._gang_rules:
+            placement.allow_members(self.ec2, region, group_id)
+            self._gang_rules.add(region)
+        return group_id
+
     def request(
         self,
         offer: Offer,
@@ -235,9 +257,11 @@ class Launcher:
         *,
         spot: bool,
         zone: str | None,
+        placement_group: str | None = None,
     ) -> dict[str, Any]:
         """The ``run_instances`` arguments (creating the run's data volume first if the
-        settings ask for one)."""
+        settings ask for one); a node of a gang (``bootstrap.gang``) in ``zone`` and
+        ``placement_group``, in the security group that admits its gang."""
         s, region = self.settings, offer.region
         volume_id = None
         wanted = offer.details.get("volumes") or []
@@ -256,6 +280,7 @@ class Launcher:
                 key=key,
                 size_gb=s.data_volume_gb,
                 owner=s.owner,
+                rank=bootstrap.gang.rank if bootstrap.gang else None,
             )
         image_id, root_device, image_gb = self.image(region)
         disk = float(offer.details.get("disk_gb") or 0)
@@ -283,7 +308,9 @@ class Launcher:
             ),
             root_device=root_device,
             root_gb=root_gb,
-            security_group=self.security_group(region),
+            security_group=(
+                self.gang_security_group(region) if bootstrap.gang else self.security_group(region)
+            ),
             tags=instance_tags(
                 key=key,
                 run_id=plan.run_id,
@@ -292,10 +319,12 @@ class Launcher:
                 offer=offer,
                 volume_id=volume_id,
                 mounts=named.mounts_tag(mounts),
+                rank=bootstrap.gang.rank if bootstrap.gang else None,
             ),
             spot=spot,
             zone=zone,
             subnet_id=s.subnet_id,
             instance_profile=s.instance_profile,
             key_name=s.key_name,
+            placement_group=placement_group,
         )

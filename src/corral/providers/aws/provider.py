@@ -22,6 +22,9 @@
   that powered itself off and fails the attempt with that reason, and :meth:`launch` refuses
   that image from then on (:class:`BadInput`: the run fails at once instead of booting the
   same failure once per attempt), a restarted controller too (:mod:`.image_refusals`).
+* **Gangs** (:mod:`.gang`, :mod:`.placement`): the nodes of a multi-node attempt, one
+  ``run_instances`` each on its own key, in the head's zone and the run's cluster placement
+  group, their security group admitting one another; :meth:`release_run` deletes the group.
 * **Terminate** is idempotent (missing = done; ``shutting-down`` = :class:`NotYetTerminated`).
 * **Leak sweep**: :meth:`sweep` terminates this controller's instances whose key is not active.
 
@@ -153,6 +156,8 @@ class AwsProvider(
         #: (region, AMI) -> why it cannot run corral, as a machine of it said on its console
         self.unusable_images = ImageRefusals((home or paths.home()) / "aws")
         self._boot_verdicts: dict[str, str | None] = {}
+        self._head_zones: dict[tuple[str, int], str] = {}
+        self._cluster_types: dict[tuple[str, str], bool] = {}
 
     # --- regions and offers -----------------------------------------------------------------
 
@@ -231,8 +236,10 @@ class AwsProvider(
         return datetime.now(UTC).isoformat(timespec="seconds")
 
     def release_run(self, run_id: str) -> None:
-        """The run's data volumes go once its instances are gone."""
+        """The run's data volumes and its gangs' placement group go once its instances are
+        gone (:class:`NotYetTerminated` while one is still in the group)."""
         self.release_volumes(run_id)
+        self.release_placement(run_id)
 
     # --- the node ---------------------------------------------------------------------------
 
@@ -261,7 +268,7 @@ class AwsProvider(
         region = offer.region
         found = self._find_in(region, key)
         if found is not None:  # idempotent: the instance launched with this key
-            return found
+            return self._launched(found, bootstrap)
         image_id = self.launcher.image(region)[0]
         why = self.unusable_images.get(region, image_id)
         if why is not None:
@@ -271,8 +278,19 @@ class AwsProvider(
             )
         spot = parsed[2]
         offer = self._volumes_still_here(offer, spot, parsed[0])
+        zone, group = parsed[0] if spot else None, None
+        gang = bootstrap.gang
+        if gang is not None and offer.details.get("volumes"):
+            raise BadInput(
+                "aws: a multi-node job cannot mount named volumes (volumes): an EBS volume "
+                "attaches to one instance; use checkpoints.storage"
+            )
+        if gang is not None:  # one zone, the run's placement group (gang.py)
+            zone, group = self._gang_place(
+                region, plan.run_id, plan.attempt, gang, entry.instance_type, zone
+            )
         request = self.launcher.request(
-            offer, entry, plan, bootstrap, key, spot=spot, zone=parsed[0] if spot else None
+            offer, entry, plan, bootstrap, key, spot=spot, zone=zone, placement_group=group
         )
         try:
             resp = self.ec2.call(region, "run_instances", **request)
@@ -280,9 +298,17 @@ class AwsProvider(
             # the request may have gone through: look before asking again (same ClientToken)
             found = self._find_after_timeout(region, key)
             if found is not None:
-                return found
+                return self._launched(found, bootstrap)
             resp = self.ec2.call(region, "run_instances", **request)
-        return self._instance(region, resp["Instances"][0], key)
+        return self._launched(self._instance(region, resp["Instances"][0], key), bootstrap)
+
+    def _launched(self, instance: Instance, bootstrap: Bootstrap) -> Instance:
+        """``instance``, launched for ``bootstrap``; a gang's head: its zone kept for the
+        other nodes."""
+        if bootstrap.gang is not None and bootstrap.gang.rank == 0:
+            plan = bootstrap.plan
+            self._head_launched(plan.run_id, plan.attempt, instance.data.get("zone"))
+        return instance
 
     def _volumes_still_here(self, offer: Offer, spot: bool, place: str) -> Offer:
         """The offer, pinned to its named volumes' zone if they were made since it was listed
@@ -370,6 +396,9 @@ class AwsProvider(
                 "attempt": t.get(L.TAG_ATTEMPT),
                 "volume_id": t.get(L.TAG_VOLUME),
                 "spot_request_id": item.get("SpotInstanceRequestId"),
+                "private_ip": item.get("PrivateIpAddress"),
+                "rank": int(rank) if (rank := t.get(L.TAG_RANK, "")).isdigit() else None,
+                "placement_group": (item.get("Placement") or {}).get("GroupName") or None,
             },
         )
 

@@ -1,6 +1,7 @@
 """Persistent data volumes (``SupportsVolumes``): one gp3 EBS volume per run and availability
 zone, tagged ``corral:run``, that outlives the run's instances, so an attempt that comes back
-in the same zone finds the checkpoints of the one before it.
+in the same zone finds the checkpoints of the one before it. Each node of a gang has its own
+(tagged ``corral:node-rank`` beyond the head's), for its ranks' parts of a sharded checkpoint.
 
 An EBS volume lives in one zone: an instance that needs it is placed there. A spot offer in
 another zone (the ``next-cheapest`` strategy moving away from a pool that was reclaimed) gets
@@ -21,19 +22,28 @@ DEVICE = "/dev/sdf"
 LIVE_STATES = ("creating", "available", "in-use")
 
 
-def _tags(run_id: str, key: str, owner: str) -> list[dict[str, Any]]:
-    return [
-        {
-            "ResourceType": "volume",
-            "Tags": [
-                {"Key": "corral:run", "Value": run_id},
-                {"Key": "corral:key", "Value": key},
-                {"Key": "corral:owner", "Value": owner},
-                {"Key": "corral:data", "Value": "true"},
-                {"Key": "Name", "Value": f"corral-data-{run_id}"},
-            ],
-        }
+#: the rank of the gang node whose volume it is (none: a single node's, as rank 0's)
+TAG_RANK = "corral:node-rank"
+
+
+def _tags(run_id: str, key: str, owner: str, rank: int | None) -> list[dict[str, Any]]:
+    tags = [
+        {"Key": "corral:run", "Value": run_id},
+        {"Key": "corral:key", "Value": key},
+        {"Key": "corral:owner", "Value": owner},
+        {"Key": "corral:data", "Value": "true"},
+        {"Key": "Name", "Value": f"corral-data-{run_id}"},
     ]
+    if rank:
+        tags.append({"Key": TAG_RANK, "Value": str(rank)})
+    return [{"ResourceType": "volume", "Tags": tags}]
+
+
+def _rank(vol: dict[str, Any]) -> str:
+    for t in vol.get("Tags") or []:
+        if t.get("Key") == TAG_RANK:
+            return str(t.get("Value") or "0")
+    return "0"
 
 
 def run_volumes(
@@ -69,11 +79,21 @@ def zone_for(ec2: Ec2, region: str, run_id: str, instance_type: str) -> str:
 
 
 def ensure_volume(
-    ec2: Ec2, region: str, zone: str, *, run_id: str, key: str, size_gb: int, owner: str
+    ec2: Ec2,
+    region: str,
+    zone: str,
+    *,
+    run_id: str,
+    key: str,
+    size_gb: int,
+    owner: str,
+    rank: int | None = None,
 ) -> str:
-    """The id of the run's data volume in ``zone``, created if there is none."""
+    """The id of the run's data volume in ``zone``, created if there is none; a node of a
+    gang (``rank``) has one of its own (an EBS volume attaches to one instance), which the
+    node of that rank of a later gang in the zone finds again."""
     for vol in run_volumes(ec2, region, run_id):
-        if vol["AvailabilityZone"] == zone:
+        if vol["AvailabilityZone"] == zone and _rank(vol) == str(rank or 0):
             return str(vol["VolumeId"])
     vol = ec2.call(
         region,
@@ -83,7 +103,7 @@ def ensure_volume(
         VolumeType="gp3",
         Encrypted=True,
         ClientToken=f"{key}-data"[:64],
-        TagSpecifications=_tags(run_id, key, owner),
+        TagSpecifications=_tags(run_id, key, owner, rank),
     )
     return str(vol["VolumeId"])
 

@@ -84,6 +84,9 @@ class Settings:
     #: attempt began is released, saying what was missing (``CORRAL_GANG_TIMEOUT``; never
     #: more than ``provision_timeout_s``)
     gang_timeout_s: float = 600.0
+    #: a gang that lost nodes keeps its survivors and replaces the lost ones where its provider
+    #: allows (``CORRAL_GANG_REPAIR=off``: the whole gang is relaunched, as its peers do)
+    gang_repair: bool = True
     #: while an attempt boots, its machine's console log is read this often (the first time
     #: this long after the boot was first seen) for the node's "cannot boot corral"
     #: (``control.machine_log``), which fails the run at once

@@ -36,6 +36,7 @@ CONTROLLER_ENV = (
     "CORRAL_POLL_INTERVAL",
     "CORRAL_QUIET_POLL_INTERVAL",
     "CORRAL_GANG_TIMEOUT",
+    "CORRAL_GANG_REPAIR",
     "CORRAL_BELL",
     "CORRAL_BELL_ADVERTISE",
     "CORRAL_GPU_HISTORY_EVERY",
@@ -93,6 +94,18 @@ def poll_interval_default(name: str = ENV_POLL_INTERVAL) -> float | None:
 
 #: seconds a gang (a multi-node attempt) may take to have every node ready
 ENV_GANG_TIMEOUT = "CORRAL_GANG_TIMEOUT"
+#: ``off``: a gang that lost nodes is relaunched whole rather than repaired
+ENV_GANG_REPAIR = "CORRAL_GANG_REPAIR"
+
+
+def gang_repair_default() -> bool:
+    """``CORRAL_GANG_REPAIR`` (on, the default, or off); ControllerError naming a bad one."""
+    raw = os.environ.get(ENV_GANG_REPAIR, "").strip().lower()
+    if raw in ("", "on", "1", "true", "yes"):
+        return True
+    if raw in ("off", "0", "false", "no"):
+        return False
+    raise ControllerError(f"{ENV_GANG_REPAIR}={raw!r}: expected on or off")
 ENV_GPU_HISTORY_EVERY = "CORRAL_GPU_HISTORY_EVERY"
 ENV_GPU_HISTORY_KEEP = "CORRAL_GPU_HISTORY_KEEP"
 #: what turns the GPU history off (``CORRAL_GPU_HISTORY_EVERY=off``)
@@ -194,6 +207,7 @@ def run_foreground(
         gang_s = poll_interval_default(ENV_GANG_TIMEOUT)
         if gang_s is not None:
             settings.gang_timeout_s = gang_s
+        settings.gang_repair = gang_repair_default()
         bell_settings()  # a bad CORRAL_BELL is said here, not at the first look
         settings.gpu_history_every_s, settings.gpu_history_keep_s = history_settings(
             settings.gpu_history_every_s, settings.gpu_history_keep_s

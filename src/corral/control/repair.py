@@ -63,10 +63,6 @@ def _decide(
     provider = ctx.providers.get(rows[0].provider) if rows else None
     if not isinstance(provider, SupportsGangs):
         return [], None
-    if not provider.keeps_members:
-        return [], f"{rows[0].provider} cannot keep a gang's nodes: the gang is relaunched whole"
-    if exit_reason == "gang_incomplete":
-        return [], "the repaired gang was not completed: the gang is relaunched whole"
     lost, kept, busy = 0, [], []
     for row in rows:
         state = _state(ctx, run, row)
@@ -78,14 +74,20 @@ def _decide(
             busy.append(row)
         else:
             kept.append(row)
-    if busy and lost:
+    lost += ctx.spec(run).resources.nodes - len(rows)  # nodes whose row is already closed
+    if not lost:
+        return [], None  # no machine was lost: the gang starts afresh
+    if not provider.keeps_members:
+        return [], f"{rows[0].provider} cannot keep a gang's nodes: the gang is relaunched whole"
+    if not ctx.settings.gang_repair:
+        return [], "repairs are off (CORRAL_GANG_REPAIR=off): the gang is relaunched whole"
+    if exit_reason == "gang_incomplete":
+        return [], "the repaired gang was not completed: the gang is relaunched whole"
+    if busy:
         if _wait_for(ctx, run, busy):
             return None
         ranks = ", ".join(str(rank_of(r)) for r in busy)
         return [], f"node(s) {ranks} did not stop in time: the gang is relaunched whole"
-    lost += ctx.spec(run).resources.nodes - len(rows)  # nodes whose row is already closed
-    if not lost:
-        return [], None  # no machine was lost: the gang starts afresh
     return kept, None
 
 

@@ -85,6 +85,24 @@ def test_a_node_of_a_gang_gets_its_rank_and_the_heads_address():
     assert env["PET_NPROC_PER_NODE"] == "8"
 
 
+def test_accelerate_and_deepspeed_on_several_nodes_get_the_node_flags_they_read():
+    meet = Rendezvous(nodes=2, rank=1, master_addr="10.0.0.1")
+    command, _ = prepare("accelerate launch train.py", 4, {}, port=_port, meet=meet)
+    assert command == (
+        "accelerate launch --num_machines 2 --machine_rank 1 --main_process_ip 10.0.0.1 "
+        "--main_process_port 41234 train.py"
+    )
+    command, _ = prepare("deepspeed t.py --deepspeed ds.json", 4, {}, port=_port, meet=meet)
+    assert command == (
+        "deepspeed --num_nodes 2 --node_rank 1 --master_addr 10.0.0.1 --no_ssh "
+        "--master_port 41234 t.py --deepspeed ds.json"
+    )
+    given = "accelerate launch --num_machines 2 --machine_rank 1 --main_process_port 5 t.py"
+    assert prepare(given, 4, {}, port=_port, meet=meet)[0] == given  # the job's own win
+    one = prepare("deepspeed t.py", 4, {}, port=_port)[0]
+    assert one == "deepspeed --master_port 41234 t.py"  # one node: no node flags
+
+
 def test_free_port_is_free():
     port = free_port()
     with socket.socket() as s:

@@ -17,7 +17,11 @@ stage, this node's rank among them, the head node's address) and a free port of 
   command does not say ``--nproc-per-node``): one rank per GPU the stage was given;
 - for ``accelerate launch`` and ``deepspeed``, which read no port from the environment, the
   port as ``--main_process_port`` / ``--master_port`` after the launcher's name (when the
-  command does not give one). Both take their GPUs from ``CUDA_VISIBLE_DEVICES``.
+  command does not give one), and on a stage of several nodes, which they read no node count
+  from either, ``--num_machines N --machine_rank K --main_process_ip ADDR`` /
+  ``--num_nodes N --node_rank K --master_addr ADDR --no_ssh`` (one launcher per node, which is
+  what corral's agents are; unless the command gives ``--num_machines`` / ``--num_nodes``).
+  Both take their GPUs from ``CUDA_VISIBLE_DEVICES``.
 
 Command-line flags the job gives always win (torchrun reads ``PET_*`` only as defaults).
 """
@@ -45,6 +49,8 @@ _DEEPSPEED = re.compile(r"(" + _LEAD + r"deepspeed)(?=\s|$)", re.M)
 _NPROC = re.compile(r"--nproc[-_]per[-_]node\b")
 _ACCELERATE_PORT = re.compile(r"--main[-_]process[-_]port\b")
 _DEEPSPEED_PORT = re.compile(r"--master[-_]port\b")
+_ACCELERATE_NODES = re.compile(r"--num[-_]machines\b")
+_DEEPSPEED_NODES = re.compile(r"--num[-_]nodes\b")
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -128,4 +134,12 @@ def prepare(
         command = _ACCELERATE.sub(rf"\1 --main_process_port {master}", command, count=1)
     if not _DEEPSPEED_PORT.search(command):
         command = _DEEPSPEED.sub(rf"\1 --master_port {master}", command, count=1)
+    if meet.nodes > 1:  # neither reads the node count from the environment: their flags
+        nodes, rank, addr = meet.nodes, meet.rank, env[C.ENV_MASTER_ADDR]
+        if not _ACCELERATE_NODES.search(command):
+            flags = f"--num_machines {nodes} --machine_rank {rank} --main_process_ip {addr}"
+            command = _ACCELERATE.sub(rf"\1 {flags}", command, count=1)
+        if not _DEEPSPEED_NODES.search(command):
+            flags = f"--num_nodes {nodes} --node_rank {rank} --master_addr {addr} --no_ssh"
+            command = _DEEPSPEED.sub(rf"\1 {flags}", command, count=1)
     return command, env

@@ -106,6 +106,8 @@ def gang_repair_default() -> bool:
     if raw in ("off", "0", "false", "no"):
         return False
     raise ControllerError(f"{ENV_GANG_REPAIR}={raw!r}: expected on or off")
+
+
 ENV_GPU_HISTORY_EVERY = "CORRAL_GPU_HISTORY_EVERY"
 ENV_GPU_HISTORY_KEEP = "CORRAL_GPU_HISTORY_KEEP"
 #: what turns the GPU history off (``CORRAL_GPU_HISTORY_EVERY=off``)

@@ -198,6 +198,7 @@ def test_a_node_preempted_is_replaced_the_survivor_kept_and_the_weights_are_unin
     (recovering,) = store.events(run_id, types=["run.recovering"])
     assert "preempted" in recovering.reason, recovering
     assert lost == 0 or f"node {lost}" in recovering.reason, recovering
+    assert recovering.data.get("node") == (lost or None)  # the webhook's data.node
     assert "rank 0 stops at step" in logs
     resumed = [line for line in logs.splitlines() if "rank 0 of 2 starts at step" in line]
     assert resumed[0].endswith("starts at step 0") and not resumed[-1].endswith("step 0"), logs

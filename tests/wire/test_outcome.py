@@ -140,5 +140,6 @@ def test_stopped_by_the_controller():
         "failed_stage": None,
         "over_limit": False,
         "cannot_boot": False,
+        "node": None,
     }
     assert AttemptOutcome.model_validate(out.model_dump(mode="json")) == out

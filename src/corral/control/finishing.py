@@ -70,18 +70,24 @@ def _lost_member(ctx: Context, run: RunRecord) -> AttemptOutcome | None:
             continue
         if st.state == InstanceState.PREEMPTED or st.state.gone:
             where = f"node {rank_of(res)} ({inst.instance_id})"
-            return outcomes.from_machine(st.state, f"{where}: {st.detail or st.state.value}")
+            why = f"{where}: {st.detail or st.state.value}"
+            return outcomes.from_machine(st.state, why, rank_of(res))
     return None
 
 
 def attempt_lost(
-    ctx: Context, run: RunRecord, state: InstanceState, detail: str, limit: str | None = None
+    ctx: Context,
+    run: RunRecord,
+    state: InstanceState,
+    detail: str,
+    limit: str | None = None,
+    node: int | None = None,
 ) -> Transition:
     """The provider says the machine is gone while the run still needed it (``limit``: its
-    job was killed for going over a limit of the machine first)."""
+    job was killed for going over a limit of the machine first; ``node``: a gang's node)."""
     if limit:
         return end_attempt(ctx, run, outcomes.over_limit(limit))
-    return end_attempt(ctx, run, outcomes.from_machine(state, detail))
+    return end_attempt(ctx, run, outcomes.from_machine(state, detail, node))
 
 
 def end_attempt(ctx: Context, run: RunRecord, outcome: AttemptOutcome) -> Transition:
@@ -107,7 +113,8 @@ def end_attempt(ctx: Context, run: RunRecord, outcome: AttemptOutcome) -> Transi
                 Note(
                     "run.recovering",
                     f"{why}; {decision.reason}",
-                    data={"kind": kind, "exit_code": exit_code},
+                    data={"kind": kind, "exit_code": exit_code}
+                    | ({"node": outcome.node} if outcome.node is not None else {}),
                 ),
             ),
         )

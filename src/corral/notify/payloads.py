@@ -40,7 +40,7 @@ FIELDS: dict[str, tuple[str, ...]] = {
     "stage.finished": ("stage", "state", "exit_code", "duration_s"),
     "progress": ("stage", "step", "total", "percent", "loss", "metrics", "eta_s"),
     "checkpoint.saved": ("stage", "step", "metrics"),
-    "run.recovering": ("kind", "exit_code"),
+    "run.recovering": ("kind", "exit_code", "node"),
     "budget.warning": ("cost_usd", "budget_usd", "fraction"),
     "budget.forecast": ("cost_usd", "budget_usd", "forecast_cost_usd", "finish_in_s", "progress"),
     "budget.cap_warning": ("cap", "cap_usd", "spent_usd", "warn_at"),

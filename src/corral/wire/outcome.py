@@ -66,6 +66,9 @@ class AttemptOutcome(BaseModel):
     #: the job went over a limit its machine enforces (a pool worker's memory limit) and was
     #: killed for it: a new attempt would meet the same limit, so it is not recovered
     over_limit: bool = False
+    #: a multi-node attempt: the node whose loss ended it (its rank; None: the attempt's
+    #: machine, or a one-node attempt)
+    node: int | None = None
     #: the node could not run the job at all (its image not pulled, no engine for it, no
     #: runtime for corral): the same image would fail the same way, so it is not recovered
     cannot_boot: bool = False
@@ -161,13 +164,15 @@ def from_agent(status: AgentStatus, machine: InstanceState | None = None) -> Att
     )
 
 
-def from_machine(state: InstanceState, detail: str = "") -> AttemptOutcome:
+def from_machine(state: InstanceState, detail: str = "", node: int | None = None) -> AttemptOutcome:
     """The outcome of an attempt whose machine the provider reports gone under a run that
-    still needed it (no word from the agent)."""
+    still needed it (no word from the agent); ``node``: the rank of a gang's node lost."""
     why = f"machine {state.value.lower()}" + (f": {detail}" if detail else "")
     if state == InstanceState.PREEMPTED:
-        return AttemptOutcome(kind=OutcomeKind.PREEMPTED, reason=why, cause=StopCause.PREEMPTION)
-    return AttemptOutcome(kind=OutcomeKind.FAILED, reason=why)
+        return AttemptOutcome(
+            kind=OutcomeKind.PREEMPTED, reason=why, cause=StopCause.PREEMPTION, node=node
+        )
+    return AttemptOutcome(kind=OutcomeKind.FAILED, reason=why, node=node)
 
 
 def stopped_by(cause: StopCause, reason: str) -> AttemptOutcome:

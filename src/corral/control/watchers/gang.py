@@ -91,7 +91,7 @@ class GangWatcher(Watcher):
         where = f"node {rank} ({inst.instance_id})"
         notes = ctx.notes(run.id).attempt(run.attempt)
         if st.state.gone:
-            return _node_gone(ctx, run, where, st, notes, obs)
+            return _node_gone(ctx, run, rank, where, st, notes, obs)
         if st.state == InstanceState.PREEMPTED and run.state == RunState.RUNNING:
             if notes.preemption_stop_asked:
                 return None
@@ -147,6 +147,7 @@ def _head_losing(obs: Observation) -> bool:
 def _node_gone(
     ctx: Context,
     run: RunRecord,
+    node: int,
     where: str,
     st: InstanceStatus,
     notes: AttemptNotes,
@@ -160,7 +161,7 @@ def _node_gone(
     why = f"{where}: {st.detail or st.state.value}"
     head_runs = run.state == RunState.RUNNING and obs.agent_answers() and not obs.status().terminal
     if not head_runs:
-        return finishing.attempt_lost(ctx, run, st.state, why, st.limit)
+        return finishing.attempt_lost(ctx, run, st.state, why, st.limit, node)
     now = ctx.clock()
     if notes.node_lost_at is None:
         notes.node_lost_at = now
@@ -170,7 +171,7 @@ def _node_gone(
         return AskStop(cause, said, Note("gang.node_lost", said))
     grace = longest_grace(ctx.spec(run)) + ctx.settings.stop_margin_s
     if (now - notes.node_lost_at).total_seconds() > grace:
-        return finishing.attempt_lost(ctx, run, st.state, why, st.limit)
+        return finishing.attempt_lost(ctx, run, st.state, why, st.limit, node)
     obs.soon(1.0)
     return None
 

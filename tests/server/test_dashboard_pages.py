@@ -174,3 +174,26 @@ def test_a_live_attempt_shows_its_accrued_cost_in_its_row_and_the_cost_chart(
         c.post(f"/api/v1/runs/{run['id']}/cancel")
     assert charts["cost"]["points"][-1][1] > 0.5
     assert "· $0.00" not in timeline and "running ·" in timeline
+
+
+def test_a_multi_node_run_s_page_has_a_row_per_node(api: Api, tmp_path: Path) -> None:
+    """The run page's node table: each node of the current attempt's gang, its machine,
+    where, state and cost (the resource rows the controller keeps, one per node)."""
+    from corral.store import Store
+
+    with api.client(api.token) as c:
+        run = submit(c, 'name: gang-page\nrun: "echo one"\n', tmp_path)
+        follow(c, run["id"])
+    store = Store.open()
+    offer = {"provider": "fake", "offer_id": "x", "region": "r1", "price_per_hour": 2.0}
+    for rank in (0, 1):
+        key = f"{run['id']}-gang-k{rank}"
+        store.record_intent(
+            run_id=run["id"], attempt=1, provider="fake", key=key,
+            data={"offer": offer, "rank": rank},
+        )  # fmt: skip
+        store.update_resource(key, state="active", instance_id=f"fake-node{rank}")
+    page = login(api, api.read_only_token).get(f"/runs/{run['id']}")
+    assert page.status_code == 200
+    assert '<table class="nodes">' in page.text
+    assert "fake-node0" in page.text and "fake-node1" in page.text and "fake/r1" in page.text

@@ -143,7 +143,8 @@ def _nodes(store: Store, run: RunRecord) -> list[dict[str, Any]] | None:
     each with what it cost in this attempt: its offer's price from its row's start until it
     was gone (or now). None for a run whose attempts have one machine."""
     rows = [r for r in store.resources(run_id=run.id) if r.attempt == run.attempt]
-    if not any("rank" in r.data for r in rows):
+    rows = [r for r in rows if "rank" in r.data]  # a gang's rows say their node
+    if not rows:
         return None
     now = datetime.now(UTC)
     out = []

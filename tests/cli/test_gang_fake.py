@@ -255,6 +255,10 @@ def test_a_gang_not_ready_within_its_bound_is_released_saying_what_was_missing(
         time.sleep(0.2)
     attempt = store.attempts(run_id)[0]
     assert attempt.exit_reason == "gang_incomplete" and attempt.cost_usd > 0  # billed till then
+    # the next gang is not tried at once (10 s, doubling after each gang that could not form)
+    time.sleep(3)
+    assert len(store.attempts(run_id)) == 1
+    assert store.get_run(run_id).reason.startswith("the gang could not form: trying again in ")
     code, _, err = cli("cancel", run_id)
     assert code == 0, err
     assert wait_state(run_id, {"CANCELLED"}, timeout=60)["state"] == "CANCELLED"

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from corral.control import launching, recovery, repair, sync, transitions
+from corral.control import gangs, launching, recovery, repair, sync, transitions
 from corral.control.context import Context, log
 from corral.control.cost import attempt_cost, record_stop_time, run_cost
 from corral.control.resources import instance_of, live_resource, members, rank_of
@@ -333,4 +333,10 @@ def handle_recovering(ctx: Context, run: RunRecord) -> Transition | None:
         return None
     _close_attempt(ctx, run)
     run = ctx.store.update_run(run.id, cost_usd=run_cost(ctx, run.id))
+    wait = gangs.retry_in(ctx, run)
+    if wait > 0:  # the last gangs could not form: not again at once
+        why = f"the gang could not form: trying again in {wait:.0f}s"
+        if not (run.reason or "").startswith("the gang could not form: trying again"):
+            ctx.store.update_run(run.id, reason=why)
+        return None
     return launching.next_attempt(ctx, run, kept=kept)

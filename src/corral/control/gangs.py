@@ -242,3 +242,28 @@ def gang_incomplete(ctx: Context, run: RunRecord, why: str) -> Transition:
         follow=True,
         events=(Note("gang.incomplete", reason, data={"attempt": run.attempt}),),
     )
+
+
+#: the first wait before a gang is formed again after one could not be (doubled after each
+#: gang in a row that could not form, up to :data:`GANG_RETRY_MAX_S`)
+GANG_RETRY_S = 10.0
+GANG_RETRY_MAX_S = 300.0
+
+
+def retry_in(ctx: Context, run: RunRecord) -> float:
+    """Seconds to wait before the run's next gang when its last ones could not form (0: go
+    now): a provider that cannot form it is not asked again at once, each try billing its
+    machines until the bound."""
+    attempts = ctx.store.attempts(run.id)
+    failed = 0
+    for a in reversed(attempts):
+        if a.exit_reason != "gang_incomplete":
+            break
+        failed += 1
+    if not failed:
+        return 0.0
+    ended = attempts[-1].billed_until or attempts[-1].ended_at
+    if ended is None:
+        return 0.0
+    wait = min(GANG_RETRY_MAX_S, GANG_RETRY_S * 2 ** (failed - 1))
+    return max(0.0, wait - (ctx.clock() - ended).total_seconds())

@@ -16,11 +16,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from typing import TypeVar
 
 from corral.errors import CorralError, ProviderError, ProviderUnavailable
-from corral.providers.base import Instance
 
 log = logging.getLogger(__name__)
+#: what a create makes: an Instance, or a cloud's own record of it (RunPod's cluster)
+T = TypeVar("T")
 
 
 def create_or_adopt(
@@ -30,11 +32,11 @@ def create_or_adopt(
     key: str,
     attempts: int,
     sleep: Callable[[float], None],
-    create: Callable[[], Instance],
-    adopt: Callable[[], Instance | None],
+    create: Callable[[], T],
+    adopt: Callable[[], T | None],
     ambiguous: tuple[type[CorralError], ...] = (ProviderUnavailable,),
     refuse: Callable[[CorralError], ProviderError | None] | None = None,
-) -> Instance:
+) -> T:
     """``create()``'s instance, or ``adopt()``'s after an ``ambiguous`` failure (the machine
     ``what`` existed after all), in at most ``attempts`` creates. ``refuse``: after a failure
     and no machine found, the error to raise at once instead of trying again (a name another

@@ -169,6 +169,10 @@ class Pod:
     proc: subprocess.Popen | None = None
     local_ports: dict[int, int] = field(default_factory=dict)
     machine_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
+    #: an Instant Cluster member's ``PodCluster`` (``id``, ``rank``, ``ip``); None: a lone pod
+    cluster: dict[str, Any] | None = None
+    #: what RunPod sets in the container besides the pod's env (a cluster's NODE_RANK, ...)
+    runtime_env: dict[str, str] = field(default_factory=dict)
 
     def http_ports(self) -> list[int]:
         return [int(p.split("/")[0]) for p in self.ports if p.endswith("/http")]
@@ -219,6 +223,7 @@ class Pod:
             "createdAt": self.created_at,
             "startedAt": _iso(self.started_at) if self.started_at else None,
             "globalNetworking": {"enabled": False},
+            **({"cluster": dict(self.cluster)} if self.cluster is not None else {}),
         }
 
     def v2_ssh_proxy(self) -> dict[str, Any]:
@@ -316,6 +321,8 @@ class FakeCloud:
         #: private registry credentials (id -> {id, name, username, password})
         self.registry_auths: dict[str, dict[str, Any]] = {}
         self.deleted: list[str] = []
+        #: Instant Clusters (id -> :class:`~.fake_clusters.FakeCluster`)
+        self.clusters: dict[str, Any] = {}
         #: whether spot (interruptible) pods are sold: False is RunPod without them
         self.spot_sold = True
         #: images whose containers have a shell but no python (nothing else on their PATH)
@@ -469,6 +476,7 @@ class FakeCloud:
                     {"PYTHONPATH": os.environ["PYTHONPATH"]} if os.environ.get("PYTHONPATH") else {}
                 ),
                 **pod.env,
+                **pod.runtime_env,
                 "RUNPOD_POD_ID": pod.id,
                 "RUNPOD_API_KEY": self.pod_key(pod.id),  # the pod's own, not the account's
                 "RUNPOD_GPU_COUNT": str(pod.gpu_count),

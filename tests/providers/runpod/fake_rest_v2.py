@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from .fake_cloud import ACTIONS, CloudError, FakeCloud
+from .fake_clusters import Clusters
 
 PROBLEM = "application/problem+json"
 V1_RETIRED = (
@@ -98,6 +99,8 @@ class RestV2:
         self._window = (clock(), 0)
         self._lock = threading.Lock()
         self.log_404_before_start = True
+        #: Instant Clusters (``/v2/clusters``)
+        self.clusters = Clusters(cloud)
 
     # --- rate limit ---------------------------------------------------------------------------
 
@@ -165,18 +168,24 @@ class RestV2:
         cloud = self.cloud
         if parts[0] == "pods":
             if len(parts) == 1 and method == "GET":
-                return 200, {"pods": [p.v2() for p in cloud.list()]}
+                members = query.get("includeClusterPods") == ["true"]
+                pods = [p for p in cloud.list() if members or p.cluster is None]
+                return 200, {"pods": [p.v2() for p in pods]}
             if len(parts) == 1 and method == "POST":
                 self.creates.append(body)
                 return 201, self._create_pod(body).v2()
             if len(parts) == 2 and method == "GET":
                 return 200, self._pod(parts[1]).v2()
+            if len(parts) >= 2 and method in ("DELETE", "POST") and self.clusters.member(parts[1]):
+                raise CloudError(409, "a cluster member pod is managed through its cluster")
             if len(parts) == 2 and method == "DELETE":
                 self._pod(parts[1])
                 cloud.delete(parts[1])
                 return 204, None
             if len(parts) == 3 and parts[2] == "action" and method == "POST":
                 return self._action(parts[1], body)
+        if parts[0] == "clusters":
+            return self.clusters.route(method, parts, body)
         if parts[0] == "network-volumes":
             if len(parts) == 1 and method == "GET":
                 return 200, {"networkVolumes": [dict(v) for v in cloud.volumes.values()]}

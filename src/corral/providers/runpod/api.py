@@ -31,7 +31,7 @@ from corral.providers.http import ProviderHTTP, ResourceNotFound, RetryPolicy
 from corral.providers.runpod import graphql as gql
 from corral.providers.runpod.limits import RateLimitWatch, api_bucket
 from corral.providers.runpod.podlog import read_pod_log
-from corral.providers.runpod.pods import NetworkVolume, Pod
+from corral.providers.runpod.pods import Cluster, NetworkVolume, Pod
 from corral.providers.runpod.settings import RunPodSettings
 
 PROVIDER = "runpod"
@@ -206,6 +206,42 @@ class RunPodAPI:
             f"runpod: pod {pod_id} does not exist (any more): RunPod keeps a pod's log only "
             "while the pod exists"
         )
+
+    # --- Instant Clusters (REST v2) ---------------------------------------------------------
+
+    def create_cluster(self, body: dict[str, Any]) -> Cluster:
+        """``POST /v2/clusters`` (201 with the ``Cluster``). Failures read as a pod create's
+        (:func:`_create_error`): the document gives this path the same 400, 403 and 422."""
+        try:
+            answer = self.rest.post_json("/clusters", json=body)
+        except ProviderError as exc:
+            raise _create_error(exc) from None
+        if not isinstance(answer, dict) or not answer.get("id"):
+            raise ProviderError("runpod: POST /clusters answered without a cluster id")
+        return Cluster.model_validate(answer)
+
+    def list_clusters(self, name: str | None = None) -> list[Cluster]:
+        """The account's clusters (those named ``name`` only: the list has no filter)."""
+        body = self.rest.get_json("/clusters")
+        items = [Cluster.model_validate(c) for c in _listed(body, "clusters", "GET /clusters")]
+        return [c for c in items if name is None or c.name == name]
+
+    def cluster_pods(self, cluster_id: str) -> list[Pod] | None:
+        """The cluster's member pods (``GET /v2/clusters/{id}/pods``); None: no such cluster."""
+        try:
+            body = self.rest.get_json(f"/clusters/{check_id(cluster_id, 'cluster')}/pods")
+        except (ResourceNotFound, NotFound):
+            return None
+        return [Pod.model_validate(p) for p in _listed(body, "pods", "GET /clusters/{id}/pods")]
+
+    def delete_cluster(self, cluster_id: str) -> bool:
+        """Delete the cluster and every pod of it (RunPod deletes clusters whole); False if
+        RunPod did not know it."""
+        try:
+            self.rest.request("DELETE", f"/clusters/{check_id(cluster_id, 'cluster')}")
+        except (ResourceNotFound, NotFound):
+            return False
+        return True
 
     # --- private registry credentials (REST v2) ---------------------------------------------
 

@@ -30,6 +30,7 @@ from corral.providers.runpod.graphql import EnumValue
 from corral.providers.runpod.settings import RunPodSettings
 from corral.wire.env import ENV_AGENT_BIND
 from corral.wire.env import ENV_NODE_ROOT as WIRE_NODE_ROOT
+from corral.wire.gang import ENV_GANG_MASTER_ADDR, ENV_GANG_MASTER_PORT, ENV_GANG_RANK, GANG_VARS
 
 NAME_PREFIX = "corral-"
 ENV_KEY = "CORRAL_RUNPOD_LAUNCH_KEY"
@@ -207,3 +208,79 @@ def spot_input(
     if d.get("data_center_id"):
         data["dataCenterId"] = d["data_center_id"]
     return data
+
+
+# --- Instant Clusters (a multi-node job: one cluster per gang attempt) -------------------------
+
+#: what RunPod sets on every pod of an Instant Cluster (docs ``instant-clusters/configuration``,
+#: "Environment variables"): the pod's node rank (0: the primary) and the primary's address
+CLUSTER_RANK = "NODE_RANK"
+CLUSTER_PRIMARY = "PRIMARY_ADDR"
+#: an Instant Cluster's type for a gang: RunPod's generic distributed-training cluster
+CLUSTER_TYPE = "TRAINING"
+
+
+def cluster_script(settings: RunPodSettings) -> str:
+    """A cluster pod's start command: its place in the gang from what RunPod sets on every
+    cluster pod (``NODE_RANK``, ``PRIMARY_ADDR``) as the agent's ``CORRAL_GANG_*``, then the
+    node bootstrap. One template serves every pod: nothing of a node's rank can be in it."""
+    return (
+        f'if [ -z "${{{CLUSTER_RANK}:-}}" ] || [ -z "${{{CLUSTER_PRIMARY}:-}}" ]; then\n'
+        f'  echo "corral: this pod has no {CLUSTER_RANK} or {CLUSTER_PRIMARY}: RunPod sets them '
+        'on every pod of an Instant Cluster" >&2\n'
+        "  exit 1\n"
+        "fi\n"
+        f'export {ENV_GANG_RANK}="${CLUSTER_RANK}" {ENV_GANG_MASTER_ADDR}="${CLUSTER_PRIMARY}"\n'
+        + start_script(settings)
+    )
+
+
+def cluster_env(
+    bootstrap: Bootstrap, offer: Offer, head_key: str, settings: RunPodSettings
+) -> dict[str, str]:
+    """Every cluster pod's environment: the head's bootstrap without its rank and address
+    (each pod takes its own from RunPod: :func:`cluster_script`), and the gang's port, the
+    same for every pod."""
+    assert bootstrap.gang is not None
+    env = {k: v for k, v in bootstrap.env.items() if k not in GANG_VARS}
+    shared = bootstrap.model_copy(update={"env": env, "gang": None})
+    out = pod_env(shared, offer, head_key, settings)
+    out[ENV_GANG_MASTER_PORT] = str(bootstrap.gang.master_port)
+    return out
+
+
+def cluster_body(
+    offer: Offer,
+    env: dict[str, str],
+    head_key: str,
+    nodes: int,
+    settings: RunPodSettings,
+    *,
+    mount: tuple[str, str] | None = None,
+    image: str | None = None,
+) -> dict[str, Any]:
+    """``POST /v2/clusters`` for a gang of ``nodes`` pods of the offer's GPUs (the document's
+    ``CreateClusterRequest``: no cloud, no registry, no spot option), named for the head's
+    key."""
+    d = offer.details
+    argv = ["bash", "-c", cluster_script(settings), "corral-boot", *BOOT_ARGS]
+    body: dict[str, Any] = {
+        "name": pod_name(head_key),
+        "type": CLUSTER_TYPE,
+        "compute": {
+            "gpuTypeId": d["gpu_type_id"],
+            "gpuCountPerPod": max(1, offer.gpu_count),
+            "podCount": nodes,
+        },
+        "image": image or settings.image,
+        "args": json.dumps({"entrypoint": argv[:2], "cmd": argv[2:]}),
+        "disk": int(d.get("disk_gb") or settings.container_disk_gb),
+        "ports": [f"{settings.agent_port}/http"],
+        "env": env,
+    }
+    if d.get("data_center_id"):
+        body["dataCenterIds"] = [d["data_center_id"]]
+    network = _network_mount(settings, mount)
+    if network is not None:
+        body["mounts"] = {"network": [{"volumeId": network[0], "path": network[1]}]}
+    return body

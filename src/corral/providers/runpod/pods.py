@@ -55,6 +55,20 @@ class Pod(BaseModel):
     gpu: dict[str, Any] | None = None
     data_center_id: str | None = Field(None, alias="dataCenterId")
     mounts: dict[str, Any] | None = None
+    #: an Instant Cluster member's ``PodCluster`` (``id``, ``rank``, ``ip``); None: a lone pod
+    cluster: dict[str, Any] | None = None
+
+    @property
+    def cluster_rank(self) -> int | None:
+        """The pod's node rank in its cluster (None until RunPod assigns it)."""
+        rank = (self.cluster or {}).get("rank")
+        return rank if isinstance(rank, int) and not isinstance(rank, bool) else None
+
+    @property
+    def cluster_ip(self) -> str | None:
+        """The pod's address on its cluster's private network (None until assigned)."""
+        ip = (self.cluster or {}).get("ip")
+        return ip if isinstance(ip, str) and ip else None
 
     @property
     def state_word(self) -> str:
@@ -75,6 +89,24 @@ class Pod(BaseModel):
             if isinstance(item, str) and item.startswith(name + "="):
                 return item[len(name) + 1 :]
         return None
+
+
+class Cluster(BaseModel):
+    """A RunPod Instant Cluster (REST v2 ``Cluster``): ``podCount`` identical pods in one data
+    center; its member pods come from ``GET /v2/clusters/{id}/pods``."""
+
+    model_config = ConfigDict(extra="ignore", populate_by_name=True)
+
+    id: str
+    name: str = ""
+    type: str = ""
+    compute: dict[str, Any] = Field(default_factory=dict)
+    data_center_id: str | None = Field(None, alias="dataCenterId")
+
+    @property
+    def pod_count(self) -> int:
+        count = self.compute.get("podCount")
+        return count if isinstance(count, int) else 0
 
 
 class NetworkVolume(BaseModel):

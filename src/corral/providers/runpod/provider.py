@@ -49,12 +49,14 @@ from corral import paths
 from corral.errors import (
     AuthFailed,
     BadInput,
+    InfeasibleRequest,
     NoCapacity,
     NotYetTerminated,
     ProviderError,
     ProviderUnavailable,
     QuotaExceeded,
     RateLimited,
+    UnsupportedCapability,
 )
 from corral.providers.base import (
     Bootstrap,
@@ -66,7 +68,6 @@ from corral.providers.base import (
     Offer,
     Provider,
     Requirements,
-    SupportsGangs,
     SupportsLogs,
     SupportsPriceRefresh,
     SupportsSpot,
@@ -80,6 +81,7 @@ from corral.providers.common.files import check_key
 from corral.providers.http import RetryPolicy
 from corral.providers.runpod import bootstrap as boot
 from corral.providers.runpod.api import RunPodAPI
+from corral.providers.runpod.gang import CLUSTER_ID, RunPodGangs
 from corral.providers.runpod.gpus import canonical_name
 from corral.providers.runpod.marks import StoppedMarks
 from corral.providers.runpod.offers import Prices, build_offers, gpu_count
@@ -107,14 +109,9 @@ class RunPodProvider(
     SupportsVolumes,
     SupportsLogs,
     SupportsPriceRefresh,
-    SupportsGangs,
+    RunPodGangs,
 ):
     name: ClassVar[str] = "runpod"
-    #: an Instant Cluster holds 2 to 250 pods (ClusterCompute.podCount)
-    max_nodes: ClassVar[int] = 250
-    gang_form: ClassVar[str] = (
-        "an Instant Cluster: identical pods in one data center on a private overlay network"
-    )
     unsupported: ClassVar[dict[str, str]] = {
         "SupportsPreemptionNotice": "RunPod has no interruption notice to poll: a spot pod "
         "gets SIGTERM at most 5 s before SIGKILL, so jobs must checkpoint often",
@@ -162,14 +159,21 @@ class RunPodProvider(
         if req.providers is not None and self.name not in req.providers:
             return []
         count = gpu_count(req)
+        gang = req.nodes > 1  # an Instant Cluster: on-demand Secure Cloud pods only
+        if gang and req.spot is True:
+            raise InfeasibleRequest(
+                "runpod: an Instant Cluster has on-demand pods only: a multi-node job needs "
+                "`resources.spot: false` (or auto)"
+            )
         prices = self._catalog(count)
-        if req.spot is not False:
+        if req.spot is not False and not gang:
             prices.spot, prices.spot_error = self._spot_prices(count)
         pinned, new_volume = self.named.placement(req)
+        clouds: list[str] = [c for c in self.settings.cloud_types if not gang or c == "SECURE"]
         return build_offers(
             prices,
             req,
-            cloud_types=list(self.settings.cloud_types),
+            cloud_types=clouds,
             container_disk_gb=self.settings.container_disk_gb,
             volume_dc=self._volume_data_center() if pinned is None else pinned,
             new_volume=new_volume,
@@ -247,6 +251,8 @@ class RunPodProvider(
         needed = ("gpu_type_id", "cloud_type") + (("bid_per_gpu",) if offer.spot else ())
         if any(offer.details.get(k) in (None, "") for k in needed):
             raise BadInput(f"offer {offer.offer_id!r} is not a RunPod offer (details missing)")
+        if bootstrap.gang is not None:  # a node of a gang: the pod of its rank in a cluster
+            return self._launch_node(offer, bootstrap, key)
         found = self._lookup(key)
         if found is not None:  # launched before (a retry, a restarted controller)
             return self._instance(found, key)
@@ -354,6 +360,8 @@ class RunPodProvider(
         return pod
 
     def status(self, instance: Instance) -> InstanceStatus:
+        if instance.data.get(CLUSTER_ID):
+            return self._node_status(instance)
         pod = self._ours(self.api.get_pod(instance.instance_id), instance.key)
         state, detail = pod_state(
             pod,
@@ -364,6 +372,8 @@ class RunPodProvider(
         return InstanceStatus(state=state, detail=detail, endpoint=endpoint)
 
     def terminate(self, instance: Instance) -> None:
+        if instance.data.get(CLUSTER_ID):  # RunPod deletes a cluster whole
+            return self._terminate_node(instance)
         pod = self._ours(self.api.get_pod(instance.instance_id), instance.key)
         if pod is not None and pod.state_word != "TERMINATED":
             self.api.delete_pod(pod.id)
@@ -383,7 +393,7 @@ class RunPodProvider(
         except BadInput:
             return None
         pod = self._lookup(key, dedupe=False)
-        return None if pod is None else self._instance(pod, key)
+        return self._find_node(key) if pod is None else self._instance(pod, key)
 
     def list_instances(self) -> list[Instance]:
         """Every live pod corral launched (named ``corral-<key>``), for the leak sweep."""
@@ -392,23 +402,34 @@ class RunPodProvider(
             key = boot.key_of(pod.name)
             if key is not None and pod.state_word != "TERMINATED":
                 out.append(self._instance(pod, key))
-        return out
+        return out + self._cluster_instances()
 
     # --- stop / start (SupportsStop) --------------------------------------------------------
 
     def stop(self, instance: Instance) -> None:
         """Stop the pod: no GPU billed, its volume disk kept. ``status`` says STOPPED."""
+        self._not_in_cluster(instance, "stopped")
         self.marks.add(instance.instance_id)
         self.api.stop_pod(instance.instance_id)
 
     def start(self, instance: Instance) -> None:
         """Start a stopped pod again (a spot pod bids the offer's price again)."""
+        self._not_in_cluster(instance, "started")
         self.marks.discard(instance.instance_id)
         if instance.offer.spot:
             bid = float(instance.offer.details.get("bid_per_gpu") or 0.0)
             self.api.bid_resume(instance.instance_id, bid, max(1, instance.offer.gpu_count))
         else:
             self.api.start_pod(instance.instance_id)
+
+    def _not_in_cluster(self, instance: Instance, what: str) -> None:
+        if instance.data.get(CLUSTER_ID):
+            raise UnsupportedCapability(
+                self.name,
+                "SupportsStop",
+                f"a pod of an Instant Cluster cannot be {what} (RunPod creates and deletes "
+                "clusters whole)",
+            )
 
     # --- network volumes (SupportsVolumes) --------------------------------------------------
 

@@ -82,6 +82,13 @@ class RunPodSettings(BaseModel):
     create_attempts: int = Field(
         3, ge=1, description="Creates tried for one launch when the answer is ambiguous."
     )
+    gang_port: int = Field(
+        29500,
+        ge=1024,
+        le=65535 - 256,
+        description="A multi-node job's first rendezvous port on the head pod of its Instant "
+        "Cluster (stage i meets on this + i; RunPod opens every port between a cluster's pods).",
+    )
 
     @field_validator("rest_url")
     @classmethod

@@ -461,6 +461,10 @@ class FakeCloud:
             pod = self.pods.get(pod_id)
             if pod is None or pod.desired != "RUNNING" or pod.proc is not None:
                 return
+            if pod.cluster is not None and pod.cluster.get("rank") is None:
+                # a cluster's pod starts once RunPod has placed it (its rank and address)
+                self._schedule(self.boot_delay, self._boot, pod.id)
+                return
             home = self.root / pod.id
             home.mkdir(parents=True, exist_ok=True)
             fs = home / "fs"  # the container's own "/": nothing of the controller's is there

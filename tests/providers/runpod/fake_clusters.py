@@ -13,8 +13,8 @@ the pod's ``env``), the variables RunPod documents for every pod of an Instant C
 ``HOST_NODE_ADDR``, ``WORLD_SIZE``. Every pod runs on this machine, so a cluster's private
 network is loopback: cluster ``n``'s pod of rank ``r`` is ``127.0.n.(r + 2)`` (Linux routes
 all of 127/8 to loopback). ``place_ranks`` False leaves new members unranked and without an
-address (``rank`` null, no ``ip``: RunPod assigns them while it provisions) until
-:meth:`Clusters.place`.
+address (``rank`` null, no ``ip``: RunPod assigns them while it provisions), their
+containers not started, until :meth:`Clusters.place`.
 
 A member pod refuses the pod endpoints' changes (``DELETE /v2/pods/{id}`` and actions: 409,
 the document's word for a cluster member) and is left out of ``GET /v2/pods`` unless
@@ -174,14 +174,16 @@ class Clusters:
                 self.place(cluster.id)
             return cluster
 
-    def place(self, cluster_id: str) -> None:
-        """Give every member its rank, address and RunPod's cluster variables (before its
-        container starts, as RunPod does while it provisions)."""
+    def place(self, cluster_id: str, ranks: set[int] | None = None) -> None:
+        """Give the members of ``ranks`` (None: every member) their rank, address and
+        RunPod's cluster variables; a member's container starts only once it has them."""
         cloud = self.cloud
         with cloud.lock:
             c = cloud.clusters[cluster_id]
             count, per_pod = int(c.compute["podCount"]), int(c.compute["gpuCountPerPod"])
             for rank, pod_id in enumerate(c.pod_ids):
+                if ranks is not None and rank not in ranks:
+                    continue
                 pod = cloud.pods[pod_id]
                 pod.cluster = {"id": c.id, "rank": rank, "ip": c.ip(rank)}
                 pod.runtime_env = {

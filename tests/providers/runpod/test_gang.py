@@ -166,6 +166,9 @@ def test_a_pod_not_placed_yet_is_looked_up_again(make_provider, fake, tmp_path, 
     with pytest.raises(MaybeLaunched, match="no pod of rank 0"):
         p.launch(o, gang_bootstrap(tmp_path, key, 0), key)
     [cluster] = fake.cloud.clusters.values()
+    # a teardown or the leak sweep still finds the unplaced cluster by the head's key
+    assert p.find(key).data[CLUSTER_ID] == cluster.id
+    assert [i.key for i in p.list_instances()] == [key]
     fake.rest.clusters.place(cluster.id)
     head = p.launch(o, gang_bootstrap(tmp_path, key, 0), key)  # the same key: the same cluster
     assert head.instance_id == cluster.pod_ids[0] and len(fake.rest.clusters.creates) == 1

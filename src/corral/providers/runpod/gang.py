@@ -76,6 +76,15 @@ def head_key_of(key: str, rank: int) -> str:
     return m.group("head")
 
 
+def _pod_for(pods: list[Pod], rank: int) -> Pod | None:
+    """The pod of ``rank``; for the head (0), any pod while none is ranked yet: a handle on a
+    cluster RunPod has not placed, whose terminate deletes it whole (never left behind)."""
+    pod = next((p for p in pods if p.cluster_rank == rank), None)
+    if pod is None and rank == 0 and all(p.cluster_rank is None for p in pods):
+        pod = pods[0] if pods else None
+    return pod
+
+
 class RunPodGangs(SupportsGangs):
     """Needs from the class it is mixed into: ``api``, ``settings``, ``named``, ``_sleep``,
     ``_endpoint`` and ``_instance``."""
@@ -257,8 +266,7 @@ class RunPodGangs(SupportsGangs):
             cluster = self._cluster_named(boot.pod_name(head_key))
             if cluster is None:
                 continue
-            pods = self.api.cluster_pods(cluster.id) or []
-            pod = next((p for p in pods if p.cluster_rank == rank), None)
+            pod = _pod_for(self.api.cluster_pods(cluster.id) or [], rank)
             if pod is not None:
                 return self._node_instance(pod, key, cluster)
         return None
@@ -270,10 +278,13 @@ class RunPodGangs(SupportsGangs):
             head_key = boot.key_of(cluster.name)
             if head_key is None:
                 continue
-            for pod in self.api.cluster_pods(cluster.id) or []:
-                rank = pod.cluster_rank
-                if rank is None or pod.state_word == "TERMINATED":
-                    continue
-                key = head_key if rank == 0 else f"{head_key}-k{rank}"
-                out.append(self._node_instance(pod, key, cluster))
+            pods = [
+                p for p in self.api.cluster_pods(cluster.id) or [] if p.state_word != "TERMINATED"
+            ]
+            ranks = sorted({p.cluster_rank or 0 for p in pods} | ({0} if pods else set()))
+            for rank in ranks:
+                pod = _pod_for(pods, rank)
+                if pod is not None:
+                    key = head_key if rank == 0 else f"{head_key}-k{rank}"
+                    out.append(self._node_instance(pod, key, cluster))
         return out

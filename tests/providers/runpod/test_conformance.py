@@ -11,7 +11,7 @@ import httpx
 from corral.providers.base import ImageRef, InstanceState, Requirements, VolumeRequest
 
 from ..contract import new_key, wait_state
-from .helpers import L40S, bootstrap, offer
+from .helpers import L40S, bootstrap, gang_bootstrap, offer
 
 UA = {"User-Agent": "corral-test/1"}
 
@@ -83,8 +83,20 @@ def test_every_provider_method_keeps_the_published_rest_v2_contract(make_provide
     assert {v.name for v in p.list_volumes()} >= {"data", "ckpts"}
     p.delete_volume(made["id"])
 
-    # terminate everything; a second terminate of a gone pod is success
-    for i in (inst, spot, sized, vol_inst):
+    # a gang: one Instant Cluster (create, list, its pods), each node found by its key
+    gang_key = new_key()
+    gang_req = L40S.model_copy(update={"nodes": 2, "spot": False})
+    gang_offer = offer(p, spot=False, req=gang_req)
+    head = p.launch(gang_offer, gang_bootstrap(tmp_path / "e", gang_key, 0), gang_key)
+    member = f"{gang_key}-k1"
+    addr = p.gang_address(head)
+    node = p.launch(gang_offer, gang_bootstrap(tmp_path / "e", member, 1, addr=addr), member)
+    assert wait_state(p, node, InstanceState.RUNNING).endpoint
+    assert again.find(member).instance_id == node.instance_id  # type: ignore[union-attr]
+
+    # terminate everything (a gang's node deletes its cluster whole); a second terminate of a
+    # gone pod is success
+    for i in (inst, spot, sized, vol_inst, node, head):
         p.terminate(i)
         assert p.status(i).state == InstanceState.TERMINATED
     p.terminate(inst)
@@ -95,4 +107,7 @@ def test_every_provider_method_keeps_the_published_rest_v2_contract(make_provide
     fake.contract.assert_clean()
     assert fake.contract.checked > 50
     assert {"POST /v2/pods", "POST /v2/registries", "GET /v2/registries"} <= set(fake.routes())
+    cluster = f"/v2/clusters/{head.data['cluster_id']}"
+    assert {"POST /v2/clusters", "GET /v2/clusters", f"GET {cluster}/pods"} <= set(fake.routes())
+    assert f"DELETE {cluster}" in fake.routes()
     assert "graphql:podFindAndDeployOnDemand" in fake.routes()

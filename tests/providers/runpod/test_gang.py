@@ -6,7 +6,6 @@ fixture fails the test on a violation)."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
@@ -19,42 +18,16 @@ from corral.errors import (
     NoCapacity,
     ProviderError,
 )
-from corral.providers.base import Bootstrap, ImageRef, Instance, InstanceState, Requirements
+from corral.providers.base import ImageRef, Instance, InstanceState, Requirements
 from corral.providers.runpod.gang import CLUSTER_ID
-from corral.wire.gang import ENV_GANG_MASTER_ADDR, ENV_GANG_MASTER_PORT, ENV_GANG_RANK, GangRole
-from corral.wire.plan import AgentPlan, StagePlan
+from corral.wire.gang import ENV_GANG_MASTER_ADDR, ENV_GANG_MASTER_PORT, ENV_GANG_RANK
 from support.waiting import wait_until
 
 from ..contract import new_key, wait_state
-from .helpers import L40S
+from .helpers import L40S, PORT, gang_bootstrap
 from .helpers import offer as first_offer
 
 GANG = L40S.model_copy(update={"nodes": 2})
-PORT = 29617
-
-
-def gang_bootstrap(
-    workdir: Path, key: str, rank: int, *, nodes: int = 2, addr: str = "127.0.0.1", **kw
-) -> Bootstrap:
-    """Node ``rank``'s bootstrap as the controller builds it: one plan for every node, the
-    node's place in the gang in ``gang`` and in its env."""
-    workdir.mkdir(parents=True, exist_ok=True)
-    run = (
-        'echo "rank=$CORRAL_NODE_RANK nodes=$CORRAL_NUM_NODES master=$CORRAL_MASTER_ADDR '
-        'port=$CORRAL_MASTER_PORT"; sleep 60'
-    )
-    plan = AgentPlan(
-        run_id=key.rsplit("-a", 1)[0],
-        attempt=1,
-        workdir=str(workdir),
-        stages=[StagePlan(name="train", run=run, nodes=nodes)],
-        checkpoint_dir=str(workdir / "checkpoints"),
-        state_dir=str(workdir / "state" / key),
-        grace_seconds=1.0,
-        nodes=nodes,
-    )
-    role = GangRole(rank=rank, master_addr=addr, master_port=PORT)
-    return Bootstrap(plan=plan, token="tok-same-for-the-attempt", env=role.env(), gang=role, **kw)
 
 
 def stage_line(inst: Instance, provider, token: str) -> str:

@@ -8,6 +8,8 @@ import socket
 import time
 from pathlib import Path
 
+import pytest
+
 from corral.control.context import Context, Settings
 from corral.control.controller import Controller
 from corral.store import Store
@@ -102,3 +104,51 @@ def test_a_cluster_that_never_places_its_pods_is_released_whole(make_provider, f
     _tick_until(controller, lambda: store.get_run(run_id).state == "CANCELLED", timeout=30)
     assert store.resources(run_id=run_id, open_only=True) == []
     assert len(fake.rest.clusters.creates) == 1  # the next gang waits (10 s, then doubled)
+
+
+TRAIN = """
+import os
+import torch, torch.distributed as dist
+dist.init_process_group("gloo")
+total = torch.tensor([dist.get_rank() + 1.0])
+dist.all_reduce(total)
+print(f"rank {dist.get_rank()} of {dist.get_world_size()} node {os.environ['NODE_RANK']} "
+      f"sum {total.item()}", flush=True)
+dist.destroy_process_group()
+"""
+
+TORCHRUN = """
+name: torchgang
+resources: {gpus: "L40S:1", nodes: 2, spot: false, providers: [runpod]}
+env: {OMP_NUM_THREADS: 1}
+stages:
+  - name: train
+    run: torchrun --nproc-per-node 1 train.py
+    nodes: all
+"""
+
+
+@pytest.mark.slow
+def test_an_unmodified_torchrun_meets_across_the_clusters_two_pods(
+    make_provider, fake, tmp_path, corral_home: Path
+):
+    pytest.importorskip("torch.distributed")
+    from control.helpers import submit, write_spec
+
+    (tmp_path / "train.py").write_text(TRAIN)
+    run_id = submit(write_spec(tmp_path, TORCHRUN))
+    store = Store.open()
+    provider = make_provider(gang_port=_free_port())
+    ctx = Context(store=store, providers={"runpod": provider}, settings=Settings(intent_grace_s=0))
+    run = _tick_until(
+        Controller(ctx),
+        lambda: (r := store.get_run(run_id)).state in ("SUCCEEDED", "FAILED") and r,
+        timeout=180,
+    )
+    logs = "\n".join(
+        p.read_text(errors="replace") for p in corral_home.rglob("*train*") if p.is_file()
+    )
+    assert run.state == "SUCCEEDED", (run.reason, logs)
+    # RunPod's NODE_RANK reaches the stage (torchrun keeps it); world of 2, 1 + 2 summed
+    assert "rank 0 of 2 node 0 sum 3.0" in logs and "rank 1 of 2 node 1 sum 3.0" in logs, logs
+    assert fake.cloud.pods == {} and len(fake.rest.clusters.deleted) == 1

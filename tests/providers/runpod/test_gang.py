@@ -6,6 +6,7 @@ fixture fails the test on a violation)."""
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 
@@ -145,6 +146,21 @@ def test_a_pod_not_placed_yet_is_looked_up_again(make_provider, fake, tmp_path, 
     fake.rest.clusters.place(cluster.id)
     head = p.launch(o, gang_bootstrap(tmp_path, key, 0), key)  # the same key: the same cluster
     assert head.instance_id == cluster.pod_ids[0] and len(fake.rest.clusters.creates) == 1
+
+
+def test_a_cluster_never_placed_is_deleted_after_the_place_timeout(make_provider, fake, tmp_path):
+    fake.rest.clusters.place_ranks = False
+    key = new_key()
+    p = make_provider(gang_port=PORT)
+    o = first_offer(p, spot=False, req=GANG)
+    with pytest.raises(MaybeLaunched):
+        p.launch(o, gang_bootstrap(tmp_path, key, 0), key)
+    [cluster] = fake.cloud.clusters.values()
+    time.sleep(0.05)
+    late = make_provider(gang_port=PORT, place_timeout_s=0.01)
+    with pytest.raises(NoCapacity, match="CORRAL_RUNPOD_PLACE_TIMEOUT_S"):
+        late.launch(o, gang_bootstrap(tmp_path, key, 0), key)
+    assert fake.rest.clusters.deleted == [cluster.id] and fake.cloud.pods == {}
 
 
 def test_terminating_any_node_deletes_the_whole_cluster(make_provider, fake, tmp_path):

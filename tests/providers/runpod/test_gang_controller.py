@@ -106,6 +106,26 @@ def test_a_cluster_that_never_places_its_pods_is_released_whole(make_provider, f
     assert len(fake.rest.clusters.creates) == 1  # the next gang waits (10 s, then doubled)
 
 
+def test_a_head_never_placed_gives_its_cluster_up_after_the_place_timeout(
+    make_provider, fake, tmp_path
+):
+    from control.helpers import submit, write_spec
+
+    fake.rest.clusters.place_ranks = False  # RunPod never places any pod
+    run_id = submit(write_spec(tmp_path, SPEC))
+    store = Store.open()
+    provider = make_provider(gang_port=_free_port(), place_timeout_s=1.0)
+    settings = Settings(intent_grace_s=0)
+    controller = Controller(Context(store=store, providers={"runpod": provider}, settings=settings))
+    _tick_until(controller, lambda: fake.rest.clusters.deleted, timeout=30)
+    said = [e.reason for e in store.events(run_id, types=["provider.no_capacity"])]
+    assert any("CORRAL_RUNPOD_PLACE_TIMEOUT_S" in r for r in said), said
+    store.request_action(run_id, "cancel")
+    _tick_until(controller, lambda: store.get_run(run_id).state == "CANCELLED", timeout=30)
+    _tick_until(controller, lambda: not fake.cloud.clusters, timeout=30)
+    assert fake.cloud.pods == {} and store.resources(run_id=run_id, open_only=True) == []
+
+
 TRAIN = """
 import os
 import torch, torch.distributed as dist

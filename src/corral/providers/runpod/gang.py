@@ -12,7 +12,9 @@ in one data center, its pods on the cluster's private overlay network. A mixin o
 * **Node k's launch** (key ``<head key>-k<k>``) finds the head's cluster and returns its pod of
   rank ``k`` (``PodCluster.rank``), with its own agent endpoint. No cluster: the node is
   refused (its head is not there); a pod not placed yet: :class:`MaybeLaunched`, so the same
-  key is looked up again.
+  key is looked up again, until ``place_timeout_s`` after the create: then the cluster is
+  deleted and the launch has no capacity (a head never placed would otherwise keep its
+  attempt provisioning, billed).
 * **The head's address** is its pod's ``PodCluster.ip``; every node meets it on
   ``gang_port`` (a setting, 29500: RunPod opens every port between a cluster's pods).
 * **The end**: RunPod deletes clusters whole (``DELETE /v2/clusters/{id}``; a member pod
@@ -26,6 +28,7 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, ClassVar
 
 from corral.errors import (
@@ -100,6 +103,7 @@ class RunPodGangs(SupportsGangs):
     settings: RunPodSettings
     named: NamedVolumes
     _sleep: Callable[[float], None]
+    _now: Callable[[], float]
     _endpoint: Callable[[str], str]
     _instance: Callable[..., Instance]
 
@@ -209,11 +213,30 @@ class RunPodGangs(SupportsGangs):
                 return pod
             if i + 1 < POD_LOOKS:
                 self._sleep(1.0)
+        age = self._cluster_age(cluster)
+        if age is not None and age > self.settings.place_timeout_s:
+            # RunPod has not placed it for too long: given up whole, never left billing
+            self.api.delete_cluster(cluster.id)
+            raise NoCapacity(
+                f"runpod: Instant Cluster {cluster.id} had no pod of rank {rank} with an "
+                f"address {age:.0f}s after its create (CORRAL_RUNPOD_PLACE_TIMEOUT_S: "
+                f"{self.settings.place_timeout_s:.0f}s); deleted it"
+            )
         raise MaybeLaunched(
             f"runpod: Instant Cluster {cluster.id} has no pod of rank {rank} with an address "
             "yet (looked up again)",
             fields={"provider": "runpod"},
         )
+
+    def _cluster_age(self, cluster: Cluster) -> float | None:
+        """Seconds since the cluster's create (its ``createdAt``), if RunPod says."""
+        try:
+            created = datetime.fromisoformat(cluster.created_at)
+        except ValueError:
+            return None
+        if created.tzinfo is None:
+            created = created.replace(tzinfo=UTC)
+        return self._now() - created.timestamp()
 
     def _node_instance(
         self, pod: Pod, key: str, cluster: Cluster, offer: Offer | None = None

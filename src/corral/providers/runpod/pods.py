@@ -102,6 +102,7 @@ class Cluster(BaseModel):
     type: str = ""
     compute: dict[str, Any] = Field(default_factory=dict)
     data_center_id: str | None = Field(None, alias="dataCenterId")
+    created_at: str = Field("", alias="createdAt")
 
     @property
     def pod_count(self) -> int:

@@ -129,6 +129,7 @@ class RunPodProvider(
         retry: RetryPolicy | None = None,
         sleep: Callable[[float], None] = time.sleep,
         clock: Callable[[], float] = time.monotonic,
+        now: Callable[[], float] = time.time,
     ):
         key = require_credential(
             "runpod",
@@ -145,6 +146,7 @@ class RunPodProvider(
         self.marks = StoppedMarks(self.home / "runpod")
         self._sleep = sleep
         self._clock = clock
+        self._now = now  # wall clock: how old a cluster is (its createdAt)
         self._prices: dict[int, tuple[float, Any]] = {}
         self._spot: dict[int, tuple[float, Any]] = {}
         self._volume_dc: str | None = None

@@ -89,6 +89,12 @@ class RunPodSettings(BaseModel):
         description="A multi-node job's first rendezvous port on the head pod of its Instant "
         "Cluster (stage i meets on this + i; RunPod opens every port between a cluster's pods).",
     )
+    place_timeout_s: float = Field(
+        600.0,
+        gt=0,
+        description="An Instant Cluster whose pod a node needs has no rank or address this "
+        "long after its create: the cluster is deleted and the launch has no capacity.",
+    )
 
     @field_validator("rest_url")
     @classmethod

@@ -6,6 +6,7 @@ fixture fails the test on a violation)."""
 from __future__ import annotations
 
 import json
+import subprocess
 import time
 
 import pytest
@@ -20,7 +21,9 @@ from corral.errors import (
     ProviderError,
 )
 from corral.providers.base import ImageRef, Instance, InstanceState, Requirements
+from corral.providers.runpod.bootstrap import cluster_script
 from corral.providers.runpod.gang import CLUSTER_ID
+from corral.providers.runpod.settings import RunPodSettings
 from corral.wire.gang import ENV_GANG_MASTER_ADDR, ENV_GANG_MASTER_PORT, ENV_GANG_RANK
 from support.waiting import wait_until
 
@@ -200,3 +203,19 @@ def test_a_cluster_without_room_for_every_node_creates_nothing(make_provider, fa
     with pytest.raises(NoCapacity):
         p.launch(o, gang_bootstrap(tmp_path, key, 0), key)
     assert fake.cloud.pods == {} and fake.cloud.clusters == {}
+
+
+def test_a_pod_without_runpods_cluster_variables_stops_with_one_line(tmp_path):
+    script = cluster_script(RunPodSettings())
+    done = subprocess.run(
+        ["bash", "-c", script, "corral-boot"],
+        env={"PATH": "/usr/bin:/bin", "PRIMARY_ADDR": "10.65.0.2"},
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert done.returncode == 1
+    assert done.stderr.strip() == (
+        "corral: this pod has no NODE_RANK or PRIMARY_ADDR: RunPod sets them on every pod of "
+        "an Instant Cluster"
+    )

@@ -20,9 +20,9 @@ How soon a run is looked at again (:meth:`Schedule.done`):
 * RUNNING: every ``Settings.tick_seconds`` after a look that saw the attempt move (its
   phase, a stage starting or ending), then twice as long after each look that did not, up
   to ``Settings.poll_interval_s`` (log lines and progress alone do not hurry it: a steady
-  run costs little however much it prints), or up to ``Settings.quiet_poll_s`` while its
-  agent rings the controller's bell (``control.bell``: ``belled``) and nobody follows it
-  (:meth:`Schedule.watch`);
+  run costs little however much it prints); every ``Settings.quiet_poll_s`` from the first
+  look that finds its agent ringing the controller's bell (``control.bell``: ``belled``;
+  no fast pace, no ramp: a change rings) while nobody follows it (:meth:`Schedule.watch`);
 * a run whose agent rang (something happened) or whose bell fell silent: at once
   (:meth:`Schedule.ring`);
 * a run a CLI nudged (``control.nudges``: ``corral debug preempt``, say): at once, then,
@@ -380,13 +380,15 @@ class Schedule:
         elif slot.state in WAITING:
             delay = max(self._fast, s.wait_retry_s)
         elif slot.state == RunState.RUNNING.value:
-            if result.lively:
-                slot.interval = self._fast
-            delay = slot.interval
-            steady = self._steady
             if slot.watched_until <= now and self.belled(slot.run_id, slot.attempt):
-                steady = max(steady, s.quiet_poll_s)  # a change rings: no need to look
-            slot.interval = min(max(slot.interval * 2, self._fast), steady)
+                # a change rings: no need to look, nor to ramp up to the quiet pace from a
+                # fast one after it moved (a ring during a look brings the next at once)
+                slot.interval = delay = max(self._steady, s.quiet_poll_s)
+            else:
+                if result.lively:
+                    slot.interval = self._fast
+                delay = slot.interval
+                slot.interval = min(max(slot.interval * 2, self._fast), self._steady)
         else:  # PROVISIONING, STOPPING
             delay = self._fast
         if result.wake_in is not None:

@@ -29,8 +29,11 @@ from corral.providers.base import (
     SupportsStatusListing,
 )
 
-#: a machine in one of these states needs no look before its run's next one
-_STEADY = frozenset({InstanceState.RUNNING, InstanceState.PROVISIONING})
+
+def _steady(state: InstanceState) -> bool:
+    """A machine in this state needs no look before its run's next one (compared by
+    identity: ten thousand of them per listing)."""
+    return state is InstanceState.RUNNING or state is InstanceState.PROVISIONING
 
 
 class Census:
@@ -101,13 +104,11 @@ class Census:
         return listing
 
     def _compare(self, name: str, listing: dict[str, InstanceStatus]) -> None:
+        steady = {k for k, st in listing.items() if _steady(st.state)}
         changed = []
         with self._lock:
             watched = self._watched.get(name, {})
-            for key, run_id in list(watched.items()):
-                st = listing.get(key)
-                if st is None or st.state not in _STEADY:
-                    changed.append(run_id)
-                    del watched[key]  # told once; the run's look finds it again if still listed
+            for key in [k for k in watched if k not in steady]:
+                changed.append(watched.pop(key))  # told once; a look finds it again if listed
         if changed and self.on_change is not None:
             self.on_change(changed)

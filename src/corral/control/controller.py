@@ -25,7 +25,7 @@ from corral.control.leases import Leases
 from corral.control.loop_metrics import LoopMetrics
 from corral.control.nudges import take_nudges
 from corral.control.observe import Observation
-from corral.control.schedule import Head, Result, Schedule
+from corral.control.schedule import Result, Schedule
 from corral.control.sweeping import Sweeper
 from corral.control.transitions import Transition
 from corral.control.watchers import run_watchers
@@ -326,14 +326,14 @@ class Controller:
         self._before_read(leases=False)
         try:
             # highest priority first, then oldest: the line for capacity goes in this order
-            heads = [Head(i, st, a) for i, st, a in self.ctx.store.run_heads()]
+            heads = self.ctx.store.run_heads()  # (id, state, requested action): Head rows
         except Exception as e:  # the store itself failed: keep the schedule, retry
             log.error("controller tick failed: %s", e)
             return
         if self.leases is not None:  # the store is asked only when something may change
-            self.leases.refresh([h.id for h in heads])
+            self.leases.refresh([h[0] for h in heads])
         if self.holds is not None:
-            self._elsewhere = sum(1 for h in heads if not self.holds(h.id))
+            self._elsewhere = sum(1 for h in heads if not self.holds(h[0]))
         for run_id in self.schedule.sync(heads):
             self._forget(run_id)
         self.schedule.hurry(take_nudges(self.ctx.home))  # runs a CLI asked to be looked at

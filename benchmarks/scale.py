@@ -114,6 +114,8 @@ def _max_gap(polls: dict[str, list[float]], start: float, end: float) -> float:
     for times in polls.values():
         before = [t for t in times if t <= start]
         inside = [t for t in times if start < t <= end]
+        if not before and not inside:
+            continue  # an agent that came up after the window (a run recovered by --react)
         marks = ([before[-1]] if before else [start]) + inside + [end]
         worst = max(worst, *(b - a for a, b in itertools.pairwise(marks)))
     return worst

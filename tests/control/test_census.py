@@ -19,6 +19,7 @@ from corral.providers.base import (
 from corral.store.states import RunState
 from corral.wire.outcome import StopCause
 
+from .helpers import submit, write_spec
 from .unitkit import ENDPOINT, OFFER, Rig, StubProvider, rig
 
 
@@ -130,3 +131,48 @@ def test_a_belled_runs_machine_gone_from_the_listing_loses_the_attempt(tmp_path:
     step = _check(r)
     assert isinstance(step, Transition) and step.target == RunState.RECOVERING
     assert provider.status_calls == 0
+
+
+def _more_runs(r: Rig, provider: StubProvider, n: int) -> list[str]:
+    """``n`` more RUNNING runs on the rig's store and provider, each on its own machine."""
+    spec = write_spec(r.ctx.home, "name: more\nrun: echo hi\n", "more.yaml")
+    ids = []
+    for _ in range(n):
+        run_id = submit(spec)
+        r.store.transition(run_id, RunState.PROVISIONING, "claimed", attempt=1, provider="stub")
+        r.store.create_attempt(
+            run_id, 1, provider="stub", offer=OFFER.model_dump(mode="json"), price_per_hour=0.0
+        )
+        key = f"{run_id}-a1"
+        r.store.record_intent(run_id=run_id, attempt=1, provider="stub", key=key)
+        inst = Instance(provider="stub", instance_id=key, key=key, offer=OFFER, endpoint=ENDPOINT)
+        r.store.update_resource(
+            key, state="active", instance_id=key, instance=inst.model_dump(mode="json")
+        )
+        r.store.transition(run_id, RunState.RUNNING, "agent ready")
+        if isinstance(provider, ListingProvider):
+            provider.machines[key] = InstanceState.RUNNING
+        ids.append(run_id)
+    return ids
+
+
+def test_the_looks_at_many_belled_runs_ask_the_provider_once(tmp_path: Path) -> None:
+    """Twenty belled runs looked at within a listing's age: one listing, no status; the same
+    runs on a provider that cannot list: a status each (their first check)."""
+    r, provider = _belled_rig(tmp_path)
+    ids = [r.run_id, *_more_runs(r, provider, 19)]
+    for run_id in ids:
+        run = r.store.get_run(run_id)
+        obs = Observation(r.ctx, run)
+        assert PreemptionWatcher().check(r.ctx, run, r.ctx.spec(run), obs) is None
+        assert obs.machine().state == InstanceState.RUNNING
+    assert (provider.listings, provider.status_calls) == (1, 0)
+    plain = StubProvider()
+    r.ctx.providers["stub"] = plain
+    r.ctx.run_notes.clear()  # a new controller: every machine is checked at its first look
+    for run_id in ids:
+        run = r.store.get_run(run_id)
+        assert (
+            PreemptionWatcher().check(r.ctx, run, r.ctx.spec(run), Observation(r.ctx, run)) is None
+        )
+    assert plain.status_calls == 20

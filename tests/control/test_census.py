@@ -10,12 +10,8 @@ from corral.control.census import Census
 from corral.control.observe import Observation
 from corral.control.transitions import AskStop, Transition
 from corral.control.watchers.preemption import PreemptionWatcher
-from corral.providers.base import (
-    Instance,
-    InstanceState,
-    InstanceStatus,
-    SupportsStatusListing,
-)
+from corral.providers.base import Instance, InstanceState, InstanceStatus
+from corral.providers.listing import SupportsStatusListing
 from corral.store.states import RunState
 from corral.wire.outcome import StopCause
 

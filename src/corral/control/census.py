@@ -21,13 +21,8 @@ import threading
 import time
 from collections.abc import Callable
 
-from corral.providers.base import (
-    Instance,
-    InstanceState,
-    InstanceStatus,
-    Provider,
-    SupportsStatusListing,
-)
+from corral.providers.base import Instance, InstanceState, InstanceStatus, Provider
+from corral.providers.listing import SupportsStatusListing
 
 
 def _steady(state: InstanceState) -> bool:

@@ -365,16 +365,6 @@ class SupportsSpot:
     """Offers spot/interruptible machines (``Offer.spot``) that the provider may preempt."""
 
 
-class SupportsStatusListing:
-    """The status of every machine it holds for corral in one call (one listing), so the
-    controller asks once for many runs instead of once per run (``control.census``)."""
-
-    def statuses(self) -> dict[str, InstanceStatus]:  # pragma: no cover - interface
-        """Launch key -> status, as :meth:`Provider.status` gives it, of every machine the
-        provider holds for corral now. A machine missing from it is asked for alone."""
-        raise NotImplementedError
-
-
 class SupportsStop:
     """Machines can be stopped (not billed for compute) and started again."""
 

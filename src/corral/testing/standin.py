@@ -65,8 +65,8 @@ from corral.providers.base import (
     Provider,
     Requirements,
     SupportsSimulatedPreemption,
-    SupportsStatusListing,
 )
+from corral.providers.listing import SupportsStatusListing
 from corral.wire import WIRE_VERSION, bell
 from corral.wire.events import AgentEvent, EventsPage
 from corral.wire.poll import (

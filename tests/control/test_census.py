@@ -5,11 +5,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from corral.control import transitions
 from corral.control.census import Census
 from corral.control.observe import Observation
 from corral.control.transitions import AskStop, Transition
 from corral.control.watchers.preemption import PreemptionWatcher
+from corral.errors import ProviderError
 from corral.providers.base import Instance, InstanceState, InstanceStatus
 from corral.providers.listing import SupportsStatusListing
 from corral.store.states import RunState
@@ -69,6 +72,24 @@ def test_many_belled_runs_machines_come_from_one_listing_per_interval() -> None:
     now[0] += 5.0
     census.status("stub", provider, _machine("k1"), "r1", 5.0)
     assert sorted(changed) == ["r7", "r9"]
+
+
+def test_a_failed_listing_is_not_asked_again_by_every_look() -> None:
+    now = [0.0]
+    census = Census(clock=lambda: now[0])
+    provider = ListingProvider()
+    provider.machines = {"k1": InstanceState.RUNNING}
+    broken = ProviderError("the listing API answered 503")
+    real = provider.statuses
+    provider.statuses = lambda: (_ for _ in ()).throw(broken)  # type: ignore[method-assign]
+    for _ in range(50):
+        with pytest.raises(ProviderError):
+            census.status("stub", provider, _machine("k1"), "r1", 5.0)
+    assert census.listings == 1 and provider.status_calls == 0
+    provider.statuses = real  # type: ignore[method-assign]
+    now[0] += 5.0
+    assert census.status("stub", provider, _machine("k1"), "r1", 5.0).state == "RUNNING"
+    assert census.listings == 2
 
 
 def test_a_provider_that_cannot_list_is_asked_for_each_machine() -> None:

@@ -51,6 +51,8 @@ class Census:
         #: run id -> (provider name, launch key) of its machine watched
         self._machine_of: dict[str, tuple[str, str]] = {}
         self._locks: dict[str, threading.Lock] = {}
+        #: provider name -> (monotonic time, the error) of its last listing that failed
+        self._failed: dict[str, tuple[float, Exception]] = {}
         self._lock = threading.Lock()
         #: listings taken (for the tests and the benchmark)
         self.listings = 0
@@ -65,7 +67,8 @@ class Census:
     ) -> InstanceStatus:
         """``instance``'s status from a listing of ``provider`` no older than ``max_age_s``
         (taken now if there is none), or from ``provider.status`` where the provider cannot
-        list or the listing lacks the machine. Raises what the provider raises."""
+        list or the listing lacks the machine. Raises what the provider raises (a listing
+        that failed, again to every look until it is ``max_age_s`` old)."""
         if not isinstance(provider, SupportsStatusListing):
             return provider.status(instance)
         listed = self._listing(name, provider, max_age_s).get(instance.key)
@@ -92,8 +95,16 @@ class Census:
             found = self._lists.get(name)
             if found is not None and now - found[0] < max_age_s:
                 return found[1]
-            listing = provider.statuses()
+            failed = self._failed.get(name)
+            if failed is not None and now - failed[0] < max_age_s:
+                raise failed[1].with_traceback(None)  # not asked by every look till then
             self.listings += 1
+            try:
+                listing = provider.statuses()
+            except Exception as e:
+                self._failed[name] = (now, e)
+                raise
+            self._failed.pop(name, None)
             self._lists[name] = (now, listing)
         self._compare(name, listing)
         return listing

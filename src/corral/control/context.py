@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from corral import paths
+from corral.control.census import Census
 from corral.control.notes import RunNotes
 from corral.control.tokens import agent_token
 from corral.errors import BadInput, ControllerError
@@ -169,6 +170,9 @@ class Context:
     #: the controller's bell while it serves (``corral.control.bell.Bell``; typed loosely:
     #: that module imports this one); None: no bell, every run is pulled at its usual pace
     bell: Any = None
+    #: one listing per provider answers the machine checks of the belled runs
+    #: (``control.census``)
+    census: Census = field(default_factory=Census)
 
     def provider(self, name: str) -> Provider:
         try:
@@ -255,6 +259,7 @@ class Context:
             if client is not None:
                 client.close()
         self.run_notes.pop(run_id, None)
+        self.census.forget(run_id)
 
     def close(self) -> None:
         """Close every agent client and the shared connection pool (a later :meth:`agent`

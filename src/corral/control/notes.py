@@ -19,6 +19,17 @@ class IdleMark:
     token: tuple[Any, ...]
 
 
+@dataclass(frozen=True)
+class CostBasis:
+    """What a run's cost was last worked out from (``cost.run_cost``): the attempts billed
+    to an end (their sum) and those billed until now."""
+
+    #: the newest attempt then
+    attempt: int
+    closed: float
+    live: tuple[Any, ...]
+
+
 @dataclass
 class AttemptNotes:
     """Notes of one attempt of a run."""
@@ -55,6 +66,8 @@ class RunNotes:
 
     #: the run's cost was last worked out then (sync)
     cost_at: datetime | None = None
+    #: what the cost was worked out from (a steady run's is worked out again from it)
+    cost_basis: CostBasis | None = None
     #: the budget watcher last looked then
     budget_checked_at: datetime | None = None
     #: the budget warning was given

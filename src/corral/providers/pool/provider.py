@@ -47,7 +47,7 @@ from corral.providers.base import (
     SupportsSimulatedPreemption,
 )
 from corral.providers.common.files import check_key
-from corral.providers.pool.gang import PoolGangs
+from corral.providers.pool.gang import PoolGangs, head_address, lease_port
 from corral.queue import attempts as states
 from corral.queue.app import TASK_NAME
 from corral.queue.attempts import AttemptStore, PoolAttempt
@@ -277,7 +277,7 @@ class PoolProvider(Provider, SupportsSimulatedPreemption, ReportsQueue, PoolGang
             bootstrap = bootstrap.model_copy(
                 update={"env": {**bootstrap.env, **bootstrap.image.agent_env()}}
             )
-        fields = {
+        fields: dict[str, Any] = {
             "run_id": bootstrap.plan.run_id,
             "attempt": bootstrap.plan.attempt,
             "queue": queue,
@@ -286,6 +286,8 @@ class PoolProvider(Provider, SupportsSimulatedPreemption, ReportsQueue, PoolGang
             "grace": grace,
             "outage_grace": self.settings.outage_grace_s,
         }
+        if bootstrap.gang is not None:  # a node of a gang: never beside another on one host
+            fields.update(gang=bootstrap.plan.run_id, rank=bootstrap.gang.rank)
         with broker_errors(self.settings):
             rec, _ = self.attempts.create(
                 key,
@@ -340,6 +342,21 @@ class PoolProvider(Provider, SupportsSimulatedPreemption, ReportsQueue, PoolGang
                 "worker": rec.worker,
             },
         )
+
+    # --- gangs (``providers.pool.gang``) -------------------------------------------------
+
+    def gang_port(self, run_id: str) -> int:
+        with broker_errors(self.settings):
+            return lease_port(
+                self.attempts.r, self.keys, run_id, self.settings.visibility_timeout_s
+            )
+
+    def gang_address(self, head: Instance) -> str:
+        try:
+            with broker_errors(self.settings):
+                return head_address(self.attempts.get(head.key))
+        except ProviderError:  # the broker is away: the other nodes wait for its answer
+            return ""
 
     # --- status / terminate -----------------------------------------------------------------
 

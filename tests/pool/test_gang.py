@@ -234,3 +234,111 @@ def test_a_gang_without_two_hosts_waits_is_released_at_its_bound_and_forms_once_
 def _keys(attempts: AttemptStore, run_id: str) -> list[str]:
     prefix = attempts.keys.attempt("")
     return [n[len(prefix) :] for n in attempts.r.scan_iter(match=f"{prefix}{run_id}-*")]
+
+
+SHARDED = """
+import datetime, os, sys, time
+import torch, torch.distributed as dist
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.tensor import Shard, distribute_tensor
+from corral.sdk import Checkpointer, install_signal_handlers, should_stop_all
+
+dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=60))
+rank, world = dist.get_rank(), dist.get_world_size()
+mesh = init_device_mesh("cpu", (world,))
+install_signal_handlers()
+cp = Checkpointer(os.environ["CORRAL_CHECKPOINT_DIR"], keep_last=3)
+w, start = distribute_tensor(torch.zeros(8), mesh, [Shard(0)]), 0
+if cp.latest() is not None:
+    state = cp.restore(template={"w": w, "step": 0})
+    w, start = state["w"], state["step"]
+print(f"rank {rank} of {world} starts at step {start}", flush=True)
+saved = start
+for step in range(start + 1, 41):
+    g = torch.tensor([rank + 1.0])
+    dist.all_reduce(g)
+    w = w + g.item() * step
+    if step % 4 == 0:
+        cp.save({"w": w, "step": step}, step)
+        saved = step
+    if should_stop_all():
+        if saved != step:
+            cp.save({"w": w, "step": step}, step)
+        cp.wait()
+        print(f"rank {rank} stops at step {step}", flush=True)
+        dist.barrier()
+        sys.exit(75)
+    time.sleep(0.2)
+cp.wait()
+full = w.full_tensor()
+if rank == 0:
+    print("final " + ",".join(f"{v:g}" for v in full.tolist()), flush=True)
+dist.barrier()
+dist.destroy_process_group()
+"""
+
+RESUMED_SPEC = """
+name: gang-lost
+resources: {nodes: 2, providers: [pool]}
+env: {OMP_NUM_THREADS: 1}
+run: torchrun --nproc-per-node 1 train.py
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("lost", [1, 0], ids=["node-1-killed", "head-killed"])
+def test_a_node_s_worker_killed_the_gang_is_repaired_with_the_weights_of_an_uninterrupted_run(
+    lost: int, pool: PoolSettings, workers: Workers, tmp_path: Path
+) -> None:
+    pytest.importorskip("torch.distributed")
+    for host in ("hA", "hB", "hC"):
+        _host(workers, host, tmp_path)
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "train.py").write_text(SHARDED)
+    run_id = submit(write_spec(work, RESUMED_SPEC))
+    store = Store.open()
+    attempts = AttemptStore(connect(pool), Keys(pool.name))
+    controller = start_controller(tick=0.2)
+    try:
+        wait_until(
+            lambda: [e for e in store.events(run_id, types=["checkpoint.saved"]) if e.attempt == 1],
+            120,
+            0.2,
+            "a checkpoint of the first attempt",
+        )
+        gone = attempts.get(f"{run_id}-a1-k1" if lost else f"{run_id}-a1")
+        assert gone is not None and gone.state == states.RUNNING
+        workers.kill(gone.host)  # kill -9 of the node's machine: its worker, agent and rank
+        run = wait_for(store, run_id, ENDED, timeout=240)
+    finally:
+        controller.terminate()
+        controller.wait(10)
+    logs = _logs(run_id, store)
+    assert run.state == "SUCCEEDED", (run.reason, logs)
+    # each element: sum over 40 steps of (1 + 2) * step, exactly as without the loss
+    assert "final " + ",".join(["2460"] * 8) in logs, logs
+    resumed = [ln for ln in logs.splitlines() if "rank 0 of 2 starts at step" in ln]
+    assert resumed[0].endswith("starts at step 0") and not resumed[-1].endswith("step 0"), logs
+    first, *_ = store.attempts(run_id)
+    assert first.exit_reason == "preempted", first
+    # the survivor's rank failed at once; its failure waited for the pool's verdict on the
+    # silent node
+    (silent,) = store.events(run_id, types=["gang.node_silent"])
+    assert silent.data == {"nodes": [lost]}, silent
+    # the repair: the survivor's worker kept (its agent took the next attempt), the lost
+    # node replaced
+    rows = {(r.attempt, r.data.get("rank")): r for r in store.resources(run_id=run_id)}
+    survivor = 1 - lost
+    assert rows[(2, survivor)].instance_id == rows[(1, survivor)].instance_id
+    assert rows[(2, lost)].instance_id != rows[(1, lost)].instance_id
+    (kept,) = store.events(run_id, types=["gang.node_kept"])
+    assert kept.data["node"] == survivor
+    assert store.events(run_id, types=["gang.handed_over"])
+    # every attempt's nodes on distinct hosts, the lost host never again
+    claimed = [a for a in (attempts.get(k) for k in _keys(attempts, run_id)) if a and a.host]
+    by_attempt: dict[int, list[str]] = {}
+    for a in claimed:
+        by_attempt.setdefault(a.attempt, []).append(a.host)
+    assert all(len(h) == len(set(h)) for h in by_attempt.values()), by_attempt
+    assert gone.host not in by_attempt[max(by_attempt)], by_attempt

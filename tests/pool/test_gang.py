@@ -13,7 +13,14 @@ import pytest
 
 from control.helpers import start_controller, submit, wait_for, write_spec
 from corral.providers.base import Instance, Offer
-from corral.providers.pool.gang import PORT_FIRST, PORT_LAST, PORT_SLOTS, PORT_WIDTH, lease_port
+from corral.providers.pool.gang import (
+    PORT_FIRST,
+    PORT_LAST,
+    PORT_SLOTS,
+    PORT_WIDTH,
+    lease_port,
+    renew_port,
+)
 from corral.providers.pool.provider import PoolProvider
 from corral.queue import attempts as states
 from corral.queue.attempts import AttemptStore
@@ -21,7 +28,7 @@ from corral.queue.client import connect
 from corral.queue.keys import Keys
 from corral.queue.settings import PoolSettings
 from corral.store import Store
-from support.pool import Workers, scratch_pool
+from support.pool import Workers, pool_env, scratch_pool
 from support.waiting import wait_until
 
 ENDED = {"SUCCEEDED", "FAILED", "STOPPED", "CANCELLED"}
@@ -72,7 +79,10 @@ def test_each_running_gang_gets_a_port_slot_of_its_own(attempts: AttemptStore) -
     assert len(ports) == PORT_SLOTS  # every run apart: no two gangs share a port
     assert all(p >= PORT_FIRST and p + PORT_WIDTH - 1 <= PORT_LAST for p in ports)
     assert all((p - PORT_FIRST) % PORT_WIDTH == 0 for p in ports)
-    assert r.ttl(keys.gang_port_of("run-a")) > 0  # leased, not held forever
+    assert 0 < r.ttl(keys.gang_port_of("run-a")) <= 60  # leased, not held forever
+    r.expire(keys.gang_port_of("run-a"), 5)
+    assert renew_port(r, keys, "run-a", 60) and r.ttl(keys.gang_port_of("run-a")) > 5
+    assert not renew_port(r, keys, "no-such-run", 60)
     # every slot leased: the run's hash slot, in the range still
     extra = lease_port(r, keys, "one-too-many", 60)
     assert extra in ports
@@ -88,6 +98,12 @@ def test_the_head_s_address_is_its_worker_s_once_one_runs_it(pool: PoolSettings)
     provider.attempts.claim("r9-a1", worker="w", host="h", lost_after_s=5, delivery="d")
     provider.attempts.update("r9-a1", state=states.RUNNING, endpoint="http://10.0.0.7:41234")
     assert provider.gang_address(head) == "10.0.0.7"
+    # each look at a living head renews its gang's port lease
+    port = lease_port(provider.attempts.r, provider.keys, "r9", 5)
+    assert provider.gang_port("r9") == port
+    provider.attempts.r.expire(provider.keys.gang_port_of("r9"), 5)
+    provider.status(head)
+    assert provider.attempts.r.ttl(provider.keys.gang_port_of("r9")) > 5
 
 
 TRAIN = """
@@ -285,12 +301,32 @@ run: torchrun --nproc-per-node 1 train.py
 """
 
 
+@pytest.fixture
+def slow_verdict_pool(monkeypatch: pytest.MonkeyPatch) -> Iterator[PoolSettings]:
+    """A pool that declares a silent worker lost only after 6 s: the survivors' ranks fail
+    long before (at once), as with the default 30 s."""
+    with scratch_pool(lost_after_s=6.0, outage_grace_s=6.0) as settings:
+        for name, value in pool_env(settings).items():
+            monkeypatch.setenv(name, value)
+        monkeypatch.setenv("CORRAL_PROVIDERS", "pool")
+        yield settings
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("lost", [1, 0], ids=["node-1-killed", "head-killed"])
 def test_a_node_s_worker_killed_the_gang_is_repaired_with_the_weights_of_an_uninterrupted_run(
-    lost: int, pool: PoolSettings, workers: Workers, tmp_path: Path
+    lost: int, slow_verdict_pool: PoolSettings, tmp_path: Path
 ) -> None:
     pytest.importorskip("torch.distributed")
+    pool = slow_verdict_pool
+    workers = Workers(pool, tmp_path / "machines", fake_gpus="")
+    try:
+        _killed(lost, pool, workers, tmp_path)
+    finally:
+        workers.stop_all()
+
+
+def _killed(lost: int, pool: PoolSettings, workers: Workers, tmp_path: Path) -> None:
     for host in ("hA", "hB", "hC"):
         _host(workers, host, tmp_path)
     work = tmp_path / "work"

@@ -10,10 +10,11 @@ N distinct hosts, each node one attempt of the pool claimed by one worker.
   the host of its agent's endpoint): known once a worker runs the head, so the other nodes are
   queued from then on (``gang_address`` is "" until then).
 * **The port**: one slot of :data:`PORT_WIDTH` ports per run in ``PORT_FIRST..PORT_LAST``,
-  leased in Redis for the pool's visibility timeout (each new gang of the run renews it), so
-  two gangs running at once never share a port, even with their heads on one host; stage
-  ``i`` meets on the slot's first port + ``i``. With every slot leased, the run's own slot by
-  its id's hash (a clash then needs two heads on one host).
+  leased in Redis for :data:`PORT_LEASE_S` and renewed at each look at the gang's head while
+  it is queued or runs, so two gangs at once never share a port, even with their heads on one
+  host, and a run's slot is free again soon after its gang ended; stage ``i`` meets on the
+  slot's first port + ``i``. With every slot leased, the run's own slot by its id's hash (a
+  clash then needs two heads on one host).
 * **Survivors kept**: a worker's agent stays up once its attempt ended (until the controller
   terminates it), so a repaired gang's surviving nodes take the next attempt in place.
 """
@@ -35,6 +36,8 @@ log = logging.getLogger(__name__)
 #: its slot's first port + ``i``), below Linux's ephemeral ports (32768 and up)
 PORT_FIRST, PORT_LAST, PORT_WIDTH = 29500, 32767, 32
 PORT_SLOTS = (PORT_LAST - PORT_FIRST + 1) // PORT_WIDTH
+#: how long a run's port slot stays leased after the last look at its gang's head
+PORT_LEASE_S = 900
 
 # the run's slot: its own lease renewed, else the first free slot from its hash's; -1: none
 _LEASE = """
@@ -55,13 +58,30 @@ end
 return -1
 """
 
+# the run's lease renewed, if it still holds its slot
+_RENEW = """
+local mine = redis.call('GET', KEYS[1])
+if mine and redis.call('GET', ARGV[1] .. mine) == ARGV[2] then
+  redis.call('EXPIRE', KEYS[1], ARGV[3])
+  redis.call('EXPIRE', ARGV[1] .. mine, ARGV[3])
+  return 1
+end
+return 0
+"""
+
 
 def home_slot(run_id: str) -> int:
     """The run's first choice of port slot (its id's hash)."""
     return int.from_bytes(hashlib.sha256(run_id.encode()).digest()[:4], "big") % PORT_SLOTS
 
 
-def lease_port(client: Any, keys: Keys, run_id: str, ttl_s: float) -> int:
+def renew_port(client: Any, keys: Keys, run_id: str, ttl_s: float = PORT_LEASE_S) -> bool:
+    """Renew the run's port lease for ``ttl_s`` (False: it holds no slot any more)."""
+    args = (keys.gang_port_slot, run_id, max(1, int(ttl_s)))
+    return bool(client.eval(_RENEW, 1, keys.gang_port_of(run_id), *args))
+
+
+def lease_port(client: Any, keys: Keys, run_id: str, ttl_s: float = PORT_LEASE_S) -> int:
     """The first rendezvous port of the run's gangs: its slot, leased (or renewed) for
     ``ttl_s``; the slot of its hash when every slot is leased."""
     slot = int(

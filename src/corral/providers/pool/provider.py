@@ -47,7 +47,7 @@ from corral.providers.base import (
     SupportsSimulatedPreemption,
 )
 from corral.providers.common.files import check_key
-from corral.providers.pool.gang import PoolGangs, head_address, lease_port
+from corral.providers.pool.gang import PoolGangs, head_address, lease_port, renew_port
 from corral.queue import attempts as states
 from corral.queue.app import TASK_NAME
 from corral.queue.attempts import AttemptStore, PoolAttempt
@@ -347,9 +347,7 @@ class PoolProvider(Provider, SupportsSimulatedPreemption, ReportsQueue, PoolGang
 
     def gang_port(self, run_id: str) -> int:
         with broker_errors(self.settings):
-            return lease_port(
-                self.attempts.r, self.keys, run_id, self.settings.visibility_timeout_s
-            )
+            return lease_port(self.attempts.r, self.keys, run_id)
 
     def gang_address(self, head: Instance) -> str:
         try:
@@ -399,6 +397,9 @@ class PoolProvider(Provider, SupportsSimulatedPreemption, ReportsQueue, PoolGang
         rec = self._read(instance.key)
         if rec is None:
             return InstanceStatus(state=InstanceState.TERMINATED, detail="no such attempt")
+        if rec.gang and rec.rank == 0 and rec.state not in states.ENDED:
+            with broker_errors(self.settings):  # its gang's port stays leased while it lives
+                renew_port(self.attempts.r, self.keys, rec.gang)
         if rec.state == states.QUEUED:
             return InstanceStatus(
                 state=InstanceState.PROVISIONING,

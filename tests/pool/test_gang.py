@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from control.helpers import start_controller, submit, wait_for, write_spec
-from corral.providers.base import Instance, Offer
+from corral.providers.base import Instance, Offer, Requirements
 from corral.providers.pool.gang import (
     PORT_FIRST,
     PORT_LAST,
@@ -152,6 +152,21 @@ def _logs(run_id: str, store: Store) -> str:
     from cli.test_debug import cli
 
     return cli("logs", run_id)[1]
+
+
+def test_a_gang_s_offer_counts_the_queue_s_hosts(
+    pool: PoolSettings, workers: Workers, tmp_path: Path
+) -> None:
+    _host(workers, "hA", tmp_path, slots=2)
+    provider = PoolProvider(pool)
+    (offer,) = provider.offers(Requirements(nodes=2))
+    assert offer.details["hosts"] == 1 and offer.details["workers_free"] == 2
+    assert offer.availability == "none"  # two free workers, but one host: no gang of 2 yet
+    (lone,) = provider.offers(Requirements())
+    assert lone.availability == "high"
+    _host(workers, "hB", tmp_path)
+    (offer,) = provider.offers(Requirements(nodes=2))
+    assert offer.details["hosts"] == 2 and offer.availability == "high"
 
 
 @pytest.mark.slow

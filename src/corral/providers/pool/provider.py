@@ -180,7 +180,7 @@ class PoolProvider(Provider, SupportsSimulatedPreemption, ReportsQueue, PoolGang
             price = round(self.settings.price_per_gpu_hour * q.count, 6)
             if req.max_hourly_price is not None and price > req.max_hourly_price:
                 continue
-            out.append(self._offer(q, live, free, waiting[q.queue], price))
+            out.append(self._offer(q, live, free, waiting[q.queue], price, req.nodes))
         # the smallest machine that fits first, then the one with free GPUs
         return sorted(out, key=lambda o: (o.gpu_count, -o.details["workers_free"]))
 
@@ -221,8 +221,12 @@ class PoolProvider(Provider, SupportsSimulatedPreemption, ReportsQueue, PoolGang
         free: list[WorkerInfo],
         waiting: int,
         price: float,
+        nodes: int = 1,
     ) -> Offer:
         availability = "high" if free else ("low" if live else "none")
+        hosts = len({w.host for w in live})
+        if nodes > 1 and len({w.host for w in free}) < nodes:  # a gang: N distinct hosts
+            availability = "low" if hosts >= nodes else "none"
         return Offer(
             provider=self.name,
             offer_id=q.queue,
@@ -239,6 +243,7 @@ class PoolProvider(Provider, SupportsSimulatedPreemption, ReportsQueue, PoolGang
                 "queue": q.queue,
                 "workers": len(live),
                 "workers_free": len(free),
+                "hosts": hosts,
                 "gpus_free": len(free) * q.count,
                 "waiting": waiting,
             },

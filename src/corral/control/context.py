@@ -88,6 +88,11 @@ class Settings:
     #: a gang that lost nodes keeps its survivors and replaces the lost ones where its provider
     #: allows (``CORRAL_GANG_REPAIR=off``: the whole gang is relaunched, as its peers do)
     gang_repair: bool = True
+    #: a gang's ranks ended in failure while a node's agent does not answer and its provider
+    #: has no verdict yet (a machine gone without notice: the other ranks fail at once, the
+    #: provider says so later): the failure waits this long for the node's verdict (a lost
+    #: node makes it a preemption, recovered), then is taken as the job's
+    node_verdict_s: float = 180.0
     #: while an attempt boots, its machine's console log is read this often (the first time
     #: this long after the boot was first seen) for the node's "cannot boot corral"
     #: (``control.machine_log``), which fails the run at once

@@ -222,7 +222,12 @@ class Controller:
 
     def _sweep(self) -> None:
         try:
-            active = {r.key for r in self.ctx.store.resources(open_only=True)}
+            rows = self.ctx.store.resources(open_only=True)
+            # a gang's node kept through a repair is a row of the new attempt whose machine
+            # was launched under the old attempt's key: both keys are in use
+            active = {r.key for r in rows} | {
+                str(r.instance["key"]) for r in rows if r.instance and r.instance.get("key")
+            }
             runs = {r.id for r in self.ctx.store.list_runs(active_only=True)}
         except Exception as e:
             log.warning("leak sweep skipped: %s", e)

@@ -45,13 +45,16 @@ def head_role(ctx: Context, run: RunRecord, offer: Offer) -> GangRole | None:
 
 def member_role(ctx: Context, head: ResourceRecord, rank: int) -> GangRole | None:
     """Node ``rank``'s place in the gang whose head is ``head`` (None until the head has a
-    machine: its address is what the node needs)."""
+    machine and the provider knows its address: what the node needs)."""
     inst = instance_of(head)
     port = head.data.get("gang_port")
     provider = ctx.provider(head.provider)
     if inst is None or not isinstance(port, int) or not isinstance(provider, SupportsGangs):
         return None
-    return GangRole(rank=rank, master_addr=provider.gang_address(inst), master_port=port)
+    addr = provider.gang_address(inst)
+    if not addr:  # e.g. a queued head: no machine runs it yet
+        return None
+    return GangRole(rank=rank, master_addr=addr, master_port=port)
 
 
 def launch_members(ctx: Context, run: RunRecord, number: int) -> Transition | None:

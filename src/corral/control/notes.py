@@ -49,6 +49,9 @@ class AttemptNotes:
     queue_start: datetime | None = None
     #: the gang watcher: a node went and the head's agent was asked to stop then
     node_lost_at: datetime | None = None
+    #: the ranks ended in failure while a node did not answer: since then its provider's
+    #: verdict is waited for (``finishing.agent_finished``)
+    node_unheard_at: datetime | None = None
     #: a repaired gang: the ranks of kept nodes whose agent took this attempt (a restarted
     #: controller asks each again: one that took it already answers with its new token)
     handed: set[int] = field(default_factory=set)

@@ -18,7 +18,7 @@ history.
    * ``--pull``: the same with ``CORRAL_BELL=off`` (every run pulled every 2 s): the
      same-run baseline of the bell.
 
-   Measured once all N are RUNNING and the quiet intervals have grown, over ``--window``
+   Measured once all N are RUNNING and past their first quiet look, over ``--window``
    seconds: the controller's RSS, its CPU seconds per run-hour, the longest time any run
    waited between two looks (every request the controller makes to an agent's ``/poll`` or
    ``/status`` is timed inside the controller process), and the seconds from the last run's
@@ -62,8 +62,9 @@ TARGET_KIB_PER_RUN = 100.0
 TARGET_LS_S = 0.200
 POLL_S = 2.0  # the controller's default quiet interval (Settings.poll_interval_s)
 QUIET_S = 30.0  # a belled quiet run's (Settings.quiet_poll_s)
-#: what a belled run's interval takes to grow to the quiet one (0.5 + 1 + ... + 30 s)
-SETTLE_BELL_S = 65.0
+#: past the first quiet look of every run (a belled run is looked at every 30 s from its
+#: first look after RUNNING)
+SETTLE_BELL_S = 35.0
 #: above this many runs they are made as rows (the controller launches them), not submitted
 DIRECT_ABOVE = 2000
 TARGET_CPU_S_PER_RUN_HOUR = 0.3
@@ -113,6 +114,8 @@ def _max_gap(polls: dict[str, list[float]], start: float, end: float) -> float:
     for times in polls.values():
         before = [t for t in times if t <= start]
         inside = [t for t in times if start < t <= end]
+        if not before and not inside:
+            continue  # an agent that came up after the window (a run recovered by --react)
         marks = ([before[-1]] if before else [start]) + inside + [end]
         worst = max(worst, *(b - a for a, b in itertools.pairwise(marks)))
     return worst
@@ -259,7 +262,7 @@ def measure_live(
             time.sleep(0.1)
         else:
             raise SystemExit(f"not all {n} runs reached RUNNING")
-        # past the first looks after RUNNING: a belled run's interval grows to the quiet one
+        # past the first looks after RUNNING (a belled run: its first quiet look)
         time.sleep(SETTLE_BELL_S if bell else min(3.0, window / 4))
         proc = psutil.Process(ctl.pid)
         cpu0 = sum(proc.cpu_times()[:2])

@@ -110,3 +110,36 @@ def test_a_hook_hears_of_the_stop_before_the_stage_is_signalled(tmp_path, start_
     assert status["phase"] == "stopped" and (work / "signalled").exists()
     assert hook.signalled_first == [False]  # called once, before the signal
     assert hook.calls == plain.calls == [("before", None), ("after", "stopped")]
+
+
+def test_a_gang_s_other_nodes_keep_their_manifest_the_run_s_storage_is_the_head_s(tmp_path):
+    """Every node writes its manifest; only the head (rank 0) uploads the run's artifacts and
+    manifest (two nodes writing ``<storage>/<run>/manifest.json`` would overwrite each other),
+    and the head's says how many machines the gang had."""
+    from corral.agent import manifest
+    from corral.agent.artifacts import ArtifactsHook
+    from corral.agent.events import EventLog
+    from corral.agent.hooks import build_hooks
+    from corral.wire.node import NodeContext
+
+    plan = make_plan(
+        tmp_path,
+        [{"name": "train", "run": "true", "nodes": 2}],
+        nodes=2,
+        artifacts={"paths": ["out/*"], "storage": str(tmp_path / "store")},
+    )
+    events = EventLog(tmp_path / "events.jsonl")
+
+    def storage(rank: int) -> str | None:
+        context = NodeContext(plan, events, str(tmp_path), str(tmp_path), {}, node_rank=rank)
+        (hook,) = [h for h in build_hooks(context) if isinstance(h, ArtifactsHook)]
+        return hook.plan.artifacts.storage
+
+    assert storage(0) == str(tmp_path / "store") and storage(1) is None
+    fields = dict(
+        run_id="r", run_name="n", attempt=1, phase="succeeded", reason="", spec_hash="h",
+        created_at="t", git=None, stages=[], cost={}, storage=None, artifacts_uri=None,
+        files={}, warnings=[], upload_error=None, eval=None,
+    )  # fmt: skip
+    assert manifest.build(**fields, nodes=2)["nodes"] == 2
+    assert "nodes" not in manifest.build(**fields)  # one node: the manifest as before

@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import httpx
@@ -60,6 +61,7 @@ def test_a_kept_node_takes_the_next_attempt_on_its_address_with_the_new_token(tm
                 "gang": {"rank": 1, "master_addr": "10.0.0.9", "master_port": 29600}}  # fmt: skip
         code, said = _call(url, TOKEN, "POST", "/attempt", body)
         assert (code, said) == (409, {"error": "this attempt still runs: stop it first"})
+        assert _call(url, TOKEN, "POST", "/gang/start")[0] == 202  # the gang is there
 
         def ended() -> bool:
             return _call(url, TOKEN, "GET", "/status")[1]["finished_at"] is not None
@@ -87,6 +89,7 @@ def test_a_kept_node_takes_the_next_attempt_on_its_address_with_the_new_token(tm
         assert _call(url, TOKEN, "GET", "/status")[0] == 401  # the old token is gone
         status = _call(url, NEXT_TOKEN, "GET", "/status")[1]
         assert (status["run_id"], status["attempt"]) == ("run-1", 2)
+        assert _call(url, NEXT_TOKEN, "POST", "/gang/start")[0] == 202  # the repaired gang
         wait_until(lambda: _call(url, NEXT_TOKEN, "GET", "/status")[1]["finished_at"], 15, 0.05)
         assert proc.poll() is None  # one process throughout
         assert _call(url, NEXT_TOKEN, "POST", "/attempt", body) == (
@@ -99,3 +102,37 @@ def test_a_kept_node_takes_the_next_attempt_on_its_address_with_the_new_token(tm
     # the second attempt's stage ran with its new place in the gang (the head moved)
     said = (tmp_path / "state2" / "logs" / "train.log").read_text()
     assert said.strip().endswith(" two 1@10.0.0.9:29600"), said  # (after the line's time)
+
+
+def test_a_gang_s_stages_on_several_nodes_wait_for_the_gang_s_start(tmp_path):
+    """``POST /gang/start``: until the controller says every node is there, a node holds its
+    stages on several nodes (``waiting``), while a stage of its own runs at once; a stop
+    while they are held ends the attempt without them."""
+    gang = {"CORRAL_GANG_RANK": "0", "CORRAL_GANG_MASTER_ADDR": "127.0.0.1",
+            "CORRAL_GANG_MASTER_PORT": "29400"}  # fmt: skip
+    plan = make_plan(
+        tmp_path,
+        [{"name": "train", "run": "echo trained", "nodes": 2},
+         {"name": "prep", "run": "echo prepared", "nodes": 1}],
+        nodes=2,
+    )  # fmt: skip
+    plan_path = tmp_path / "plan.json"
+    plan.dump(plan_path)
+    proc = _spawn(plan_path, gang)
+    try:
+        info = tmp_path / "state" / "agent.json"
+        wait_until(info.exists, 10, 0.02, "agent.json")
+        url = json.loads(info.read_text())["url"]
+
+        def states() -> dict[str, str]:
+            return {s["name"]: s["state"] for s in _call(url, TOKEN, "GET", "/status")[1]["stages"]}
+
+        wait_until(lambda: states() == {"train": "waiting", "prep": "succeeded"}, 15, 0.05, "held")
+        time.sleep(1.0)
+        assert states()["train"] == "waiting"  # held, not failed as "could not start"
+        assert _call(url, TOKEN, "POST", "/gang/start") == (202, {"started": True})
+        wait_until(lambda: states()["train"] == "succeeded", 15, 0.05, "the gang's stage")
+        assert _call(url, TOKEN, "POST", "/gang/start") == (202, {"started": True})  # again: ok
+    finally:
+        proc.kill()
+        proc.communicate()

@@ -7,7 +7,7 @@ from pathlib import Path
 from corral.control.controller import Controller, reconcile
 from corral.errors import NoCapacity
 from corral.providers.base import Bootstrap, Instance, InstanceState, Offer
-from corral.store.states import RunState
+from corral.store.states import ResourceState, RunState
 
 from .unitkit import TS, rig
 
@@ -68,6 +68,35 @@ def test_the_leak_sweep_tells_each_provider_the_runs_not_yet_over(tmp_path: Path
     r.ctx.settings.sweep_interval_s = 0
     Controller(r.ctx).tick()
     assert calls == [({f"{r.run_id}-a1"}, {r.run_id})]
+
+
+def test_the_leak_sweep_keeps_a_gang_s_node_kept_under_its_first_launch_key(
+    tmp_path: Path,
+) -> None:
+    r = rig(tmp_path, RunState.RUNNING)
+    # a repaired gang's kept node: a row of attempt 2 whose machine has attempt 1's key
+    offer = Offer(provider=r.provider.name, offer_id="o", region="r")
+    kept = Instance(
+        provider=r.provider.name, instance_id="m1", key=f"{r.run_id}-a1-k1", offer=offer
+    )
+    r.store.record_intent(
+        run_id=r.run_id, attempt=1, provider=r.provider.name, key=f"{r.run_id}-a2-k1",
+        data={"rank": 1},
+    )  # fmt: skip
+    r.store.update_resource(
+        f"{r.run_id}-a2-k1", state=ResourceState.ACTIVE, instance_id="m1",
+        instance=kept.model_dump(mode="json"),
+    )  # fmt: skip
+    calls: list[set[str]] = []
+
+    def sweep(active_keys, active_runs=None):  # type: ignore[no-untyped-def]
+        calls.append(set(active_keys))
+        return []
+
+    r.provider.sweep = sweep  # type: ignore[method-assign]
+    r.ctx.settings.sweep_interval_s = 0
+    Controller(r.ctx).tick()
+    assert calls and f"{r.run_id}-a1-k1" in calls[0] and f"{r.run_id}-a2-k1" in calls[0]
 
 
 LIMIT = "memory limit: the job used 300 MiB, over its 128 MiB limit (corral worker --job-memory)"

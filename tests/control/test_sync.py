@@ -81,7 +81,9 @@ def test_the_cost_of_a_steady_run_is_written_at_most_every_cost_update_s(
     tmp_path: Path, monkeypatch
 ):
     r = rig(tmp_path)
-    monkeypatch.setattr(sync, "run_cost", lambda ctx, run_id: r.clock.now.second / 10.0)
+    monkeypatch.setattr(
+        sync, "run_cost", lambda ctx, run_id, steady=None: r.clock.now.second / 10.0
+    )
     _tick(r)
     first = r.run().cost_usd
     counter = WriteCounter(r, monkeypatch)
@@ -89,3 +91,27 @@ def test_the_cost_of_a_steady_run_is_written_at_most_every_cost_update_s(
     assert counter.take() == 0 and r.run().cost_usd == first
     _tick(r, r.ctx.settings.cost_update_s)
     assert counter.take() == 1 and r.run().cost_usd > first
+
+
+def test_a_steady_runs_cost_rises_with_the_clock_without_reading_its_attempts(
+    tmp_path: Path, monkeypatch
+):
+    """Every ``cost_update_s`` a steady run's cost is worked out again from the attempts
+    read the first time (billed until now); a changed status reads them again."""
+    r = rig(tmp_path)
+    r.store.update_attempt(r.run_id, 1, price_per_hour=36.0, started_at=r.clock.now)
+    reads = []
+    real = r.store.attempts
+    monkeypatch.setattr(r.store, "attempts", lambda run_id: reads.append(run_id) or real(run_id))
+    _tick(r)
+    assert len(reads) == 1
+    costs = []
+    for _ in range(3):
+        _tick(r, r.ctx.settings.cost_update_s)
+        costs.append(r.run().cost_usd)
+    assert len(reads) == 1  # nothing billed changed: no read
+    step = r.ctx.settings.cost_update_s * 0.01  # $36/h is a cent a second
+    assert costs == pytest.approx([costs[0], costs[0] + step, costs[0] + 2 * step])
+    r.agent.phase = "stopping"  # the status moved: the attempts are read again
+    _tick(r)
+    assert len(reads) == 2

@@ -34,6 +34,9 @@ def test_one_worker_per_gpu_pinned_and_queued_by_type_and_count(tmp_path: Path) 
     assert [s.gpus for s in chosen] == [["3"]]
     lan = plan_slots(gpus, WorkerOptions(bind="127.0.0.1", advertise="10.0.0.7"), SETTINGS)
     assert {(s.bind_host, s.advertise_host) for s in lan} == {("127.0.0.1", "10.0.0.7")}
+    # the host the workers stand for (a gang's nodes go to distinct hosts); the name's default
+    hosted = plan_slots(gpus, WorkerOptions(host="rack7"), SETTINGS)
+    assert {s.host for s in hosted} == {"rack7"} and hosted[0].name == "rack7-gpu0"
 
 
 def test_bad_worker_options_are_one_line_errors() -> None:
@@ -44,6 +47,8 @@ def test_bad_worker_options_are_one_line_errors() -> None:
         plan_slots(gpus, WorkerOptions(gpus_per_worker=2), SETTINGS)
     with pytest.raises(BadInput, match="CORRAL_FAKE_GPUS"):
         plan_slots([], WorkerOptions(), SETTINGS)
+    with pytest.raises(BadInput, match=r"^--host 'a b': expected a host name without spaces$"):
+        plan_slots(gpus, WorkerOptions(host="a b"), SETTINGS)
 
 
 def test_a_gpu_served_twice_is_refused_naming_it(tmp_path: Path) -> None:

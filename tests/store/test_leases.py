@@ -3,11 +3,14 @@ over when it expires, renewed without a write on every look."""
 
 from __future__ import annotations
 
+import re
 from datetime import timedelta
 
+import pytest
 from storekit import FakeClock, make_run
 
 from corral.store import Store
+from corral.store.db import Tx
 
 
 def test_run_leases_one_holder_expiry_and_takeover(store: Store, clock: FakeClock) -> None:
@@ -42,3 +45,43 @@ def test_the_feed_has_one_consumer_at_a_time(store: Store, clock: FakeClock) -> 
     store.release_consumer("webhooks", "ctl-b")
     assert store.lease_consumer("webhooks", "ctl-a", 10)
     assert store.event_position("webhooks") == 0  # the position is untouched by the lease
+
+
+def test_many_runs_are_taken_and_renewed_in_few_statements(
+    store: Store, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """1,200 runs (more than the 999 parameters older SQLite builds allow in a statement,
+    and far from the 32,766 of newer ones at 10,000 runs): taken and renewed by one UPDATE,
+    however many, with no list of ids."""
+    ids = {make_run(store).id for _ in range(1200)}
+    statements: list[str] = []
+    real_tuples, real_all, real_run = Tx.tuples, Tx.all, Tx.run
+
+    def counted(real):  # type: ignore[no-untyped-def]
+        def call(self, sql, params=None):  # type: ignore[no-untyped-def]
+            statements.append(sql)
+            return real(self, sql, params)
+
+        return call
+
+    monkeypatch.setattr(Tx, "tuples", counted(real_tuples))
+    monkeypatch.setattr(Tx, "all", counted(real_all))
+    monkeypatch.setattr(Tx, "run", counted(real_run))
+    assert store.lease_runs("ctl-a", 10) == ids
+    assert len(statements) == 2  # the look, and one UPDATE taking all 1,200
+    assert all(len(params_of(s)) < 40 for s in statements)
+    statements.clear()
+    clock.advance(3)
+    assert store.lease_runs("ctl-a", 10) == ids
+    assert len(statements) == 1  # fresh: looked at, nothing written
+    statements.clear()
+    clock.advance(3)  # past half: every lease renewed by one statement
+    assert store.lease_runs("ctl-a", 10) == ids
+    assert len(statements) == 2
+    renewed = {store.get_run(rid).lease_expires_at for rid in list(ids)[:50]}
+    assert renewed == {clock.now + timedelta(seconds=10)}
+    assert store.lease_runs("ctl-b", 10) == set()  # held by A: nothing for B
+
+
+def params_of(sql: str) -> set[str]:
+    return set(re.findall(r"(?<![:\w]):([A-Za-z_]\w*)", sql))

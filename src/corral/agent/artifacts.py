@@ -130,6 +130,7 @@ class ArtifactsHook:
             upload_error=upload_error,
             eval=result,
             code=manifest.code_info(plan),
+            nodes=plan.nodes,
         )
         local = self.state_dir / MANIFEST
         write_json_atomic(local, doc, mode=0o644)

@@ -43,6 +43,7 @@ EVENT_TYPES = frozenset(
         "mount.downloaded",  # data: source, path, files, bytes, cached_files
         "mount.uploaded",  # data: source, path, files, bytes
         "node.info",  # what the node is (data: provider, machine_id, instance_id, ...)
+        "gang.started",  # every node of the gang is there: its stages on several nodes start
     }
 )
 

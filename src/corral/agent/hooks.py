@@ -41,7 +41,8 @@ def build_hooks(context: NodeContext) -> list[NodeHook]:
     first (a notice poller watches from agent start-up on, setup included), then checkpoint
     sync if the plan mirrors checkpoints, the mirror of ``checkpoints.path`` if it names any,
     then artifacts (always: every attempt ends with a
-    manifest - stage timings, cost, git commit - even with nothing to upload)."""
+    manifest - stage timings, cost, git commit - even with nothing to upload; a gang's node
+    other than the head keeps its manifest on the node: the run's storage is the head's)."""
     plan = context.plan
     hooks = [load_node_hook(ref, context) for ref in plan.node_hooks]
     if plan.checkpoint_storage:
@@ -62,5 +63,10 @@ def build_hooks(context: NodeContext) -> list[NodeHook]:
         from corral.agent.path_mirror import PathMirror
 
         hooks.append(PathMirror(plan, context.events, environ=context.environ))
+    if context.node_rank > 0:  # a gang's other node: its manifest stays on the node, and
+        # the run's artifact storage (its manifest, its files) is the head's alone
+        plan = plan.model_copy(
+            update={"artifacts": plan.artifacts.model_copy(update={"storage": None})}
+        )
     hooks.append(ArtifactsHook(plan, context.events, state_dir=context.state_dir))
     return hooks

@@ -157,6 +157,7 @@ class Agent:
                 state_dir=str(self.state_dir),
                 checkpoint_dir=self.checkpoint_dir,
                 environ=dict(os.environ if environ is None else environ),
+                node_rank=node.gang.rank if node.gang is not None else 0,
             )
             hooks = build_hooks(context)
         code = None

@@ -16,7 +16,8 @@ Written into the agent's ``state_dir`` and, with artifact storage, to
      "total_bytes": 1234, "warnings": [], "upload_error": null,
      "eval": {acceptance result, see corral.agent.acceptance} | null,
      "code": {"source": "workdir" | "git", "sha256": "...", "size": 1234,
-              "git": {"url", "ref", "commit"}, "checkout": {"commit", "dirty"}} | null}
+              "git": {"url", "ref", "commit"}, "checkout": {"commit", "dirty"}} | null,
+     "nodes": 4}   (a multi-node run's only: the machines of its gang; the head writes it)
 
 ``phase`` is the attempt's phase before acceptance (a rejected run is failed by the runner
 after the manifest is written). ``attempts`` is the number of attempts so far (this one
@@ -141,6 +142,7 @@ def build(
     upload_error: str | None,
     eval: dict[str, Any] | None,
     code: dict[str, Any] | None = None,
+    nodes: int = 1,
 ) -> dict[str, Any]:
     return {
         "format": FORMAT_NAME,
@@ -165,6 +167,7 @@ def build(
         "upload_error": upload_error,
         "eval": eval,
         "code": code,
+        **({"nodes": nodes} if nodes > 1 else {}),
     }
 
 

@@ -123,6 +123,12 @@ class Runner:
         self._stages = {s.name: StageRun(s) for s in plan.stages}
         self._outcome: tuple[Phase, str | None, int | None, str] | None = None
         self._stop_requested = False
+        #: a gang's node holds its stages on several nodes until the controller says every
+        #: node is there (``POST /gang/start``: no rank waits in its rendezvous for a node
+        #: that may never come); set from the start on a node of no gang
+        self.gang_started = threading.Event()
+        if gang is None or plan.nodes <= 1:
+            self.gang_started.set()
         #: the checkpoint the stages resume from (a hook restored it before the stages)
         self.resume_from: str | None = None
         self._stop_cause: StopCause | None = None
@@ -155,6 +161,17 @@ class Runner:
             self._stop_cause = cause
         self._events.emit("stop.requested", data={"reason": reason, "cause": cause.value})
         self._queue.put(("stop", reason))
+
+    def start_gang(self) -> bool:
+        """Every node of the gang is there: its stages on several nodes may start (``POST
+        /gang/start``). True the first time."""
+        with self._lock:
+            if self.gang_started.is_set():
+                return False
+            self.gang_started.set()
+        self._events.emit("gang.started", data={"rank": self.gang.rank if self.gang else 0})
+        self._queue.put(("gang", None))  # wakes the runner
+        return True
 
     def set_resume(self, path: str) -> None:
         """The stages start from the checkpoint restored at ``path`` (see NodeRunner)."""
@@ -344,7 +361,13 @@ class Runner:
             if self._outcome is None and not self._stop_requested:
                 self._start_ready()
             if not self._children:
-                break
+                if not self._held_for_gang():
+                    break
+                try:  # nothing runs: wait for the gang's start (or a stop)
+                    self._handle(self._queue.get(timeout=0.5))
+                except queue.Empty:
+                    pass
+                continue
             self._handle(self._queue.get())
         with self._lock:
             stuck = [
@@ -356,12 +379,29 @@ class Runner:
             self._shutdown(Phase.FAILED, stuck[0], None, f"stage {stuck[0]!r} could not start")
         self._drain_queue()
 
+    def _held_for_gang(self) -> bool:
+        """A stage on several nodes waits for the gang's start (and nothing ended the
+        attempt)."""
+        if self.gang_started.is_set() or self._outcome is not None or self._stop_requested:
+            return False
+        with self._lock:
+            return any(
+                s.plan.nodes > 1 and s.state in (StageState.PENDING, StageState.WAITING)
+                for s in self._stages.values()
+            )
+
     def _start_ready(self) -> None:
         for name, stage in self._stages.items():
             if stage.state not in (StageState.PENDING, StageState.WAITING):
                 continue
             needs = [self._stages[d].state for d in stage.plan.needs]
             if not all(state.done for state in needs):
+                continue
+            if stage.plan.nodes > 1 and not self.gang_started.is_set():
+                if stage.state != StageState.WAITING:
+                    with self._lock:
+                        stage.state = StageState.WAITING
+                    self._events.emit("stage.waiting", stage=name, data={"gang": True})
                 continue
             logical = self._pool.try_acquire(name, stage.plan.gpus)
             if logical is None:
@@ -493,6 +533,8 @@ class Runner:
 
     def _handle(self, message: tuple[str, Any]) -> None:
         kind, value = message
+        if kind == "gang":  # the gang's start: _start_ready starts the held stages
+            return
         if kind == "stop":
             if self._outcome is None:
                 with self._lock:

@@ -88,6 +88,7 @@ _METHODS = {
     "/poll": "GET",
     "/stop": "POST",
     "/attempt": "POST",
+    "/gang/start": "POST",
     "/gpus": "GET",
     "/code": "GET",
 }
@@ -393,6 +394,8 @@ class _Handler(BaseHTTPRequestHandler):
             offset = _int_param(query, "offset", 0, 0, 2**62)
             limit = _int_param(query, "limit", logs.DEFAULT_LIMIT, 1, logs.MAX_LIMIT)
             return 200, api.log_chunk(stage, offset, limit)
+        if path == "/gang/start":
+            return 202, {"started": api.runner.start_gang() or api.runner.gang_started.is_set()}
         if path == "/attempt":
             return 202, api.hand_over(_json_body(raw))
         return 202, api.stop(_json_body(raw))

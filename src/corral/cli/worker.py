@@ -30,6 +30,13 @@ def worker(
     name: str = typer.Option(
         None, "--name", help="Prefix of the workers' names (default: the host name)."
     ),
+    host: str = typer.Option(
+        None,
+        "--host",
+        envvar="CORRAL_WORKER_HOST",
+        help="The host these workers stand for (default: this machine's host name): a "
+        "multi-node job never gets two workers of one host.",
+    ),
     home: Path = typer.Option(
         None, "--home", help="Where attempts keep their files (default: CORRAL_HOME/worker)."
     ),
@@ -91,6 +98,7 @@ def worker(
         bind=bind,
         advertise=advertise,
         name=name,
+        host=host,
         home=home,
         checkpoint_dir=checkpoint_dir,
         workers=workers,

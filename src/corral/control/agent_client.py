@@ -430,6 +430,11 @@ class AgentClient:
             body["reason"] = reason
         return self._request("POST", "/stop", json=body)
 
+    def start_gang(self) -> dict[str, Any]:
+        """Every node of the gang is there: the node's stages on several nodes may start
+        (``POST /gang/start``; idempotent)."""
+        return self._request("POST", "/gang/start")
+
     def hand_over(self, plan: AgentPlan, token: str, gang: GangRole | None) -> dict[str, Any]:
         """Give the node the run's next attempt (``POST /attempt``: a gang's node kept through
         a repair); its ended attempt must be this client's."""

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from corral import paths
+from corral.control.census import Census
 from corral.control.notes import RunNotes
 from corral.control.tokens import agent_token
 from corral.errors import BadInput, ControllerError
@@ -87,6 +88,11 @@ class Settings:
     #: a gang that lost nodes keeps its survivors and replaces the lost ones where its provider
     #: allows (``CORRAL_GANG_REPAIR=off``: the whole gang is relaunched, as its peers do)
     gang_repair: bool = True
+    #: a gang's ranks ended in failure while a node's agent does not answer and its provider
+    #: has no verdict yet (a machine gone without notice: the other ranks fail at once, the
+    #: provider says so later): the failure waits this long for the node's verdict (a lost
+    #: node makes it a preemption, recovered), then is taken as the job's
+    node_verdict_s: float = 180.0
     #: while an attempt boots, its machine's console log is read this often (the first time
     #: this long after the boot was first seen) for the node's "cannot boot corral"
     #: (``control.machine_log``), which fails the run at once
@@ -169,6 +175,9 @@ class Context:
     #: the controller's bell while it serves (``corral.control.bell.Bell``; typed loosely:
     #: that module imports this one); None: no bell, every run is pulled at its usual pace
     bell: Any = None
+    #: one listing per provider answers the machine checks of the belled runs
+    #: (``control.census``)
+    census: Census = field(default_factory=Census)
 
     def provider(self, name: str) -> Provider:
         try:
@@ -255,6 +264,7 @@ class Context:
             if client is not None:
                 client.close()
         self.run_notes.pop(run_id, None)
+        self.census.forget(run_id)
 
     def close(self) -> None:
         """Close every agent client and the shared connection pool (a later :meth:`agent`

@@ -25,7 +25,7 @@ from corral.control.leases import Leases
 from corral.control.loop_metrics import LoopMetrics
 from corral.control.nudges import take_nudges
 from corral.control.observe import Observation
-from corral.control.schedule import Head, Result, Schedule
+from corral.control.schedule import Result, Schedule
 from corral.control.sweeping import Sweeper
 from corral.control.transitions import Transition
 from corral.control.watchers import run_watchers
@@ -126,6 +126,8 @@ class Controller:
     ):
         self.ctx = ctx
         self.leases = leases
+        # a listing that shows a belled run's machine changed makes the run due at once
+        ctx.census.on_change = self._rung
         if holds is None and leases is not None:
             holds = leases.holds
         #: active runs another controller holds (a standby controller stays up for them)
@@ -220,7 +222,12 @@ class Controller:
 
     def _sweep(self) -> None:
         try:
-            active = {r.key for r in self.ctx.store.resources(open_only=True)}
+            rows = self.ctx.store.resources(open_only=True)
+            # a gang's node kept through a repair is a row of the new attempt whose machine
+            # was launched under the old attempt's key: both keys are in use
+            active = {r.key for r in rows} | {
+                str(r.instance["key"]) for r in rows if r.instance and r.instance.get("key")
+            }
             runs = {r.id for r in self.ctx.store.list_runs(active_only=True)}
         except Exception as e:
             log.warning("leak sweep skipped: %s", e)
@@ -300,7 +307,8 @@ class Controller:
             log.warning("no bell (every run is pulled at its usual pace): %s", e)
 
     def _rung(self, run_ids: list[str]) -> None:
-        """Agents rang (the bell's thread): their runs are due now."""
+        """Agents rang (the bell's thread), or a listing showed their machines changed
+        (``control.census``): their runs are due now."""
         self.schedule.ring(run_ids)
         self.wake.set()
 
@@ -320,30 +328,32 @@ class Controller:
     def _read_runs(self) -> None:
         """The active runs from the store, into the schedule; runs that ended elsewhere (or
         are no longer held) are forgotten."""
-        self._before_read()
+        self._before_read(leases=False)
         try:
             # highest priority first, then oldest: the line for capacity goes in this order
-            heads = [Head(i, st, a) for i, st, a in self.ctx.store.run_heads()]
+            heads = self.ctx.store.run_heads()  # (id, state, requested action): Head rows
         except Exception as e:  # the store itself failed: keep the schedule, retry
             log.error("controller tick failed: %s", e)
             return
+        if self.leases is not None:  # the store is asked only when something may change
+            self.leases.refresh([h[0] for h in heads])
         if self.holds is not None:
-            self._elsewhere = sum(1 for h in heads if not self.holds(h.id))
+            self._elsewhere = sum(1 for h in heads if not self.holds(h[0]))
         for run_id in self.schedule.sync(heads):
             self._forget(run_id)
         self.schedule.hurry(take_nudges(self.ctx.home))  # runs a CLI asked to be looked at
 
-    def _before_read(self) -> None:
+    def _before_read(self, *, leases: bool = True) -> None:
         """Start the runs of the schedules that are due, record the GPUs' readings when an
-        interval has passed, and take or renew this controller's leases, before the active
-        runs are read."""
+        interval has passed, and (``leases``) take or renew this controller's leases, before
+        the active runs are read."""
         try:
             scheduling.fire_due(self.ctx)
         except Exception as e:  # the store failed: the next read tries again
             log.error("schedules: %s", e)
         self.sweeper.advance()
         self.gpu_history.advance(background=self._serving)
-        if self.leases is not None:
+        if leases and self.leases is not None:
             self.leases.refresh()
 
     def _dispatch(self, polls: Executor, ops: Executor) -> None:

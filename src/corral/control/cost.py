@@ -9,6 +9,7 @@ import math
 from datetime import datetime
 
 from corral.control.context import Context, log
+from corral.control.notes import CostBasis
 from corral.files import write_atomic
 from corral.store.records import AttemptRecord
 
@@ -28,14 +29,28 @@ def attempt_cost(attempt: AttemptRecord, until: datetime) -> float:
     return round(_billed(attempt, until), 6)
 
 
-def run_cost(ctx: Context, run_id: str) -> float:
-    """Sum over attempts of price x billed time (until confirmed teardown, or now if live)."""
+def run_cost(ctx: Context, run_id: str, *, steady: int | None = None) -> float:
+    """Sum over attempts of price x billed time (until confirmed teardown, or now if live).
+
+    ``steady``: the run's current attempt, when nothing billed changed since the last call
+    for this run (the agent's status is the same: a quiet run's periodic cost); the
+    attempts read then serve again, billed until now, with no read of the store (unless
+    there was no earlier read in this controller, or it was of another attempt)."""
     now = ctx.clock()
-    total = 0.0
-    for a in ctx.store.attempts(run_id):
-        if a.exit_reason == NO_CAPACITY:
-            continue
-        total += _billed(a, a.billed_until or now)
+    notes = ctx.notes(run_id)
+    basis = notes.cost_basis
+    if basis is None or steady is None or basis.attempt != steady:
+        closed, live, last = 0.0, [], 0
+        for a in ctx.store.attempts(run_id):
+            last = max(last, a.number)
+            if a.exit_reason == NO_CAPACITY:
+                continue
+            if a.billed_until is not None:
+                closed += _billed(a, a.billed_until)
+            else:
+                live.append(a)
+        basis = notes.cost_basis = CostBasis(last, closed, tuple(live))
+    total = basis.closed + sum(_billed(a, now) for a in basis.live)
     return round(total, 6)
 
 

@@ -26,10 +26,13 @@ from corral.wire.outcome import AttemptOutcome, OutcomeKind
 from corral.wire.status import AgentStatus, Phase, StageState
 
 
-def agent_finished(ctx: Context, run: RunRecord, status: AgentStatus) -> Transition:
+def agent_finished(ctx: Context, run: RunRecord, status: AgentStatus) -> Transition | None:
     """The agent reports its attempt over: succeed, stop, fail, or recover. For a stop or a
     failure the provider is asked too: a stop on a machine being preempted is a preemption,
-    and a failure of a job its machine killed for going over a limit is that (not recovered)."""
+    and a failure of a job its machine killed for going over a limit is that (not recovered).
+    A gang's failure while one of its nodes does not answer waits (None) for that node's
+    verdict, ``Settings.node_verdict_s`` at most: a node gone without notice makes the other
+    ranks fail before its provider says it is gone."""
     machine: InstanceStatus | None = None
     if status.phase in (Phase.STOPPED, Phase.FAILED):
         res = live_resource(ctx, run)
@@ -45,6 +48,8 @@ def agent_finished(ctx: Context, run: RunRecord, status: AgentStatus) -> Transit
         lost = _lost_member(ctx, run)
         if lost is not None:  # the gang's ranks ended because a node went: that is the cause
             return end_attempt(ctx, run, lost)
+        if status.phase == Phase.FAILED and awaits_verdict(ctx, run):
+            return None
     outcome = outcomes.from_agent(status, machine.state if machine is not None else None)
     if outcome.kind == OutcomeKind.SUCCEEDED:
         return transitions.finish(
@@ -73,6 +78,37 @@ def _lost_member(ctx: Context, run: RunRecord) -> AttemptOutcome | None:
             why = f"{where}: {st.detail or st.state.value}"
             return outcomes.from_machine(st.state, why, rank_of(res))
     return None
+
+
+def awaits_verdict(ctx: Context, run: RunRecord, head_silent: bool = False) -> bool:
+    """Whether a gang's failure waits for the verdict on a node whose agent does not answer
+    (``head_silent``: the head's; its machine may be gone: then the failure is the loss's),
+    for ``node_verdict_s`` at most since the first look that found one silent."""
+    silent = [0] if head_silent else []
+    for res in members(ctx, run):
+        inst = instance_of(res)
+        if inst is None or res.state != ResourceState.ACTIVE or not inst.endpoint:
+            continue
+        try:
+            ctx.agent(run.id, run.attempt, inst.endpoint).status()
+        except AgentError:
+            silent.append(rank_of(res))
+    if not silent:
+        return False
+    notes = ctx.notes(run.id).attempt(run.attempt)
+    now = ctx.clock()
+    if notes.node_unheard_at is None:
+        notes.node_unheard_at = now
+        ctx.store.add_event(
+            run.id,
+            "gang.node_silent",
+            f"the gang's ranks failed while node(s) {', '.join(map(str, silent))} do not "
+            f"answer: waiting up to {ctx.settings.node_verdict_s:.0f}s for the provider's "
+            "verdict on them",
+            attempt=run.attempt,
+            data={"nodes": silent},
+        )
+    return (now - notes.node_unheard_at).total_seconds() < ctx.settings.node_verdict_s
 
 
 def attempt_lost(

@@ -11,7 +11,7 @@ the node's key), with its place in the gang (``wire.gang.GangRole``) in its boot
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from corral.control import launch_node, transitions
 from corral.control.context import Context, log
@@ -22,6 +22,9 @@ from corral.providers.base import Offer, SupportsGangs
 from corral.store.records import ResourceRecord, RunRecord
 from corral.store.states import ResourceState, RunState
 from corral.wire.gang import GangRole
+
+if TYPE_CHECKING:
+    from corral.control.agent_client import AgentClient
 
 
 def member_key(head_key: str, rank: int) -> str:
@@ -42,13 +45,16 @@ def head_role(ctx: Context, run: RunRecord, offer: Offer) -> GangRole | None:
 
 def member_role(ctx: Context, head: ResourceRecord, rank: int) -> GangRole | None:
     """Node ``rank``'s place in the gang whose head is ``head`` (None until the head has a
-    machine: its address is what the node needs)."""
+    machine and the provider knows its address: what the node needs)."""
     inst = instance_of(head)
     port = head.data.get("gang_port")
     provider = ctx.provider(head.provider)
     if inst is None or not isinstance(port, int) or not isinstance(provider, SupportsGangs):
         return None
-    return GangRole(rank=rank, master_addr=provider.gang_address(inst), master_port=port)
+    addr = provider.gang_address(inst)
+    if not addr:  # e.g. a queued head: no machine runs it yet
+        return None
+    return GangRole(rank=rank, master_addr=addr, master_port=port)
 
 
 def launch_members(ctx: Context, run: RunRecord, number: int) -> Transition | None:
@@ -267,3 +273,24 @@ def retry_in(ctx: Context, run: RunRecord) -> float:
         return 0.0
     wait = min(GANG_RETRY_MAX_S, GANG_RETRY_S * 2 ** (failed - 1))
     return max(0.0, wait - (ctx.clock() - ended).total_seconds())
+
+
+def start(ctx: Context, run: RunRecord, head: AgentClient) -> bool:
+    """Tell every node of the current attempt's gang that the gang is complete (``POST
+    /gang/start``: their stages on several nodes start). True once every node took it; a node
+    that did not is asked again at the next look (the call is idempotent)."""
+    clients = [head]
+    for row in open_resources(ctx, run):
+        inst = instance_of(row)
+        if rank_of(row) == 0 or row.attempt != run.attempt or inst is None:
+            continue
+        if not inst.endpoint:
+            return False
+        clients.append(ctx.agent(run.id, run.attempt, inst.endpoint))
+    try:
+        for client in clients:
+            client.start_gang()
+    except AgentError as e:
+        log.info("run %s: the gang's start not delivered yet: %s", run.id, e)
+        return False
+    return True

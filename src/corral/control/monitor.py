@@ -88,6 +88,9 @@ def handle_provisioning(ctx: Context, run: RunRecord, obs: Observation) -> Trans
             obs.soon(st.look_again_s)  # it is about to be ready: not a tick later
         return None  # the health watcher fails it after provision_timeout_s
     _send_code(ctx, run, obs)
+    if gang and not gangs.start(ctx, run, obs.client()):
+        obs.soon(0.5)
+        return None  # every node holds its gang stages until it took the start
     provider = obs.resource.provider if obs.resource else run.provider
     return Transition(
         RunState.RUNNING,

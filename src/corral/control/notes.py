@@ -19,6 +19,17 @@ class IdleMark:
     token: tuple[Any, ...]
 
 
+@dataclass(frozen=True)
+class CostBasis:
+    """What a run's cost was last worked out from (``cost.run_cost``): the attempts billed
+    to an end (their sum) and those billed until now."""
+
+    #: the newest attempt then
+    attempt: int
+    closed: float
+    live: tuple[Any, ...]
+
+
 @dataclass
 class AttemptNotes:
     """Notes of one attempt of a run."""
@@ -38,6 +49,9 @@ class AttemptNotes:
     queue_start: datetime | None = None
     #: the gang watcher: a node went and the head's agent was asked to stop then
     node_lost_at: datetime | None = None
+    #: the ranks ended in failure while a node did not answer: since then its provider's
+    #: verdict is waited for (``finishing.agent_finished``)
+    node_unheard_at: datetime | None = None
     #: a repaired gang: the ranks of kept nodes whose agent took this attempt (a restarted
     #: controller asks each again: one that took it already answers with its new token)
     handed: set[int] = field(default_factory=set)
@@ -55,6 +69,8 @@ class RunNotes:
 
     #: the run's cost was last worked out then (sync)
     cost_at: datetime | None = None
+    #: what the cost was worked out from (a steady run's is worked out again from it)
+    cost_basis: CostBasis | None = None
     #: the budget watcher last looked then
     budget_checked_at: datetime | None = None
     #: the budget warning was given

@@ -82,22 +82,29 @@ class Observation:
             raise NoMachine(f"run {self.run.id} has no launched machine")
         return inst
 
-    def machine(self) -> InstanceStatus:
+    def machine(self, *, listed: bool = False) -> InstanceStatus:
         """The provider's status of the machine (raises ProviderError, NoMachine). The agent's
-        endpoint is stored on the resource and the attempt once the provider knows it."""
+        endpoint is stored on the resource and the attempt once the provider knows it.
+        ``listed``: from the provider's listing of every machine where it has one, up to
+        ``Settings.provider_poll_s`` old (``control.census``; a belled run's check)."""
         if self._machine is None:
             try:
-                self._machine = self._ask_provider()
+                self._machine = self._ask_provider(listed)
             except CorralError as e:
                 self._machine = e
         if isinstance(self._machine, CorralError):
             raise self._machine
         return self._machine
 
-    def _ask_provider(self) -> InstanceStatus:
+    def _ask_provider(self, listed: bool) -> InstanceStatus:
         res, inst = self.resource, self.instance()
         assert res is not None  # instance() found one
-        st = self.ctx.provider(res.provider).status(inst)
+        provider = self.ctx.provider(res.provider)
+        if listed:
+            age = self.ctx.settings.provider_poll_s
+            st = self.ctx.census.status(res.provider, provider, inst, self.run.id, age)
+        else:
+            st = provider.status(inst)
         if st.queued or st.started_at is not None:
             self._queue_time(st)
         if st.endpoint and st.endpoint != inst.endpoint:
@@ -125,6 +132,7 @@ class Observation:
                 begun = self.ctx.store.get_attempt(self.run.id, self.run.attempt).started_at
             if begun is None or (now - begun).total_seconds() >= QUEUED_WRITE_S:
                 self.ctx.store.update_attempt(self.run.id, self.run.attempt, started_at=now)
+                self.ctx.notes(self.run.id).cost_basis = None  # billed from a new start
                 begun = now
             notes.queue_start = begun
         elif st.started_at is not None and notes.queue_start != st.started_at:
@@ -133,6 +141,7 @@ class Observation:
                 self.ctx.store.update_attempt(
                     self.run.id, self.run.attempt, started_at=st.started_at
                 )
+                self.ctx.notes(self.run.id).cost_basis = None
             notes.queue_start = st.started_at
 
     def client(self) -> AgentClient:

@@ -20,9 +20,9 @@ How soon a run is looked at again (:meth:`Schedule.done`):
 * RUNNING: every ``Settings.tick_seconds`` after a look that saw the attempt move (its
   phase, a stage starting or ending), then twice as long after each look that did not, up
   to ``Settings.poll_interval_s`` (log lines and progress alone do not hurry it: a steady
-  run costs little however much it prints), or up to ``Settings.quiet_poll_s`` while its
-  agent rings the controller's bell (``control.bell``: ``belled``) and nobody follows it
-  (:meth:`Schedule.watch`);
+  run costs little however much it prints); every ``Settings.quiet_poll_s`` from the first
+  look that finds its agent ringing the controller's bell (``control.bell``: ``belled``;
+  no fast pace, no ramp: a change rings) while nobody follows it (:meth:`Schedule.watch`);
 * a run whose agent rang (something happened) or whose bell fell silent: at once
   (:meth:`Schedule.ring`);
 * a run a CLI nudged (``control.nudges``: ``corral debug preempt``, say): at once, then,
@@ -46,6 +46,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from corral.control.context import Settings
 from corral.store.states import RunState
@@ -63,9 +64,9 @@ NUDGED_EVERY_S = 0.1
 NUDGED_FOR_S = 2.0
 
 
-@dataclass(frozen=True, slots=True)
-class Head:
-    """What the loop reads of an active run every tick: no spec, no history."""
+class Head(NamedTuple):
+    """What the loop reads of an active run every tick: no spec, no history (a row of
+    ``Store.run_heads`` is one as it comes)."""
 
     id: str
     state: str
@@ -175,7 +176,7 @@ class Schedule:
 
     # --- the loop's side ----------------------------------------------------------------
 
-    def sync(self, heads: Iterable[Head]) -> list[str]:
+    def sync(self, heads: Iterable[tuple[str, str, str | None]]) -> list[str]:
         """Make the slots those of ``heads`` (the active runs held, oldest first): a new run
         or one whose state or requested action changed is due at once (a new PENDING run
         makes the line for capacity due too: older runs in it go first). Returns the ids of
@@ -184,22 +185,22 @@ class Schedule:
         seen: set[str] = set()
         joined = False
         with self._lock:
-            for order, h in enumerate(heads):
-                if not self.holds(h.id):
+            for order, (rid, state, action) in enumerate(heads):
+                if not self.holds(rid):
                     continue
-                seen.add(h.id)
-                slot = self.slots.get(h.id)
+                seen.add(rid)
+                slot = self.slots.get(rid)
                 if slot is None:
-                    slot = Slot(h.id, h.state, h.requested_action, now, self._fast, order=order)
-                    self.slots[h.id] = slot
+                    slot = Slot(rid, state, action, now, self._fast, order=order)
+                    self.slots[rid] = slot
                     self._push(slot, now)
                     joined = joined or slot.queued
                     continue
                 if slot.order != order:
                     slot.order = order
-                    self._line_stale = self._line_stale or h.id in self._line
-                if slot.state != h.state or slot.action != h.requested_action:
-                    slot.state, slot.action = h.state, h.requested_action
+                    self._line_stale = self._line_stale or rid in self._line
+                if slot.state != state or slot.action != action:
+                    slot.state, slot.action = state, action
                     slot.waiting = False
                     slot.interval = self._fast
                     if not slot.busy:
@@ -380,13 +381,15 @@ class Schedule:
         elif slot.state in WAITING:
             delay = max(self._fast, s.wait_retry_s)
         elif slot.state == RunState.RUNNING.value:
-            if result.lively:
-                slot.interval = self._fast
-            delay = slot.interval
-            steady = self._steady
             if slot.watched_until <= now and self.belled(slot.run_id, slot.attempt):
-                steady = max(steady, s.quiet_poll_s)  # a change rings: no need to look
-            slot.interval = min(max(slot.interval * 2, self._fast), steady)
+                # a change rings: no need to look, nor to ramp up to the quiet pace from a
+                # fast one after it moved (a ring during a look brings the next at once)
+                slot.interval = delay = max(self._steady, s.quiet_poll_s)
+            else:
+                if result.lively:
+                    slot.interval = self._fast
+                delay = slot.interval
+                slot.interval = min(max(slot.interval * 2, self._fast), self._steady)
         else:  # PROVISIONING, STOPPING
             delay = self._fast
         if result.wake_in is not None:

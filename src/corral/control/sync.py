@@ -327,7 +327,7 @@ def record_status(ctx: Context, run: RunRecord, status: AgentStatus) -> AgentSta
         state.stored = stored
     if changed or new or _cost_due(ctx, run.id):
         ctx.notes(run.id).cost_at = ctx.clock()
-        cost = run_cost(ctx, run.id)
+        cost = run_cost(ctx, run.id, steady=None if changed or new else run.attempt)
         if cost != run.cost_usd:
             fields["cost_usd"] = cost
     if fields:

@@ -492,7 +492,8 @@ class SupportsGangs:
 
     def gang_address(self, head: Instance) -> str:  # pragma: no cover - interface
         """The address the other nodes of a gang reach its head ``head`` at (its private
-        address in the gang's network)."""
+        address in the gang's network); "" while it is not known yet (a head still queued
+        for a machine): the other nodes are launched once it is."""
         raise NotImplementedError
 
 

@@ -29,6 +29,8 @@ from corral.queue.keys import Keys
 
 QUEUED, CLAIMED, RUNNING = "queued", "claimed", "running"
 FINISHED, FAILED, LOST, CANCELLED = "finished", "failed", "lost", "cancelled"
+#: a claim refused: the worker's host holds another node of the attempt's gang
+SAME_HOST = "same_host"
 #: stopped because its worker was taken away (``corral worker`` stopping, ``debug preempt``)
 PREEMPTED = "preempted"
 #: a worker holds the attempt (its agent may run)
@@ -50,10 +52,24 @@ redis.call('SET', KEYS[2], ARGV[2], 'EX', ARGV[3])
 return 1
 """
 
+# a worker's claim; a node of a gang (the record's ``gang``: its run) is refused with
+# ``same_host`` on a host that holds another node of that gang (``KEYS[3]``: host -> key of
+# the node it holds; a holder whose attempt ended no longer counts). The holder's record key
+# is made from ``ARGV[7]``, the pool's attempt prefix (one Redis server, never a cluster).
 _CLAIM = """
 local state = redis.call('HGET', KEYS[1], 'state')
 if not state then return 'missing' end
 if state ~= 'queued' then return state end
+local gang = redis.call('HGET', KEYS[1], 'gang')
+if gang and gang ~= '' then
+  local other = redis.call('HGET', KEYS[3], ARGV[2])
+  if other and other ~= ARGV[6] then
+    local held = redis.call('HGET', ARGV[7] .. other, 'state')
+    if held == 'claimed' or held == 'running' then return 'same_host' end
+  end
+  redis.call('HSET', KEYS[3], ARGV[2], ARGV[6])
+  redis.call('EXPIRE', KEYS[3], ARGV[8])
+end
 redis.call('HSET', KEYS[1], 'state', 'claimed', 'worker', ARGV[1], 'host', ARGV[2],
            'claimed_at', ARGV[3], 'delivery', ARGV[5])
 redis.call('SET', KEYS[2], ARGV[1], 'PX', ARGV[4])
@@ -171,6 +187,9 @@ class PoolAttempt:
     limit: str = ""
     #: its worker is being taken away (the attempt ends ``preempted``)
     preempted: bool = False
+    #: a node of a gang: its run's id (no two nodes of one gang on one host) and its rank
+    gang: str = ""
+    rank: int | None = None
     sent: bool = False
     alive: bool = False
 
@@ -207,6 +226,8 @@ class PoolAttempt:
             outage_grace=num("outage_grace"),
             limit=raw.get("limit", ""),
             preempted=raw.get("preempted") == "1",
+            gang=raw.get("gang", ""),
+            rank=None if num("rank") is None else int(num("rank") or 0),
             sent=raw.get("sent") == "1",
             alive=alive,
         )
@@ -316,11 +337,22 @@ class AttemptStore:
 
     def claim(self, key: str, *, worker: str, host: str, lost_after_s: float, delivery: str) -> str:
         """``ok`` if this worker now holds the attempt; else the state that stopped it
-        (``missing``, ``claimed``, ``cancelled``, ...)."""
+        (``missing``, ``claimed``, ``cancelled``, ...), or ``same_host`` for a gang's node on
+        a ``host`` that holds another node of its gang (the attempt stays queued)."""
+        gang = self.r.hget(self.keys.attempt(key), "gang") or ""
         return str(
             self._claim(
-                keys=[self.keys.attempt(key), self.keys.alive(key)],
-                args=[worker, host, repr(self.clock()), int(lost_after_s * 1000), delivery],
+                keys=[self.keys.attempt(key), self.keys.alive(key), self.keys.gang(gang)],
+                args=[
+                    worker,
+                    host,
+                    repr(self.clock()),
+                    int(lost_after_s * 1000),
+                    delivery,
+                    key,
+                    self.keys.attempt(""),
+                    ENDED_TTL_S,
+                ],
             )
         )
 

@@ -11,6 +11,10 @@
     <pool>:workers                set of worker names (entries whose hash expired are dropped)
     <pool>:queues                 hash: queue name -> what its workers offer (JSON)
     <pool>:duplicates             list: deliveries dropped because the attempt was claimed
+    <pool>:gang:<run id>          hash: host -> the launch key of the run's gang node that
+                                  host holds (a host holds one node of a gang at most)
+    <pool>:gangport:run:<run id>  the run's rendezvous port slot (leased, a TTL)
+    <pool>:gangport:slot:<slot>   the run holding the slot (leased, a TTL)
     <pool>:celery:...             Celery's own keys (its ``global_keyprefix``)
 
 Queues are ``<pool>.<gpu type>.x<count>`` (``corral.l40s.x1``): a worker serves the queue of
@@ -61,6 +65,17 @@ class Keys:
 
     def alive(self, key: str) -> str:
         return f"{self.pool}:alive:{key}"
+
+    def gang(self, run_id: str) -> str:
+        return f"{self.pool}:gang:{run_id}"
+
+    def gang_port_of(self, run_id: str) -> str:
+        return f"{self.pool}:gangport:run:{run_id}"
+
+    @property
+    def gang_port_slot(self) -> str:
+        """The prefix of the port slots' keys (the slot's number follows)."""
+        return f"{self.pool}:gangport:slot:"
 
     def worker(self, name: str) -> str:
         return f"{self.pool}:worker:{name}"

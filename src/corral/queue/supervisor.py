@@ -57,6 +57,10 @@ class WorkerOptions:
     advertise: str | None = None
     #: prefix of the workers' names (default: this host's name)
     name: str | None = None
+    #: the host the workers stand for (default: this machine's host name): the nodes of one
+    #: multi-node job go to workers of distinct hosts (two ``corral worker`` on one machine
+    #: given two hosts stand for two machines)
+    host: str | None = None
     #: where attempts keep their files (default: CORRAL_HOME/worker)
     home: Path | None = None
     #: where attempts keep checkpoints (one directory per run under it); default: the plan's
@@ -108,7 +112,9 @@ def plan_slots(
     size = opts.gpus_per_worker
     if size < 1:
         raise BadInput("--gpus-per-worker must be 1 or more")
-    host = socket.gethostname().split(".")[0] or "host"
+    host = opts.host or socket.gethostname().split(".")[0] or "host"
+    if not host.strip() or any(c.isspace() for c in host):
+        raise BadInput(f"--host {host!r}: expected a host name without spaces")
     prefix = opts.name or host
     advertise = opts.advertise or (
         _route_ip(settings.broker_url) if opts.bind in ("0.0.0.0", "::") else opts.bind

@@ -14,6 +14,11 @@ worker. Its loop, every ``heartbeat_s / 4`` (at most 0.5 s):
   reason goes to the record (``limit``) first, then the job's processes are killed; the
   attempt ends ``failed`` with that reason, which the controller does not recover from.
 
+A node of a multi-node job (a gang) is never run on a host that holds another node of its
+gang: the claim refuses it (``same_host``) and the task puts it back at the end of its queue
+(Celery's ``Reject(requeue=True)``), where a worker of another host takes it; it waits there
+while no such worker is free (the controller's gang bound gives the gang up).
+
 The Celery soft time limit (the job's ``limits.max_runtime`` plus the pool's start margin)
 stops the agent gracefully too; the hard one kills the process, and the agent with it.
 """
@@ -30,7 +35,7 @@ from typing import Any
 from corral.errors import CorralError
 from corral.queue import attempts as states
 from corral.queue.app import TASK_NAME
-from corral.queue.attempts import AttemptStore
+from corral.queue.attempts import SAME_HOST, AttemptStore
 from corral.queue.client import connect
 from corral.queue.config import SlotConfig
 from corral.queue.keys import Keys
@@ -43,6 +48,9 @@ log = logging.getLogger("corral.worker")
 
 #: how often a starting agent is looked at for its port (then: the heartbeat's pace)
 STARTING_POLL_S = 0.05
+#: how long a worker holds a gang's node it may not run (its host holds another node of the
+#: gang) before putting it back on the queue: a free worker of another host takes it meanwhile
+GANG_REQUEUE_S = 1.0
 
 
 def register(app: Any, settings: PoolSettings, slot: SlotConfig) -> Any:
@@ -50,7 +58,12 @@ def register(app: Any, settings: PoolSettings, slot: SlotConfig) -> Any:
 
     @app.task(name=TASK_NAME, bind=True, acks_late=True)
     def run_attempt(task: Any, key: str) -> dict[str, Any]:
-        return AttemptTask(settings, slot, delivery=str(task.request.id or "")).run(key)
+        from celery.exceptions import Reject
+
+        result = AttemptTask(settings, slot, delivery=str(task.request.id or "")).run(key)
+        if result.get("requeue"):  # back to its queue's end, for a worker of another host
+            raise Reject(result["requeue"], requeue=True)
+        return result
 
     return run_attempt
 
@@ -73,13 +86,19 @@ class AttemptTask:
         self.outage_grace_s = settings.lost_after_s / 2
 
     def run(self, key: str) -> dict[str, Any]:
+        host = self.slot.host or socket.gethostname()
         claim = self.attempts.claim(
             key,
             worker=self.slot.name,
-            host=self.slot.host or socket.gethostname(),
+            host=host,
             lost_after_s=self.settings.lost_after_s,
             delivery=self.delivery,
         )
+        if claim == SAME_HOST:  # a gang's node: never two of one gang on one host
+            why = f"this host ({host}) holds another node of its gang"
+            log.info("attempt %s: %s: put back on its queue", key, why)
+            time.sleep(GANG_REQUEUE_S)  # the pace at which it goes round this host's workers
+            return {"key": key, "requeue": why}
         if claim != "ok":  # a second delivery, a cancelled or unknown attempt: never run it
             log.warning("attempt %s is %s: this delivery is dropped", key, claim)
             self.attempts.note_duplicate(key, self.slot.name, claim, self.delivery)

@@ -38,26 +38,28 @@ class LeaseOps(StoreBase):
                 {**states, "me": owner, "renew": d.ts_in(renew_before), "now": d.ts_in(now)},
             )
         held = {rid for rid, kept, _ in rows if kept}
-        take = [rid for rid, kept, free in rows if free and not kept]
-        if not take:
+        if not any(free and not kept for _, kept, free in rows):
             return held
-        ids = {f"r{i}": rid for i, rid in enumerate(take)}
+        # one statement for every run to take or renew, with no list of ids (ten thousand
+        # runs would be ten thousand parameters; SQLite takes at most 32,766 in one): the rows
+        # the SELECT's flags picked, less what another controller took since, plus runs that
+        # became free since
         params = {
             **states,
-            **ids,
             "me": owner,
             "now": d.ts_in(now),
+            "renew": d.ts_in(renew_before),
             "exp": d.ts_in(now + timedelta(seconds=ttl_s)),
         }
         with self._db.transaction(write=True) as tx:
-            got = tx.all(
+            got = tx.tuples(
                 "UPDATE runs SET lease_owner = :me, lease_expires_at = :exp "
-                f"WHERE id IN ({', '.join(':' + k for k in ids)}) AND {in_states} AND "
-                "(lease_owner IS NULL OR lease_owner = :me OR lease_expires_at IS NULL "
-                "OR lease_expires_at <= :now) RETURNING id",
+                f"WHERE {in_states} AND (lease_owner IS NULL OR lease_expires_at IS NULL "
+                "OR lease_expires_at <= :now OR (lease_owner = :me AND lease_expires_at <= "
+                ":renew)) RETURNING id",
                 params,
             )
-        return held | {r["id"] for r in got}
+        return held | {rid for (rid,) in got}
 
     def holds_run(self, run_id: str, owner: str, now: datetime | None = None) -> bool:
         """Whether ``owner``'s lease on the run is still valid (a check before acting)."""

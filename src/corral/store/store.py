@@ -213,16 +213,20 @@ class Store(
             return self._records(tx, "runs", RunRecord, sql, params)
 
     def run_heads(self) -> list[tuple[str, str, str | None]]:
-        """``(id, state, requested_action)`` of every active run, the highest ``priority``
-        first, then oldest first: what the controller's loop reads every tick (no spec
-        parsed in Python, no timestamps to convert)."""
+        """``(id, state, requested_action)`` of every active run, oldest first, the runs
+        waiting for capacity (PENDING, RECOVERING) by their ``priority`` first, highest
+        first: what the controller's loop reads every tick (no spec parsed in Python, no
+        timestamps to convert; the spec's priority is read in SQL for the waiting runs only,
+        not for ten thousand running ones every tick)."""
         found = _runs_filter(None, True)
         assert found is not None
         where, params = found
-        order = f"{self._db.dialect.run_priority} DESC, created_at, id"
+        waiting = f"state IN ('{RunState.PENDING.value}', '{RunState.RECOVERING.value}')"
+        priority = f"CASE WHEN {waiting} THEN {self._db.dialect.run_priority} ELSE 5 END"
+        order = f"{priority} DESC, created_at, id"
         sql = f"SELECT id, state, requested_action FROM runs {where} ORDER BY {order}"
         with self._db.transaction() as tx:
-            return [(str(i), str(s), a) for i, s, a in tx.tuples(sql, params)]
+            return tx.tuples(sql, params)
 
     def count_runs(self, *, states: Iterable[str] | None = None, active_only: bool = False) -> int:
         """How many runs :meth:`list_runs` with the same filters lists without a limit."""

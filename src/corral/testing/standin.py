@@ -20,7 +20,8 @@ stand-in server (``CORRAL_STANDIN_URL``); register it with
 agent stops as on SIGTERM, the machine is PREEMPTED, and after the grace period the agent no
 longer answers). Its ``status`` reads one listing of every machine, kept for
 ``CORRAL_STANDIN_LIST_CACHE_S`` seconds (default 1; 0 asks for each machine alone), as the
-container clouds' providers do.
+container clouds' providers do; its ``statuses`` is one listing for the controller's census
+(``SupportsStatusListing``: the machines of belled runs).
 
 Its agents answer with the wire's own models (:mod:`corral.wire.status`,
 :mod:`corral.wire.events`, :mod:`corral.wire.poll`), built and serialised as the agent does:
@@ -65,6 +66,7 @@ from corral.providers.base import (
     Requirements,
     SupportsSimulatedPreemption,
 )
+from corral.providers.listing import SupportsStatusListing
 from corral.wire import WIRE_VERSION, bell
 from corral.wire.events import AgentEvent, EventsPage
 from corral.wire.poll import (
@@ -239,6 +241,8 @@ class StandInServer(ThreadingHTTPServer):
         self.agents: dict[str, SimAgent] = {}
         self.lock = threading.Lock()
         self.clock = time.monotonic
+        #: the provider's questions so far: ``listing`` (every machine), ``instance`` (one)
+        self.asked: collections.Counter[str] = collections.Counter()
         super().__init__(address, _Handler)
         #: the agents' bell: one socket, and when each agent has something to ring next (its
         #: boot, its job's end, the end of a stop), as ``(monotonic time, key)``
@@ -436,9 +440,11 @@ class _Handler(BaseHTTPRequestHandler):
             return 200, srv.instance(srv.launch(body))
         if what == "instances" and method == "GET" and len(parts) == 1:
             with srv.lock:
+                srv.asked["listing"] += 1
                 return 200, [srv.instance(a) for a in srv.agents.values()]
         if what == "instances" and len(parts) == 2 and method == "GET":
             with srv.lock:
+                srv.asked["instance"] += 1
                 return 200, srv.instance(srv.agents[parts[1]])
         if what == "terminate" and method == "POST" and len(parts) == 2:
             with srv.lock:
@@ -506,7 +512,7 @@ class _Handler(BaseHTTPRequestHandler):
 # --- the provider -----------------------------------------------------------------------------
 
 
-class StandInProvider(Provider, SupportsSimulatedPreemption):
+class StandInProvider(Provider, SupportsSimulatedPreemption, SupportsStatusListing):
     """Machines of a stand-in server (``CORRAL_STANDIN_URL``): one CPU offer, no limit."""
 
     name: ClassVar[str] = "standin"
@@ -598,12 +604,11 @@ class StandInProvider(Provider, SupportsSimulatedPreemption):
                 data = self._call("GET", f"/admin/instances/{instance.key}")
             except NotFound:
                 return InstanceStatus(state=InstanceState.TERMINATED)
-        state = {
-            "running": InstanceState.RUNNING,
-            "preempted": InstanceState.PREEMPTED,
-            "terminated": InstanceState.TERMINATED,
-        }[data["state"]]
-        return InstanceStatus(state=state, endpoint=data["endpoint"])
+        return _status(data)
+
+    def statuses(self) -> dict[str, InstanceStatus]:
+        """Every machine's status from one listing (``SupportsStatusListing``)."""
+        return {d["key"]: _status(d) for d in self._call("GET", "/admin/instances")}
 
     def terminate(self, instance: Instance) -> None:
         self._call("POST", f"/admin/terminate/{instance.key}")
@@ -627,6 +632,17 @@ class StandInProvider(Provider, SupportsSimulatedPreemption):
             for d in self._call("GET", "/admin/instances")
             if d["state"] != "terminated"
         ]
+
+
+_STATES = {
+    "running": InstanceState.RUNNING,
+    "preempted": InstanceState.PREEMPTED,
+    "terminated": InstanceState.TERMINATED,
+}
+
+
+def _status(data: dict[str, Any]) -> InstanceStatus:
+    return InstanceStatus(state=_STATES[data["state"]], endpoint=data["endpoint"])
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -107,6 +107,8 @@ class NodeContext:
     state_dir: str
     checkpoint_dir: str
     environ: Mapping[str, str] = field(default_factory=dict)
+    #: this node's rank in the attempt's gang (0: the head, or the attempt's only node)
+    node_rank: int = 0
 
 
 class NodeHookFactory(Protocol):

@@ -111,6 +111,9 @@ class GangWatcher(Watcher):
         except AgentError as e:
             log.info("run %s: node %d: logs not copied: %s", run.id, rank, e)
         if status.phase == Phase.FAILED and run.state == RunState.RUNNING and not losing:
+            if finishing.awaits_verdict(ctx, run, head_silent=not obs.agent_answers()):
+                obs.soon(1.0)
+                return None  # a silent node may be gone: its verdict decides
             outcome = outcomes.from_agent(status, None)
             return finishing.end_attempt(
                 ctx, run, outcome.model_copy(update={"reason": f"{where}: {outcome.reason}"})

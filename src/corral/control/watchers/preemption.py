@@ -34,7 +34,11 @@ class PreemptionWatcher(Watcher):
     whatever its quiet interval, so a notice is acted on within ``provider_poll_s``. A run
     whose agent rings the controller's bell (``control.bell``) is checked every
     ``quiet_poll_s`` instead: a notice the agent sees is rung at once, and a machine killed
-    under it falls silent, which brings the run's next look at once.
+    under it falls silent, which brings the run's next look at once. Where its provider lists
+    every machine in one call (``SupportsStatusListing``), a belled run's machine comes from
+    that listing instead, at every look, and a listing (taken at most every
+    ``provider_poll_s`` for all the runs) that shows the machine changed makes the run due
+    (``control.census``).
 
     Reset rules: the poll timer and the "stop asked" mark belong to one attempt (a new
     attempt starts both afresh); they live in the controller's memory, so a restarted
@@ -53,18 +57,23 @@ class PreemptionWatcher(Watcher):
         if replaced:
             return finishing.attempt_lost(ctx, run, InstanceState.PREEMPTED, replaced)
         notes = ctx.notes(run.id).attempt(run.attempt)
-        now = ctx.clock()
-        every = ctx.settings.provider_poll_s
-        if ctx.belled(run):  # its agent rings a notice at once, and falls silent if killed
-            every = max(every, ctx.settings.quiet_poll_s)
-        last = notes.provider_polled_at
-        if last is not None and (now - last).total_seconds() < every:
-            obs.soon(every - (now - last).total_seconds())  # the machine's next check
-            return None
-        notes.provider_polled_at = now
-        obs.soon(every)
+        belled = ctx.belled(run)
+        # a belled run on a provider that lists its machines: the machine from the shared
+        # listing at every look (the census makes the run due when a listing shows it changed)
+        listed = belled and ctx.census.lists(ctx.provider(obs.resource.provider))
+        if not listed:
+            now = ctx.clock()
+            every = ctx.settings.provider_poll_s
+            if belled:  # its agent rings a notice at once, and falls silent if killed
+                every = max(every, ctx.settings.quiet_poll_s)
+            last = notes.provider_polled_at
+            if last is not None and (now - last).total_seconds() < every:
+                obs.soon(every - (now - last).total_seconds())  # the machine's next check
+                return None
+            notes.provider_polled_at = now
+            obs.soon(every)
         try:
-            st = obs.machine()
+            st = obs.machine(listed=listed)
         except ProviderError as e:
             log.info("run %s: provider status failed: %s", run.id, e.message)
             return None

@@ -47,7 +47,7 @@ from corral.providers.base import (
     SupportsSimulatedPreemption,
 )
 from corral.providers.common.files import check_key
-from corral.providers.pool.gang import PoolGangs
+from corral.providers.pool.gang import PoolGangs, head_address, lease_port, renew_port
 from corral.queue import attempts as states
 from corral.queue.app import TASK_NAME
 from corral.queue.attempts import AttemptStore, PoolAttempt
@@ -180,7 +180,7 @@ class PoolProvider(Provider, SupportsSimulatedPreemption, ReportsQueue, PoolGang
             price = round(self.settings.price_per_gpu_hour * q.count, 6)
             if req.max_hourly_price is not None and price > req.max_hourly_price:
                 continue
-            out.append(self._offer(q, live, free, waiting[q.queue], price))
+            out.append(self._offer(q, live, free, waiting[q.queue], price, req.nodes))
         # the smallest machine that fits first, then the one with free GPUs
         return sorted(out, key=lambda o: (o.gpu_count, -o.details["workers_free"]))
 
@@ -221,8 +221,12 @@ class PoolProvider(Provider, SupportsSimulatedPreemption, ReportsQueue, PoolGang
         free: list[WorkerInfo],
         waiting: int,
         price: float,
+        nodes: int = 1,
     ) -> Offer:
         availability = "high" if free else ("low" if live else "none")
+        hosts = len({w.host for w in live})
+        if nodes > 1 and len({w.host for w in free}) < nodes:  # a gang: N distinct hosts
+            availability = "low" if hosts >= nodes else "none"
         return Offer(
             provider=self.name,
             offer_id=q.queue,
@@ -239,6 +243,7 @@ class PoolProvider(Provider, SupportsSimulatedPreemption, ReportsQueue, PoolGang
                 "queue": q.queue,
                 "workers": len(live),
                 "workers_free": len(free),
+                "hosts": hosts,
                 "gpus_free": len(free) * q.count,
                 "waiting": waiting,
             },
@@ -277,7 +282,7 @@ class PoolProvider(Provider, SupportsSimulatedPreemption, ReportsQueue, PoolGang
             bootstrap = bootstrap.model_copy(
                 update={"env": {**bootstrap.env, **bootstrap.image.agent_env()}}
             )
-        fields = {
+        fields: dict[str, Any] = {
             "run_id": bootstrap.plan.run_id,
             "attempt": bootstrap.plan.attempt,
             "queue": queue,
@@ -286,6 +291,8 @@ class PoolProvider(Provider, SupportsSimulatedPreemption, ReportsQueue, PoolGang
             "grace": grace,
             "outage_grace": self.settings.outage_grace_s,
         }
+        if bootstrap.gang is not None:  # a node of a gang: never beside another on one host
+            fields.update(gang=bootstrap.plan.run_id, rank=bootstrap.gang.rank)
         with broker_errors(self.settings):
             rec, _ = self.attempts.create(
                 key,
@@ -341,6 +348,19 @@ class PoolProvider(Provider, SupportsSimulatedPreemption, ReportsQueue, PoolGang
             },
         )
 
+    # --- gangs (``providers.pool.gang``) -------------------------------------------------
+
+    def gang_port(self, run_id: str) -> int:
+        with broker_errors(self.settings):
+            return lease_port(self.attempts.r, self.keys, run_id)
+
+    def gang_address(self, head: Instance) -> str:
+        try:
+            with broker_errors(self.settings):
+                return head_address(self.attempts.get(head.key))
+        except ProviderError:  # the broker is away: the other nodes wait for its answer
+            return ""
+
     # --- status / terminate -----------------------------------------------------------------
 
     def _read(self, key: str) -> PoolAttempt | None:
@@ -382,6 +402,9 @@ class PoolProvider(Provider, SupportsSimulatedPreemption, ReportsQueue, PoolGang
         rec = self._read(instance.key)
         if rec is None:
             return InstanceStatus(state=InstanceState.TERMINATED, detail="no such attempt")
+        if rec.gang and rec.rank == 0 and rec.state not in states.ENDED:
+            with broker_errors(self.settings):  # its gang's port stays leased while it lives
+                renew_port(self.attempts.r, self.keys, rec.gang)
         if rec.state == states.QUEUED:
             return InstanceStatus(
                 state=InstanceState.PROVISIONING,

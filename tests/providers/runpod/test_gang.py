@@ -35,12 +35,15 @@ GANG = L40S.model_copy(update={"nodes": 2})
 
 
 def stage_line(inst: Instance, provider, token: str) -> str:
-    """The first line node ``inst``'s stage printed, read from its agent through the proxy."""
+    """The first line node ``inst``'s stage printed, read from its agent through the proxy
+    (told first that the gang is there, as the controller does once every node is ready)."""
     st = wait_state(provider, inst, InstanceState.RUNNING)
 
     def read() -> str | None:
         try:
-            text = AgentClient(st.endpoint, token, timeout=2.0).logs("train").data
+            client = AgentClient(st.endpoint, token, timeout=2.0)
+            client.start_gang()
+            text = client.logs("train").data
         except AgentError:
             return None
         return text.splitlines()[0].split(" ", 1)[1] if text.strip() else None  # after its time

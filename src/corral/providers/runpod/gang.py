@@ -112,14 +112,13 @@ class RunPodGangs(SupportsGangs):
         return self.settings.gang_port
 
     def gang_address(self, head: Instance) -> str:
-        """The head pod's address on its cluster's network (``PodCluster.ip``)."""
+        """The head pod's address on its cluster's network (``PodCluster.ip``); "" while it
+        has none (the controller waits to launch the other nodes)."""
         address = head.data.get(CLUSTER_IP)
         if not address and head.data.get(CLUSTER_ID):
             pods = self.api.cluster_pods(str(head.data[CLUSTER_ID])) or []
             address = next((p.cluster_ip for p in pods if p.id == head.instance_id), None)
-        if not address:
-            raise ProviderError(f"runpod: pod {head.instance_id} has no cluster address (yet)")
-        return str(address)
+        return str(address or "")
 
     # --- launch -------------------------------------------------------------------------------
 

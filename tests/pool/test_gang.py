@@ -233,7 +233,7 @@ def test_a_gang_without_two_hosts_waits_is_released_at_its_bound_and_forms_once_
         assert node1 is not None and not node1.worker, node1
         assert node1.received_at is not None, node1
         (released,) = store.events(run_id, types=["gang.incomplete"])[:1]
-        assert "0 of 1 other nodes ready" in released.reason, released.reason
+        assert "1 of 2 nodes ready" in released.reason, released.reason
         assert "CORRAL_GANG_TIMEOUT" in released.reason
         # what it had is released: the head's attempt ends, node 1's is cancelled
         wait_until(

@@ -23,8 +23,9 @@ def handle_request(ctx: Context, run: RunRecord) -> Transition | None:
     cancel = action == Action.CANCEL
     heading = RunState.CANCELLED if cancel else RunState.STOPPED
     reason = "cancelled by user" if cancel else "user"
-    if run.state == RunState.PENDING or (run.state == RunState.RECOVERING and not _open(ctx, run)):
-        # no machine to stop: straight to the end
+    waiting = run.state in (RunState.PENDING, RunState.RECOVERING) and not _open(ctx, run)
+    if waiting and not _used_a_provider(ctx, run):
+        # no machine to stop and nothing a provider keeps for the run: straight to the end
         return Transition(
             heading,
             reason,
@@ -57,3 +58,10 @@ def handle_request(ctx: Context, run: RunRecord) -> Transition | None:
 
 def _open(ctx: Context, run: RunRecord) -> bool:
     return bool(ctx.store.resources(run_id=run.id, open_only=True))
+
+
+def _used_a_provider(ctx: Context, run: RunRecord) -> bool:
+    """An earlier attempt of the run had a machine: its provider may keep something for the
+    run beyond it (volumes, a gang's placement group), freed by the STOPPING handler's
+    release (a waiting run is stopped through STOPPING, not straight to its end)."""
+    return any(a.provider and a.exit_reason != "no_capacity" for a in ctx.store.attempts(run.id))

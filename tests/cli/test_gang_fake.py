@@ -19,6 +19,8 @@ from corral.providers.base import Instance
 from corral.providers.fake import ENV_FAKE_CLOUD
 from corral.providers.fake.provider import FakeProvider
 from corral.store import Store
+from support.gang_jobs import ALL_REDUCE as TRAIN
+from support.gang_jobs import SHARDED
 
 from .helpers import wait_state
 from .test_debug import cli, write_spec
@@ -27,16 +29,6 @@ STATES = ("RUNNING", "SUCCEEDED", "FAILED")
 
 pytest.importorskip("torch.distributed")
 
-TRAIN = """
-import os, socket
-import torch, torch.distributed as dist
-dist.init_process_group("gloo")
-total = torch.tensor([dist.get_rank() + 1.0])
-dist.all_reduce(total)
-print(f"rank {dist.get_rank()} of {dist.get_world_size()} node {os.environ['NODE_RANK']} "
-      f"sum {total.item()} root {os.environ['CORRAL_CHECKPOINT_DIR']}", flush=True)
-dist.destroy_process_group()
-"""
 
 SPEC = """
 name: gang
@@ -112,48 +104,6 @@ def test_a_two_node_torchrun_job_meets_across_two_machines_and_is_billed_for_bot
     code, shown, _ = cli("status", run_id)
     assert code == 0 and "NODE" in shown and all(m in shown for m in machines), shown
 
-
-SHARDED = """
-import datetime, os, sys, time
-import torch, torch.distributed as dist
-from torch.distributed.device_mesh import init_device_mesh
-from torch.distributed.tensor import Shard, distribute_tensor
-from corral.sdk import Checkpointer, install_signal_handlers, should_stop_all
-
-dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=60))
-rank, world = dist.get_rank(), dist.get_world_size()
-mesh = init_device_mesh("cpu", (world,))
-install_signal_handlers()
-cp = Checkpointer(os.environ["CORRAL_CHECKPOINT_DIR"], keep_last=3)
-w, start = distribute_tensor(torch.zeros(8), mesh, [Shard(0)]), 0
-if cp.latest() is not None:
-    state = cp.restore(template={"w": w, "step": 0})
-    w, start = state["w"], state["step"]
-print(f"rank {rank} of {world} starts at step {start}", flush=True)
-open("node.txt", "w").write(os.environ["NODE_RANK"])  # in this machine's workdir
-saved = start
-for step in range(start + 1, STEPS + 1):
-    g = torch.tensor([rank + 1.0])
-    dist.all_reduce(g)
-    w = w + g.item() * step
-    if step % 4 == 0:
-        cp.save({"w": w, "step": step}, step)
-        saved = step
-    if should_stop_all():
-        if saved != step:
-            cp.save({"w": w, "step": step}, step)
-        cp.wait()
-        print(f"rank {rank} stops at step {step}", flush=True)
-        dist.barrier()
-        sys.exit(75)
-    time.sleep(0.2)
-cp.wait()
-full = w.full_tensor()
-if rank == 0:
-    print("final " + ",".join(f"{v:g}" for v in full.tolist()), flush=True)
-dist.barrier()
-dist.destroy_process_group()
-""".replace("STEPS", "40")
 
 RELAUNCH_SPEC = """
 name: gang-preempted

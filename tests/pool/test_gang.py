@@ -28,6 +28,8 @@ from corral.queue.client import connect
 from corral.queue.keys import Keys
 from corral.queue.settings import PoolSettings
 from corral.store import Store
+from support.gang_jobs import ALL_REDUCE as TRAIN
+from support.gang_jobs import SHARDED
 from support.pool import Workers, pool_env, scratch_pool
 from support.waiting import wait_until
 
@@ -105,18 +107,6 @@ def test_the_head_s_address_is_its_worker_s_once_one_runs_it(pool: PoolSettings)
     provider.status(head)
     assert provider.attempts.r.ttl(provider.keys.gang_port_of("r9")) > 5
 
-
-TRAIN = """
-import os
-import torch, torch.distributed as dist
-dist.init_process_group("gloo")
-total = torch.tensor([dist.get_rank() + 1.0])
-dist.all_reduce(total)
-print(f"rank {dist.get_rank()} of {dist.get_world_size()} node {os.environ['NODE_RANK']} "
-      f"sum {total.item()} at {os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']}",
-      flush=True)
-dist.destroy_process_group()
-"""
 
 SPEC = """
 name: gang
@@ -266,47 +256,6 @@ def _keys(attempts: AttemptStore, run_id: str) -> list[str]:
     prefix = attempts.keys.attempt("")
     return [n[len(prefix) :] for n in attempts.r.scan_iter(match=f"{prefix}{run_id}-*")]
 
-
-SHARDED = """
-import datetime, os, sys, time
-import torch, torch.distributed as dist
-from torch.distributed.device_mesh import init_device_mesh
-from torch.distributed.tensor import Shard, distribute_tensor
-from corral.sdk import Checkpointer, install_signal_handlers, should_stop_all
-
-dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=60))
-rank, world = dist.get_rank(), dist.get_world_size()
-mesh = init_device_mesh("cpu", (world,))
-install_signal_handlers()
-cp = Checkpointer(os.environ["CORRAL_CHECKPOINT_DIR"], keep_last=3)
-w, start = distribute_tensor(torch.zeros(8), mesh, [Shard(0)]), 0
-if cp.latest() is not None:
-    state = cp.restore(template={"w": w, "step": 0})
-    w, start = state["w"], state["step"]
-print(f"rank {rank} of {world} starts at step {start}", flush=True)
-saved = start
-for step in range(start + 1, 41):
-    g = torch.tensor([rank + 1.0])
-    dist.all_reduce(g)
-    w = w + g.item() * step
-    if step % 4 == 0:
-        cp.save({"w": w, "step": step}, step)
-        saved = step
-    if should_stop_all():
-        if saved != step:
-            cp.save({"w": w, "step": step}, step)
-        cp.wait()
-        print(f"rank {rank} stops at step {step}", flush=True)
-        dist.barrier()
-        sys.exit(75)
-    time.sleep(0.2)
-cp.wait()
-full = w.full_tensor()
-if rank == 0:
-    print("final " + ",".join(f"{v:g}" for v in full.tolist()), flush=True)
-dist.barrier()
-dist.destroy_process_group()
-"""
 
 RESUMED_SPEC = """
 name: gang-lost

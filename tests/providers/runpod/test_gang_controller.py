@@ -13,6 +13,7 @@ import pytest
 from corral.control.context import Context, Settings
 from corral.control.controller import Controller
 from corral.store import Store
+from support.gang_jobs import ALL_REDUCE as TRAIN
 
 SPEC = """
 name: gang
@@ -125,17 +126,6 @@ def test_a_head_never_placed_gives_its_cluster_up_after_the_place_timeout(
     _tick_until(controller, lambda: not fake.cloud.clusters, timeout=30)
     assert fake.cloud.pods == {} and store.resources(run_id=run_id, open_only=True) == []
 
-
-TRAIN = """
-import os
-import torch, torch.distributed as dist
-dist.init_process_group("gloo")
-total = torch.tensor([dist.get_rank() + 1.0])
-dist.all_reduce(total)
-print(f"rank {dist.get_rank()} of {dist.get_world_size()} node {os.environ['NODE_RANK']} "
-      f"sum {total.item()}", flush=True)
-dist.destroy_process_group()
-"""
 
 TORCHRUN = """
 name: torchgang

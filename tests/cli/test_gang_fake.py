@@ -114,10 +114,18 @@ run: torchrun --nproc-per-node 1 train.py
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("lost", [1, 0], ids=["node-1-lost", "head-lost"])
+@pytest.mark.parametrize(
+    ("lost", "repair"),
+    [(1, True), (0, True), (1, False)],
+    ids=["node-1-lost", "head-lost", "relaunched-whole"],
+)
 def test_a_node_preempted_is_replaced_the_survivor_kept_and_the_weights_are_uninterrupted(
-    lost: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    lost: int, repair: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """(With repairs off, CORRAL_GANG_REPAIR=off: the whole gang relaunched, the run's reason
+    saying why while it launches, the same weights.)"""
+    if not repair:
+        monkeypatch.setenv("CORRAL_GANG_REPAIR", "off")
     cloud = tmp_path / "cloud.json"
     cloud.write_text(json.dumps({**CLOUD, "notice_s": 20.0}))
     monkeypatch.setenv(ENV_FAKE_CLOUD, str(cloud))
@@ -154,8 +162,18 @@ def test_a_node_preempted_is_replaced_the_survivor_kept_and_the_weights_are_unin
     assert resumed[0].endswith("starts at step 0") and not resumed[-1].endswith("step 0"), logs
     # each element: sum over 40 steps of (1 + 2) * step, exactly as without the preemption
     assert "final " + ",".join(["2460"] * 8) in logs, logs
-    # the repair: the survivor's machine is the same in both attempts, the lost node's new
     rows = {(r.attempt, r.data.get("rank")): r for r in store.resources(run_id=run_id)}
+    if not repair:  # two new machines, and the reason of the relaunch's claim says why
+        assert {rows[(2, 0)].instance_id, rows[(2, 1)].instance_id}.isdisjoint(
+            {rows[(1, 0)].instance_id, rows[(1, 1)].instance_id}
+        )
+        (said,) = store.events(run_id, types=["gang.relaunched"])
+        claims = [e.reason for e in store.events(run_id, types=["run.state"]) if e.attempt == 2]
+        assert any("launching attempt 2" in r and said.reason in r for r in claims), claims
+        assert "CORRAL_GANG_REPAIR=off" in said.reason
+        assert not store.events(run_id, types=["gang.node_kept"])
+        return
+    # the repair: the survivor's machine is the same in both attempts, the lost node's new
     survivor = 1 - lost
     assert rows[(2, survivor)].instance_id == rows[(1, survivor)].instance_id
     assert rows[(2, lost)].instance_id not in (rows[(1, 1)].instance_id, rows[(1, 0)].instance_id)

@@ -375,4 +375,4 @@ def handle_recovering(ctx: Context, run: RunRecord) -> Transition | None:
         if not (run.reason or "").startswith("the gang could not form: trying again"):
             ctx.store.update_run(run.id, reason=why)
         return None
-    return launching.next_attempt(ctx, run, kept=kept)
+    return launching.next_attempt(ctx, run, kept=kept, why=repair.relaunch_why(ctx, run))

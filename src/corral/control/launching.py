@@ -45,13 +45,15 @@ def next_attempt(
     run: RunRecord,
     planned: planner.Plan | None = None,
     kept: Sequence[ResourceRecord] = (),
+    why: str | None = None,
 ) -> Transition | None:
     """Plan the next attempt of a PENDING or RECOVERING run, claim it and launch it. Returns
     the run's next move (a failure when no provider can ever run it, back to waiting when no
     offer had capacity), None when it launched or waits. ``planned``: the plan the caller
     just made for this very spec (``corral launch`` plans once, to refuse an infeasible job,
     and launches the first attempt on that plan). ``kept``: the nodes of the ended attempt's
-    gang that the next one keeps (a repair: only the others are launched, on their offer)."""
+    gang that the next one keeps (a repair: only the others are launched, on their offer);
+    ``why``: why its gang is relaunched whole instead (said in the claim's reason)."""
     if kept:
         return gangs.repair(ctx, run, kept)
     spec = ctx.spec(run)
@@ -94,7 +96,8 @@ def next_attempt(
     gang = f" x{nodes} nodes" if nodes > 1 else ""
     claim = Transition(
         RunState.PROVISIONING,
-        f"launching attempt {number} on {offer_text(offers[0])}{gang}",
+        f"launching attempt {number} on {offer_text(offers[0])}{gang}"
+        + (f" ({why})" if why else ""),
         fields={"attempt": number, "provider": offers[0].provider},
         event_data={"attempt": number, "offer": offers[0].model_dump(mode="json")},
     )

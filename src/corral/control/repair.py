@@ -134,3 +134,12 @@ def _wait_for(ctx: Context, run: RunRecord, busy: list[ResourceRecord]) -> bool:
                 log.info("run %s: node %d: stop not delivered: %s", run.id, rank_of(row), e)
     bound = longest_grace(ctx.spec(run)) + ctx.settings.stop_margin_s
     return (now - notes.survivors_asked_at).total_seconds() <= bound
+
+
+def relaunch_why(ctx: Context, run: RunRecord) -> str | None:
+    """Why the run's ended attempt's gang is relaunched whole rather than repaired (None: it
+    is repaired, or it was no gang that lost a node), as decided by :func:`kept_nodes`."""
+    if not run.attempt:
+        return None
+    why = (ctx.store.get_attempt(run.id, run.attempt).data or {}).get(RELAUNCH)
+    return why if isinstance(why, str) else None

@@ -152,6 +152,8 @@ def test_a_pod_not_placed_yet_is_looked_up_again(make_provider, fake, tmp_path, 
     fake.rest.clusters.place(cluster.id)
     head = p.launch(o, gang_bootstrap(tmp_path, key, 0), key)  # the same key: the same cluster
     assert head.instance_id == cluster.pod_ids[0] and len(fake.rest.clusters.creates) == 1
+    p.terminate(head)  # the cluster's pods (their agents) go with it
+    assert fake.cloud.pods == {}
 
 
 def test_a_cluster_never_placed_is_deleted_after_the_place_timeout(make_provider, fake, tmp_path):

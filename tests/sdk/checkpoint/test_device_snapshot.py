@@ -170,7 +170,8 @@ def test_a_step_waits_only_for_its_own_tensors_and_only_while_their_copy_runs(
     }
     ckpt.save(state, 1)  # b's copies are queued first and finish; a's wait for the gate
     deadline = time.monotonic() + 10
-    b_keys = {key(p) for p in b_model.parameters()}
+    # b's parameters and its optimizer's state: the step waits for any of them still copied
+    b_keys = {key(p) for p in b_model.parameters()} | {key(t) for t in tensors_of(b_opt)}
     while not all(
         g.event.query() for k, gs in device_snapshot._pending.items() if k in b_keys for g in gs
     ):

@@ -24,6 +24,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Generic, Literal, TypeVar
 from urllib.parse import urlsplit
 
+from corral.wire.bell import HEADER as BELL_HEADER
 from support.openapi_contract import ContractCheck, Exchange
 
 #: When an answer says its ``Content-Type``:
@@ -154,6 +155,13 @@ class QuietHandler(BaseHTTPRequestHandler):
         if check is None or not check.covers(url.path):
             return self.fake.handle(self)
         length = int(self.headers.get("Content-Length") or 0)
+        if self.headers.get(BELL_HEADER) is not None:
+            # a controller's request to an agent (only the agent client names its bell), not
+            # the provider's: another test's controller polling an agent whose loopback port
+            # this fake now holds (the suite runs in parallel). Not the API's: 404, unrecorded
+            if length:
+                self.rfile.read(length)
+            return send(self, 404, {"error": "not an agent"}, content_type="always")
         raw = self.rfile.read(length) if length else b""
         path = check.api_path(url.path)
         headers = dict(self.headers.items())

@@ -36,3 +36,16 @@ class TestRunPodSpotContract(ProviderContract):
 
     def advance(self, provider) -> None:
         time.sleep(0.1)
+
+
+def test_an_agent_request_on_a_reused_port_is_no_api_exchange(fake):
+    """A controller's request to an agent (it names its bell) that reaches the fake API's
+    loopback port (another test's agent had it) is answered 404 and not counted against the
+    provider; any other request outside the document still is."""
+    import httpx
+
+    stray = httpx.get(fake.base_url + "/poll", headers={"X-Corral-Bell": "127.0.0.1:9"})
+    assert stray.status_code == 404 and list(fake.contract.violations) == []
+    httpx.get(fake.base_url + "/poll")
+    assert len(fake.contract.violations) == 1
+    fake.contract.violations.clear()  # (the fixture's teardown checks every exchange)

@@ -20,7 +20,7 @@ from corral.providers.fake import ENV_FAKE_CLOUD
 from corral.providers.fake.provider import FakeProvider
 from corral.store import Store
 from support.gang_jobs import ALL_REDUCE as TRAIN
-from support.gang_jobs import SHARDED
+from support.gang_jobs import SHARDED, TWO_NODE_SPEC
 
 from .helpers import wait_state
 from .test_debug import cli, write_spec
@@ -30,18 +30,7 @@ STATES = ("RUNNING", "SUCCEEDED", "FAILED")
 pytest.importorskip("torch.distributed")
 
 
-SPEC = """
-name: gang
-resources: {nodes: 2, providers: [fake]}
-env: {OMP_NUM_THREADS: 1}
-stages:
-  - name: train
-    run: torchrun --nproc-per-node 1 train.py
-    nodes: all
-  - name: report
-    run: echo "head only, node $CORRAL_NODE_RANK of $CORRAL_NUM_NODES"
-    needs: train
-"""
+SPEC = TWO_NODE_SPEC.replace("PROVIDER", "fake")
 
 CLOUD = {
     "offers": [

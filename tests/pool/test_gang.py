@@ -29,7 +29,7 @@ from corral.queue.keys import Keys
 from corral.queue.settings import PoolSettings
 from corral.store import Store
 from support.gang_jobs import ALL_REDUCE as TRAIN
-from support.gang_jobs import SHARDED
+from support.gang_jobs import SHARDED, TWO_NODE_SPEC
 from support.pool import Workers, pool_env, scratch_pool
 from support.waiting import wait_until
 
@@ -108,18 +108,7 @@ def test_the_head_s_address_is_its_worker_s_once_one_runs_it(pool: PoolSettings)
     assert provider.attempts.r.ttl(provider.keys.gang_port_of("r9")) > 5
 
 
-SPEC = """
-name: gang
-resources: {nodes: 2, providers: [pool]}
-env: {OMP_NUM_THREADS: 1}
-stages:
-  - name: train
-    run: torchrun --nproc-per-node 1 train.py
-    nodes: all
-  - name: report
-    run: echo "head only, node $CORRAL_NODE_RANK of $CORRAL_NUM_NODES"
-    needs: train
-"""
+SPEC = TWO_NODE_SPEC.replace("PROVIDER", "pool")
 
 
 @pytest.fixture

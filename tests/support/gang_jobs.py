@@ -60,3 +60,18 @@ if rank == 0:
 dist.barrier()
 dist.destroy_process_group()
 """
+
+#: a 2-node job on PROVIDER (replace it): ALL_REDUCE as ``train.py`` on every node, then a
+#: stage on the head only
+TWO_NODE_SPEC = """
+name: gang
+resources: {nodes: 2, providers: [PROVIDER]}
+env: {OMP_NUM_THREADS: 1}
+stages:
+  - name: train
+    run: torchrun --nproc-per-node 1 train.py
+    nodes: all
+  - name: report
+    run: echo "head only, node $CORRAL_NODE_RANK of $CORRAL_NUM_NODES"
+    needs: train
+"""

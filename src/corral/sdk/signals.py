@@ -295,12 +295,41 @@ def _say_no_time(left: float | None) -> None:
     )
 
 
-def _collective_failed(exc: BaseException, checkpointer: Checkpointer | None) -> NoReturn:
+def _say_no_agreement(exc: BaseException) -> None:
     print(
         f"corral: the ranks could not agree on preemption ({type(exc).__name__}: {exc}); "
         "exiting with the preemption code on this rank",
         file=sys.stderr,
     )
+
+
+def exit_after_training(stopped_for_preemption: bool, before_exit: Callable[[], None]) -> None:
+    """A trainer integration's end of training (``exit_if_preempted`` of the HF and Lightning
+    callbacks), on every rank: exits with ``EXIT_PREEMPTED`` (75) after ``before_exit`` when
+    training stopped because of a preemption signal (``stopped_for_preemption``) or a signal
+    came since, else returns. In a distributed job the ranks decide together (one small
+    all_reduce): a rank signalled after the last step the ranks agreed on makes every rank
+    exit 75, not that rank alone while the others exit 0. If that collective fails, a
+    signalled rank exits 75 and the others raise the error."""
+    local = preempted() or stopped_for_preemption
+    stop = local
+    if distributed.is_distributed():
+        try:
+            stop = distributed.agree_seconds_left(0.0 if local else None) is not None
+        except RuntimeError as exc:
+            if not local:
+                raise
+            _say_no_agreement(exc)
+    if stop:
+        before_exit()
+        # A live process group can abort the exit (SIGABRT, not 75): destroyed at exit, after
+        # the script's own clean-up (which may destroy it itself).
+        distributed.leave_at_exit()
+        exit_preempted()
+
+
+def _collective_failed(exc: BaseException, checkpointer: Checkpointer | None) -> NoReturn:
+    _say_no_agreement(exc)
     if checkpointer is not None:
         _flush(checkpointer)
     exit_preempted()

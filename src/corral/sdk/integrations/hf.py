@@ -408,26 +408,6 @@ class CorralCallback(TrainerCallback):
     def exit_if_preempted(self) -> None:
         """Call after ``trainer.train()`` returns, on every rank: exits with
         ``EXIT_PREEMPTED`` (75) when training stopped because of a preemption signal, or a
-        signal came since, else returns. In a distributed job the ranks decide together (one
-        small all_reduce): a rank signalled after the last step the ranks agreed on makes
-        every rank exit 75, not that rank alone while the others exit 0. If that collective
-        fails, a signalled rank exits 75 and the others raise the error."""
-        local = signals.preempted() or self.stopped_for == "preempted"
-        preempted = local
-        if distributed.is_distributed():
-            try:
-                preempted = distributed.agree_seconds_left(0.0 if local else None) is not None
-            except RuntimeError as exc:
-                if not local:
-                    raise
-                print(
-                    f"corral: the ranks could not agree on preemption ({type(exc).__name__}: "
-                    f"{exc}); exiting with the preemption code on this rank",
-                    file=sys.stderr,
-                )
-        if preempted:
-            trackers.finish()
-            # A live process group can abort the exit (SIGABRT, not 75): destroyed at exit,
-            # after the script's own clean-up (which may destroy it itself).
-            distributed.leave_at_exit()
-            signals.exit_preempted()
+        signal came since, the ranks of a distributed job deciding together
+        (:func:`corral.sdk.signals.exit_after_training`); else returns."""
+        signals.exit_after_training(self.stopped_for == "preempted", trackers.finish)

@@ -180,27 +180,14 @@ class CorralCallback(pl.Callback):
 
     def exit_if_preempted(self) -> None:
         """Call after ``trainer.fit()`` returns, on every rank: exits with ``EXIT_PREEMPTED``
-        (75) when a preemption signal stopped training (or came since); the ranks of a
-        distributed job decide together (see :meth:`corral.sdk.integrations.hf.CorralCallback.
-        exit_if_preempted`)."""
-        local = signals.preempted() or self.stopped_for == "preempted"
-        preempted = local
-        if distributed.is_distributed():
-            try:
-                preempted = distributed.agree_seconds_left(0.0 if local else None) is not None
-            except RuntimeError as exc:
-                if not local:
-                    raise
-                print(
-                    f"corral: the ranks could not agree on preemption ({type(exc).__name__}: "
-                    f"{exc}); exiting with the preemption code on this rank",
-                    file=sys.stderr,
-                )
-        if preempted:
+        (75) when a preemption signal stopped training (or came since), the ranks of a
+        distributed job deciding together (:func:`corral.sdk.signals.exit_after_training`)."""
+
+        def before_exit() -> None:
             self._flush()
             trackers.finish()
-            distributed.leave_at_exit()
-            signals.exit_preempted()
+
+        signals.exit_after_training(self.stopped_for == "preempted", before_exit)
 
     # --- Lightning hooks -------------------------------------------------------------------
 

@@ -368,7 +368,9 @@ def handle_recovering(ctx: Context, run: RunRecord) -> Transition | None:
     if not teardown(ctx, run, frozenset(r.key for r in kept)):
         return None
     _close_attempt(ctx, run)
-    run = ctx.store.update_run(run.id, cost_usd=run_cost(ctx, run.id))
+    cost = run_cost(ctx, run.id)
+    if cost != run.cost_usd:  # (a gang waiting to form again is looked at each tick)
+        run = ctx.store.update_run(run.id, cost_usd=cost)
     wait = gangs.retry_in(ctx, run)
     if wait > 0:  # the last gangs could not form: not again at once
         why = f"the gang could not form: trying again in {wait:.0f}s"

@@ -255,7 +255,7 @@ def test_lightning_checkpoints_are_found_under_any_version_directory(tmp_path) -
 
 
 def test_a_file_that_changes_while_uploaded_is_not_published(tmp_path, monkeypatch) -> None:
-    import corral.agent.path_mirror as pm
+    import corral.agent.mirror_snapshots as pm
 
     plan = _plan(tmp_path, "a", ["ckpt.pt"])
     target = Path(plan.workdir) / "ckpt.pt"

@@ -47,21 +47,25 @@ Without ``COMPLETE`` a snapshot does not exist.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
-import posixpath
-import shutil
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 from corral.agent.mirror_advice import MirrorAdvice, stage_steps
+from corral.agent.mirror_snapshots import (
+    Changed,
+    Snapshot,
+    download,
+    matches,
+    quietly,
+    read_snapshot,
+    sequence_numbers,
+    snapshot_dir,
+    write_snapshot,
+)
 from corral.agent.path_items import (
-    OLD_SUFFIX,
-    RESTORE_SUFFIX,
     Content,
     Item,
     alive,
@@ -69,11 +73,10 @@ from corral.agent.path_items import (
     item_at,
     open_for_writing,
     process_tree,
-    safe_rel,
 )
 from corral.errors import CorralError
-from corral.sdk.manifest import MANIFEST_NAME, CheckpointError
-from corral.sdk.storage import CHUNK_BYTES, LocalStorage, Storage, resolve_location
+from corral.sdk.manifest import CheckpointError
+from corral.sdk.storage import Storage, resolve_location
 from corral.storage.errors import StorageError
 from corral.storage.s3_client import CREDENTIAL_VARS, ENDPOINT_VARS, REGION_VARS, redact
 from corral.wire.events import (
@@ -86,7 +89,6 @@ from corral.wire.events import (
 from corral.wire.node import EventSink, NodeRunner
 from corral.wire.plan import AgentPlan
 
-FORMAT = "corral-mirror"
 MIRROR_DIR = "mirror"
 #: a directory must stay the same this long (its files are written one after another)
 DIR_STILL_S = 1.0
@@ -94,24 +96,6 @@ DIR_STILL_S = 1.0
 MIRROR_NICE = 10
 #: how soon the mirror looks again after a new version appeared, and while the stages stop
 QUICK_LOOK_S = 0.1
-
-
-@dataclass(frozen=True)
-class Snapshot:
-    """A complete snapshot in storage."""
-
-    seq: int
-    rel: str
-    kind: str
-    time: float
-    files: dict[str, tuple[int, str]]  # name in the item -> (size, sha256)
-    path: str  # the snapshot's directory in storage
-    #: the stages' progress steps when it was copied
-    steps: dict[str, int] = field(default_factory=dict)
-
-    @property
-    def size_bytes(self) -> int:
-        return sum(size for size, _ in self.files.values())
 
 
 class PathMirror:
@@ -280,52 +264,25 @@ class PathMirror:
         assert self.storage is not None
         out: list[Snapshot] = []
         highest = 0
-        for name in self.storage.listdir(self.root):
-            if not (name.isdigit() and len(name) == 10):
-                continue
-            highest = max(highest, int(name))
-            snap = self._read_manifest(int(name))
+        for seq in sequence_numbers(self.storage, self.root):
+            highest = max(highest, seq)
+            snap = read_snapshot(self.storage, self.root, seq)
             if snap is not None:
                 out.append(snap)
         self._next_seq = max(self._next_seq, highest + 1)
         return sorted(out, key=lambda s: s.seq)
 
-    def _read_manifest(self, seq: int) -> Snapshot | None:
-        assert self.storage is not None
-        path = self.storage.join(self.root, f"{seq:010d}")
-        try:
-            data = json.loads(self.storage.read_bytes(self.storage.join(path, MANIFEST_NAME)))
-            if data.get("format") != FORMAT or data.get("kind") not in ("file", "dir"):
-                return None
-            files = {
-                str(k): (int(v["size"]), str(v["sha256"])) for k, v in dict(data["files"]).items()
-            }
-            rel = str(data["path"])
-            steps = data.get("steps") or {}
-            steps = {str(k): int(v) for k, v in dict(steps).items() if isinstance(v, int)}
-            if not safe_rel(rel):
-                return None
-            for name in files:
-                if data["kind"] == "file" and name != "":
-                    return None
-                if data["kind"] == "dir" and not safe_rel(name):
-                    return None
-            return Snapshot(seq, rel, data["kind"], float(data["time"]), files, path, steps)
-        except FileNotFoundError:
-            return None  # not complete (yet)
-        except (ValueError, KeyError, TypeError, AttributeError):
-            return None
-
     def _restore(self) -> str | None:
+        assert self.storage is not None
         for snap in reversed(self.snapshots()):
             dest = os.path.join(self.workdir, snap.rel)
             started = self._clock()
             local = item_at(dest, snap.rel)
-            if local is not None and self._matches(dest, local, snap):
+            if local is not None and matches(dest, local, snap):
                 size = 0
             else:
                 try:
-                    size = self._download(snap, dest)
+                    size = download(self.storage, snap, dest)
                 except CheckpointError as exc:
                     self._events.emit(
                         CHECKPOINT_SKIPPED,
@@ -356,42 +313,6 @@ class PathMirror:
             )
             return dest
         return None
-
-    @staticmethod
-    def _matches(dest: str, local: Item, snap: Snapshot) -> bool:
-        if local.kind != snap.kind or {f[0]: f[1] for f in local.files} != {
-            k: v[0] for k, v in snap.files.items()
-        }:
-            return False
-        for name, (_, sha) in snap.files.items():
-            if _sha256(os.path.join(dest, name) if name else dest) != sha:
-                return False
-        return True
-
-    def _download(self, snap: Snapshot, dest: str) -> int:
-        assert self.storage is not None
-        work = dest + RESTORE_SUFFIX
-        _remove(work)
-        os.makedirs(os.path.dirname(dest) or ".", exist_ok=True)
-        total = 0
-        try:
-            for name, (size, sha) in snap.files.items():
-                target = os.path.join(work, name) if snap.kind == "dir" else work
-                src = self.storage.join(snap.path, "files", snap.rel, *([name] if name else []))
-                _get(self.storage, src, target, size, sha, name or posixpath.basename(snap.rel))
-                total += size
-            if snap.kind == "dir":
-                os.makedirs(work, exist_ok=True)  # an empty directory has no file to make it
-            old = dest + OLD_SUFFIX
-            _remove(old)
-            if os.path.lexists(dest):
-                os.replace(dest, old)
-            os.replace(work, dest)
-            _remove(old)
-        except BaseException:
-            _remove(work)
-            raise
-        return total
 
     # --- mirror ----------------------------------------------------------------------------
 
@@ -571,38 +492,20 @@ class PathMirror:
         assert self.storage is not None
         seq = self._next_seq
         self._next_seq += 1
-        snap_dir = self.storage.join(self.root, f"{seq:010d}")
+        snap_dir = snapshot_dir(self.storage, self.root, seq)
         started = self._clock()
-        files: dict[str, dict[str, Any]] = {}
+        path = os.path.join(self.workdir, item.rel)
+
+        def unchanged() -> bool:
+            again = item_at(path, item.rel)
+            return again is not None and again.content == item.content
+
         try:
-            for name, size, *_ in item.files:
-                src = os.path.join(self.workdir, item.rel, name) if name else None
-                src = src or os.path.join(self.workdir, item.rel)
-                dst = self.storage.join(snap_dir, "files", item.rel, *([name] if name else []))
-                files[name] = {"size": size, "sha256": _put(self.storage, src, dst, size)}
-            again = item_at(os.path.join(self.workdir, item.rel), item.rel)
-            if again is None or again.content != item.content:
-                raise _Changed()
-            manifest = {
-                "format": FORMAT,
-                "format_version": 1,
-                "path": item.rel,
-                "kind": item.kind,
-                "time": self._wall(),
-                "files": files,
-                "steps": self._steps(),
-            }
-            self.storage.makedirs(snap_dir)
-            self.storage.write_bytes(
-                self.storage.join(snap_dir, MANIFEST_NAME),
-                json.dumps(manifest, indent=1, sort_keys=True).encode(),
+            files = write_snapshot(
+                self.storage, snap_dir, self.workdir, item, self._wall, self._steps, unchanged
             )
-        except (_Changed, FileNotFoundError):
-            _quietly(self.storage.rmtree, snap_dir)
+        except Changed:
             return  # written (or deleted) meanwhile: looked at again when it settles
-        except BaseException:
-            _quietly(self.storage.rmtree, snap_dir)
-            raise
         done_wall = self._wall()
         size = sum(f["size"] for f in files.values())
         self._events.emit(
@@ -631,12 +534,9 @@ class PathMirror:
         complete = self.snapshots()
         keep = {s.seq for s in complete[-self.keep_last :]}
         newest = max(keep, default=0)
-        for name in self.storage.listdir(self.root):
-            if not (name.isdigit() and len(name) == 10):
-                continue
-            seq = int(name)
+        for seq in sequence_numbers(self.storage, self.root):
             if seq not in keep and seq < newest:
-                _quietly(self.storage.rmtree, self.storage.join(self.root, name))
+                quietly(self.storage.rmtree, snapshot_dir(self.storage, self.root, seq))
 
     # --- reporting -------------------------------------------------------------------------
 
@@ -689,77 +589,3 @@ def _stages_ended_cleanly(runner: NodeRunner) -> bool:
         return False
     codes = [s.get("exit_code") for s in stages if isinstance(s, dict)]
     return all(code in (None, 0, 75) for code in codes)
-
-
-class _Changed(Exception):
-    """A file changed while it was uploaded."""
-
-
-def _sha256(path: str) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb", buffering=0) as f:
-        while chunk := f.read(CHUNK_BYTES):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
-def _put(storage: Storage, src: str, dst: str, size: int) -> str:
-    """Copy ``src`` to ``dst``; its sha256. A size other than ``size`` is a change."""
-    digest = hashlib.sha256()
-    seen = 0
-    storage.makedirs(dst.rsplit("/", 1)[0])
-    writer = storage.open_write(dst)
-    try:
-        with open(src, "rb", buffering=0) as f:
-            while chunk := f.read(CHUNK_BYTES):
-                digest.update(chunk)
-                seen += len(chunk)
-                writer.write(chunk)
-        if seen != size:
-            raise _Changed()
-    except BaseException:
-        getattr(writer, "abort", writer.close)()
-        raise
-    writer.close()
-    return digest.hexdigest()
-
-
-def _get(storage: Storage, src: str, dst: str, size: int, sha: str, label: str) -> None:
-    os.makedirs(os.path.dirname(dst) or ".", exist_ok=True)
-    digest = hashlib.sha256()
-    seen = 0
-    try:
-        reader = storage.open_read(src)
-    except FileNotFoundError:
-        raise CheckpointError(f"{label} is missing") from None
-    writer = LocalStorage().open_write(dst)
-    try:
-        with reader:
-            while chunk := reader.read(CHUNK_BYTES):
-                seen += len(chunk)
-                if seen > size:
-                    raise CheckpointError(f"{label} is larger than the manifest says")
-                digest.update(chunk)
-                writer.write(chunk)
-        if seen != size:
-            raise CheckpointError(f"{label} has {seen} bytes, the manifest says {size}")
-        if digest.hexdigest() != sha:
-            raise CheckpointError(f"{label} does not match its sha256 (corrupt)")
-    except BaseException:
-        writer.abort()
-        raise
-    writer.close()
-
-
-def _remove(path: str) -> None:
-    if os.path.isdir(path) and not os.path.islink(path):
-        shutil.rmtree(path, ignore_errors=True)
-    elif os.path.lexists(path):
-        os.remove(path)
-
-
-def _quietly(fn: Callable[..., Any], *args: Any) -> None:
-    try:
-        fn(*args)
-    except Exception:  # cleanup after a failure: the first error is the one to report
-        pass

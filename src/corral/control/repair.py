@@ -16,6 +16,7 @@ reason says why. The nodes the provider said were lost are kept with the attempt
 from __future__ import annotations
 
 from corral.control.context import Context, log
+from corral.control.gang_history import LOST
 from corral.control.gangs import KEPT_FROM
 from corral.control.plan_builder import longest_grace
 from corral.control.resources import instance_of, open_resources, rank_of
@@ -30,9 +31,6 @@ from corral.wire.outcome import StopCause
 KEEP = "keep_nodes"
 #: the attempt's data key of why the gang is relaunched whole rather than repaired
 RELAUNCH = "relaunch_why"
-#: the attempt's data key of the nodes it lost, as the provider said (rank: ``preempted`` or
-#: ``lost``; what the manifest's ``node_attempts`` says of them)
-LOST = "lost_nodes"
 
 
 def kept_nodes(ctx: Context, run: RunRecord) -> list[ResourceRecord] | None:

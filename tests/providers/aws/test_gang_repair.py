@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from control.helpers import submit, tick_until, write_spec
-from corral.control import gangs
+from corral.control import gang_history, gangs
 from corral.control.context import Context, Settings
 from corral.control.controller import Controller
 from corral.store import Store
@@ -95,6 +95,15 @@ def test_a_reclaimed_node_is_replaced_in_the_gang_s_zone_and_group_the_head_kept
     assert {g["GroupId"] for g in new["SecurityGroups"]} == {
         g["GroupId"] for g in old["SecurityGroups"]
     }
+    # each node's history (the manifest's node_attempts): its machines, zone and ends
+    zone = old["Placement"]["AvailabilityZone"]
+    history = gang_history.history(controller.ctx, run)
+    assert [(n.rank, n.attempt, n.instance_id, n.region, n.zone, n.ended) for n in history] == [
+        (0, 1, head.instance_id, "us-east-1", zone, "kept"),
+        (0, 2, head.instance_id, "us-east-1", zone, None),
+        (1, 1, lost.instance_id, "us-east-1", zone, "preempted"),
+        (1, 2, rows[2, 1].instance_id, "us-east-1", zone, None),
+    ]
     # billed for both nodes of the repaired gang, each at the offer's spot price (the
     # attempt's price, what its cost and the agents' cost meter count)
     price = rows[2, 1].data["offer"]["price_per_hour"]
@@ -136,4 +145,12 @@ def test_a_replacement_ec2_cannot_place_relaunches_the_whole_gang_saying_why(
     assert {rows[3, 0].instance_id, rows[3, 1].instance_id}.isdisjoint(
         {first[1, 0].instance_id, first[1, 1].instance_id}
     )
+    history = gang_history.history(controller.ctx, run)
+    assert [(n.rank, n.attempt, n.instance_id, n.ended) for n in history] == [
+        (0, 1, first[1, 0].instance_id, "kept"),
+        (0, 2, first[1, 0].instance_id, "gang_incomplete"),
+        (0, 3, rows[3, 0].instance_id, None),
+        (1, 1, first[1, 1].instance_id, "preempted"),
+        (1, 3, rows[3, 1].instance_id, None),
+    ]
     _ended_clean(aws, owner, store, run_id)

@@ -143,3 +143,24 @@ def test_a_gang_s_other_nodes_keep_their_manifest_the_run_s_storage_is_the_head_
     )  # fmt: skip
     assert manifest.build(**fields, nodes=2)["nodes"] == 2
     assert "nodes" not in manifest.build(**fields)  # one node: the manifest as before
+    # each node's attempts, as the controller's books say, this one's ended as its phase
+    from corral.wire.gang import NodeAttempt
+
+    books = [
+        NodeAttempt(rank=1, attempt=1, provider="p", instance_id="m-b", ended="preempted"),
+        NodeAttempt(rank=0, attempt=2, provider="p", instance_id="m-a", zone="z1"),
+        NodeAttempt(rank=0, attempt=1, provider="p", instance_id="m-a", zone="z1", ended="kept"),
+        NodeAttempt(rank=1, attempt=2, provider="p", instance_id="m-c"),
+    ]
+    history = manifest.node_history(books, 2, "succeeded")
+    doc = manifest.build(**fields, nodes=2, node_attempts=history)
+    assert [(n["rank"], [(a["attempt"], a["instance_id"], a["ended"]) for a in n["attempts"]])
+            for n in doc["node_attempts"]] == [
+        (0, [(1, "m-a", "kept"), (2, "m-a", "succeeded")]),
+        (1, [(1, "m-b", "preempted"), (2, "m-c", "succeeded")]),
+    ]  # fmt: skip
+    assert doc["node_attempts"][0]["attempts"][0] == {
+        "attempt": 1, "provider": "p", "instance_id": "m-a", "region": None, "zone": "z1",
+        "ended": "kept",
+    }  # fmt: skip
+    assert "node_attempts" not in manifest.build(**fields, node_attempts=history)  # one node

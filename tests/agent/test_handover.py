@@ -130,7 +130,17 @@ def test_a_gang_s_stages_on_several_nodes_wait_for_the_gang_s_start(tmp_path):
         wait_until(lambda: states() == {"train": "waiting", "prep": "succeeded"}, 15, 0.05, "held")
         time.sleep(1.0)
         assert states()["train"] == "waiting"  # held, not failed as "could not start"
-        assert _call(url, TOKEN, "POST", "/gang/start") == (202, {"started": True})
+        # the gang's history (for the manifest) is checked: a bad one is refused, naming it
+        bad = {"nodes": [{"rank": -1, "attempt": 1, "provider": "fake", "instance_id": "m-a"}]}
+        code, said = _call(url, TOKEN, "POST", "/gang/start", bad)
+        assert code == 400 and "nodes.0.rank" in json.dumps(said), said
+        assert states()["train"] == "waiting"
+        nodes = [{"rank": k, "attempt": 1, "provider": "fake", "instance_id": f"m-{k}"}
+                 for k in (0, 1)]  # fmt: skip
+        assert _call(url, TOKEN, "POST", "/gang/start", {"nodes": nodes}) == (
+            202,
+            {"started": True},
+        )
         wait_until(lambda: states()["train"] == "succeeded", 15, 0.05, "the gang's stage")
         assert _call(url, TOKEN, "POST", "/gang/start") == (202, {"started": True})  # again: ok
     finally:

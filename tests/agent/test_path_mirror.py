@@ -34,6 +34,7 @@ class FakeRunner:
     runs) and its progress step (None: none read)."""
 
     started_at = 0.0
+    gang_nodes: list = []
 
     def __init__(self, exit_code: int | None = None, step: int | None = None) -> None:
         self.resume: str | None = None

@@ -120,7 +120,9 @@ def test_a_node_preempted_is_replaced_the_survivor_kept_and_the_weights_are_unin
     monkeypatch.setenv(ENV_FAKE_CLOUD, str(cloud))
     monkeypatch.setenv("CORRAL_PROVIDERS", "fake")
     (tmp_path / "train.py").write_text(SHARDED)
-    code, out, err = cli("launch", write_spec(tmp_path, RELAUNCH_SPEC), "--detach", "--json")
+    store_dir = tmp_path / "results"  # the head writes the run's manifest there
+    spec = RELAUNCH_SPEC + f"artifacts: {{storage: {store_dir}}}\n"
+    code, out, err = cli("launch", write_spec(tmp_path, spec), "--detach", "--json")
     assert code == 0, err
     run_id = json.loads(out)["id"]
     store = Store.open()
@@ -152,6 +154,25 @@ def test_a_node_preempted_is_replaced_the_survivor_kept_and_the_weights_are_unin
     # each element: sum over 40 steps of (1 + 2) * step, exactly as without the preemption
     assert "final " + ",".join(["2460"] * 8) in logs, logs
     rows = {(r.attempt, r.data.get("rank")): r for r in store.resources(run_id=run_id)}
+    # the manifest: each node's attempts, its machine in each and how each ended for it
+    manifest = json.loads((store_dir / run_id / "manifest.json").read_text())
+    assert manifest["nodes"] == 2 and manifest["attempt"] == 2
+    history = {
+        (node["rank"], a["attempt"]): (a["instance_id"], a["ended"], a["provider"])
+        for node in manifest["node_attempts"]
+        for a in node["attempts"]
+    }
+    survivor = 1 - lost
+    first_ends = {lost: "preempted", survivor: "kept" if repair else "released"}
+    assert history == {
+        (rank, n): (
+            rows[(n, rank)].instance_id,
+            first_ends[rank] if n == 1 else "succeeded",
+            "fake",
+        )
+        for rank in (0, 1)
+        for n in (1, 2)
+    }, manifest["node_attempts"]
     if not repair:  # two new machines, and the reason of the relaunch's claim says why
         assert {rows[(2, 0)].instance_id, rows[(2, 1)].instance_id}.isdisjoint(
             {rows[(1, 0)].instance_id, rows[(1, 1)].instance_id}
@@ -163,7 +184,6 @@ def test_a_node_preempted_is_replaced_the_survivor_kept_and_the_weights_are_unin
         assert not store.events(run_id, types=["gang.node_kept"])
         return
     # the repair: the survivor's machine is the same in both attempts, the lost node's new
-    survivor = 1 - lost
     assert rows[(2, survivor)].instance_id == rows[(1, survivor)].instance_id
     assert rows[(2, lost)].instance_id not in (rows[(1, 1)].instance_id, rows[(1, 0)].instance_id)
     (kept,) = store.events(run_id, types=["gang.node_kept"])

@@ -26,7 +26,7 @@ from corral.errors import BadInput
 from corral.secrets.redact import Redactor
 from corral.wire import WIRE_VERSION
 from corral.wire.events import EventsPage
-from corral.wire.gang import GangRole
+from corral.wire.gang import GangRole, GangStart
 from corral.wire.outcome import StopCause
 from corral.wire.plan import AgentPlan
 from corral.wire.poll import (
@@ -335,6 +335,20 @@ class AgentApi:
             reason = "stop requested through the API"
         self.runner.request_stop(reason[:500], cause)
         return {"stopping": True}
+
+    def start_gang(self, body: dict[str, Any]) -> dict:
+        """``POST /gang/start`` with an optional JSON body ``{"nodes": [...]}`` (the gang's
+        nodes in every attempt so far: :class:`~corral.wire.gang.GangStart`, for the
+        manifest): every node of the gang is there, its stages on several nodes start. 400
+        for a body that is not one, naming the field."""
+        try:
+            start = GangStart.model_validate(body)
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            where = ".".join(str(p) for p in err["loc"]) or "body"
+            raise HttpError(400, f"{where}: {err['msg']}") from None
+        runner = self.runner
+        return {"started": runner.start_gang(start.nodes) or runner.gang_started.is_set()}
 
     def hand_over(self, body: dict[str, Any]) -> dict:
         """``POST /attempt`` ``{"plan": {...}, "token": "...", "gang": {...}}``: this node runs

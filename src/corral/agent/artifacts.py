@@ -131,6 +131,7 @@ class ArtifactsHook:
             eval=result,
             code=manifest.code_info(plan),
             nodes=plan.nodes,
+            node_attempts=manifest.node_history(runner.gang_nodes, plan.attempt, phase),
         )
         local = self.state_dir / MANIFEST
         write_json_atomic(local, doc, mode=0o644)

@@ -17,7 +17,16 @@ Written into the agent's ``state_dir`` and, with artifact storage, to
      "eval": {acceptance result, see corral.agent.acceptance} | null,
      "code": {"source": "workdir" | "git", "sha256": "...", "size": 1234,
               "git": {"url", "ref", "commit"}, "checkout": {"commit", "dirty"}} | null,
-     "nodes": 4}   (a multi-node run's only: the machines of its gang; the head writes it)
+     "nodes": 2,   (a multi-node run's only: the machines of its gang; the head writes it)
+     "node_attempts": [   (a multi-node run's only: each node's history, by rank)
+        {"rank": 0, "attempts": [
+           {"attempt": 1, "provider": "aws", "instance_id": "i-0a", "region": "us-east-1",
+            "zone": "us-east-1b", "ended": "kept"},
+           {"attempt": 2, "provider": "aws", "instance_id": "i-0a", "region": "us-east-1",
+            "zone": "us-east-1b", "ended": "succeeded"}]},
+        {"rank": 1, "attempts": [
+           {"attempt": 1, ..., "instance_id": "i-0b", "ended": "preempted"},
+           {"attempt": 2, ..., "instance_id": "i-0c", "ended": "succeeded"}]}]}
 
 ``phase`` is the attempt's phase before acceptance (a rejected run is failed by the runner
 after the manifest is written). ``attempts`` is the number of attempts so far (this one
@@ -25,6 +34,16 @@ included). ``git.dirty`` counts changes to tracked files only (untracked outputs
 checkout dirty). ``code`` is what was shipped to a node that does not share the controller's
 files (the bundle's sha256 and size, the git commit); ``git`` is then the commit cloned, or
 the one of the local checkout the workdir was packed from.
+
+``node_attempts`` comes from the controller's books (the gang's resource rows per attempt,
+sent to every node with ``POST /gang/start``): for each rank, every attempt it took part in,
+on which machine (``provider``, ``instance_id``, ``region``, ``zone`` where the provider
+says), and how that attempt ended for it: ``kept`` (its machine went on into the next
+attempt: a repaired gang), ``preempted`` or ``lost`` (the provider took it), ``released``
+(terminated with a gang that lost another node: relaunched whole), else the attempt's exit
+reason (``gang_incomplete``, ``failed``, ...); the attempt writing the manifest: its
+``phase``. A rank's machine kept through a repair shows the same ``instance_id`` in
+consecutive attempts. Absent when the gang never started (no ``POST /gang/start``).
 """
 
 from __future__ import annotations
@@ -37,6 +56,7 @@ from pathlib import Path
 from typing import Any
 
 from corral import __version__
+from corral.wire.gang import NodeAttempt
 from corral.wire.plan import AgentPlan
 
 FORMAT_NAME = "corral-run-manifest"
@@ -143,6 +163,7 @@ def build(
     eval: dict[str, Any] | None,
     code: dict[str, Any] | None = None,
     nodes: int = 1,
+    node_attempts: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     return {
         "format": FORMAT_NAME,
@@ -168,7 +189,21 @@ def build(
         "eval": eval,
         "code": code,
         **({"nodes": nodes} if nodes > 1 else {}),
+        **({"node_attempts": node_attempts} if nodes > 1 and node_attempts else {}),
     }
+
+
+def node_history(nodes: list[NodeAttempt], attempt: int, ended: str) -> list[dict[str, Any]]:
+    """``node_attempts``: per rank (in order), the attempts it took part in, each with its
+    machine and how it ended; attempt ``attempt``'s nodes, running when the head writes the
+    manifest, ended as ``ended`` (its phase)."""
+    ranks: dict[int, list[dict[str, Any]]] = {}
+    for n in sorted(nodes, key=lambda n: (n.rank, n.attempt)):
+        entry = n.model_dump(exclude={"rank"})
+        if n.attempt == attempt and n.ended is None:
+            entry["ended"] = ended
+        ranks.setdefault(n.rank, []).append(entry)
+    return [{"rank": rank, "attempts": items} for rank, items in sorted(ranks.items())]
 
 
 def code_info(plan: AgentPlan) -> dict[str, Any] | None:

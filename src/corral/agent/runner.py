@@ -42,7 +42,7 @@ from corral.secrets.redact import job_secret_values
 from corral.wire import WIRE_VERSION
 from corral.wire import env as C
 from corral.wire.container import IMAGE_AUTH_ENV
-from corral.wire.gang import GangRole
+from corral.wire.gang import GangRole, NodeAttempt
 from corral.wire.node import NodeHook, iso
 from corral.wire.outcome import (
     SETUP_STAGE,
@@ -129,6 +129,9 @@ class Runner:
         self.gang_started = threading.Event()
         if gang is None or plan.nodes <= 1:
             self.gang_started.set()
+        #: the gang's nodes in every attempt so far, as the controller said with ``POST
+        #: /gang/start`` (the manifest's ``node_attempts``)
+        self.gang_nodes: list[NodeAttempt] = []
         #: the checkpoint the stages resume from (a hook restored it before the stages)
         self.resume_from: str | None = None
         self._stop_cause: StopCause | None = None
@@ -162,10 +165,13 @@ class Runner:
         self._events.emit("stop.requested", data={"reason": reason, "cause": cause.value})
         self._queue.put(("stop", reason))
 
-    def start_gang(self) -> bool:
+    def start_gang(self, nodes: list[NodeAttempt] | None = None) -> bool:
         """Every node of the gang is there: its stages on several nodes may start (``POST
-        /gang/start``). True the first time."""
+        /gang/start``; ``nodes``: the gang's nodes in every attempt so far, kept for the
+        manifest, the latest given). True the first time."""
         with self._lock:
+            if nodes:
+                self.gang_nodes = list(nodes)
             if self.gang_started.is_set():
                 return False
             self.gang_started.set()

@@ -66,7 +66,8 @@ from corral.wire.poll import (
 
 #: the largest request body read (``POST /stop``: a small JSON object; ``POST /exec``)
 MAX_BODY = 64 * 1024
-#: the largest body of ``POST /attempt`` (a plan, which may carry a small code bundle)
+#: the largest body of ``POST /attempt`` (a plan, which may carry a small code bundle) and
+#: of ``POST /gang/start`` (the gang's nodes in every attempt so far)
 MAX_PLAN_BODY = 8 * 1024 * 1024
 #: seconds a request body has to arrive in full
 BODY_TIMEOUT = 2.0
@@ -237,7 +238,7 @@ class _Handler(BaseHTTPRequestHandler):
             return
         try:
             upload = method == "PUT" and url.path.startswith("/code/")
-            limit = MAX_PLAN_BODY if url.path == "/attempt" else MAX_BODY
+            limit = MAX_PLAN_BODY if url.path in ("/attempt", "/gang/start") else MAX_BODY
             length = self._content_length(MAX_CODE_CHUNK if upload else limit)
             probe = url.path in _PROBES and method in ("GET", "HEAD")
             if method not in _KNOWN_METHODS and not probe and not upload:
@@ -395,7 +396,7 @@ class _Handler(BaseHTTPRequestHandler):
             limit = _int_param(query, "limit", logs.DEFAULT_LIMIT, 1, logs.MAX_LIMIT)
             return 200, api.log_chunk(stage, offset, limit)
         if path == "/gang/start":
-            return 202, {"started": api.runner.start_gang() or api.runner.gang_started.is_set()}
+            return 202, api.start_gang(_json_body(raw))
         if path == "/attempt":
             return 202, api.hand_over(_json_body(raw))
         return 202, api.stop(_json_body(raw))

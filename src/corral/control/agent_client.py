@@ -30,7 +30,7 @@ from corral.errors import AgentError, AgentUnreachable
 from corral.wire import check_version
 from corral.wire.bell import HEADER as BELL_HEADER
 from corral.wire.events import EventsPage
-from corral.wire.gang import GangRole
+from corral.wire.gang import GangRole, GangStart, NodeAttempt
 from corral.wire.outcome import StopCause
 from corral.wire.plan import AgentPlan
 from corral.wire.poll import (
@@ -430,10 +430,12 @@ class AgentClient:
             body["reason"] = reason
         return self._request("POST", "/stop", json=body)
 
-    def start_gang(self) -> dict[str, Any]:
+    def start_gang(self, nodes: list[NodeAttempt] | None = None) -> dict[str, Any]:
         """Every node of the gang is there: the node's stages on several nodes may start
-        (``POST /gang/start``; idempotent)."""
-        return self._request("POST", "/gang/start")
+        (``POST /gang/start``; idempotent); ``nodes``: the gang's nodes in every attempt so
+        far, for the manifest."""
+        body = GangStart(nodes=list(nodes or ()))
+        return self._request("POST", "/gang/start", json=body.model_dump(mode="json"))
 
     def hand_over(self, plan: AgentPlan, token: str, gang: GangRole | None) -> dict[str, Any]:
         """Give the node the run's next attempt (``POST /attempt``: a gang's node kept through

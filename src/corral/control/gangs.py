@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from corral.control import launch_node, transitions
+from corral.control import gang_history, launch_node, transitions
 from corral.control.context import Context, log
 from corral.control.resources import instance_of, open_resources, rank_of
 from corral.control.transitions import Note, Transition
@@ -277,8 +277,9 @@ def retry_in(ctx: Context, run: RunRecord) -> float:
 
 def start(ctx: Context, run: RunRecord, head: AgentClient) -> bool:
     """Tell every node of the current attempt's gang that the gang is complete (``POST
-    /gang/start``: their stages on several nodes start). True once every node took it; a node
-    that did not is asked again at the next look (the call is idempotent)."""
+    /gang/start``: their stages on several nodes start; with the gang's history, which the head
+    writes into the manifest). True once every node took it; a node that did not is asked
+    again at the next look (the call is idempotent)."""
     clients = [head]
     for row in open_resources(ctx, run):
         inst = instance_of(row)
@@ -287,9 +288,10 @@ def start(ctx: Context, run: RunRecord, head: AgentClient) -> bool:
         if not inst.endpoint:
             return False
         clients.append(ctx.agent(run.id, run.attempt, inst.endpoint))
+    nodes = gang_history.history(ctx, run)  # for the manifest (node_attempts)
     try:
         for client in clients:
-            client.start_gang()
+            client.start_gang(nodes)
     except AgentError as e:
         log.info("run %s: the gang's start not delivered yet: %s", run.id, e)
         return False

@@ -9,12 +9,15 @@ mind. A gang is repaired when its provider lets the survivors idle safely
 gone) and every other node is there: its machine running and its agent reporting the ended
 attempt. Anything else - no node lost (a job's own failure), a node whose state is not known,
 the previous repair's gang never completed - relaunches the whole gang, and the recovery's
-reason says why.
+reason says why. The nodes the provider said were lost are kept with the attempt too
+(``attempts.data["lost_nodes"]``), for the manifest's history of each node.
 """
 
 from __future__ import annotations
 
 from corral.control.context import Context, log
+from corral.control.gang_history import LOST
+from corral.control.gangs import KEPT_FROM
 from corral.control.plan_builder import longest_grace
 from corral.control.resources import instance_of, open_resources, rank_of
 from corral.errors import AgentError, ProviderError
@@ -43,8 +46,10 @@ def kept_nodes(ctx: Context, run: RunRecord) -> list[ResourceRecord] | None:
         decided = _decide(ctx, run, rows, attempt.exit_reason)
         if decided is None:
             return None
-        keep, why = decided
+        keep, why, lost = decided
         data[KEEP] = [r.key for r in keep]
+        if lost:
+            data[LOST] = {str(rank): verdict for rank, verdict in sorted(lost.items())}
         if why:
             data[RELAUNCH] = why
         ctx.store.update_attempt(run.id, run.attempt, data=data)
@@ -56,39 +61,50 @@ def kept_nodes(ctx: Context, run: RunRecord) -> list[ResourceRecord] | None:
 
 def _decide(
     ctx: Context, run: RunRecord, rows: list[ResourceRecord], exit_reason: str | None
-) -> tuple[list[ResourceRecord], str | None] | None:
-    """The survivors to keep, or none and why the gang is relaunched whole; None while a
-    surviving node still runs its stages (asked to stop once, waited for as long as its
-    stages' grace and ``Settings.stop_margin_s``)."""
+) -> tuple[list[ResourceRecord], str | None, dict[int, str]] | None:
+    """The survivors to keep, or none and why the gang is relaunched whole, and the nodes
+    the provider said were lost (rank: ``preempted`` or ``lost``); None while a surviving
+    node still runs its stages (asked to stop once, waited for as long as its stages' grace
+    and ``Settings.stop_margin_s``)."""
     provider = ctx.providers.get(rows[0].provider) if rows else None
     if not isinstance(provider, SupportsGangs):
-        return [], None
-    lost, kept, busy = 0, [], []
+        return [], None, {}
+    if exit_reason == "gang_incomplete":  # (a gang that never formed lost no node)
+        repaired = any(KEPT_FROM in r.data for r in rows)
+        why = "the repaired gang was not completed: the gang is relaunched whole"
+        return [], why if repaired else None, {}
+    lost: dict[int, str] = {}
+    kept, busy, unknown = [], [], []
     for row in rows:
         state = _state(ctx, run, row)
         if state is None:
-            return [], f"node {rank_of(row)}'s state is not known: the gang is relaunched whole"
-        if state == InstanceState.PREEMPTED or state.gone:
-            lost += 1
+            unknown.append(rank_of(row))
+        elif state == InstanceState.PREEMPTED or state.gone:
+            lost[rank_of(row)] = "preempted" if state == InstanceState.PREEMPTED else "lost"
         elif state == InstanceState.PROVISIONING:  # its agent still runs the ended attempt
             busy.append(row)
         else:
             kept.append(row)
-    lost += ctx.spec(run).resources.nodes - len(rows)  # nodes whose row is already closed
+    ranks = {rank_of(r) for r in rows}
+    for rank in range(ctx.spec(run).resources.nodes):
+        if rank not in ranks:  # its row is already closed: its machine is gone
+            lost[rank] = "lost"
+    if unknown:
+        why = f"node {unknown[0]}'s state is not known: the gang is relaunched whole"
+        return [], why, lost
     if not lost:
-        return [], None  # no machine was lost: the gang starts afresh
+        return [], None, {}  # no machine was lost: the gang starts afresh
     if not provider.keeps_members:
-        return [], f"{rows[0].provider} cannot keep a gang's nodes: the gang is relaunched whole"
+        why = f"{rows[0].provider} cannot keep a gang's nodes: the gang is relaunched whole"
+        return [], why, lost
     if not ctx.settings.gang_repair:
-        return [], "repairs are off (CORRAL_GANG_REPAIR=off): the gang is relaunched whole"
-    if exit_reason == "gang_incomplete":
-        return [], "the repaired gang was not completed: the gang is relaunched whole"
+        return [], "repairs are off (CORRAL_GANG_REPAIR=off): the gang is relaunched whole", lost
     if busy:
         if _wait_for(ctx, run, busy):
             return None
-        ranks = ", ".join(str(rank_of(r)) for r in busy)
-        return [], f"node(s) {ranks} did not stop in time: the gang is relaunched whole"
-    return kept, None
+        ranks_text = ", ".join(str(rank_of(r)) for r in busy)
+        return [], f"node(s) {ranks_text} did not stop in time: the gang is relaunched whole", lost
+    return kept, None, lost
 
 
 def _state(ctx: Context, run: RunRecord, row: ResourceRecord) -> InstanceState | None:

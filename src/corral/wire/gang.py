@@ -73,3 +73,30 @@ def role_from_env(environ: MutableMapping[str, str], *, pop: bool = False) -> Ga
         master_addr=given[ENV_GANG_MASTER_ADDR],
         master_port=port,
     )
+
+
+class NodeAttempt(BaseModel):
+    """One node's part in one attempt of its gang: the machine it ran on and how the attempt
+    ended for it (the controller's books; what the manifest's ``node_attempts`` lists)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    rank: int = Field(ge=0)
+    attempt: int = Field(ge=1)
+    provider: str = Field(min_length=1)
+    instance_id: str = Field(min_length=1)
+    region: str | None = None
+    zone: str | None = None
+    #: ``kept`` (the machine went on into the next attempt: a repair), ``preempted`` or
+    #: ``lost`` (the provider took the machine), ``released`` (terminated with its gang,
+    #: which lost another node), else the attempt's exit reason; None: the attempt running
+    ended: str | None = None
+
+
+class GangStart(BaseModel):
+    """``POST /gang/start``'s body: the gang's nodes in every attempt of the run so far, this
+    one's included (``ended`` None)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    nodes: list[NodeAttempt] = Field(default_factory=list, max_length=50_000)

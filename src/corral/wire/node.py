@@ -26,8 +26,8 @@ The runner then calls it at fixed points of the attempt:
 
 What a hook may ask of the runner is :class:`NodeRunner`: a graceful stop of the attempt with
 a :class:`~corral.wire.outcome.StopCause` (a preemption notice uses ``PREEMPTION``), the
-runner's status, when the attempt started, and (before the stages) that the stages resume from
-a restored checkpoint. It records what it saw through
+runner's status, when the attempt started, a gang's nodes so far, and (before the stages) that
+the stages resume from a restored checkpoint. It records what it saw through
 :class:`EventSink` (event types are the agent's closed set, :mod:`corral.wire.events`).
 
 A hook never raises into the runner: an exception is logged as an ``agent.error`` event and
@@ -41,6 +41,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+from corral.wire.gang import NodeAttempt
 from corral.wire.outcome import StopCause
 from corral.wire.plan import AgentPlan
 
@@ -65,6 +66,9 @@ class NodeRunner(Protocol):
     """What a hook may ask of the runner of the attempt."""
 
     started_at: float
+    #: a gang's nodes in every attempt of the run so far, as the controller said when the
+    #: gang started (``POST /gang/start``; empty on a node of no gang, or before the start)
+    gang_nodes: list[NodeAttempt]
 
     def request_stop(self, reason: str = ..., cause: StopCause = ...) -> None:
         """Graceful stop of the whole attempt; the first request's reason and cause win."""

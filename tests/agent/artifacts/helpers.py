@@ -33,11 +33,12 @@ def read_json(path: Path) -> Any:
 
 
 class FakeRunner:
-    """What the hook reads from the runner: ``status()`` and ``started_at``."""
+    """What the hook reads from the runner: ``status()``, ``started_at`` and ``gang_nodes``."""
 
     def __init__(self, started_at: float, stages: list[dict[str, Any]] | None = None):
         self.started_at = started_at
         self.stages = stages or []
+        self.gang_nodes: list = []
 
     def status(self) -> dict[str, Any]:
         return {"phase": "finishing", "reason": "", "stages": self.stages}

@@ -125,6 +125,49 @@ def test_a_node_s_key_launches_one_instance_and_a_restarted_provider_finds_the_h
         _gone(p, inst)
 
 
+def test_a_repaired_gang_s_new_node_joins_the_kept_nodes_zone_and_group_whatever_its_rank(
+    make_provider, aws, owner, tmp_path
+):
+    """A repair keeps the survivors (tagged with the attempt they were launched for): a new
+    node 1 of attempt 2 finds the kept head; a new head of attempt 2 goes into the kept
+    node's zone (an on-demand offer names none: EC2 would pick one, maybe not the group's)."""
+    p = make_provider(machine_runner=PlayedMachines(), controller_cidr=_cidr())
+    offer = pick(p, spot=False)
+    head_key = new_key()
+    run_id = head_key.rsplit("-a", 1)[0]
+    head = p.launch(offer, gang_bootstrap(tmp_path, head_key, 0), head_key)
+    member = p.launch(
+        offer, gang_bootstrap(tmp_path, f"{head_key}-k1", 1, p.gang_address(head)), f"{head_key}-k1"
+    )
+    zone = head.data["zone"]
+
+    def second(key: str, rank: int, address: str = "127.0.0.1"):
+        bs = gang_bootstrap(tmp_path, key, rank, address)
+        plan = bs.plan.model_copy(update={"attempt": 2})
+        return bs.model_copy(update={"plan": plan})
+
+    # node 1 lost: attempt 2's node 1 joins the kept head (a provider that never saw it)
+    _gone(p, member)
+    later = make_provider(machine_runner=PlayedMachines(), controller_cidr=_cidr())
+    key = f"{run_id}-a2-k1"
+    new = later.launch(offer, second(key, 1, p.gang_address(head)), key)
+    assert (new.data["zone"], new.data["placement_group"]) == (zone, f"corral-{run_id}")
+    # then the head lost: attempt 2's head joins the kept node 1
+    _gone(p, head)
+    key = f"{run_id}-a2"
+    new_head = later.launch(offer, second(key, 0), key)
+    assert (new_head.data["zone"], new_head.data["placement_group"]) == (zone, f"corral-{run_id}")
+    tags = {_tags(i)["corral:key"]: _tags(i) for i in aws.live_instances(owner)}
+    assert {k: (t["corral:node-rank"], t["corral:attempt"]) for k, t in tags.items()} == {
+        f"{run_id}-a2-k1": ("1", "2"),
+        f"{run_id}-a2": ("0", "2"),
+    }
+    for inst in (new, new_head):
+        _gone(p, inst)
+    p.release_run(run_id)
+    assert _groups(aws, run_id) == []
+
+
 def test_each_node_has_a_data_volume_of_its_own_and_named_volumes_are_refused(
     make_provider, aws, owner, tmp_path
 ):

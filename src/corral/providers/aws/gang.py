@@ -10,6 +10,13 @@ availability zone and, where the type allows it, the run's cluster placement gro
   after a restart.
 * **The other nodes** go into the head's zone and group; they reach the head at its private
   address (:meth:`Ec2Gangs.gang_address`) on port 29500 (stage ``i`` on 29500 + ``i``).
+* **A repair** (``keeps_members``: an EC2 instance, on-demand or spot, idles safely while a
+  lost node is replaced) keeps the surviving instances, tagged with the attempt they were
+  launched for: the replacement of a lost node goes into the zone of the run's live
+  instances (the kept head's, for a lost member; the kept members', for a lost head) and the
+  same group, tagged with its rank. EC2 refusing it there (``InsufficientInstanceCapacity``:
+  the group's rack is full) is :class:`NoCapacity`, and the controller relaunches the whole
+  gang.
 * **The end**: the controller terminates every node; :meth:`release_run` then deletes the
   group (:class:`NotYetTerminated` while an instance is still in it), and the leak sweep
   deletes the groups of runs that are over.
@@ -18,7 +25,7 @@ availability zone and, where the type allows it, the run's cluster placement gro
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from corral.errors import NoCapacity, ProviderError
 from corral.providers.aws import placement
@@ -44,6 +51,7 @@ class Ec2Gangs(SupportsGangs):
         "one availability zone, a cluster placement group, a security-group rule between the nodes"
     )
     launches_gangs: ClassVar[bool] = True
+    keeps_members: ClassVar[bool] = True
 
     ec2: Ec2
     settings: AwsSettings
@@ -80,15 +88,20 @@ class Ec2Gangs(SupportsGangs):
         zone: str | None,
     ) -> tuple[str | None, str | None]:
         """(zone, placement group) of a node of a gang whose offer puts it in ``zone``: the
-        head's zone for the other nodes, and the run's cluster group where the type takes
-        one (made now if missing)."""
-        if gang.rank > 0:
-            head_zone = self._head_zone(region, run_id, attempt)
-            if zone is not None and zone != head_zone:
+        head's zone for the other nodes, the kept nodes' for a head launched into a repaired
+        gang, and the run's cluster group where the type takes one (made now if missing)."""
+        gang_zone = (
+            self._head_zone(region, run_id, attempt)
+            if gang.rank > 0
+            else self._kept_zone(region, run_id, attempt)
+        )
+        if gang_zone is not None:
+            if zone is not None and zone != gang_zone:
                 raise NoCapacity(
-                    f"aws: node {gang.rank}'s offer is in {zone}, its gang's head in {head_zone}"
+                    f"aws: node {gang.rank}'s offer is in {zone}, its gang's other nodes in "
+                    f"{gang_zone}"
                 )
-            zone = head_zone
+            zone = gang_zone
         group = None
         if self._takes_cluster(region, instance_type):
             group = placement.ensure_group(self.ec2, region, run_id, self.settings.owner)
@@ -107,30 +120,55 @@ class Ec2Gangs(SupportsGangs):
         if zone:
             self._head_zones[run_id, attempt] = zone
 
-    def _head_zone(self, region: str, run_id: str, attempt: int) -> str:
-        """The zone of the head of attempt ``attempt`` of ``run_id`` (its live rank-0
-        instance); :class:`ProviderError` when it is not there: the gang cannot form."""
-        zones = self._head_zones
-        if (run_id, attempt) in zones:
-            return zones[run_id, attempt]
+    def _live(self, region: str, run_id: str, rank: int | None = None) -> list[dict[str, Any]]:
+        """The run's instances that are pending or running (of node ``rank`` only)."""
         filters = [
             {"Name": f"tag:{TAG_RUN}", "Values": [run_id]},
-            {"Name": f"tag:{TAG_ATTEMPT}", "Values": [str(attempt)]},
-            {"Name": f"tag:{TAG_RANK}", "Values": ["0"]},
             {"Name": f"tag:{TAG_OWNER}", "Values": [self.settings.owner]},
             {"Name": "instance-state-name", "Values": ["pending", "running"]},
         ]
+        if rank is not None:
+            filters.append({"Name": f"tag:{TAG_RANK}", "Values": [str(rank)]})
+        return self.ec2.instances(region, Filters=filters)
+
+    def _kept_zone(self, region: str, run_id: str, attempt: int) -> str | None:
+        """The zone of the nodes a repaired gang kept, for its new head (None: a new gang, no
+        instance of the run is live; the teardown of the gang before waited for EC2 to say
+        its instances were terminated)."""
+        if (run_id, attempt) in self._head_zones:  # this head's earlier try
+            return self._head_zones[run_id, attempt]
+        return _zone_of(self._live(region, run_id), attempt)
+
+    def _head_zone(self, region: str, run_id: str, attempt: int) -> str:
+        """The zone of the head of attempt ``attempt`` of ``run_id``: its live rank-0
+        instance, launched for that attempt or kept into it by a repair (then tagged with an
+        earlier one); :class:`ProviderError` when it is not there: the gang cannot form."""
+        zones = self._head_zones
+        if (run_id, attempt) in zones:
+            return zones[run_id, attempt]
         for i in range(HEAD_LOOKS):
-            items = self.ec2.instances(region, Filters=filters)
-            if items:
-                newest = max(items, key=lambda it: str(it.get("LaunchTime") or ""))
-                zone = str((newest.get("Placement") or {}).get("AvailabilityZone") or "")
-                if zone:
-                    zones[run_id, attempt] = zone
-                    return zone
+            zone = _zone_of(self._live(region, run_id, rank=0), attempt)
+            if zone:
+                zones[run_id, attempt] = zone
+                return zone
             if i + 1 < HEAD_LOOKS:
                 self.sleep(1.0)
         raise ProviderError(
             f"aws: the head (node 0) of run {run_id}'s attempt {attempt} is not running in "
             f"{region}: the other nodes of its gang cannot join it"
         )
+
+
+def _zone_of(items: list[dict[str, Any]], attempt: int) -> str | None:
+    """The zone of the instance of ``items`` launched for ``attempt``, else of the newest
+    (one kept from an earlier attempt)."""
+
+    def order(item: dict[str, Any]) -> tuple[bool, str]:
+        tags = {t.get("Key"): t.get("Value") for t in item.get("Tags") or []}
+        return tags.get(TAG_ATTEMPT) == str(attempt), str(item.get("LaunchTime") or "")
+
+    for item in sorted(items, key=order, reverse=True):
+        zone = str((item.get("Placement") or {}).get("AvailabilityZone") or "")
+        if zone:
+            return zone
+    return None

@@ -296,7 +296,10 @@ def measure_multi(
                     if t > killed_at
                 ]
                 looks.append(min(firsts) - killed_at if firsts else float("inf"))
-            out[f"{pre}takeover_look_s_{tag}"] = round(max(looks), 2)
+            seen = [t for t in looks if t != float("inf")]
+            out[f"{pre}takeover_unlooked_{tag}"] = len(looks) - len(seen)
+            if seen:
+                out[f"{pre}takeover_look_s_{tag}"] = round(max(seen), 2)
         if reacts:
             times = [r.seconds for r in reacts]
             out[f"{pre}max_react_s_{tag}"] = round(max(times), 3)

@@ -4,6 +4,8 @@ history.
     python benchmarks/scale.py [--json] [--local 10,100] [--standin 100,1000,10000]
                                [--pull 1000] [--react 20] [--history 100000] [--window 60]
                                [--baseline-src PATH]
+    python benchmarks/scale.py --controllers K [--store postgresql://127.0.0.1:5432/test]
+                               [--standin 2000] [--react 20] [--lease S] [--json]
 
 1. Live runs. For each scenario, a fresh CORRAL_HOME and a controller in its own process
    (the daemon's loop, default settings: a quiet run whose agent rings the controller's bell
@@ -39,6 +41,15 @@ counts as ``local_<N>``, pulled ones as ``pull_<N>``), ``ctl_cpu_s_per_run_hour`
 largest stand-in count), ``ls_<history>_s``, ``ls_json_<history>_s``, ``status_<history>_s``;
 ``baseline_`` + each. Targets (issues #16, #33): at most 0.3 CPU s per run-hour and under
 100 KiB per run at 10,000 runs, every change acted on within 2 s, ``ls`` under 200 ms.
+
+3. ``--controllers K`` (K > 1, or any ``--store``): K controllers on one store sharing the
+   ``--standin`` fleets by their leases, and one of them killed -9 (``benchmarks/scale_multi.py``;
+   ``--store``: a PostgreSQL server, a fresh database each count; default a shared SQLite
+   file). JSON keys (``pg_`` or ``sqlite_``, then ``_<N>_x<K>``): ``ctl_cpu_s_per_run_hour``
+   (summed), ``ctl<i>_runs``, ``ctl<i>_kib_per_held_run``, ``split_min``/``split_max``,
+   ``max_react_s``, ``median_react_s``, ``react_by_holder``, ``last_running_s``,
+   ``takeover_s``, ``takeover_look_s``, ``dup_launches``, ``extra_attempts``,
+   ``db_xact_per_s``; sections 1 and 2 are skipped.
 """
 
 from __future__ import annotations
@@ -57,6 +68,7 @@ import time
 from pathlib import Path
 
 import psutil
+from scale_multi import PLUGIN, measure_multi
 
 TARGET_KIB_PER_RUN = 100.0
 TARGET_LS_S = 0.200
@@ -69,7 +81,6 @@ SETTLE_BELL_S = 35.0
 DIRECT_ABOVE = 2000
 TARGET_CPU_S_PER_RUN_HOUR = 0.3
 TARGET_REACT_S = 2.0
-PLUGIN = "standin=corral_standin_plugin:StandInProvider"
 
 
 # --- the controller, in its own process -------------------------------------------------------
@@ -77,7 +88,8 @@ PLUGIN = "standin=corral_standin_plugin:StandInProvider"
 
 def controller_child(out: Path) -> None:
     """The daemon's loop (``run_foreground``) with every agent ``/poll`` or ``/status``
-    request timed; on SIGTERM the times go to ``out`` as ``{endpoint: [monotonic s, ...]}``."""
+    request timed; on SIGTERM (and SIGUSR2) the times go to ``out`` as ``{endpoint:
+    [monotonic s, ...]}``."""
     from array import array
 
     from corral.control import agent_client, daemon
@@ -94,10 +106,16 @@ def controller_child(out: Path) -> None:
 
     setattr(agent_client.AgentClient, name, timed)
     home = Path(os.environ["CORRAL_HOME"])
+
+    def dump(*_: object) -> None:
+        out.write_text(json.dumps({k: list(v) for k, v in polls.items()}))
+
+    # SIGUSR2: the times so far (before a kill -9, which leaves no chance to write them)
+    signal.signal(signal.SIGUSR2, dump)
     try:
         daemon.run_foreground(log_to=home / "controller.log")
     finally:
-        out.write_text(json.dumps({k: list(v) for k, v in polls.items()}))
+        dump()
 
 
 def _rss_kib(pid: int) -> int:
@@ -412,6 +430,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--history", type=int, default=100000, help="runs in the store for ls")
     parser.add_argument("--window", type=float, default=60.0, help="seconds measured")
     parser.add_argument("--baseline-src", type=Path, help="another tree's src, measured too")
+    parser.add_argument(
+        "--controllers", type=int, default=1, help="controllers sharing one store (section 3)"
+    )
+    parser.add_argument("--store", help="the shared store: postgresql://HOST:PORT/DB (section 3)")
+    parser.add_argument("--lease", type=float, help="CORRAL_CONTROLLER_LEASE, s (section 3)")
     parser.add_argument("--controller-child", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--fill-child", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -430,6 +453,8 @@ def main(argv: list[str] | None = None) -> int:
     chatty_counts = sorted(int(c) for c in args.chatty.split(",") if c)
     tmp = Path(tempfile.mkdtemp(prefix="corral-scale-"))
     result: dict[str, float] = {}
+    if args.controllers > 1 or args.store:
+        return _several(args, standin_counts, tmp, here)
     standin: StandIn | None = None
     try:
         for prefix, src in trees:
@@ -505,6 +530,35 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(result))
         return 0
     _table(result, args, local, standin_counts)
+    return 0
+
+
+def _several(args: argparse.Namespace, counts: list[int], tmp: Path, src: str) -> int:
+    """Section 3: ``--controllers`` on one ``--store``, each count on a fresh database and a
+    fresh stand-in."""
+    result: dict[str, float] = {"load_1m": round(os.getloadavg()[0], 2)}
+    try:
+        for n in counts:
+            standin = StandIn(tmp, src, quiet=True)
+            try:
+                result |= measure_multi(
+                    n,
+                    args.controllers,
+                    args.store or "sqlite",
+                    tmp,
+                    args.window,
+                    src,
+                    standin,
+                    react=args.react,
+                    lease_s=args.lease,
+                    script=Path(__file__).resolve(),
+                )
+            finally:
+                standin.close()
+            result[f"load_1m_after_{n}"] = round(os.getloadavg()[0], 2)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    print(json.dumps(result, indent=None if args.json else 1))
     return 0
 
 

@@ -1,14 +1,23 @@
 """This controller's leases (control.leases) over many runs: renewed in one statement, and not
-read again every tick while nothing can have changed."""
+read again every tick while nothing can have changed; two controller processes on one
+PostgreSQL store sharing stand-in runs, one killed -9."""
 
 from __future__ import annotations
 
+import secrets
+import signal
+import time
+from collections import Counter
 from pathlib import Path
 
 import pytest
 
-from corral.control.leases import Leases
+from corral.control.leases import Leases, owner_id
+from corral.control.nudges import wake
 from corral.store import Store
+from corral.testing.standin import StandInServer
+from support.controllers import start_controller, stop
+from support.waiting import wait_until
 
 from .standinkit import create_run
 
@@ -37,3 +46,55 @@ def test_a_steady_controller_asks_the_store_a_few_times_a_lease_not_every_tick(
     # without the active runs (a tick of tests and embedders) it always asks
     leases.refresh()
     assert len(asked) == 9
+
+
+@pytest.mark.slow
+@pytest.mark.postgres
+def test_two_controllers_share_the_runs_and_one_killed_leaves_them_to_the_other(
+    standin: StandInServer, postgres_url: str, tmp_path: Path
+) -> None:
+    """Two controller processes on one PostgreSQL store hold three of six stand-in runs each;
+    one is killed -9 mid-run, the other takes its runs over once their leases expire and
+    every run finishes, each on its one attempt, launched once."""
+    env = {
+        "CORRAL_DATABASE_URL": postgres_url,
+        "CORRAL_AGENT_KEY": secrets.token_hex(32),  # each talks to the other's agents
+        "CORRAL_CONTROLLER_LEASE": "2",
+        "CORRAL_PROVIDER_PLUGINS": "standin=corral.testing.standin:StandInProvider",
+        "CORRAL_PROVIDERS": "standin",
+        "CORRAL_STANDIN_URL": standin.url,
+    }
+    homes = [tmp_path / "ctl-a", tmp_path / "ctl-b"]
+    a, b = owner_id(homes[0]), owner_id(homes[1])
+    store = Store.open(postgres_url)
+    procs = [start_controller(home, env) for home in homes]
+    try:
+        ids = [create_run(store, f"team{i}", "run: sleep 4\n") for i in range(6)]
+        for p in procs:
+            wake(p.pid)
+
+        def owners() -> Counter[str | None]:
+            return Counter(store.get_run(rid).lease_owner for rid in ids)
+
+        wait_until(lambda: owners() == {a: 3, b: 3}, 20, 0.1, lambda: f"3 runs each: {owners()}")
+        wait_until(lambda: store.count_runs(states=["RUNNING"]) == 6, 20, 0.1, "6 runs RUNNING")
+        theirs = [rid for rid in ids if store.get_run(rid).lease_owner == a]
+        procs[0].send_signal(signal.SIGKILL)  # A dies with three runs live
+        procs[0].wait(10)
+        killed = time.monotonic()
+        wait_until(lambda: owners() == {b: 6}, 10, 0.1, lambda: f"B holds all: {owners()}")
+        assert time.monotonic() - killed < 2 * 2 + 1  # the lease, a quarter, a tick or two
+        wait_until(
+            lambda: all(store.get_run(rid).state == "SUCCEEDED" for rid in ids),
+            30,
+            0.2,
+            lambda: f"every run finished: {[store.get_run(r).state for r in ids]}",
+        )
+    finally:
+        stop(*procs)
+    for rid in ids:  # one attempt each, launched once: B re-attached to A's running machines
+        assert [x.exit_reason for x in store.attempts(rid)] == ["succeeded"], rid
+    machines = [agent for agent in standin.agents.values() if agent.run_id in set(ids)]
+    assert sorted(m.run_id for m in machines) == sorted(ids)
+    assert {m.launches for m in machines} == {1}
+    assert set(theirs) <= set(ids) and len(theirs) == 3

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import os
 import secrets
 import signal
 import subprocess
@@ -22,8 +21,8 @@ import pytest
 
 from control.helpers import write_spec
 from corral.control.leases import owner_id
-from corral.control.lock import running_pid
 from corral.store import Store
+from support.controllers import start_controller, stop
 from support.pool import Workers, pool_env, scratch_pool
 from support.procs import end_processes_under
 from support.waiting import wait_until
@@ -74,37 +73,6 @@ def team(postgres_url: str, tmp_path: Path, monkeypatch) -> Iterator[dict[str, s
     yield env
 
 
-def start_controller(home: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
-    home.mkdir(parents=True, exist_ok=True)
-    full = {**os.environ, **env, "CORRAL_HOME": str(home)}
-    with open(home / "controller-test.log", "ab") as log:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "corral.control", "--tick", "0.2"],
-            env=full,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-
-    def locked() -> bool:
-        assert proc.poll() is None, (home / "controller-test.log").read_text()
-        return running_pid(home) == proc.pid
-
-    wait_until(locked, 30, 0.05, f"the controller of {home} to start")
-    return proc
-
-
-def stop(*procs: subprocess.Popen[bytes]) -> None:
-    for p in procs:
-        if p.poll() is None:
-            p.send_signal(signal.SIGTERM)
-    for p in procs:
-        try:
-            p.wait(15)
-        except subprocess.TimeoutExpired:
-            p.kill()
-
-
 def submit(store: Store, spec: Path) -> str:
     from corral.spec import load_spec, spec_hash
 
@@ -147,9 +115,18 @@ def test_a_dead_controllers_runs_finish_under_the_other_with_each_webhook_once(
             runs = [submit(store, spec) for _ in range(2)]
             ctl["a"] = start_controller(homes["a"], env)  # A takes both runs
             wait_until(lambda: all(store.get_run(r).state == "RUNNING" for r in runs), 90, 0.2)
+            assert {store.get_run(r).lease_owner for r in runs} == {owner_id(homes["a"])}
             ctl["b"] = start_controller(homes["b"], env)
-            owners = {store.get_run(r).lease_owner for r in runs}
-            assert owners == {owner_id(homes["a"])}
+            # B joins: A gives one of its two runs up, B takes it (one each)
+            wait_until(
+                lambda: (
+                    sorted(str(store.get_run(r).lease_owner) for r in runs)
+                    == sorted(owner_id(homes[n]) for n in ("a", "b"))
+                ),
+                30,
+                0.2,
+                "one run each",
+            )
             wait_until(lambda: len(store.events(runs[0], types=["checkpoint.saved"])) >= 2, 60)
             ctl["a"].send_signal(signal.SIGKILL)  # A dies mid-run
             ctl["a"].wait(10)

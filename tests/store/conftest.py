@@ -22,7 +22,7 @@ from support.postgres import scratch_database
 BACKENDS = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
 TABLES = (
     "runs, attempts, events, resources, schedules, event_positions, spending_caps, sweeps, "
-    "gpu_series"
+    "gpu_series, controllers"
 )
 
 

@@ -68,16 +68,18 @@ def test_many_runs_are_taken_and_renewed_in_few_statements(
     monkeypatch.setattr(Tx, "all", counted(real_all))
     monkeypatch.setattr(Tx, "run", counted(real_run))
     assert store.lease_runs("ctl-a", 10) == ids
-    assert len(statements) == 2  # the look, and one UPDATE taking all 1,200
+    # the look (runs, controllers), and this controller's presence and one UPDATE taking
+    # all 1,200
+    assert len(statements) == 4
     assert all(len(params_of(s)) < 40 for s in statements)
     statements.clear()
     clock.advance(3)
     assert store.lease_runs("ctl-a", 10) == ids
-    assert len(statements) == 1  # fresh: looked at, nothing written
+    assert len(statements) == 2  # fresh: looked at, nothing written
     statements.clear()
     clock.advance(3)  # past half: every lease renewed by one statement
     assert store.lease_runs("ctl-a", 10) == ids
-    assert len(statements) == 2
+    assert len(statements) == 4
     renewed = {store.get_run(rid).lease_expires_at for rid in list(ids)[:50]}
     assert renewed == {clock.now + timedelta(seconds=10)}
     assert store.lease_runs("ctl-b", 10) == set()  # held by A: nothing for B
@@ -85,3 +87,40 @@ def test_many_runs_are_taken_and_renewed_in_few_statements(
 
 def params_of(sql: str) -> set[str]:
     return set(re.findall(r"(?<![:\w]):([A-Za-z_]\w*)", sql))
+
+
+def test_controllers_share_the_runs_and_a_newcomer_gets_its_part(
+    store: Store, clock: FakeClock
+) -> None:
+    """A controller takes at most its share of the active runs (over the live controllers,
+    rounded up); one that joins later gets the newest RUNNING runs the first one gives up,
+    once a look already under way there has ended; one that dies leaves them all to the
+    others."""
+    runs = []
+    for _ in range(10):
+        runs.append(make_run(store).id)
+        clock.advance(0.01)
+    for rid in runs[:8]:
+        store.transition(rid, "PROVISIONING", "test")
+        store.transition(rid, "RUNNING", "test", provider="cloud" if rid != runs[6] else "here")
+    assert store.lease_runs("ctl-a", 20) == set(runs)  # alone: every run
+    assert store.lease_runs("ctl-b", 20) == set()  # B is counted from now on; nothing free
+    clock.advance(1)
+    # over its share (5): A gives up its newest RUNNING runs whose machines B sees too (not
+    # the waiting ones, not the one on "here")
+    assert store.lease_runs("ctl-a", 20) == set(runs)  # none movable: none given up
+    kept = {*runs[:2], runs[6], *runs[8:]}
+    moved = set(runs) - kept
+    assert store.lease_runs("ctl-a", 20, movable={"cloud"}) == kept
+    assert store.get_run(runs[7]).lease_owner is None
+    assert store.lease_runs("ctl-b", 20) == set()  # free after a quarter of a lease
+    clock.advance(5)
+    assert store.lease_runs("ctl-b", 20) == moved
+    assert store.lease_runs("ctl-a", 20, movable={"cloud"}) == kept  # nothing moves again
+    c = make_run(store).id  # a new run: the first to look (under its share of 6) takes it
+    assert store.lease_runs("ctl-a", 20) == {*kept, c}
+    assert store.lease_runs("ctl-b", 20) == moved
+    clock.advance(21)  # B died: its presence and leases expired, A takes every run
+    assert store.lease_runs("ctl-a", 20) == {*runs, c}
+    store.release_runs("ctl-a")  # a clean stop: not counted any more
+    assert store.lease_runs("ctl-c", 20) == {*runs, c}

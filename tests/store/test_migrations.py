@@ -167,3 +167,42 @@ def test_listing_the_newest_active_runs_reads_the_partial_index(tmp_path: Path):
             )
     assert listed == [r.id for r in newest_first]
     assert any("ix_runs_active" in str(row) for row in plan)
+
+
+def test_the_loops_read_of_the_active_runs_is_the_index_alone(tmp_path: Path):
+    """``Store.run_heads`` (every tick of the controller's loop, over every active run) reads
+    the unfinished runs' index and nothing else: no table row, no sort; a waiting run's
+    priority is read from its spec once."""
+    from corral.store.db import Tx
+
+    with Store.open(f"sqlite:///{tmp_path}/a.db") as store:
+        ids = [make_run(store).id for _ in range(4)]
+        urgent = store.create_run(
+            name="urgent",
+            spec={"name": "urgent", "priority": 9},
+            spec_hash="x",
+            spec_path="u.yaml",
+            workdir="/jobs",
+        ).id
+        store.transition(ids[0], "PROVISIONING", "launching")
+        store.transition(ids[1], "CANCELLED", "by the user")
+        asked: list[str] = []
+        real = Tx.tuples
+
+        def seen(self: Tx, sql: str, params: dict[str, object] | None = None) -> list[tuple]:
+            asked.append(sql)
+            return real(self, sql, params)
+
+        Tx.tuples = seen  # type: ignore[method-assign]
+        try:
+            heads = store.run_heads()
+            first = list(asked)
+            asked.clear()
+            assert store.run_heads() == heads
+        finally:
+            Tx.tuples = real  # type: ignore[method-assign]
+        assert [h[0] for h in heads] == [urgent, ids[0], ids[2], ids[3]]
+        assert len(first) == 2 and len(asked) == 1  # the priorities, once
+        with store._db.transaction() as tx:
+            plan = " ".join(str(row) for row in tx.tuples("EXPLAIN QUERY PLAN " + asked[0]))
+    assert "COVERING INDEX ix_runs_active" in plan and "TEMP B-TREE" not in plan, plan

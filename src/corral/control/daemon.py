@@ -223,7 +223,10 @@ def run_foreground(
         from corral.control.leases import Leases, owner_id
 
         # controllers sharing the store each babysit the runs they hold a lease on
-        leases = Leases(store, owner_id(home), settings.lease_ttl_s)
+        # the runs they share out (a newcomer gets its part) are those whose machines they
+        # all see
+        movable = {name for name, p in providers.items() if p.shared_machines}
+        leases = Leases(store, owner_id(home), settings.lease_ttl_s, movable=movable)
         controller = Controller(
             Context(store=store, providers=providers, settings=settings, home=home),
             leases=leases,

@@ -3,7 +3,8 @@ store (see ``Store.lease_runs``).
 
 Each controller has an owner id, stable for its ``CORRAL_HOME`` on its host (a controller
 restarted on the same home picks its runs up again at once; only one runs per home, by the
-home's lock). :meth:`Leases.refresh` takes the free and expired runs and renews its own;
+home's lock). Each holds about its share of the active runs: one over it (a controller joined)
+gives RUNNING runs of the ``movable`` providers up to the others. :meth:`Leases.refresh` takes the free and expired runs and renews its own;
 :meth:`Leases.holds` answers from what the last refresh got, and says no once that is older
 than half the lease (a controller that cannot reach the store stops acting on its runs before
 another one may take them over).
@@ -37,10 +38,14 @@ class Leases:
         owner: str,
         ttl_s: float,
         clock: Callable[[], float] = time.monotonic,
+        *,
+        movable: Collection[str] = (),
     ):
         self.store = store
         self.owner = owner
         self.ttl_s = ttl_s
+        #: the providers whose runs may move to another controller (``Provider.shared_machines``)
+        self.movable = frozenset(movable)
         self.clock = clock
         self._held: set[str] = set()
         self._at: float | None = None
@@ -65,7 +70,7 @@ class Leases:
         ):
             return set(self._held)
         try:
-            self._held = self.store.lease_runs(self.owner, self.ttl_s)
+            self._held = self.store.lease_runs(self.owner, self.ttl_s, movable=self.movable)
             self._at = now
             self._seen = set(active) if active is not None else set()
         except Exception as e:

@@ -293,6 +293,11 @@ class Provider(ABC):
     name: ClassVar[str]
     #: capability name -> human reason, for capabilities this provider does not have.
     unsupported: ClassVar[dict[str, str]] = {}
+    #: its machines are seen alike by every controller sharing the store (a cloud's API, the
+    #: pool's broker), so a live run may move from one controller to another when they share
+    #: their runs out; False: they live under one ``CORRAL_HOME`` (the run stays with its
+    #: controller)
+    shared_machines: ClassVar[bool] = False
 
     @abstractmethod
     def offers(self, req: Requirements) -> list[Offer]:

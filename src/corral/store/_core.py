@@ -41,6 +41,9 @@ class StoreBase:
         self._db = db
         self._clock = clock or utc_now
         self._conv_cache: dict[str, tuple[Callable[[Any], Any] | None, ...]] = {}
+        #: the spec ``priority`` of the runs waiting for capacity, read once each (a run's
+        #: spec never changes): ``Store.run_heads`` reads no spec on its every call
+        self._priorities: dict[str, int] = {}
 
     def _now(self) -> datetime:
         return aware_utc(self._clock())

@@ -39,6 +39,9 @@ class Dialect(ABC):
     name: str
     errors: tuple[type[BaseException], ...]
     for_update = ""
+    #: after a subquery's rows that an UPDATE takes: rows another transaction is taking are
+    #: passed over, not waited for (two controllers taking free runs at once take different ones)
+    skip_locked = ""
     #: SQL for a run's spec ``priority`` (5 when it has none)
     run_priority = "5"
     #: after ``FROM runs`` in a listing of the unfinished runs, newest first
@@ -178,6 +181,7 @@ class PostgresDialect(Dialect):
 
     name = "postgresql"
     for_update = " FOR UPDATE"
+    skip_locked = " FOR UPDATE SKIP LOCKED"
     run_priority = "COALESCE((spec->>'priority')::int, 5)"
 
     def __init__(self, db_url: DbUrl):

@@ -24,7 +24,17 @@ from corral.store.urls import DbUrl, parse_url, scrub
 
 #: Every revision this code knows, oldest first. The last one is the head; a test checks that
 #: this tuple matches alembic's own history in ``migrations/versions``.
-REVISIONS: tuple[str, ...] = ("0001", "0002", "0003", "0004", "0005", "0006", "0007", "0008")
+REVISIONS: tuple[str, ...] = (
+    "0001",
+    "0002",
+    "0003",
+    "0004",
+    "0005",
+    "0006",
+    "0007",
+    "0008",
+    "0009",
+)
 HEAD = REVISIONS[-1]
 
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"

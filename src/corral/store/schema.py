@@ -53,11 +53,14 @@ runs = sa.Table(
     sa.Index(None, "name", "created_at"),
     sa.Index(None, "state"),
     # the unfinished runs, newest first (`corral ls`, the controller's reads), however long
-    # the history and however many runs wait
+    # the history and however many runs wait; with their state and requested action, all
+    # the controller's loop reads of them every tick (``Store.run_heads``: the index alone)
     sa.Index(
         "ix_runs_active",
         "created_at",
         "id",
+        "state",
+        "requested_action",
         sqlite_where=sa.text(ACTIVE_RUNS_SQL),
         postgresql_where=sa.text(ACTIVE_RUNS_SQL),
     ),
@@ -307,4 +310,13 @@ gpu_readings = sa.Table(
     sa.Column("mem_mb", sa.Integer),
     sa.Column("temp_c", sa.SmallInteger),
     sqlite_with_rowid=False,
+)
+
+# The controllers sharing the store, each while it lives (renewed with its leases): how many
+# there are is what each one's fair share of the active runs is reckoned from.
+controllers = sa.Table(
+    "controllers",
+    metadata,
+    sa.Column("owner", sa.String, primary_key=True),
+    sa.Column("expires_at", TS, nullable=False),
 )

@@ -39,6 +39,9 @@ _RUNS_NO_SPEC = (
     "SELECT " + select_list(RUN_COLUMNS).replace('"spec"', 'NULL AS "spec"', 1) + " FROM runs"
 )
 _NEWEST_FIRST = "ORDER BY created_at DESC, id DESC"
+_WAITING = frozenset({RunState.PENDING.value, RunState.RECOVERING.value})
+#: ids one statement names at most (SQLite builds before 3.32 take 999 parameters)
+_CHUNK = 500
 #: the unfinished runs: the condition of the partial index ``ix_runs_active``, word for word
 _ACTIVE_WHERE = f"WHERE {ACTIVE_RUNS_SQL}"
 _EVENT_SELECT = select_list(EVENT_COLUMNS)
@@ -215,18 +218,36 @@ class Store(
     def run_heads(self) -> list[tuple[str, str, str | None]]:
         """``(id, state, requested_action)`` of every active run, oldest first, the runs
         waiting for capacity (PENDING, RECOVERING) by their ``priority`` first, highest
-        first: what the controller's loop reads every tick (no spec parsed in Python, no
-        timestamps to convert; the spec's priority is read in SQL for the waiting runs only,
-        not for ten thousand running ones every tick)."""
-        found = _runs_filter(None, True)
-        assert found is not None
-        where, params = found
-        waiting = f"state IN ('{RunState.PENDING.value}', '{RunState.RECOVERING.value}')"
-        priority = f"CASE WHEN {waiting} THEN {self._db.dialect.run_priority} ELSE 5 END"
-        order = f"{priority} DESC, created_at, id"
-        sql = f"SELECT id, state, requested_action FROM runs {where} ORDER BY {order}"
+        first: what the controller's loop reads every tick. Read from the partial index of
+        the unfinished runs alone (it holds these columns, in this order: no table row and
+        no sort of ten thousand runs), no timestamp converted; the priority of a waiting run
+        is read from its spec once, when first seen waiting (kept while it waits)."""
+        sql = (
+            f"SELECT id, state, requested_action FROM runs{self._db.dialect.active_runs_hint} "
+            f"{_ACTIVE_WHERE} ORDER BY created_at, id"
+        )
         with self._db.transaction() as tx:
-            return tx.tuples(sql, params)
+            rows: list[tuple[str, str, str | None]] = tx.tuples(sql)
+            waiting = [rid for rid, state, _ in rows if state in _WAITING]
+            known = self._priorities
+            new = [rid for rid in waiting if rid not in known]
+            found: dict[str, int] = {}
+            for i in range(0, len(new), _CHUNK):
+                ids = {f"i{j}": rid for j, rid in enumerate(new[i : i + _CHUNK])}
+                found.update(
+                    tx.tuples(
+                        f"SELECT id, {self._db.dialect.run_priority} FROM runs "
+                        f"WHERE id IN ({', '.join(':' + k for k in ids)})",
+                        ids,
+                    )
+                )
+        # only the runs still waiting are kept (one assignment: threads may read it)
+        self._priorities = priority = {
+            rid: int(known.get(rid, found.get(rid, 5))) for rid in waiting
+        }
+        if any(p != 5 for p in priority.values()):  # stable: oldest first within a priority
+            rows.sort(key=lambda r: -priority.get(r[0], 5))
+        return rows
 
     def count_runs(self, *, states: Iterable[str] | None = None, active_only: bool = False) -> int:
         """How many runs :meth:`list_runs` with the same filters lists without a limit."""

@@ -125,6 +125,9 @@ class SimAgent:
     bell: tuple[str, int] | None = None
     ring: Any = None
     rings: int = 0
+    #: launch requests for this key (a launch repeated with the key is answered, not run
+    #: again; more than one says a controller launched one attempt twice)
+    launches: int = 1
     _lines: int = 0
     _progress: int = 0
     _phase: str = "setup"
@@ -338,6 +341,8 @@ class StandInServer(ThreadingHTTPServer):
                 started = agent.launched + self.cfg.boot_s
                 self.due(started, key)
                 self.due(started + agent.run_s, key)
+            else:
+                agent.launches += 1
             return agent
 
     def instance(self, agent: SimAgent) -> dict[str, Any]:
@@ -347,6 +352,7 @@ class StandInServer(ThreadingHTTPServer):
             "state": agent.state,
             "endpoint": f"{self.url}/a/{agent.key}",
             "run_id": agent.run_id,
+            "launches": agent.launches,
         }
 
     def preempt(self, key: str, grace: float) -> None:
@@ -516,6 +522,7 @@ class StandInProvider(Provider, SupportsSimulatedPreemption, SupportsStatusListi
     """Machines of a stand-in server (``CORRAL_STANDIN_URL``): one CPU offer, no limit."""
 
     name: ClassVar[str] = "standin"
+    shared_machines: ClassVar[bool] = True
 
     def __init__(self, url: str | None = None, price_per_hour: float | None = None):
         self.url = (url or os.environ.get(ENV_URL) or "").rstrip("/")

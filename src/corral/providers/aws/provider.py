@@ -115,6 +115,7 @@ class AwsProvider(
     Ec2Gangs,
 ):
     name: ClassVar[str] = "aws"
+    shared_machines: ClassVar[bool] = True
     unsupported: ClassVar[dict[str, str]] = {
         "SupportsStop": "corral's EC2 instances terminate on shutdown (one-time spot requests "
         "cannot be stopped); a stopped run resumes from its checkpoints on a new instance",

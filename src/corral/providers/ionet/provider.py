@@ -98,6 +98,7 @@ def _parse_time(value: str | None) -> datetime | None:
 
 class IonetProvider(Provider, SupportsLogs, SupportsPriceRefresh):
     name: ClassVar[str] = "ionet"
+    shared_machines: ClassVar[bool] = True
     unsupported: ClassVar[dict[str, str]] = {
         "SupportsSpot": "IO.net sells prepaid deployments, no interruptible tier",
         "SupportsStop": "IO.net deployments cannot be stopped and started again, only terminated",

@@ -96,6 +96,7 @@ class PoolProvider(Provider, SupportsSimulatedPreemption, ReportsQueue, PoolGang
     """The pool's GPU workers, through their Celery queues on Redis."""
 
     name: ClassVar[str] = "pool"
+    shared_machines: ClassVar[bool] = True
     unsupported: ClassVar[dict[str, str]] = {
         "SupportsSpot": "the pool's GPUs are the team's own: nobody takes them back",
         "SupportsStop": "a pool attempt holds no paid machine: stop it and launch again",

@@ -112,6 +112,7 @@ class RunPodProvider(
     RunPodGangs,
 ):
     name: ClassVar[str] = "runpod"
+    shared_machines: ClassVar[bool] = True
     unsupported: ClassVar[dict[str, str]] = {
         "SupportsPreemptionNotice": "RunPod has no interruption notice to poll: a spot pod "
         "gets SIGTERM at most 5 s before SIGKILL, so jobs must checkpoint often",

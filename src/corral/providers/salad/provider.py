@@ -100,6 +100,7 @@ class SaladProvider(
     SupportsPriceRefresh,
 ):
     name: ClassVar[str] = "salad"
+    shared_machines: ClassVar[bool] = True
     unsupported: ClassVar[dict[str, str]] = {
         "SupportsPreemptionNotice": "SaladCloud sends no interruption notice: a node just "
         "goes away, so jobs checkpoint to object storage (the checkpoint interval follows "

@@ -18,8 +18,11 @@ A machine the listing lacks:
   in it yet, a kind of machine the listing leaves out, or a listing read only in part.
 
 A listing that fails is taken again only once ``max_age_s`` old (not by every look); until
-then every look asks for its machine alone, as for a provider that cannot list: a failed
-or partial listing never makes a machine gone.
+then each machine is asked for alone, as for a provider that cannot list: a failed or
+partial listing never makes a machine gone. A machine asked for alone is asked at most once
+every ``max_age_s`` (its answer serves the looks meanwhile, as a listing would), so a
+machine the listing cannot answer for costs what it cost before the census, never a request
+at every look.
 
 Each new listing is compared with the machines looked up in it: one that is no longer
 running (preempted, terminated, failed) or no longer listed makes its run due at once
@@ -68,7 +71,9 @@ class Census:
         #: provider name -> launch keys a listing held (one a later complete listing lacks
         #: is gone; one never listed is asked for alone)
         self._held: dict[str, set[str]] = {}
-        #: run id -> (provider name, launch key) of its machine watched
+        #: provider name -> launch key -> (monotonic time, status) of machines asked alone
+        self._alone: dict[str, dict[str, tuple[float, InstanceStatus]]] = {}
+        #: run id -> (provider name, launch key) of its machine looked at
         self._machine_of: dict[str, tuple[str, str]] = {}
         self._locks: dict[str, threading.Lock] = {}
         #: provider name -> (monotonic time, the error) of its last listing that failed
@@ -93,24 +98,40 @@ class Census:
         module). Raises what the provider raises."""
         if not isinstance(provider, SupportsStatusListing):
             return provider.status(instance)
+        with self._lock:
+            self._machine_of[run_id] = (name, instance.key)
         listing = self._listing(name, provider, max_age_s)
         if listing is None:  # the last listing failed: asked alone until it is retaken
-            return provider.status(instance)
+            return self._alone_status(name, provider, instance, max_age_s)
         listed = listing.status(instance)
         if listed is None:
             with self._lock:
                 held = instance.key in self._held.get(name, ())
             gone = listing.gone(instance) if held else None
             if gone is None:  # launched since, not visible yet, not listed, or a partial list
-                return provider.status(instance)
+                return self._alone_status(name, provider, instance, max_age_s)
             with self._lock:
                 self.gone_from_listing += 1
             return gone
         with self._lock:
             self._watched.setdefault(name, {})[instance.key] = (run_id, instance)
             self._held.setdefault(name, set()).add(instance.key)
-            self._machine_of[run_id] = (name, instance.key)
         return listed
+
+    def _alone_status(
+        self, name: str, provider: Provider, instance: Instance, max_age_s: float
+    ) -> InstanceStatus:
+        """``provider.status(instance)``, asked at most once every ``max_age_s`` (errors are
+        not kept: the next look asks again)."""
+        now = self.clock()
+        with self._lock:
+            found = self._alone.get(name, {}).get(instance.key)
+        if found is not None and now - found[0] < max_age_s:
+            return found[1]
+        st = provider.status(instance)
+        with self._lock:
+            self._alone.setdefault(name, {})[instance.key] = (now, st)
+        return st
 
     def forget(self, run_id: str) -> None:
         """The run is over for this controller: its machine is no longer compared."""
@@ -118,6 +139,7 @@ class Census:
             name, key = self._machine_of.pop(run_id, ("", ""))
             self._watched.get(name, {}).pop(key, None)
             self._held.get(name, set()).discard(key)
+            self._alone.get(name, {}).pop(key, None)
 
     def _listing(
         self, name: str, provider: SupportsStatusListing, max_age_s: float

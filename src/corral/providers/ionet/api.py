@@ -29,6 +29,7 @@ import httpx
 
 from corral.errors import Conflict, NotFound, ProviderError
 from corral.providers.common.limits import shared_bucket
+from corral.providers.common.listing_cache import Whole
 from corral.providers.http import (
     ProviderHTTP,
     ResourceNotFound,
@@ -163,12 +164,12 @@ class IonetAPI:
 
     # --- deployments ------------------------------------------------------------------------
 
-    def deployments(self) -> tuple[list[Deployment], bool]:
-        """Every deployment of the account (all pages), and whether the pages are known to
-        hold them all: every page said the same ``total`` and that many distinct ones were
-        read. (IO.net keeps an ended deployment in the list, as ``destroyed``, so a page
-        never loses one to a deletion; a deploy between pages changes ``total`` or repeats
-        one on the next page, and the listing is then partial.)"""
+    def deployments(self) -> dict[str, Deployment]:
+        """Every deployment of the account by id (all pages); a :class:`Whole` when the
+        pages are known to hold them all: every page said the same ``total`` and that many
+        distinct ones were read. (IO.net keeps an ended deployment in the list, as
+        ``destroyed``, so a page never loses one to a deletion; a deploy between pages
+        changes ``total`` or repeats one on the next page, and the listing is then partial.)"""
         out: dict[str, Deployment] = {}
         totals: set[object] = set()
         page = 0
@@ -187,7 +188,7 @@ class IonetAPI:
             total = given if isinstance(given, int) else len(out)
             if not items or len(out) >= total or page > 1000:
                 whole = len(totals) == 1 and isinstance(given, int) and len(out) == given
-                return list(out.values()), whole
+                return Whole(out) if whole else out
             page += 1
 
     def deployment(self, deployment_id: str) -> Deployment | None:

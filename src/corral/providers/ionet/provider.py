@@ -60,7 +60,7 @@ from corral.providers.base import (
 from corral.providers.common.create import create_or_adopt
 from corral.providers.common.credentials import require_credential
 from corral.providers.common.files import check_key
-from corral.providers.common.listing_cache import ListingCache, Whole, is_whole
+from corral.providers.common.listing_cache import ListingCache, is_whole
 from corral.providers.common.machine_memory import MachineMemory
 from corral.providers.http import RetryPolicy, TokenBucket
 from corral.providers.ionet import bootstrap as boot
@@ -140,7 +140,7 @@ class IonetProvider(Provider, SupportsLogs, SupportsPriceRefresh, SupportsStatus
         self._cache: dict[tuple, tuple[float, Any]] = {}
         #: one listing of the account's deployments by id serves every run for list_cache_s
         self._deployments: ListingCache[str, Deployment] = ListingCache(
-            self._list_deployments,
+            self.api.deployments,
             lambda dep_id: self.api.deployment(dep_id),
             self.settings.list_cache_s,
             clock,
@@ -266,11 +266,6 @@ class IonetProvider(Provider, SupportsLogs, SupportsPriceRefresh, SupportsStatus
             return None
 
     # --- reading deployments ----------------------------------------------------------------
-
-    def _list_deployments(self) -> dict[str, Deployment]:
-        deployments, whole = self.api.deployments()
-        by_id = {d.id: d for d in deployments}
-        return Whole(by_id) if whole else by_id
 
     def _touch(self, dep_id: str) -> None:
         """``dep_id`` changed: read it directly until a listing newer than the change."""

@@ -29,6 +29,7 @@ from corral.errors import (
     QuotaExceeded,
 )
 from corral.providers.common.limits import shared_bucket
+from corral.providers.common.listing_cache import Whole
 from corral.providers.http import ProviderHTTP, ResourceNotFound, RetryPolicy, TokenBucket
 from corral.providers.salad.groups import ContainerGroup, SaladInstance
 from corral.providers.salad.settings import SaladSettings
@@ -144,11 +145,11 @@ class SaladAPI:
 
     # --- container groups -------------------------------------------------------------------
 
-    def list_groups(self) -> tuple[list[ContainerGroup], bool]:
-        """Every group of the project, page by page (``page``, ``page_size`` :data:`PAGE_SIZE`:
-        one answer holds at most 100), and whether the first answer held them all (a short
-        first page: one answer, so nothing made or deleted between pages can have shifted
-        one out of sight). It stops at a short page, or at a page that brings no group not
+    def list_groups(self) -> dict[str, ContainerGroup]:
+        """Every group of the project by name, page by page (``page``, ``page_size``
+        :data:`PAGE_SIZE`: one answer holds at most 100); a :class:`Whole` when the first
+        answer held them all (a short first page: one answer, so nothing made or deleted
+        between pages can have shifted one out of sight). It stops at a short page, or at a page that brings no group not
         seen yet (an API that ignores ``page`` answers the first page again), or after
         :data:`MAX_PAGES`."""
         groups: dict[str, ContainerGroup] = {}
@@ -170,7 +171,7 @@ class SaladAPI:
                 break
         else:
             log.warning("salad: the project lists more than %d pages of groups", MAX_PAGES)
-        return list(groups.values()), whole
+        return Whole(groups) if whole else groups
 
     def get_group(self, name: str) -> ContainerGroup | None:
         """The group, or None if SaladCloud does not know it."""

@@ -67,7 +67,7 @@ from corral.providers.base import (
 from corral.providers.common.create import create_or_adopt
 from corral.providers.common.credentials import require_credential
 from corral.providers.common.files import check_key
-from corral.providers.common.listing_cache import ListingCache, Whole, is_whole
+from corral.providers.common.listing_cache import ListingCache, is_whole
 from corral.providers.common.machine_memory import MachineMemory
 from corral.providers.http import RetryPolicy, TokenBucket
 from corral.providers.listing import StatusListing, SupportsStatusListing
@@ -149,7 +149,7 @@ class SaladProvider(
         self._classes: tuple[float, str, list[dict[str, Any]]] | None = None
         #: one listing of the project's groups by name serves every run for list_cache_s
         self._groups: ListingCache[str, ContainerGroup] = ListingCache(
-            self._list_groups,
+            self.api.list_groups,
             lambda name: self.api.get_group(name),
             self.settings.list_cache_s,
             clock,
@@ -252,11 +252,6 @@ class SaladProvider(
             return None
 
     # --- reading groups (shared by every run) -------------------------------------------------
-
-    def _list_groups(self) -> dict[str, ContainerGroup]:
-        groups, whole = self.api.list_groups()
-        by_name = {g.name: g for g in groups}
-        return Whole(by_name) if whole else by_name
 
     def _touch(self, name: str) -> None:
         """``name`` changed: read it directly until a listing newer than the change."""

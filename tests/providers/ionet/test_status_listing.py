@@ -139,7 +139,7 @@ def test_pages_that_disagree_on_total_make_a_partial_listing(make_provider, fake
 
 
 def test_many_runs_looks_cost_one_listing_not_a_request_each(make_provider, fake):
-    machines = _deployments(fake, 40)
+    machines = _deployments(fake, 20)
     census = Census(clock=lambda: 0.0)
     provider = make_provider(list_cache_s=30.0)
     before = len(fake.routes())
@@ -150,4 +150,4 @@ def test_many_runs_looks_cost_one_listing_not_a_request_each(make_provider, fake
     before = len(fake.routes())
     for inst in machines:
         alone.status(inst)
-    assert sum(_calls(fake, before)) == 40
+    assert sum(_calls(fake, before)) == 20

@@ -101,7 +101,7 @@ def test_a_failed_listing_asks_each_pod_alone_and_never_makes_one_gone(make_prov
 
 def test_many_runs_looks_cost_one_listing_not_a_request_each(make_provider, fake):
     provider = make_provider()
-    machines = _pods(fake, provider, 30, spot=False)
+    machines = _pods(fake, provider, 20, spot=False)
     census = Census(clock=lambda: 0.0)
     before = len(fake.routes())
     for i, inst in enumerate(machines):
@@ -110,4 +110,4 @@ def test_many_runs_looks_cost_one_listing_not_a_request_each(make_provider, fake
     before = len(fake.routes())
     for inst in machines:  # the same looks without the census: a request each
         provider.status(inst)
-    assert _list_calls(fake, before) == (0, 30)
+    assert _list_calls(fake, before) == (0, 20)

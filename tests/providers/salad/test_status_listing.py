@@ -111,7 +111,7 @@ def test_a_listing_of_several_pages_or_a_failed_one_never_makes_a_group_gone(mak
 
 
 def test_many_runs_looks_cost_one_listing_not_a_request_each(make_provider, fake):
-    machines = _groups(fake, 40, running=False)
+    machines = _groups(fake, 20, running=False)
     census = Census(clock=lambda: 0.0)
     provider: SaladProvider = make_provider()
     before = len(fake.routes())
@@ -122,4 +122,4 @@ def test_many_runs_looks_cost_one_listing_not_a_request_each(make_provider, fake
     before = len(fake.routes())
     for inst in machines:
         alone.status(inst)
-    assert sum(_calls(fake, before)) == 40
+    assert sum(_calls(fake, before)) == 20

@@ -66,7 +66,7 @@ from corral.providers.base import (
     Requirements,
     SupportsSimulatedPreemption,
 )
-from corral.providers.listing import SupportsStatusListing
+from corral.providers.listing import StatusListing, SupportsStatusListing
 from corral.wire import WIRE_VERSION, bell
 from corral.wire.events import AgentEvent, EventsPage
 from corral.wire.poll import (
@@ -610,12 +610,14 @@ class StandInProvider(Provider, SupportsSimulatedPreemption, SupportsStatusListi
             try:
                 data = self._call("GET", f"/admin/instances/{instance.key}")
             except NotFound:
-                return InstanceStatus(state=InstanceState.TERMINATED)
-        return _status(data)
+                data = None
+        return _status(instance, data)
 
-    def statuses(self) -> dict[str, InstanceStatus]:
-        """Every machine's status from one listing (``SupportsStatusListing``)."""
-        return {d["key"]: _status(d) for d in self._call("GET", "/admin/instances")}
+    def statuses(self) -> StatusListing[dict[str, Any]]:
+        """Every machine's status from one listing (``SupportsStatusListing``): the server
+        answers every machine at once, so the listing is complete."""
+        listed = {d["key"]: d for d in self._call("GET", "/admin/instances")}
+        return StatusListing(listed, _status, complete=True, id_of=lambda inst: inst.key)
 
     def terminate(self, instance: Instance) -> None:
         self._call("POST", f"/admin/terminate/{instance.key}")
@@ -648,7 +650,11 @@ _STATES = {
 }
 
 
-def _status(data: dict[str, Any]) -> InstanceStatus:
+def _status(instance: Instance, data: dict[str, Any] | None) -> InstanceStatus:
+    """The machine's status from the server's record of it (None: the server does not know
+    it, its 404): what both ``status`` and a listing say."""
+    if data is None:
+        return InstanceStatus(state=InstanceState.TERMINATED)
     return InstanceStatus(state=_STATES[data["state"]], endpoint=data["endpoint"])
 
 

@@ -10,6 +10,9 @@ every object serves every look for ``ttl_s`` seconds. The rules that keep it hon
 * A key the provider changed (:meth:`ListingCache.touch`: created, deleted, stopped...) is not
   read from a listing taken before the change: :meth:`ListingCache.get` asks for it alone
   until a newer listing exists; a listing taken after it drops the mark.
+* A listing the provider knows holds every object (:class:`Whole`: read in one answer) says
+  so to the controller's census (:func:`is_whole`), which then takes a key it lacks for gone;
+  any other listing proves only what it holds.
 * A key missing from the listing (made since, or gone) is asked for alone as well. With
   ``keep_direct=True`` that answer replaces the key's entry in the listing it was read
   against (or removes it, when the object is gone), so the next look within ``ttl_s`` does
@@ -19,11 +22,21 @@ every object serves every look for ``ttl_s`` seconds. The rules that keep it hon
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Generic, TypeVar
 
 K = TypeVar("K")
 V = TypeVar("V")
+
+
+class Whole(dict[K, V]):
+    """A listing that holds every object there was when it was read (one answer, not pages
+    that objects made or deleted meanwhile could shift)."""
+
+
+def is_whole(listing: Mapping[K, V]) -> bool:
+    """Whether ``listing`` is known to hold every object (a :class:`Whole`)."""
+    return isinstance(listing, Whole)
 
 
 class ListingCache(Generic[K, V]):
@@ -66,6 +79,13 @@ class ListingCache(Generic[K, V]):
             self._snapshot = (now, self._list_all())
             self._touched = {k: t for k, t in self._touched.items() if t >= now}
             return self._snapshot
+
+    def unchanged(self, key: K, taken: float) -> bool:
+        """Whether the provider left ``key`` alone since a listing taken at ``taken`` (one
+        that changed it since is read alone)."""
+        with self._lock:
+            touched = self._touched.get(key)
+        return touched is None or touched < taken
 
     def get(self, key: K) -> V | None:
         """The object from the listing, or read alone when it is not listed or was touched

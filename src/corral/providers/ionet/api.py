@@ -29,6 +29,7 @@ import httpx
 
 from corral.errors import Conflict, NotFound, ProviderError
 from corral.providers.common.limits import shared_bucket
+from corral.providers.common.listing_cache import Whole
 from corral.providers.http import (
     ProviderHTTP,
     ResourceNotFound,
@@ -163,9 +164,14 @@ class IonetAPI:
 
     # --- deployments ------------------------------------------------------------------------
 
-    def deployments(self) -> list[Deployment]:
-        """Every deployment of the account (all pages)."""
-        out: list[Deployment] = []
+    def deployments(self) -> dict[str, Deployment]:
+        """Every deployment of the account by id (all pages); a :class:`Whole` when the
+        pages are known to hold them all: every page said the same ``total`` and that many
+        distinct ones were read. (IO.net keeps an ended deployment in the list, as
+        ``destroyed``, so a page never loses one to a deletion; a deploy between pages
+        changes ``total`` or repeats one on the next page, and the listing is then partial.)"""
+        out: dict[str, Deployment] = {}
+        totals: set[object] = set()
         page = 0
         while True:
             params = {"page": page, "page_size": PAGE_SIZE}
@@ -173,12 +179,16 @@ class IonetAPI:
             items = data.get("deployments") if isinstance(data, dict) else None
             if not isinstance(items, list):
                 raise ProviderError("ionet: GET /deployments answered without a list")
-            out += [
-                Deployment.model_validate(d) for d in items if isinstance(d, dict) and d.get("id")
-            ]
-            total = data.get("total") if isinstance(data.get("total"), int) else len(out)
+            for d in items:
+                if isinstance(d, dict) and d.get("id"):
+                    dep = Deployment.model_validate(d)
+                    out.setdefault(dep.id, dep)
+            given = data.get("total")
+            totals.add(given)
+            total = given if isinstance(given, int) else len(out)
             if not items or len(out) >= total or page > 1000:
-                return out
+                whole = len(totals) == 1 and isinstance(given, int) and len(out) == given
+                return Whole(out) if whole else out
             page += 1
 
     def deployment(self, deployment_id: str) -> Deployment | None:

@@ -11,7 +11,8 @@
   with a public URL runs when it says ``running`` or when the agent answers through that URL.
   A container replaced or gone under a running deployment is PREEMPTED (IO.net documents no
   preemption), and the run recovers on a new deployment. One listing of the account's deployments serves every
-  run (``list_cache_s``); a running deployment's containers are read at most every
+  run (``list_cache_s``), and the controller's census for every belled run at once
+  (``SupportsStatusListing``, by the same mapping); a running deployment's containers are read at most every
   ``containers_cache_s``. A running deployment with fewer than ``extend_below_minutes`` of its
   prepaid time left is extended by ``extend_hours``.
 * **The agent** is reached at the container's ``public_url``.
@@ -59,7 +60,7 @@ from corral.providers.base import (
 from corral.providers.common.create import create_or_adopt
 from corral.providers.common.credentials import require_credential
 from corral.providers.common.files import check_key
-from corral.providers.common.listing_cache import ListingCache
+from corral.providers.common.listing_cache import ListingCache, is_whole
 from corral.providers.common.machine_memory import MachineMemory
 from corral.providers.http import RetryPolicy, TokenBucket
 from corral.providers.ionet import bootstrap as boot
@@ -73,6 +74,7 @@ from corral.providers.ionet.deployments import (
 )
 from corral.providers.ionet.offers import build_offers
 from corral.providers.ionet.settings import API_KEY_NAMES, ENV_REGISTRY_SECRET, IonetSettings
+from corral.providers.listing import StatusListing, SupportsStatusListing
 
 log = logging.getLogger("corral.providers.ionet")
 
@@ -96,7 +98,7 @@ def _parse_time(value: str | None) -> datetime | None:
     return when if when.tzinfo else when.replace(tzinfo=UTC)
 
 
-class IonetProvider(Provider, SupportsLogs, SupportsPriceRefresh):
+class IonetProvider(Provider, SupportsLogs, SupportsPriceRefresh, SupportsStatusListing):
     name: ClassVar[str] = "ionet"
     shared_machines: ClassVar[bool] = True
     unsupported: ClassVar[dict[str, str]] = {
@@ -139,7 +141,7 @@ class IonetProvider(Provider, SupportsLogs, SupportsPriceRefresh):
         self._cache: dict[tuple, tuple[float, Any]] = {}
         #: one listing of the account's deployments by id serves every run for list_cache_s
         self._deployments: ListingCache[str, Deployment] = ListingCache(
-            lambda: {d.id: d for d in self.api.deployments()},
+            self.api.deployments,
             lambda dep_id: self.api.deployment(dep_id),
             self.settings.list_cache_s,
             clock,
@@ -308,8 +310,25 @@ class IonetProvider(Provider, SupportsLogs, SupportsPriceRefresh):
     # --- status / terminate -----------------------------------------------------------------
 
     def status(self, instance: Instance) -> InstanceStatus:
+        return self._deployment_status(instance, self._deployments.get(instance.instance_id))
+
+    def statuses(self) -> StatusListing[Deployment]:
+        """Every deployment of the account from one listing (``SupportsStatusListing``: a
+        fresh one, which every run's :meth:`status` then shares for ``list_cache_s``), read by
+        :meth:`_deployment_status` as :meth:`status` reads one. Complete when its pages agree
+        (:meth:`IonetAPI.deployments`). A deployment corral changed since is asked alone."""
+        taken, listed = self._deployments.listing(fresh=True)
+        return StatusListing(
+            dict(listed),
+            self._deployment_status,
+            complete=is_whole(listed),
+            covers=lambda inst: self._deployments.unchanged(inst.instance_id, taken),
+        )
+
+    def _deployment_status(self, instance: Instance, dep: Deployment | None) -> InstanceStatus:
+        """The status of ``instance``'s deployment as IO.net answered it (None: it does not
+        know it, a 404), alone or in the listing; a running one is extended when due."""
         dep_id = instance.instance_id
-        dep = self._deployments.get(dep_id)
         if dep is not None and dep.state not in KNOWN_WORDS:
             self._note_word("deployment", dep.state)
         worker, alive = self._worker(dep_id) if reads_containers(dep) else (None, False)

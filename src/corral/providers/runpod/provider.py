@@ -15,6 +15,8 @@
   allows it). Should two pods ever carry one key, the provider keeps one and terminates the
   others.
 * **Status** maps every pod state (:mod:`.pods`); a spot pod RunPod stopped is PREEMPTED.
+  The controller's census reads every lone pod from one ``GET /v2/pods`` instead
+  (``SupportsStatusListing``), by the same mapping.
 * **Terminate** deletes the pod (and any other pod named for the key); a missing pod is
   success; a pod whose name is not corral's for the key is never touched.
 * **The agent** is reached through RunPod's HTTP proxy:
@@ -79,6 +81,7 @@ from corral.providers.common.create import create_or_adopt
 from corral.providers.common.credentials import require_credential
 from corral.providers.common.files import check_key
 from corral.providers.http import RetryPolicy
+from corral.providers.listing import StatusListing, SupportsStatusListing
 from corral.providers.runpod import bootstrap as boot
 from corral.providers.runpod.api import RunPodAPI
 from corral.providers.runpod.gang import CLUSTER_ID, RunPodGangs
@@ -109,6 +112,7 @@ class RunPodProvider(
     SupportsVolumes,
     SupportsLogs,
     SupportsPriceRefresh,
+    SupportsStatusListing,
     RunPodGangs,
 ):
     name: ClassVar[str] = "runpod"
@@ -365,7 +369,22 @@ class RunPodProvider(
     def status(self, instance: Instance) -> InstanceStatus:
         if instance.data.get(CLUSTER_ID):
             return self._node_status(instance)
-        pod = self._ours(self.api.get_pod(instance.instance_id), instance.key)
+        return self._pod_status(instance, self.api.get_pod(instance.instance_id))
+
+    def statuses(self) -> StatusListing[Pod]:
+        """Every lone pod of the account from one ``GET /v2/pods`` (``SupportsStatusListing``),
+        read by :meth:`_pod_status` as :meth:`status` reads one pod. The list has no pages:
+        one answer holds every pod (the document's ``ListPodsResponse``), so it is complete
+        for lone pods; a node of an Instant Cluster (left out of the list) is asked alone."""
+        pods = {p.id: p for p in self.api.list_pods()}
+        return StatusListing(
+            pods, self._pod_status, complete=True, covers=lambda i: not i.data.get(CLUSTER_ID)
+        )
+
+    def _pod_status(self, instance: Instance, found: Pod | None) -> InstanceStatus:
+        """The status of ``instance``'s pod as RunPod answered it (None: RunPod does not know
+        it, a 404), alone or in the list."""
+        pod = self._ours(found, instance.key)
         state, detail = pod_state(
             pod,
             spot=instance.offer.spot,

@@ -29,6 +29,7 @@ from corral.errors import (
     QuotaExceeded,
 )
 from corral.providers.common.limits import shared_bucket
+from corral.providers.common.listing_cache import Whole
 from corral.providers.http import ProviderHTTP, ResourceNotFound, RetryPolicy, TokenBucket
 from corral.providers.salad.groups import ContainerGroup, SaladInstance
 from corral.providers.salad.settings import SaladSettings
@@ -144,12 +145,15 @@ class SaladAPI:
 
     # --- container groups -------------------------------------------------------------------
 
-    def list_groups(self) -> list[ContainerGroup]:
-        """Every group of the project, page by page (``page``, ``page_size`` :data:`PAGE_SIZE`:
-        one answer holds at most 100). It stops at a short page, or at a page that brings no
-        group not seen yet (an API that ignores ``page`` answers the first page again), or
-        after :data:`MAX_PAGES`."""
+    def list_groups(self) -> dict[str, ContainerGroup]:
+        """Every group of the project by name, page by page (``page``, ``page_size``
+        :data:`PAGE_SIZE`: one answer holds at most 100); a :class:`Whole` when the first
+        answer held them all (a short first page: one answer, so nothing made or deleted
+        between pages can have shifted one out of sight). It stops at a short page, or at a page that brings no group not
+        seen yet (an API that ignores ``page`` answers the first page again), or after
+        :data:`MAX_PAGES`."""
         groups: dict[str, ContainerGroup] = {}
+        whole = False
         for page in range(1, MAX_PAGES + 1):
             body = self.http.get_json(self._groups(), params={"page": page, "page_size": PAGE_SIZE})
             items = body.get("items") if isinstance(body, dict) else None
@@ -162,11 +166,12 @@ class SaladAPI:
             ]
             new = [g for g in listed if g.name not in groups]
             groups.update((g.name, g) for g in new)
+            whole = page == 1 and len(items) < PAGE_SIZE and len(listed) == len(items)
             if len(items) < PAGE_SIZE or not new:
                 break
         else:
             log.warning("salad: the project lists more than %d pages of groups", MAX_PAGES)
-        return list(groups.values())
+        return Whole(groups) if whole else groups
 
     def get_group(self, name: str) -> ContainerGroup | None:
         """The group, or None if SaladCloud does not know it."""

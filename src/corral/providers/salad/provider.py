@@ -14,7 +14,8 @@
   default) and one listing of the project's groups (``list_cache_s``); a group's instance list
   is fetched only when it is running, at most every ``instances_cache_s`` while its counts
   are steady. A controller watching 100 runs stays near 110 requests a minute
-  (``benchmarks/providers.py``).
+  (``benchmarks/providers.py``). The controller's census takes that listing for every
+  belled run at once (``SupportsStatusListing``), read by the same mapping.
 * **The agent** is reached through the group's container gateway (``https://<dns>``) on the
   agent port; the platform's startup, liveness and readiness probes call its ``/health`` and
   ``/ready``.
@@ -66,9 +67,10 @@ from corral.providers.base import (
 from corral.providers.common.create import create_or_adopt
 from corral.providers.common.credentials import require_credential
 from corral.providers.common.files import check_key
-from corral.providers.common.listing_cache import ListingCache
+from corral.providers.common.listing_cache import ListingCache, is_whole
 from corral.providers.common.machine_memory import MachineMemory
 from corral.providers.http import RetryPolicy, TokenBucket
+from corral.providers.listing import StatusListing, SupportsStatusListing
 from corral.providers.salad import bootstrap as boot
 from corral.providers.salad.api import SaladAPI
 from corral.providers.salad.groups import ContainerGroup, SaladInstance, group_state
@@ -98,6 +100,7 @@ class SaladProvider(
     SupportsLogs,
     SupportsSimulatedPreemption,
     SupportsPriceRefresh,
+    SupportsStatusListing,
 ):
     name: ClassVar[str] = "salad"
     shared_machines: ClassVar[bool] = True
@@ -147,7 +150,7 @@ class SaladProvider(
         self._classes: tuple[float, str, list[dict[str, Any]]] | None = None
         #: one listing of the project's groups by name serves every run for list_cache_s
         self._groups: ListingCache[str, ContainerGroup] = ListingCache(
-            lambda: {g.name: g for g in self.api.list_groups()},
+            self.api.list_groups,
             lambda name: self.api.get_group(name),
             self.settings.list_cache_s,
             clock,
@@ -282,8 +285,27 @@ class SaladProvider(
     # --- status / terminate -----------------------------------------------------------------
 
     def status(self, instance: Instance) -> InstanceStatus:
+        return self._group_status(instance, self._groups.get(instance.instance_id))
+
+    def statuses(self) -> StatusListing[ContainerGroup]:
+        """Every group of the project from one listing (``SupportsStatusListing``: a fresh one,
+        which every run's :meth:`status` then shares for ``list_cache_s``), read by
+        :meth:`_group_status` as :meth:`status` reads one group. Complete only when one answer
+        held every group (fewer than 100): a listing of several pages proves no group gone.
+        A group corral changed since the listing was taken is asked for alone."""
+        taken, groups = self._groups.listing(fresh=True)
+        return StatusListing(
+            dict(groups),
+            self._group_status,
+            complete=is_whole(groups),
+            covers=lambda inst: self._groups.unchanged(inst.instance_id, taken),
+        )
+
+    def _group_status(self, instance: Instance, found: ContainerGroup | None) -> InstanceStatus:
+        """The status of ``instance``'s group as SaladCloud answered it (None: it does not
+        know the group, a 404), alone or in the listing."""
         name = instance.instance_id
-        group = self._ours(self._groups.get(name), instance.key)
+        group = self._ours(found, instance.key)
         replica = None
         if group is not None and group.status in ("deploying", "running"):
             replica = self._replica(group)

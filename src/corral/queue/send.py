@@ -38,7 +38,7 @@ def task_message(
     args, task_id=, queue=, routing_key=queue, priority=, soft_time_limit=, time_limit=)``
     (no result backend: nobody is replied to)."""
     body = [args, {}, {"callbacks": None, "errbacks": None, "chain": None, "chord": None}]
-    headers = {
+    headers: dict[str, Any] = {
         "lang": "py",
         "task": task,
         "id": task_id,

@@ -196,6 +196,9 @@ def test_job_cpus_pin_the_job_to_its_workers_cores(
     _, run = _run_to_end(store, spec)
     assert run.state == "SUCCEEDED", run.reason
     seen = json.loads(out.read_text())
+    # its agent was the worker's warm one (started before the run came), put under the
+    # limits when it was given the attempt: the job inherits them
+    assert ": warm agent " in workers.log("m0"), workers.log("m0")
     if Mechanism.detect().cgroup_base is None:  # this box: no delegated cgroup v2
         assert seen["cores"] == cores_for(0, 1.0)
         wait_until(lambda: "CPU by affinity to cores" in workers.log("m0"), 10, 0.1)

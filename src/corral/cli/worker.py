@@ -73,6 +73,13 @@ def worker(
         envvar="CORRAL_WORKER_JOB_CPUS",
         help="Each job's CPUs (4, 0.5; 'share': its worker's share of the box). Default: none.",
     ),
+    warm_agent: bool = typer.Option(
+        True,
+        "--warm-agent/--no-warm-agent",
+        envvar="CORRAL_WORKER_WARM_AGENT",
+        help="Keep each idle worker's next agent started (Python up, its modules loaded: "
+        "about 60 MB of memory per worker), so an attempt starts at once.",
+    ),
 ) -> None:
     """Serve this machine's GPUs to the pool: one Celery worker per GPU, pinned with
     CUDA_VISIBLE_DEVICES, each running one attempt at a time through corral's agent
@@ -105,5 +112,6 @@ def worker(
         cpu_slots=cpu_slots,
         job_memory=None if job_memory is None else parse_memory(job_memory),
         job_cpus=None if job_cpus is None else parse_cpus(job_cpus),
+        warm_agent=warm_agent,
     )
     raise typer.Exit(serve(opts, settings, say=lambda line: err_console.print(line, markup=False)))

@@ -64,7 +64,6 @@ def make_app(settings: PoolSettings) -> Any:
         worker_concurrency=1,
         worker_hijack_root_logger=False,
         worker_send_task_events=True,
-        task_send_sent_event=True,
         control_exchange=f"{settings.name}.control",
         event_exchange=f"{settings.name}.events",
         worker_cancel_long_running_tasks_on_connection_loss=False,

@@ -105,9 +105,10 @@ class AttemptCgroup:
             quota = max(1000, int(cpus * CPU_PERIOD_US))
             (self.path / "cpu.max").write_text(f"{quota} {CPU_PERIOD_US}")
 
-    def join(self) -> None:
-        """Move the calling process into the cgroup (the agent, before it execs)."""
-        (self.path / "cgroup.procs").write_text(str(os.getpid()))
+    def join(self, pid: int = 0) -> None:
+        """Move process ``pid`` into the cgroup (0: the calling process, the agent before it
+        execs)."""
+        (self.path / "cgroup.procs").write_text(str(pid or os.getpid()))
 
     def oom_kills(self) -> int:
         """How many processes the kernel killed here for going over ``memory.max``."""

@@ -33,6 +33,8 @@ class SlotConfig:
     job_memory: int | None = None
     job_cpus: float | None = None
     cores: list[int] = field(default_factory=list)
+    #: the worker keeps its next attempt's agent started while it is idle (a warm agent)
+    warm_agent: bool = True
 
     @property
     def is_cpu(self) -> bool:

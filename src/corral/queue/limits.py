@@ -142,6 +142,16 @@ def resident(pids: Iterable[int]) -> int:
     return total
 
 
+def _threads(pid: int) -> list[int]:
+    """The threads of process ``pid`` (0: just the calling thread)."""
+    if not pid:
+        return [0]
+    try:
+        return [int(t) for t in os.listdir(f"/proc/{pid}/task")]
+    except (OSError, ValueError):
+        return [pid]
+
+
 class AttemptLimits:
     """The limits of one attempt: applied to its agent as it starts, watched while it runs."""
 
@@ -169,15 +179,18 @@ class AttemptLimits:
             except OSError:
                 self.cgroup = None
 
-    def enter(self) -> None:
-        """In the agent's process before it execs: join the cgroup, or pin the cores."""
+    def enter(self, pid: int = 0) -> None:
+        """Put the agent under the limits: join the cgroup, or pin the cores. ``pid`` 0: the
+        calling process (the agent's, before it execs); else that process (a warm agent,
+        before it is given its attempt: the processes it starts inherit them)."""
         if self.cgroup is not None:
             with contextlib.suppress(OSError):
-                self.cgroup.join()
+                self.cgroup.join(pid)
                 return
         if self.cpus is not None and self.cores:
-            with contextlib.suppress(OSError):
-                os.sched_setaffinity(0, self.cores)
+            for tid in _threads(pid):  # each thread has its own mask; later ones inherit it
+                with contextlib.suppress(OSError):
+                    os.sched_setaffinity(tid, self.cores)
 
     def check(self, agent_pid: int) -> str | None:
         """Once per look: the reason, the first time the job went over its memory limit (its

@@ -16,7 +16,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -41,6 +41,94 @@ def die_with_parent(sig: int = signal.SIGKILL) -> None:
         import ctypes
 
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
+
+
+#: variables read as Python starts (not later, as the agent's own settings are): an attempt
+#: whose agent needs other values than a warm agent started with gets a fresh agent instead
+STARTUP_PREFIXES = ("PYTHON", "LD_")
+
+
+def _startup_vars(env: Mapping[str, str]) -> dict[str, str]:
+    return {k: v for k, v in env.items() if k.startswith(STARTUP_PREFIXES)}
+
+
+class WarmAgent:
+    """An agent process started before its attempt (``python -m corral.agent.warm``): Python
+    up and the agent's modules loaded while the worker is idle, so the attempt it is given
+    starts at once. Used once; started as a cold agent is (its own process group, dying with
+    the process that started it)."""
+
+    def __init__(self, log: Path, python: str = sys.executable):
+        self.log = log
+        self.python = python
+        self.proc: subprocess.Popen[bytes] | None = None
+        self._startup: dict[str, str] = {}
+
+    def start(self) -> None:
+        """Start it (its output until it has an attempt goes to ``log``). Never raises: a
+        worker without one starts its attempt's agent as it always did."""
+        self._startup = _startup_vars(os.environ)
+        try:
+            self.log.parent.mkdir(parents=True, exist_ok=True)
+            with open(self.log, "ab") as out:
+                self.proc = subprocess.Popen(
+                    [self.python, "-m", "corral.agent.warm"],
+                    cwd=self.log.parent,
+                    stdin=subprocess.PIPE,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                    close_fds=True,
+                    preexec_fn=die_with_parent,
+                )
+        except OSError:
+            self.proc = None
+
+    def take(
+        self,
+        args: list[str],
+        env: dict[str, str],
+        cwd: Path,
+        out: Path,
+        limits: AttemptLimits | None = None,
+    ) -> subprocess.Popen[bytes] | None:
+        """Give it the attempt: ``corral agent ARGS`` in ``env`` and ``cwd``, its output to
+        ``out``, under ``limits``. The process running it, or None when it cannot (none was
+        started, it died, or the attempt needs another Python start-up environment): the
+        caller starts an agent of its own."""
+        proc, self.proc = self.proc, None
+        if proc is None or proc.stdin is None:
+            return None
+        if proc.poll() is not None or _startup_vars(env) != self._startup:
+            self._drop(proc)
+            return None
+        if limits is not None:
+            limits.enter(proc.pid)
+        order = {"argv": args, "env": env, "cwd": str(cwd), "out": str(out)}
+        try:
+            proc.stdin.write(json.dumps(order).encode() + b"\n")
+            proc.stdin.close()
+        except OSError:  # it died meanwhile
+            self._drop(proc)
+            return None
+        return proc
+
+    def close(self) -> None:
+        """Stop it if it is still waiting for an attempt."""
+        proc, self.proc = self.proc, None
+        if proc is not None:
+            self._drop(proc)
+
+    @staticmethod
+    def _drop(proc: subprocess.Popen[bytes]) -> None:
+        """It has run nothing (no order reached it): killed, not waited for."""
+        with contextlib.suppress(OSError):
+            proc.kill()
+        with contextlib.suppress(OSError):
+            if proc.stdin is not None:
+                proc.stdin.close()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(KILL_WAIT_S)
 
 
 @dataclass(frozen=True)
@@ -90,10 +178,13 @@ class AgentProcess:
         self.python = python
         self.clock = clock
         self.proc: subprocess.Popen[bytes] | None = None
+        #: whether the agent is a warm one (started before the attempt came)
+        self.warm = False
 
-    def start(self) -> int:
-        """Write the plan and start the agent; returns its pid. :class:`BadInput` when the
-        attempt cannot run here (its workdir is missing on this machine)."""
+    def start(self, warm: WarmAgent | None = None) -> int:
+        """Write the plan and start the agent (``warm``'s, when it can take the attempt);
+        returns its pid. :class:`BadInput` when the attempt cannot run here (its workdir is
+        missing on this machine)."""
         plan = self.boot.plan
         shipped = plan.code is not None  # the agent fetches the code into the plan's workdir
         if not shipped and not Path(plan.workdir).is_dir():
@@ -104,18 +195,24 @@ class AgentProcess:
         self.state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         plan_path = self.dir / "plan.json"
         write_atomic(plan_path, plan.model_dump_json(indent=2), mode=0o600)
-        argv = [self.python, "-m", "corral.agent", "--devices", ",".join(self.gpus)]
-        argv += ["--state-dir", str(self.state_dir), "--bind", f"{self.bind_host}:0"]
+        args = ["--devices", ",".join(self.gpus), "--state-dir", str(self.state_dir)]
+        args += ["--bind", f"{self.bind_host}:0"]
         if shipped and self.root:  # the plan's paths are this machine's, under its root
-            argv += ["--root", self.root]
+            args += ["--root", self.root]
         if self.checkpoint_dir:
             ckpt = Path(self.checkpoint_dir) / plan.run_id
-            argv += ["--checkpoint-dir", str(ckpt)]
-        argv += ["--plan", str(plan_path)]
+            args += ["--checkpoint-dir", str(ckpt)]
+        args += ["--plan", str(plan_path)]
         env = {**os.environ, **self.boot.env, ENV_AGENT_TOKEN: self.boot.token}
         limits = self.limits
         if limits is not None:
             limits.prepare()
+        cwd = self.dir if shipped else Path(plan.workdir)
+        if warm is not None:
+            self.proc = warm.take(args, env, cwd, self.dir / "agent.out", limits)
+            if self.proc is not None:
+                self.warm = True
+                return self.proc.pid
 
         def enter() -> None:  # in the agent's process, before it execs
             die_with_parent()
@@ -124,8 +221,8 @@ class AgentProcess:
 
         with open(self.dir / "agent.out", "ab") as out, open(os.devnull, "rb") as devnull:
             self.proc = subprocess.Popen(
-                argv,
-                cwd=self.dir if shipped else plan.workdir,
+                [self.python, "-m", "corral.agent", *args],
+                cwd=cwd,
                 env=env,
                 stdin=devnull,
                 stdout=out,

@@ -26,7 +26,7 @@ from corral.queue.config import SlotConfig
 from corral.queue.keys import Keys
 from corral.queue.limits import Mechanism
 from corral.queue.registry import Registry, WorkerInfo
-from corral.queue.runner import die_with_parent
+from corral.queue.runner import WarmAgent, die_with_parent
 from corral.queue.settings import PoolSettings
 
 ENV_SLOT = "CORRAL_POOL_SLOT"
@@ -107,12 +107,17 @@ def main(argv: list[str] | None = None) -> int:
     settings = PoolSettings.from_env()
     Path(slot.home).mkdir(parents=True, exist_ok=True)
     app = make_app(settings)
-    register(app, settings, slot)
+    # the agent of this worker's next attempt, started while it waits (in the attempt's
+    # process: the agent is that process's child, as a cold one is)
+    warm = WarmAgent(Path(slot.home) / "warm-agent.out") if slot.warm_agent else None
+    register(app, settings, slot, warm)
     heartbeat = Heartbeat(settings, slot.info(time.time()))
 
     @signals.worker_process_init.connect
     def _child(**_: Any) -> None:  # the process of one attempt dies with this worker
         die_with_parent(signal.SIGKILL)
+        if warm is not None:
+            warm.start()
 
     @signals.worker_ready.connect
     def _ready(**_: Any) -> None:

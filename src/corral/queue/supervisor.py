@@ -73,6 +73,8 @@ class WorkerOptions:
     #: of the box, ``cpus``/``memory_gb`` of its slot)
     job_memory: int | str | None = None
     job_cpus: float | str | None = None
+    #: each idle worker keeps its next attempt's agent started (``corral.queue.runner``)
+    warm_agent: bool = True
     restart: bool = True
     extra: dict[str, str] = field(default_factory=dict)
 
@@ -166,6 +168,7 @@ def plan_slots(
                 job_memory=job_memory,
                 job_cpus=job_cpus,
                 cores=cores_for(offset, job_cpus),
+                warm_agent=opts.warm_agent,
             )
         )
         offset += cpus

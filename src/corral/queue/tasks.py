@@ -41,7 +41,7 @@ from corral.queue.config import SlotConfig
 from corral.queue.keys import Keys
 from corral.queue.limits import AttemptLimits
 from corral.queue.registry import Registry
-from corral.queue.runner import AgentProcess, Bootstrap
+from corral.queue.runner import AgentProcess, Bootstrap, WarmAgent
 from corral.queue.settings import PoolSettings
 
 log = logging.getLogger("corral.worker")
@@ -53,14 +53,18 @@ STARTING_POLL_S = 0.05
 GANG_REQUEUE_S = 1.0
 
 
-def register(app: Any, settings: PoolSettings, slot: SlotConfig) -> Any:
-    """Define the attempt task on ``app`` for the worker ``slot``."""
+def register(
+    app: Any, settings: PoolSettings, slot: SlotConfig, warm: WarmAgent | None = None
+) -> Any:
+    """Define the attempt task on ``app`` for the worker ``slot`` (its attempt's agent is
+    ``warm``'s, started while this worker was idle, where it can be)."""
 
     @app.task(name=TASK_NAME, bind=True, acks_late=True)
     def run_attempt(task: Any, key: str) -> dict[str, Any]:
         from celery.exceptions import Reject
 
-        result = AttemptTask(settings, slot, delivery=str(task.request.id or "")).run(key)
+        delivery = str(task.request.id or "")
+        result = AttemptTask(settings, slot, delivery=delivery, warm=warm).run(key)
         if result.get("requeue"):  # back to its queue's end, for a worker of another host
             raise Reject(result["requeue"], requeue=True)
         return result
@@ -71,10 +75,17 @@ def register(app: Any, settings: PoolSettings, slot: SlotConfig) -> Any:
 class AttemptTask:
     """One delivery of the attempt task on one worker."""
 
-    def __init__(self, settings: PoolSettings, slot: SlotConfig, delivery: str = ""):
+    def __init__(
+        self,
+        settings: PoolSettings,
+        slot: SlotConfig,
+        delivery: str = "",
+        warm: WarmAgent | None = None,
+    ):
         self.settings = settings
         self.slot = slot
         self.delivery = delivery
+        self.warm = warm
         client = connect(settings)
         keys = Keys(settings.name)
         self.attempts = AttemptStore(client, keys)
@@ -139,13 +150,14 @@ class AttemptTask:
         )
         agent.dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         try:
-            pid = agent.start()
+            pid = agent.start(self.warm)
         except CorralError as exc:
             return self._fail(key, exc.message)
         except OSError as exc:
             return self._fail(key, f"cannot start the agent: {exc.strerror or exc}")
         self.attempts.update(key, pid=pid, gpus=",".join(self.slot.gpus))
-        log.info("attempt %s: agent %d started on %s", key, pid, self.slot.name)
+        how = "warm agent" if agent.warm else "agent"
+        log.info("attempt %s: %s %d started on %s", key, how, pid, self.slot.name)
         try:
             return self._watch(key, agent, boot.plan.longest_grace())
         finally:

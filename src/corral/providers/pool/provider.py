@@ -54,6 +54,7 @@ from corral.queue.attempts import AttemptStore, PoolAttempt
 from corral.queue.client import EXTRA_HINT, broker_errors, connect
 from corral.queue.keys import Keys, broker_priority
 from corral.queue.registry import QueueInfo, Registry, WorkerInfo
+from corral.queue.send import send_task, task_message
 from corral.queue.settings import ENV_MAX_RUNTIME, PoolSettings
 from corral.wire.env import DEFAULT_GRACE_SECONDS
 
@@ -148,7 +149,7 @@ class PoolProvider(Provider, SupportsSimulatedPreemption, ReportsQueue, PoolGang
     @property
     def app(self) -> Any:
         if self._app is None:
-            from corral.queue.app import make_app  # imports Celery: only to send or revoke
+            from corral.queue.app import make_app  # imports Celery: only to revoke
 
             self._app = make_app(self.settings)
         return self._app
@@ -307,18 +308,18 @@ class PoolProvider(Provider, SupportsSimulatedPreemption, ReportsQueue, PoolGang
 
     def _send(self, key: str, rec: PoolAttempt, bootstrap: Bootstrap, grace: float) -> None:
         soft, hard = self.settings.time_limits(bootstrap.max_runtime_s, grace)
-        try:
-            self.app.send_task(
-                TASK_NAME,
-                args=[key],
-                queue=rec.queue,
-                routing_key=rec.queue,
-                priority=broker_priority(rec.priority),
-                task_id=rec.task_id,
-                soft_time_limit=soft,
-                time_limit=hard,
-            )
-        except Exception as exc:  # kombu's errors: the send may or may not have happened
+        message = task_message(
+            TASK_NAME,
+            rec.task_id,
+            [key],
+            queue=rec.queue,
+            priority=broker_priority(rec.priority),
+            soft_time_limit=soft,
+            time_limit=hard,
+        )
+        try:  # Celery's message, without importing Celery (``corral.queue.send``)
+            send_task(self.attempts.r, self.keys, message)
+        except Exception as exc:  # the broker's errors: the send may or may not have happened
             raise MaybeLaunched(
                 f"the pool's broker did not take attempt {key}: {type(exc).__name__}"
             ) from None

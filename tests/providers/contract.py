@@ -36,6 +36,7 @@ from typing import Any
 
 import pytest
 
+from corral.control.census import Census
 from corral.errors import NotYetTerminated
 from corral.providers.base import (
     Bootstrap,
@@ -287,3 +288,24 @@ class ProviderContract:
         for cap in type(provider).capabilities():
             if not cap.supported:
                 assert cap.reason and cap.reason != "not implemented", cap.name
+
+
+def check_listing_agrees_with_status(
+    census: Census,
+    provider: Provider,
+    machines: list[Instance],
+    requests: Callable[[], tuple[int, int]],
+    expected: list[InstanceState],
+) -> None:
+    """The census's look at each of ``machines`` (runs ``r0``, ``r1``...) costs one listing
+    and no machine asked alone (``requests()``: (listings, single reads) since the looks
+    began), gives each the state ``provider.status`` gives it (``expected``, in order), and
+    exactly one of them is gone from the listing."""
+    listed = [
+        census.status(provider.name, provider, m, f"r{i}", 5.0) for i, m in enumerate(machines)
+    ]
+    assert requests() == (1, 0)
+    alone = [provider.status(m) for m in machines]
+    assert listed == alone
+    assert [st.state for st in listed] == expected
+    assert census.gone_from_listing == 1

@@ -13,7 +13,7 @@ from corral.control.census import Census
 from corral.providers.base import Instance, InstanceState, Offer
 from corral.providers.ionet.bootstrap import ENV_KEY, deployment_name
 
-from ..contract import new_key
+from ..contract import check_listing_agrees_with_status, new_key
 from .fake_server import Dep, FakeIonet, Worker
 
 OFFER = Offer(provider="ionet", offer_id="ionet-test", region="DE", gpu_count=1)
@@ -73,17 +73,18 @@ def test_the_listing_gives_each_deployment_the_state_status_gives(make_provider,
         del fake.deps[gone.instance_id]  # IO.net does not know it (a 404)
     now[0] += 5.0
     before = len(fake.routes())
-    listed = [census.status("ionet", provider, m, f"r{i}", 5.0) for i, m in enumerate(machines)]
-    assert _calls(fake, before) == (1, 0)
-    alone = [provider.status(m) for m in machines]
-    assert listed == alone
-    assert [st.state for st in listed] == [
-        InstanceState.RUNNING,
-        InstanceState.PREEMPTED,
-        InstanceState.FAILED,
-        InstanceState.TERMINATED,
-    ]
-    assert census.gone_from_listing == 1
+    check_listing_agrees_with_status(
+        census,
+        provider,
+        machines,
+        lambda: _calls(fake, before),
+        [
+            InstanceState.RUNNING,
+            InstanceState.PREEMPTED,
+            InstanceState.FAILED,
+            InstanceState.TERMINATED,
+        ],
+    )
 
 
 def test_pages_that_agree_prove_a_deployment_gone_and_a_failed_listing_never(make_provider, fake):

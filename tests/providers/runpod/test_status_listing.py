@@ -10,7 +10,7 @@ from corral.providers.base import Instance, InstanceState
 from corral.providers.runpod import RunPodProvider
 from corral.providers.runpod.bootstrap import pod_name
 
-from ..contract import new_key
+from ..contract import check_listing_agrees_with_status, new_key
 from .fake_server import FakeRunPod
 
 #: the fake's GPU types, 16 pods each at most (a create takes the first with room)
@@ -69,17 +69,18 @@ def test_the_listing_gives_each_pod_the_state_status_gives(make_provider, fake):
     fake.cloud.delete(gone.instance_id)
     now[0] += 5.0
     before = len(fake.routes())
-    listed = [census.status("runpod", provider, m, f"r{i}", 5.0) for i, m in enumerate(machines)]
-    assert _list_calls(fake, before) == (1, 0)  # one listing, no pod asked alone
-    alone = [provider.status(m) for m in machines]
-    assert listed == alone
-    assert [st.state for st in listed] == [
-        InstanceState.RUNNING,
-        InstanceState.FAILED,
-        InstanceState.PREEMPTED,
-        InstanceState.TERMINATED,
-    ]
-    assert census.gone_from_listing == 1
+    check_listing_agrees_with_status(
+        census,
+        provider,
+        machines,
+        lambda: _list_calls(fake, before),
+        [
+            InstanceState.RUNNING,
+            InstanceState.FAILED,
+            InstanceState.PREEMPTED,
+            InstanceState.TERMINATED,
+        ],
+    )
 
 
 def test_a_failed_listing_asks_each_pod_alone_and_never_makes_one_gone(make_provider, fake):

@@ -13,7 +13,7 @@ from corral.providers.base import Instance, InstanceState, Offer
 from corral.providers.salad import SaladProvider
 from corral.providers.salad.bootstrap import ENV_KEY, group_name
 
-from ..contract import new_key
+from ..contract import check_listing_agrees_with_status, new_key
 from .fake_cloud import Replica
 from .fake_server import FakeSalad
 
@@ -70,17 +70,18 @@ def test_the_listing_gives_each_group_the_state_status_gives(make_provider, fake
         del fake.cloud.groups[gone.instance_id]
     now[0] += 5.0
     before = len(fake.routes())
-    listed = [census.status("salad", provider, m, f"r{i}", 5.0) for i, m in enumerate(machines)]
-    assert _calls(fake, before) == (1, 0)  # one page held them all: none asked alone
-    alone = [provider.status(m) for m in machines]
-    assert listed == alone
-    assert [st.state for st in listed] == [
-        InstanceState.RUNNING,
-        InstanceState.FAILED,
-        InstanceState.PREEMPTED,
-        InstanceState.TERMINATED,
-    ]
-    assert census.gone_from_listing == 1
+    check_listing_agrees_with_status(
+        census,
+        provider,
+        machines,
+        lambda: _calls(fake, before),
+        [
+            InstanceState.RUNNING,
+            InstanceState.FAILED,
+            InstanceState.PREEMPTED,
+            InstanceState.TERMINATED,
+        ],
+    )
 
 
 def test_a_listing_of_several_pages_or_a_failed_one_never_makes_a_group_gone(make_provider, fake):

@@ -209,32 +209,37 @@ def restore_checkpoint(entry: Entry, storage: Storage, local_root: str) -> int:
 
 
 def _get_file(storage: Storage, src: str, dst: str, fentry: FileEntry) -> None:
-    fname = os.path.basename(dst)
+    get_checked(storage, src, dst, fentry.size, fentry.sha256, os.path.basename(dst))
+
+
+def get_checked(storage: Storage, src: str, dst: str, size: int, sha256: str, label: str) -> None:
+    """Copy ``src`` from ``storage`` to the local ``dst``, checking it is ``size`` bytes with
+    ``sha256`` as it streams in (:class:`CheckpointError` naming ``label`` otherwise: missing,
+    larger, truncated, corrupt; nothing left at ``dst``)."""
+    os.makedirs(os.path.dirname(dst) or ".", exist_ok=True)
     digest = hashlib.sha256()
-    size = 0
+    seen = 0
     try:
         reader = storage.open_read(src)
     except FileNotFoundError:
-        raise CheckpointError(f"{fname} is missing") from None
+        raise CheckpointError(f"{label} is missing") from None
     writer = LocalStorage().open_write(dst)
     try:
         with reader:
-            buf = bytearray(min(CHUNK_BYTES, max(fentry.size, 1)) + 1)
+            buf = bytearray(min(CHUNK_BYTES, max(size, 1)) + 1)
             view = memoryview(buf)
             while n := reader.readinto(view):
-                size += n
-                if size > fentry.size:
+                seen += n
+                if seen > size:
                     raise CheckpointError(
-                        f"{fname} is larger than the manifest says ({fentry.size} bytes)"
+                        f"{label} is larger than the manifest says ({size} bytes)"
                     )
                 digest.update(view[:n])
                 writer.write(view[:n])
-        if size != fentry.size:
-            raise CheckpointError(
-                f"{fname} has {size} bytes, the manifest says {fentry.size} (truncated)"
-            )
-        if digest.hexdigest() != fentry.sha256:
-            raise CheckpointError(f"{fname} does not match its sha256 (corrupt)")
+        if seen != size:
+            raise CheckpointError(f"{label} has {seen} bytes, the manifest says {size} (truncated)")
+        if digest.hexdigest() != sha256:
+            raise CheckpointError(f"{label} does not match its sha256 (corrupt)")
     except BaseException:
         writer.abort()
         raise

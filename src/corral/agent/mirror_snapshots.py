@@ -18,9 +18,10 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from corral.agent.mirror import get_checked
 from corral.agent.path_items import OLD_SUFFIX, RESTORE_SUFFIX, Item, safe_rel
-from corral.sdk.manifest import MANIFEST_NAME, CheckpointError
-from corral.sdk.storage import CHUNK_BYTES, LocalStorage, Storage
+from corral.sdk.manifest import MANIFEST_NAME
+from corral.sdk.storage import CHUNK_BYTES, Storage
 
 FORMAT = "corral-mirror"
 
@@ -153,7 +154,7 @@ def download(storage: Storage, snap: Snapshot, dest: str) -> int:
         for name, (size, sha) in snap.files.items():
             target = os.path.join(work, name) if snap.kind == "dir" else work
             src = storage.join(snap.path, "files", snap.rel, *([name] if name else []))
-            _get(storage, src, target, size, sha, name or posixpath.basename(snap.rel))
+            get_checked(storage, src, target, size, sha, name or posixpath.basename(snap.rel))
             total += size
         if snap.kind == "dir":
             os.makedirs(work, exist_ok=True)  # an empty directory has no file to make it
@@ -196,33 +197,6 @@ def _put(storage: Storage, src: str, dst: str, size: int) -> str:
         raise
     writer.close()
     return digest.hexdigest()
-
-
-def _get(storage: Storage, src: str, dst: str, size: int, sha: str, label: str) -> None:
-    os.makedirs(os.path.dirname(dst) or ".", exist_ok=True)
-    digest = hashlib.sha256()
-    seen = 0
-    try:
-        reader = storage.open_read(src)
-    except FileNotFoundError:
-        raise CheckpointError(f"{label} is missing") from None
-    writer = LocalStorage().open_write(dst)
-    try:
-        with reader:
-            while chunk := reader.read(CHUNK_BYTES):
-                seen += len(chunk)
-                if seen > size:
-                    raise CheckpointError(f"{label} is larger than the manifest says")
-                digest.update(chunk)
-                writer.write(chunk)
-        if seen != size:
-            raise CheckpointError(f"{label} has {seen} bytes, the manifest says {size}")
-        if digest.hexdigest() != sha:
-            raise CheckpointError(f"{label} does not match its sha256 (corrupt)")
-    except BaseException:
-        writer.abort()
-        raise
-    writer.close()
 
 
 def remove(path: str) -> None:

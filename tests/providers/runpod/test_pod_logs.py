@@ -196,7 +196,9 @@ HTML = b"<!DOCTYPE html><html><head><title>502 Bad Gateway</title></head><body>c
     ids=["html-502", "401", "429", "html-200"],
 )
 def test_errors_are_typed_one_liners(make_provider, fake, status, body, error, message):
-    p = make_provider(log_read_s=0.5)
+    # (an error answers at once: the bound only keeps a loaded machine's slow answer from
+    # being read as a timeout, as 0.5 s once was in CI)
+    p = make_provider(log_read_s=5.0)
     _, inst = _pod(p, fake, "sleep 60")
     fake.fail("GET /v2/pods/*/logs", status, body=body, retry_after=1 if status == 429 else None)
     with pytest.raises(error, match=message) as caught:

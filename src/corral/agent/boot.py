@@ -5,7 +5,7 @@ blob arrives, where the agent keeps its files, how the machine removes itself):
 
 1. take the delivery: the plan as the controller built it, the agent token and the job's env
    (:func:`take_delivery` for a container's environment; a provider with another channel,
-   such as EC2's user-data, builds a :class:`Delivered` itself);
+   such as a cloud's user-data, builds a :class:`Delivered` itself);
 2. put the job's env and the token (``CORRAL_AGENT_TOKEN``, which the agent removes from its
    environment) in the agent's environment, the delivery's variables out of it;
 3. create the workdir (unless the code is shipped: that makes its own) and the state dir;
@@ -18,7 +18,7 @@ The one delivery format of container clouds (the only channel to such a node at 
 is its environment): the boot blob, ``{"plan", "token", "env"}`` as JSON, gzip + base64, in
 ``CORRAL_BOOT_GZ_0`` … ``CORRAL_BOOT_GZ_<n-1>`` of at most :data:`MAX_VALUE` characters each,
 with ``n`` in ``CORRAL_BOOT_PARTS`` (:func:`delivery_env`). Every value is one line of base64,
-short enough for the strictest cloud corral knows (SaladCloud: 1,000 characters, ``^.*$``).
+short enough for the strictest provider corral knows (1,000 characters, ``^.*$``).
 
 ``python -m corral.agent.boot`` (the default command of corral's image, after the node
 bootstrap made sure this corral is there) takes the delivery from the environment and starts

@@ -20,13 +20,13 @@ Written into the agent's ``state_dir`` and, with artifact storage, to
      "nodes": 2,   (a multi-node run's only: the machines of its gang; the head writes it)
      "node_attempts": [   (a multi-node run's only: each node's history, by rank)
         {"rank": 0, "attempts": [
-           {"attempt": 1, "provider": "aws", "instance_id": "i-0a", "region": "us-east-1",
-            "zone": "us-east-1b", "ended": "kept"},
-           {"attempt": 2, "provider": "aws", "instance_id": "i-0a", "region": "us-east-1",
-            "zone": "us-east-1b", "ended": "succeeded"}]},
+           {"attempt": 1, "provider": "cloud", "instance_id": "m-0a", "region": "r1",
+            "zone": "r1-b", "ended": "kept"},
+           {"attempt": 2, "provider": "cloud", "instance_id": "m-0a", "region": "r1",
+            "zone": "r1-b", "ended": "succeeded"}]},
         {"rank": 1, "attempts": [
-           {"attempt": 1, ..., "instance_id": "i-0b", "ended": "preempted"},
-           {"attempt": 2, ..., "instance_id": "i-0c", "ended": "succeeded"}]}]}
+           {"attempt": 1, ..., "instance_id": "m-0b", "ended": "preempted"},
+           {"attempt": 2, ..., "instance_id": "m-0c", "ended": "succeeded"}]}]}
 
 ``phase`` is the attempt's phase before acceptance (a rejected run is failed by the runner
 after the manifest is written). ``attempts`` is the number of attempts so far (this one

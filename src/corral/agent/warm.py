@@ -1,6 +1,6 @@
 """A warm agent: ``python -m corral.agent.warm`` loads the agent, then waits for its attempt.
 
-A pool worker starts one while it is idle (:mod:`corral.queue.warm`), so an attempt it takes
+A queue worker starts one while it is idle (:mod:`corral.queue.warm`), so an attempt it takes
 starts with Python up and the agent's modules loaded: without it, an attempt pays a fresh
 interpreter and the agent's imports (pydantic models, the HTTP server, the code stage) before
 its job's first line, which on a busy machine is most of the pool's start.

@@ -1,7 +1,7 @@
 """The machine's last words: when an attempt ends before its agent ever served (the provision
 timeout, a machine gone while it booted), no stage log was copied, and the provider may drop
-the machine's console log with the machine (RunPod keeps a pod's log only while the pod
-exists). The controller keeps the log's tail beside the run's files
+the machine's console log with the machine (some keep a machine's log only while the
+machine exists). The controller keeps the log's tail beside the run's files
 (``paths.kept_machine_log``) before the teardown, masked like every log it copies, so that
 ``corral logs`` can show why the agent never came up after the run has ended.
 

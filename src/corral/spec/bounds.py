@@ -15,7 +15,7 @@ from pydantic import AfterValidator
 from corral.spec.units import format_duration, format_size
 
 MAX_GPUS = 64  # per machine (the largest have 8 or 16)
-MAX_NODES = 256  # machines of one job (RunPod's clusters stop at 250 pods)
+MAX_NODES = 256  # machines of one job (about the largest gang a provider sells)
 MAX_CPUS = 4096.0
 MAX_MEMORY_GB = 64.0 * 1024  # 64 TB
 MAX_DISK_GB = 1024.0 * 1024  # 1 PB

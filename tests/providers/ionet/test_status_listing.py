@@ -26,7 +26,7 @@ class _Up:
         return True
 
     def kill(self) -> None:
-        pass
+        """Nothing runs: nothing to stop."""
 
 
 def _deployments(fake: FakeIonet, n: int, status: str = "deployment requested") -> list[Instance]:

@@ -25,6 +25,9 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Generic, TypeVar
 
+from corral.providers.base import Instance, InstanceStatus
+from corral.providers.listing import StatusListing
+
 K = TypeVar("K")
 V = TypeVar("V")
 
@@ -103,3 +106,19 @@ class ListingCache(Generic[K, V]):
                     else:
                         self._snapshot[1][key] = value
         return value
+
+
+def census_listing(
+    cache: ListingCache[str, V], read: Callable[[Instance, V | None], InstanceStatus]
+) -> StatusListing[V]:
+    """A fresh listing of ``cache`` for the controller's census (``SupportsStatusListing``),
+    which every run's status then shares for ``ttl_s``, each machine read by ``read`` (the
+    mapping ``status()`` uses): complete when the listing is :class:`Whole`; a machine the
+    provider changed since it was taken is left to be asked for alone."""
+    taken, listed = cache.listing(fresh=True)
+    return StatusListing(
+        dict(listed),
+        read,
+        complete=is_whole(listed),
+        covers=lambda inst: cache.unchanged(inst.instance_id, taken),
+    )

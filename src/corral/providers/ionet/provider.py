@@ -60,7 +60,7 @@ from corral.providers.base import (
 from corral.providers.common.create import create_or_adopt
 from corral.providers.common.credentials import require_credential
 from corral.providers.common.files import check_key
-from corral.providers.common.listing_cache import ListingCache, is_whole
+from corral.providers.common.listing_cache import ListingCache, census_listing
 from corral.providers.common.machine_memory import MachineMemory
 from corral.providers.http import RetryPolicy, TokenBucket
 from corral.providers.ionet import bootstrap as boot
@@ -317,13 +317,7 @@ class IonetProvider(Provider, SupportsLogs, SupportsPriceRefresh, SupportsStatus
         fresh one, which every run's :meth:`status` then shares for ``list_cache_s``), read by
         :meth:`_deployment_status` as :meth:`status` reads one. Complete when its pages agree
         (:meth:`IonetAPI.deployments`). A deployment corral changed since is asked alone."""
-        taken, listed = self._deployments.listing(fresh=True)
-        return StatusListing(
-            dict(listed),
-            self._deployment_status,
-            complete=is_whole(listed),
-            covers=lambda inst: self._deployments.unchanged(inst.instance_id, taken),
-        )
+        return census_listing(self._deployments, self._deployment_status)
 
     def _deployment_status(self, instance: Instance, dep: Deployment | None) -> InstanceStatus:
         """The status of ``instance``'s deployment as IO.net answered it (None: it does not

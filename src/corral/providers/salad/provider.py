@@ -67,7 +67,7 @@ from corral.providers.base import (
 from corral.providers.common.create import create_or_adopt
 from corral.providers.common.credentials import require_credential
 from corral.providers.common.files import check_key
-from corral.providers.common.listing_cache import ListingCache, is_whole
+from corral.providers.common.listing_cache import ListingCache, census_listing
 from corral.providers.common.machine_memory import MachineMemory
 from corral.providers.http import RetryPolicy, TokenBucket
 from corral.providers.listing import StatusListing, SupportsStatusListing
@@ -293,13 +293,7 @@ class SaladProvider(
         :meth:`_group_status` as :meth:`status` reads one group. Complete only when one answer
         held every group (fewer than 100): a listing of several pages proves no group gone.
         A group corral changed since the listing was taken is asked for alone."""
-        taken, groups = self._groups.listing(fresh=True)
-        return StatusListing(
-            dict(groups),
-            self._group_status,
-            complete=is_whole(groups),
-            covers=lambda inst: self._groups.unchanged(inst.instance_id, taken),
-        )
+        return census_listing(self._groups, self._group_status)
 
     def _group_status(self, instance: Instance, found: ContainerGroup | None) -> InstanceStatus:
         """The status of ``instance``'s group as SaladCloud answered it (None: it does not

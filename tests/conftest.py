@@ -44,6 +44,21 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
             terminalreporter.write_line(line)
 
 
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):
+    """A failed test that ran a background controller gets the end of that controller's log
+    as a report section: a flake under load (a run that never moved) is read from the
+    controller's own account, not guessed at after the temporary home is gone."""
+    report = yield
+    home = getattr(item, "funcargs", {}).get("corral_home")
+    if report.failed and isinstance(home, Path):
+        log = home / "controller.log"
+        if log.is_file():
+            tail = log.read_text(errors="replace").splitlines()[-80:]
+            report.sections.append(("controller.log (last 80 lines)", "\n".join(tail)))
+    return report
+
+
 @pytest.fixture(autouse=True)
 def corral_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch):
     home = tmp_path_factory.mktemp("corral-home")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import secrets
 import signal
+import threading
 import time
 from collections import Counter
 from pathlib import Path
@@ -17,6 +18,7 @@ from corral.control.nudges import wake
 from corral.store import Store
 from corral.testing.standin import StandInServer
 from support.controllers import start_controller, stop
+from support.leases import says_it_lives
 from support.waiting import wait_until
 
 from .standinkit import create_run
@@ -28,8 +30,8 @@ def test_a_steady_controller_asks_the_store_a_few_times_a_lease_not_every_tick(
     store = Store.open()
     ids = [create_run(store, f"r{i}", "run: sleep 60\n") for i in range(1200)]
     asked: list[float] = []
-    real = store.lease_runs
-    monkeypatch.setattr(store, "lease_runs", lambda *a, **k: asked.append(1) or real(*a, **k))
+    real = store.lease_share
+    monkeypatch.setattr(store, "lease_share", lambda *a, **k: asked.append(1) or real(*a, **k))
     now = [0.0]
     leases = Leases(store, "ctl-a", 20.0, clock=lambda: now[0])
     assert leases.refresh(ids) == set(ids)  # 1,200 runs taken (one UPDATE: no id list)
@@ -98,3 +100,54 @@ def test_two_controllers_share_the_runs_and_one_killed_leaves_them_to_the_other(
     assert sorted(m.run_id for m in machines) == sorted(ids)
     assert {m.launches for m in machines} == {1}
     assert set(theirs) <= set(ids) and len(theirs) == 3
+
+
+@pytest.mark.slow
+@pytest.mark.postgres
+def test_a_controller_that_never_takes_its_share_strands_no_run(
+    standin: StandInServer, postgres_url: str, tmp_path: Path
+) -> None:
+    """B says it lives (its presence renewed) but never takes a run: the controller A takes
+    its share of six stand-in runs at once and B's once those have been free for a lease
+    (within about two leases), and keeps all six (gives none up to B, which would strand
+    them again)."""
+    env = {
+        "CORRAL_DATABASE_URL": postgres_url,
+        "CORRAL_CONTROLLER_LEASE": "2",
+        "CORRAL_PROVIDER_PLUGINS": "standin=corral.testing.standin:StandInProvider",
+        "CORRAL_PROVIDERS": "standin",
+        "CORRAL_STANDIN_URL": standin.url,
+    }
+    home = tmp_path / "ctl-a"
+    a = owner_id(home)
+    store = Store.open(postgres_url)
+    quit_b = threading.Event()
+
+    def b_lives() -> None:
+        while not quit_b.is_set():
+            says_it_lives(store, "stuck-b", 2.0)
+            quit_b.wait(0.3)
+
+    b = threading.Thread(target=b_lives, daemon=True)
+    b.start()
+    proc = start_controller(home, env)
+    try:
+        created = time.monotonic()
+        ids = [create_run(store, f"lone{i}", "run: sleep 60\n") for i in range(6)]
+        wake(proc.pid)
+
+        def owners() -> Counter[str | None]:
+            return Counter(store.get_run(rid).lease_owner for rid in ids)
+
+        wait_until(lambda: owners()[a] >= 3, 20, 0.05, lambda: f"A's share: {owners()}")
+        wait_until(lambda: owners() == {a: 6}, 20, 0.05, lambda: f"A holds all: {owners()}")
+        assert time.monotonic() - created < 2 * 2 + 2  # free for a lease, a quarter, a tick
+        wait_until(lambda: store.count_runs(states=["RUNNING"]) == 6, 30, 0.1, "6 RUNNING")
+        until = time.monotonic() + 2 * 2  # two leases more: nothing given up to B
+        while time.monotonic() < until:
+            assert owners() == {a: 6}
+            time.sleep(0.1)
+    finally:
+        quit_b.set()
+        stop(proc)
+        b.join(5)

@@ -11,6 +11,7 @@ from storekit import FakeClock, make_run
 
 from corral.store import Store
 from corral.store.db import Tx
+from support.leases import says_it_lives
 
 
 def test_run_leases_one_holder_expiry_and_takeover(store: Store, clock: FakeClock) -> None:
@@ -68,18 +69,18 @@ def test_many_runs_are_taken_and_renewed_in_few_statements(
     monkeypatch.setattr(Tx, "all", counted(real_all))
     monkeypatch.setattr(Tx, "run", counted(real_run))
     assert store.lease_runs("ctl-a", 10) == ids
-    # the look (runs, controllers), and this controller's presence and one UPDATE taking
-    # all 1,200
-    assert len(statements) == 4
+    # the look (controllers, how many runs are active, its runs and the free ones), and this
+    # controller's presence and one UPDATE taking all 1,200
+    assert len(statements) == 5
     assert all(len(params_of(s)) < 40 for s in statements)
     statements.clear()
     clock.advance(3)
     assert store.lease_runs("ctl-a", 10) == ids
-    assert len(statements) == 2  # fresh: looked at, nothing written
+    assert len(statements) == 3  # fresh: looked at, nothing written
     statements.clear()
     clock.advance(3)  # past half: every lease renewed by one statement
     assert store.lease_runs("ctl-a", 10) == ids
-    assert len(statements) == 4
+    assert len(statements) == 5
     renewed = {store.get_run(rid).lease_expires_at for rid in list(ids)[:50]}
     assert renewed == {clock.now + timedelta(seconds=10)}
     assert store.lease_runs("ctl-b", 10) == set()  # held by A: nothing for B
@@ -124,3 +125,97 @@ def test_controllers_share_the_runs_and_a_newcomer_gets_its_part(
     assert store.lease_runs("ctl-a", 20) == {*runs, c}
     store.release_runs("ctl-a")  # a clean stop: not counted any more
     assert store.lease_runs("ctl-c", 20) == {*runs, c}
+
+
+def test_runs_nobody_takes_for_a_lease_are_taken_past_the_share(
+    store: Store, clock: FakeClock
+) -> None:
+    """B says it lives but never takes its share: A takes B's share once those runs have
+    been free for a lease (within two leases), and keeps them: it gives none up to a
+    controller that takes nothing (they would only be stranded again)."""
+    runs = []
+    for _ in range(6):
+        runs.append(make_run(store).id)
+        clock.advance(0.01)
+    says_it_lives(store, "ctl-b", 20)
+    assert store.lease_runs("ctl-a", 20) == set(runs[:3])  # its share: 6 over 2
+    waited = 0.0
+    while store.lease_runs("ctl-a", 20) != set(runs):
+        clock.advance(5)  # A asks every quarter of a lease; B renews its presence
+        waited += 5
+        says_it_lives(store, "ctl-b", 20)
+        assert waited <= 2 * 20, "B's share is still free"
+    assert waited >= 20 - 5  # not before the runs were free for about a lease
+    # the runs run on a shared provider: over its share, A would give the newest up, but
+    # not to B, which takes nothing
+    for rid in runs:
+        store.transition(rid, "PROVISIONING", "test")
+        store.transition(rid, "RUNNING", "test", provider="cloud")
+    for _ in range(12):
+        clock.advance(5)
+        says_it_lives(store, "ctl-b", 20)
+        assert store.lease_runs("ctl-a", 20, movable={"cloud"}) == set(runs)
+    # a controller that takes runs (C joins) gets its share given up to it
+    assert store.lease_runs("ctl-c", 20) == set()
+    clock.advance(1)
+    kept = store.lease_runs("ctl-a", 20, movable={"cloud"})
+    assert kept == set(runs[:2])  # 6 over A, B and C
+    clock.advance(5)
+    assert store.lease_runs("ctl-c", 20) == set(runs[2:4])  # C's share, the oldest first
+    clock.advance(21)  # A and C died: D takes its share at once (B counts while it lives)
+    says_it_lives(store, "ctl-b", 20)
+    assert len(store.lease_runs("ctl-d", 20)) == 3
+    for _ in range(6):  # and B's, once free for a lease
+        clock.advance(5)
+        says_it_lives(store, "ctl-b", 20)
+        if store.lease_runs("ctl-d", 20) == set(runs):
+            break
+    assert store.lease_runs("ctl-d", 20) == set(runs)
+
+
+def test_a_gone_controllers_runs_are_made_free_and_it_is_forgotten(
+    store: Store, clock: FakeClock
+) -> None:
+    """The first controller to see another gone (its presence expired) makes the runs it
+    held free, so the others find them among the free ones (their per-tick read), and
+    deletes its row once none names it."""
+    runs = []
+    for _ in range(4):
+        runs.append(make_run(store).id)
+        clock.advance(0.01)
+    assert store.lease_runs("ctl-a", 10) == set(runs)
+    assert store.lease_runs("ctl-b", 10) == set()  # B lives: share 2, nothing free
+    assert store.lease_runs("ctl-c", 10) == set()  # C lives too
+    assert {h[0] for h in store.run_heads("ctl-b")} == set()  # A's runs are not B's to read
+    clock.advance(11)  # A died; B and C live on
+    says_it_lives(store, "ctl-b", 10)
+    says_it_lives(store, "ctl-c", 10)
+    # B's share is 2 of 4 (three live: B, C and A gone): it takes 2, the rest made free
+    taken = store.lease_runs("ctl-b", 10)
+    assert len(taken) == 2
+    free = set(runs) - taken
+    assert {h[0] for h in store.run_heads("ctl-c")} == free  # found by C's per-tick read
+    assert {store.get_run(r).lease_owner for r in free} == {None}
+    with store._db.transaction() as tx:
+        owners = {o for (o,) in tx.tuples("SELECT owner FROM controllers")}
+    assert owners == {"ctl-b", "ctl-c"}
+    assert store.lease_runs("ctl-c", 10) == free
+
+
+def test_the_loops_read_is_the_runs_held_and_the_free_ones(store: Store, clock: FakeClock) -> None:
+    """``run_heads(owner)``: the runs the owner holds and those nobody holds, oldest first;
+    none another controller holds."""
+    runs = []
+    for _ in range(6):
+        runs.append(make_run(store).id)
+        clock.advance(0.01)
+    assert store.lease_runs("ctl-a", 20) == set(runs)
+    assert store.lease_runs("ctl-b", 20) == set()
+    store.release_runs("ctl-a")
+    store.lease_runs("ctl-a", 20)  # A back: its share, 3 (B lives)
+    assert store.lease_runs("ctl-b", 20) == set(runs[3:])
+    late = make_run(store).id  # nobody's yet
+    store.transition(runs[4], "CANCELLED", "user")
+    assert [h[0] for h in store.run_heads("ctl-a")] == [*runs[:3], late]
+    assert [h[0] for h in store.run_heads("ctl-b")] == [runs[3], runs[5], late]
+    assert [h[0] for h in store.run_heads()] == [*runs[:4], runs[5], late]

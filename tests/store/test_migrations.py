@@ -206,3 +206,36 @@ def test_the_loops_read_of_the_active_runs_is_the_index_alone(tmp_path: Path):
         with store._db.transaction() as tx:
             plan = " ".join(str(row) for row in tx.tuples("EXPLAIN QUERY PLAN " + asked[0]))
     assert "COVERING INDEX ix_runs_active" in plan and "TEMP B-TREE" not in plan, plan
+
+
+def test_a_controllers_read_of_its_runs_is_the_leases_index_alone(tmp_path: Path):
+    """``Store.run_heads(owner)`` (each tick of a controller sharing the store) reads two
+    ranges of ``ix_runs_leases``, its own runs and the free ones: no table row, none of the
+    runs another controller holds."""
+    from corral.store.db import Tx
+
+    with Store.open(f"sqlite:///{tmp_path}/a.db") as store:
+        ids = [make_run(store).id for _ in range(4)]
+        assert len(store.lease_runs("ctl-a", 20)) == 4  # alone: all four
+        assert store.lease_runs("ctl-b", 20) == set()  # B joins: nothing free
+        new = make_run(store).id  # nobody's yet
+        asked: list[str] = []
+        real = Tx.tuples
+
+        def seen(self: Tx, sql: str, params: dict[str, object] | None = None) -> list[tuple]:
+            asked.append(sql)
+            return real(self, sql, params)
+
+        Tx.tuples = seen  # type: ignore[method-assign]
+        try:
+            heads = store.run_heads("ctl-a")
+            theirs = store.run_heads("ctl-b")
+        finally:
+            Tx.tuples = real  # type: ignore[method-assign]
+        assert [h[0] for h in heads] == [*ids, new]
+        assert [h[0] for h in theirs] == [new]  # the free one only
+        with store._db.transaction() as tx:
+            plan = " ".join(
+                str(row) for row in tx.tuples("EXPLAIN QUERY PLAN " + asked[0], {"me": "ctl-a"})
+            )
+    assert plan.count("COVERING INDEX ix_runs_leases") == 2, plan

@@ -329,15 +329,21 @@ class Controller:
         """The active runs from the store, into the schedule; runs that ended elsewhere (or
         are no longer held) are forgotten."""
         self._before_read(leases=False)
+        # sharing the store: only the runs it holds and the free ones (its share, not all)
+        owner = self.leases.owner if self.leases is not None else None
         try:
             # highest priority first, then oldest: the line for capacity goes in this order
-            heads = self.ctx.store.run_heads()  # (id, state, requested action): Head rows
+            heads = self.ctx.store.run_heads(owner)  # (id, state, requested action): Head rows
+            if self.leases is not None:  # the store is asked only when something may change
+                held = self.leases.refresh([h[0] for h in heads])
+                if held.difference(h[0] for h in heads):  # taken from a controller gone
+                    heads = self.ctx.store.run_heads(owner)
         except Exception as e:  # the store itself failed: keep the schedule, retry
             log.error("controller tick failed: %s", e)
             return
-        if self.leases is not None:  # the store is asked only when something may change
-            self.leases.refresh([h[0] for h in heads])
-        if self.holds is not None:
+        if self.leases is not None:
+            self._elsewhere = self.leases.elsewhere
+        elif self.holds is not None:
             self._elsewhere = sum(1 for h in heads if not self.holds(h[0]))
         for run_id in self.schedule.sync(heads):
             self._forget(run_id)

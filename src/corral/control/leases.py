@@ -1,13 +1,15 @@
 """This controller's leases: which live runs it babysits when several controllers share one
-store (see ``Store.lease_runs``).
+store (see ``Store.lease_share``).
 
 Each controller has an owner id, stable for its ``CORRAL_HOME`` on its host (a controller
 restarted on the same home picks its runs up again at once; only one runs per home, by the
 home's lock). Each holds about its share of the active runs: one over it (a controller joined)
-gives RUNNING runs of the ``movable`` providers up to the others. :meth:`Leases.refresh` takes the free and expired runs and renews its own;
-:meth:`Leases.holds` answers from what the last refresh got, and says no once that is older
-than half the lease (a controller that cannot reach the store stops acting on its runs before
-another one may take them over).
+gives RUNNING runs of the ``movable`` providers up to the others; a run nobody took for a lease
+is taken past the share. :meth:`Leases.refresh` takes the free and expired runs and renews its
+own; :meth:`Leases.holds` answers from what the last refresh got, and says no once that is
+older than half the lease (a controller that cannot reach the store stops acting on its runs
+before another one may take them over). The loop reads only the runs this controller holds and
+the free ones (``Store.run_heads(owner=...)``), so a tick costs a controller its share.
 """
 
 from __future__ import annotations
@@ -49,18 +51,22 @@ class Leases:
         self.clock = clock
         self._held: set[str] = set()
         self._at: float | None = None
-        #: the active runs known at the last refresh
+        #: the runs read (its own and the free ones) at the last refresh
         self._seen: set[str] = set()
+        #: the active runs this controller does not hold (another one does, or none yet), at
+        #: the last refresh
+        self.elsewhere = 0
 
     def refresh(self, active: Collection[str] | None = None) -> set[str]:
         """Take and renew leases now; the runs held. A store failure keeps the last answer
         (which :meth:`holds` stops trusting after half a lease).
 
-        ``active``: the ids of the active runs, just read. When none is new since the last
-        refresh and that is less than a quarter of a lease old, the store is not asked (ten
-        thousand runs are not read again every tick for nothing): a new run is taken at once,
-        a lease renewed in time, and a run another controller let expire is taken within a
-        quarter of a lease."""
+        ``active``: the ids of the runs just read (this controller's and the free ones:
+        ``Store.run_heads(owner=...)``). When none is new since the last refresh and that is
+        less than a quarter of a lease old, the store is not asked (ten thousand runs are not
+        read again every tick for nothing): a new run is taken at once, a lease renewed in
+        time, and a run another controller let expire is taken within a quarter of a
+        lease."""
         now = self.clock()
         if (
             active is not None
@@ -70,7 +76,9 @@ class Leases:
         ):
             return set(self._held)
         try:
-            self._held = self.store.lease_runs(self.owner, self.ttl_s, movable=self.movable)
+            got = self.store.lease_share(self.owner, self.ttl_s, movable=self.movable)
+            self._held = set(got.held)
+            self.elsewhere = got.active - len(got.held)
             self._at = now
             self._seen = set(active) if active is not None else set()
         except Exception as e:

@@ -46,6 +46,8 @@ class Dialect(ABC):
     run_priority = "5"
     #: after ``FROM runs`` in a listing of the unfinished runs, newest first
     active_runs_hint = ""
+    #: after ``FROM runs`` in a read of the unfinished runs by their lease holder
+    lease_runs_hint = ""
 
     def __init__(self, db_url: DbUrl):
         self.db_url = db_url
@@ -118,6 +120,7 @@ class SqliteDialect(Dialect):
     one_writer = True
     #: without statistics SQLite would read the state index and sort every unfinished run
     active_runs_hint = " INDEXED BY ix_runs_active"
+    lease_runs_hint = " INDEXED BY ix_runs_leases"
     #: the run's spec ``priority`` (5 when it has none), for ordering in SQL
     run_priority = "COALESCE(json_extract(spec, '$.priority'), 5)"
     errors = (sqlite3.Error,)

@@ -64,6 +64,19 @@ runs = sa.Table(
         sqlite_where=sa.text(ACTIVE_RUNS_SQL),
         postgresql_where=sa.text(ACTIVE_RUNS_SQL),
     ),
+    # the same runs by their lease holder: a controller sharing the store reads its own and
+    # the free ones (``lease_owner`` NULL) each tick from two ranges of it (revision 0010);
+    # ``lease_expires_at`` is in no index, so a renewal changes no index entry
+    sa.Index(
+        "ix_runs_leases",
+        "lease_owner",
+        "created_at",
+        "id",
+        "state",
+        "requested_action",
+        sqlite_where=sa.text(ACTIVE_RUNS_SQL),
+        postgresql_where=sa.text(ACTIVE_RUNS_SQL),
+    ),
 )
 
 attempts = sa.Table(
@@ -319,4 +332,6 @@ controllers = sa.Table(
     metadata,
     sa.Column("owner", sa.String, primary_key=True),
     sa.Column("expires_at", TS, nullable=False),
+    # when it last took runs (or tried to), or first said it lives (revision 0010)
+    sa.Column("took_at", TS),
 )

@@ -215,19 +215,37 @@ class Store(
         with self._db.transaction() as tx:
             return self._records(tx, "runs", RunRecord, sql, params)
 
-    def run_heads(self) -> list[tuple[str, str, str | None]]:
+    def run_heads(self, owner: str | None = None) -> list[tuple[str, str, str | None]]:
         """``(id, state, requested_action)`` of every active run, oldest first, the runs
         waiting for capacity (PENDING, RECOVERING) by their ``priority`` first, highest
         first: what the controller's loop reads every tick. Read from the partial index of
         the unfinished runs alone (it holds these columns, in this order: no table row and
         no sort of ten thousand runs), no timestamp converted; the priority of a waiting run
-        is read from its spec once, when first seen waiting (kept while it waits)."""
-        sql = (
-            f"SELECT id, state, requested_action FROM runs{self._db.dialect.active_runs_hint} "
-            f"{_ACTIVE_WHERE} ORDER BY created_at, id"
-        )
+        is read from its spec once, when first seen waiting (kept while it waits).
+
+        ``owner``: only the runs whose lease it holds and those nobody holds (new, given
+        up, released, or a gone controller's), from the index of the runs by lease holder
+        (two ranges of it: a controller sharing the store with K-1 others reads about 1/K
+        of the active runs)."""
+        d = self._db.dialect
+        params = None
+        if owner is None:
+            sql = (
+                f"SELECT id, state, requested_action FROM runs{d.active_runs_hint} "
+                f"{_ACTIVE_WHERE} ORDER BY created_at, id"
+            )
+        else:
+            part = (
+                f"SELECT id, state, requested_action, created_at FROM runs{d.lease_runs_hint} "
+                f"{_ACTIVE_WHERE} AND lease_owner"
+            )
+            sql = (
+                f"SELECT id, state, requested_action FROM ({part} = :me UNION ALL {part} "
+                "IS NULL) AS u ORDER BY created_at, id"
+            )
+            params = {"me": owner}
         with self._db.transaction() as tx:
-            rows: list[tuple[str, str, str | None]] = tx.tuples(sql)
+            rows: list[tuple[str, str, str | None]] = tx.tuples(sql, params)
             waiting = [rid for rid, state, _ in rows if state in _WAITING]
             known = self._priorities
             new = [rid for rid in waiting if rid not in known]

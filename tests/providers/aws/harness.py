@@ -1,8 +1,9 @@
 """The fake AWS for tests: a moto server on loopback (EC2's books), a fake of the Price List
 API (moto has no ``pricing``; it serves the bundled catalog's on-demand prices), plus what moto
 cannot do - reclaiming a spot instance the way EC2 does (``StateReason``
-``Server.SpotInstanceTermination``), a machine powering itself off, and placement groups
-(:mod:`.moto_placement`, added to moto's EC2 in this process).
+``Server.SpotInstanceTermination``), a machine powering itself off, placement groups
+(:mod:`.moto_placement`, added to moto's EC2 in this process) and the refusal to delete a
+security group in use (:mod:`.moto_security_groups`).
 Machines are played by :class:`~corral.testing.aws.LocalMachineRunner`, spot
 notices by :class:`fake_imds.FakeImds`.
 
@@ -22,6 +23,7 @@ from moto.server import ThreadedMotoServer
 from corral.pricing import load_catalog
 from pricing.fake_price_list import FakePriceList, product
 
+from . import moto_security_groups
 from .moto_placement import PlacementBooks, install
 
 ACCOUNT = "123456789012"
@@ -35,6 +37,7 @@ class MotoAws:
     def __init__(self) -> None:
         #: placement groups, which moto lacks (a test sets a group's capacity here)
         self.placement: PlacementBooks = install()
+        moto_security_groups.install()  # a group in use is not deleted, as on EC2
         self.server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
         self.server.start()
         host, port = self.server.get_host_and_port()

@@ -133,7 +133,7 @@ def test_every_provider_method_sends_only_requests_botocore_validates(make_provi
         p.logs(inst, tail=5)
         assert p.find(inst.key) is not None
     # a gang of two (no named volumes: one EBS volume, one instance): the placement group,
-    # the zone of its head, the rule between the nodes, a data volume per node
+    # the zone of its head, the run's security group, a data volume per node
     plain = next(
         o for o in p.offers(A10G) if not o.spot and o.details["instance_type"] == "g5.xlarge"
     )
@@ -185,6 +185,8 @@ def test_every_provider_method_sends_only_requests_botocore_validates(make_provi
         "ec2.CreatePlacementGroup",
         "ec2.DescribePlacementGroups",
         "ec2.DeletePlacementGroup",
+        "ec2.CreateSecurityGroup",
+        "ec2.DeleteSecurityGroup",
     }, sorted(rec.ops())
 
 

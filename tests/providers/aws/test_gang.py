@@ -1,9 +1,10 @@
-"""A gang on EC2 (moto, with the placement groups :mod:`.moto_placement` adds): every node in one
-availability zone and the run's cluster placement group, the security group admitting the
-nodes to one another, each node tagged with its rank and launched once per key, the head
-reached at its private address; the group deleted with the run once its instances are gone;
-and a half-formed gang (the head launched, the next node without capacity) released by the
-controller with nothing left behind."""
+"""A gang on EC2 (moto, with the placement groups :mod:`.moto_placement` adds and the refusal to
+delete a security group in use :mod:`.moto_security_groups` adds): every node in one
+availability zone, the run's cluster placement group and the run's own security group, which
+admits the run's nodes to one another and holds no other instance, each node tagged with its
+rank and launched once per key, the head reached at its private address; both groups deleted
+with the run once its instances are gone; and a half-formed gang (the head launched, the next
+node without capacity) released by the controller with nothing left behind."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ from support.waiting import wait_until
 from ..contract import new_key
 from .harness import MotoAws
 from .test_botocore_validation import PlayedMachines
-from .test_provider import gang_bootstrap, pick
+from .test_provider import bootstrap, gang_bootstrap, pick
 
 
 def _tags(item: dict) -> dict[str, str]:
@@ -53,10 +54,32 @@ def _groups(aws: MotoAws, run_id: str) -> list[dict]:
     )["PlacementGroups"]
 
 
-def test_a_two_node_gang_is_one_zone_one_cluster_group_and_a_rule_between_its_nodes(
+def _security_groups(aws: MotoAws, run_id: str) -> list[dict]:
+    """The security groups tagged with the run (its gang's own)."""
+    return aws.client().describe_security_groups(
+        Filters=[{"Name": "tag:corral:run", "Values": [run_id]}]
+    )["SecurityGroups"]
+
+
+def _in_group(aws: MotoAws, group_id: str) -> set[str]:
+    """The ids of the instances not terminated that are in the security group."""
+    return {
+        i["InstanceId"]
+        for i in aws.instances(Filters=[{"Name": "instance.group-id", "Values": [group_id]}])
+        if i["State"]["Name"] != "terminated"
+    }
+
+
+def _rules(aws: MotoAws, group_id: str) -> dict[tuple[int, int, str], dict]:
+    (group,) = aws.client().describe_security_groups(GroupIds=[group_id])["SecurityGroups"]
+    return {(r["FromPort"], r["ToPort"], r["IpProtocol"]): r for r in group["IpPermissions"]}
+
+
+def test_a_two_node_gang_is_one_zone_one_cluster_group_and_a_security_group_of_the_run_s_own(
     make_provider, aws, owner, tmp_path
 ):
-    p = make_provider(machine_runner=PlayedMachines(), controller_cidr=_cidr())
+    cidr = _cidr()
+    p = make_provider(machine_runner=PlayedMachines(), controller_cidr=cidr)
     offer = pick(p, spot=False)
     head_key = new_key()
     run_id = head_key.rsplit("-a", 1)[0]
@@ -80,15 +103,34 @@ def test_a_two_node_gang_is_one_zone_one_cluster_group_and_a_rule_between_its_no
     assert (head.data["rank"], member.data["rank"]) == (0, 1)
     assert p.find(member_key).data["rank"] == 1
     assert {i.data["rank"] for i in p.list_instances()} == {0, 1}
-    # the nodes' security group admits all TCP from itself, beside the agent's port
+    # the nodes' security group is the run's own: all TCP from itself, and the agent's port
+    # from the controller as a single node's group has it
     (sg,) = {g["GroupId"] for i in items.values() for g in i["SecurityGroups"]}
-    rules = aws.client().describe_security_groups(GroupIds=[sg])["SecurityGroups"][0]
-    by_peer = {(r["FromPort"], r["ToPort"], r["IpProtocol"]): r for r in rules["IpPermissions"]}
+    (own,) = _security_groups(aws, run_id)
+    assert (own["GroupId"], own["GroupName"]) == (sg, f"corral-gang-{run_id}")
+    assert _tags(own)["corral:owner"] == owner
+    by_peer = _rules(aws, sg)
+    assert set(by_peer) == {(0, 65535, "tcp"), (7450, 7450, "tcp")}
     between = by_peer[0, 65535, "tcp"]
     assert [pair["GroupId"] for pair in between["UserIdGroupPairs"]] == [sg]
     assert between["IpRanges"] == []
     assert by_peer[7450, 7450, "tcp"]["UserIdGroupPairs"] == []
-    for inst in (head, member):
+    assert [r["CidrIp"] for r in by_peer[7450, 7450, "tcp"]["IpRanges"]] == [cidr]
+    # only the run's nodes are in it: not a single node of the same controller, whose group
+    # admits nothing between its instances, nor another run's gang, which has a group of its own
+    single_key = new_key()
+    single = p.launch(offer, bootstrap(tmp_path, single_key), single_key)
+    other_key = new_key()
+    other = p.launch(offer, gang_bootstrap(tmp_path, other_key, 0), other_key)
+    assert _in_group(aws, sg) == {head.instance_id, member.instance_id}
+    (single_item,) = aws.instances(InstanceIds=[single.instance_id])
+    (single_sg,) = [g["GroupId"] for g in single_item["SecurityGroups"]]
+    assert single_sg != sg
+    assert [r["UserIdGroupPairs"] for r in _rules(aws, single_sg).values()] == [[]]
+    (other_group,) = _security_groups(aws, other_key.rsplit("-a", 1)[0])
+    assert other_group["GroupId"] not in (sg, single_sg)
+    assert _in_group(aws, other_group["GroupId"]) == {other.instance_id}
+    for inst in (head, member, single, other):
         _gone(p, inst)
 
 
@@ -140,6 +182,7 @@ def test_a_repaired_gang_s_new_node_joins_the_kept_nodes_zone_and_group_whatever
         offer, gang_bootstrap(tmp_path, f"{head_key}-k1", 1, p.gang_address(head)), f"{head_key}-k1"
     )
     zone = head.data["zone"]
+    (group,) = _security_groups(aws, run_id)
 
     def second(key: str, rank: int, address: str = "127.0.0.1"):
         bs = gang_bootstrap(tmp_path, key, rank, address)
@@ -162,10 +205,15 @@ def test_a_repaired_gang_s_new_node_joins_the_kept_nodes_zone_and_group_whatever
         f"{run_id}-a2-k1": ("1", "2"),
         f"{run_id}-a2": ("0", "2"),
     }
+    # both in the run's security group, which the repair kept (the kept head was in it)
+    assert _in_group(aws, group["GroupId"]) == {new.instance_id, new_head.instance_id}
+    # the provider of another controller address: admitted to the agents of the kept nodes too
+    sources = {r["CidrIp"] for r in _rules(aws, group["GroupId"])[7450, 7450, "tcp"]["IpRanges"]}
+    assert len(sources) == 2
     for inst in (new, new_head):
         _gone(p, inst)
     p.release_run(run_id)
-    assert _groups(aws, run_id) == []
+    assert _groups(aws, run_id) == [] and _security_groups(aws, run_id) == []
 
 
 def test_each_node_has_a_data_volume_of_its_own_and_named_volumes_are_refused(
@@ -229,10 +277,13 @@ def test_the_run_s_group_goes_once_its_instances_are_gone_a_half_formed_gang_inc
     assert [i["InstanceId"] for i in aws.live_instances(owner)] == [head.instance_id]
     with pytest.raises(NotYetTerminated, match=f"corral-{run_id} still holds instances"):
         p.release_run(run_id)  # the head is still in it
-    assert len(_groups(aws, run_id)) == 1
+    with pytest.raises(NotYetTerminated, match=f"corral-gang-{run_id} still holds instances"):
+        p.release_security_groups(run_id)  # EC2 refuses to delete a group in use
+    assert len(_groups(aws, run_id)) == 1 and len(_security_groups(aws, run_id)) == 1
     _gone(p, head)
     p.release_run(run_id)
     assert _groups(aws, run_id) == [] and aws.live_instances(owner) == []
+    assert _security_groups(aws, run_id) == []
     p.release_run(run_id)  # again: nothing to do
 
 
@@ -245,14 +296,18 @@ def test_the_leak_sweep_deletes_the_empty_groups_of_runs_that_are_over(
     heads = [p.launch(offer, gang_bootstrap(tmp_path, k, 0), k) for k in keys]
     over, active = (k.rsplit("-a", 1)[0] for k in keys)
     _gone(p, heads[0])
-    # the run still active keeps its group; the one over loses its, once empty
+    # the run still active keeps its groups; the one over loses its, once empty
     swept = p.sweep([keys[1]], [active], min_age_s=0)
-    assert f"corral-{over}" in swept and f"corral-{active}" not in swept
+    assert {f"corral-{over}", f"corral-gang-{over}"} <= set(swept)
+    assert not {f"corral-{active}", f"corral-gang-{active}"} & set(swept)
     assert _groups(aws, over) == [] and len(_groups(aws, active)) == 1
+    assert _security_groups(aws, over) == [] and len(_security_groups(aws, active)) == 1
     # a group still holding an instance is left for the next sweep
-    assert f"corral-{active}" not in p.sweep([keys[1]], [], min_age_s=0)
+    swept = p.sweep([keys[1]], [], min_age_s=0)
+    assert not {f"corral-{active}", f"corral-gang-{active}"} & set(swept)
     _gone(p, heads[1])
-    assert f"corral-{active}" in p.sweep([], [], min_age_s=0)
+    assert {f"corral-{active}", f"corral-gang-{active}"} <= set(p.sweep([], [], min_age_s=0))
+    assert _security_groups(aws, active) == []
 
 
 def test_which_types_a_cluster_group_takes(make_provider):
@@ -317,5 +372,6 @@ def test_a_half_formed_gang_is_released_by_the_controller_and_nothing_is_left(
     assert run.state == "CANCELLED"
     assert store.resources(run_id=run_id, open_only=True) == []
     assert aws.live_instances(owner) == []
-    # the run's placement group went with the run (release_run, once its nodes were gone)
-    assert _groups(aws, run_id) == []
+    # the run's placement group and security group went with the run (release_run, once
+    # its nodes were gone)
+    assert _groups(aws, run_id) == [] and _security_groups(aws, run_id) == []

@@ -1,9 +1,9 @@
 """A gang on EC2 repaired (moto, machines played on this machine with their real agents, an
 in-process controller): node 1's spot instance reclaimed, the head's instance is kept and only
-node 1 is launched again, into the same zone and cluster placement group, tagged with its rank;
-the run succeeds on the repaired gang and its end leaves no instance and no group. Where EC2
-cannot place the replacement (``InsufficientInstanceCapacity`` in the group), the whole gang is
-relaunched and the run says why."""
+node 1 is launched again, into the same zone, cluster placement group and the run's security
+group, tagged with its rank; the run succeeds on the repaired gang and its end leaves no
+instance and no group. Where EC2 cannot place the replacement (``InsufficientInstanceCapacity``
+in the group), the whole gang is relaunched and the run says why."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from corral.control.controller import Controller
 from corral.store import Store
 
 from .harness import MotoAws
-from .test_gang import _cidr, _groups, _tags
+from .test_gang import _cidr, _groups, _security_groups, _tags
 
 pytestmark = pytest.mark.slow
 
@@ -63,7 +63,8 @@ def _rows(store: Store, run_id: str) -> dict[tuple[int, int], object]:
 def _ended_clean(aws: MotoAws, owner: str, store: Store, run_id: str) -> None:
     assert store.resources(run_id=run_id, open_only=True) == []
     assert aws.live_instances(owner) == []
-    assert _groups(aws, run_id) == []  # release_run, once every node was terminated
+    # release_run, once every node was terminated: the placement group and security group
+    assert _groups(aws, run_id) == [] and _security_groups(aws, run_id) == []
 
 
 def test_a_reclaimed_node_is_replaced_in_the_gang_s_zone_and_group_the_head_kept(
@@ -72,6 +73,7 @@ def test_a_reclaimed_node_is_replaced_in_the_gang_s_zone_and_group_the_head_kept
     run_id, store, controller = _gang_run(tmp_path, make_provider)
     first = _rows(store, run_id)
     head, lost = first[1, 0], first[1, 1]
+    (group,) = _security_groups(aws, run_id)  # the run's own, while it runs
     aws.reclaim(lost.instance_id, runner=runner)  # EC2 takes node 1's spot instance back
     run = tick_until(controller, store, run_id, lambda run: run.terminal, timeout=120)
     assert run.state == "SUCCEEDED", run.reason
@@ -92,9 +94,9 @@ def test_a_reclaimed_node_is_replaced_in_the_gang_s_zone_and_group_the_head_kept
     assert new["Placement"]["AvailabilityZone"] == old["Placement"]["AvailabilityZone"]
     assert new["Placement"]["GroupName"] == old["Placement"]["GroupName"] == f"corral-{run_id}"
     assert (_tags(new)["corral:node-rank"], _tags(new)["corral:attempt"]) == ("1", "2")
-    assert {g["GroupId"] for g in new["SecurityGroups"]} == {
-        g["GroupId"] for g in old["SecurityGroups"]
-    }
+    # in the run's security group, which the repair kept, the kept head in it
+    assert {g["GroupId"] for g in new["SecurityGroups"]} == {group["GroupId"]}
+    assert {g["GroupId"] for g in old["SecurityGroups"]} == {group["GroupId"]}
     # each node's history (the manifest's node_attempts): its machines, zone and ends
     zone = old["Placement"]["AvailabilityZone"]
     history = gang_history.history(controller.ctx, run)

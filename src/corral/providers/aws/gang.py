@@ -1,7 +1,8 @@
 """EC2's gangs (a multi-node job, ``docs/multinode.md``): N instances of one type, each launched
 on its own key (one ``run_instances`` per node, idempotent on its ``ClientToken``), in one
 availability zone and, where the type allows it, the run's cluster placement group
-(:mod:`.placement`); their security group admits all TCP between them. A mixin of
+(:mod:`.placement`), and in the run's own security group, which admits all TCP between
+them and nothing of any other run (:mod:`.gang_group`). A mixin of
 :class:`~corral.providers.aws.provider.AwsProvider`.
 
 * **The head** (rank 0) goes where the offer says (a spot offer's zone; EC2's pick for an
@@ -13,13 +14,13 @@ availability zone and, where the type allows it, the run's cluster placement gro
 * **A repair** (``keeps_members``: an EC2 instance, on-demand or spot, idles safely while a
   lost node is replaced) keeps the surviving instances, tagged with the attempt they were
   launched for: the replacement of a lost node goes into the zone of the run's live
-  instances (the kept head's, for a lost member; the kept members', for a lost head) and the
-  same group, tagged with its rank. EC2 refusing it there (``InsufficientInstanceCapacity``:
+  instances (the kept head's, for a lost member; the kept members', for a lost head), the
+  same placement group and the run's security group, tagged with its rank. EC2 refusing it there (``InsufficientInstanceCapacity``:
   the group's rack is full) is :class:`NoCapacity`, and the controller relaunches the whole
   gang.
 * **The end**: the controller terminates every node; :meth:`release_run` then deletes the
-  group (:class:`NotYetTerminated` while an instance is still in it), and the leak sweep
-  deletes the groups of runs that are over.
+  placement group and the security group (:class:`NotYetTerminated` while an instance is
+  still in one), and the leak sweep deletes the groups of runs that are over.
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ class Ec2Gangs(SupportsGangs):
 
     max_nodes: ClassVar[int] = 256
     gang_form: ClassVar[str] = (
-        "one availability zone, a cluster placement group, a security-group rule between the nodes"
+        "one availability zone, a cluster placement group, a security group of the run's own"
     )
     launches_gangs: ClassVar[bool] = True
     keeps_members: ClassVar[bool] = True
@@ -62,7 +63,8 @@ class Ec2Gangs(SupportsGangs):
     _cluster_types: dict[tuple[str, str], bool]
 
     def gang_port(self, run_id: str) -> int:
-        """Torch's default port: the security group admits every TCP port between the nodes."""
+        """Torch's default port: the run's security group admits every TCP port between its
+        nodes."""
         return placement.GANG_PORT
 
     def gang_address(self, head: Instance) -> str:

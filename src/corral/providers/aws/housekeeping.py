@@ -1,5 +1,5 @@
 """Housekeeping of the AWS provider (a mixin of :class:`AwsProvider`): the leak sweep, the
-persistent data volumes, the gangs' placement groups, and console logs."""
+persistent data volumes, the gangs' placement groups and security groups, and console logs."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from corral.errors import NotYetTerminated, ProviderError
-from corral.providers.aws import named, placement, volumes
+from corral.providers.aws import gang_group, named, placement, volumes
 from corral.providers.aws.launch import TAG_RUN
 from corral.providers.aws.mapping import tags
 from corral.providers.base import Instance, VolumeInfo
@@ -20,11 +20,15 @@ if TYPE_CHECKING:
     from corral.providers.aws.settings import AwsSettings
 
 log = logging.getLogger("corral.providers.aws")
+#: how long a run's end waits for EC2 to let its security group go once no instance is in it
+#: (the network interfaces of instances terminated moments ago); then the leak sweep deletes it
+GROUP_RELEASE_WAIT_S = 300.0
 
 
 class Housekeeping:
     """Needs from the class it is mixed into: ``ec2``, ``settings``, ``clock``, ``list_instances``,
-    ``terminate`` and ``_scan`` (see :class:`~corral.providers.aws.provider.AwsProvider`)."""
+    ``terminate`` and ``_scan`` (see :class:`~corral.providers.aws.provider.AwsProvider`), and
+    ``_groups_refused``, an empty dict at first."""
 
     ec2: Ec2
     settings: AwsSettings
@@ -32,6 +36,8 @@ class Housekeeping:
     list_instances: Callable[[], list[Instance]]
     terminate: Callable[[Instance], None]
     _scan: Callable[..., list[Any]]
+    #: security group id -> when EC2 first refused to delete it with no instance in it
+    _groups_refused: dict[str, float]
 
     def sweep(
         self,
@@ -43,9 +49,10 @@ class Housekeeping:
         """Terminate this controller's instances whose key is not in ``active_keys`` (their
         run is over, or was never recorded) and that are older than ``min_age_s`` (a launch
         in flight is not a leak); with ``active_runs``, also delete the unattached data
-        volumes (:meth:`sweep_volumes`) and the empty placement groups
-        (:meth:`sweep_placement`) of runs not in it. Returns the instance ids asked to
-        terminate, the volume ids and the placement group names deleted."""
+        volumes (:meth:`sweep_volumes`), the empty placement groups (:meth:`sweep_placement`)
+        and the empty security groups (:meth:`sweep_security_groups`) of runs not in it.
+        Returns the instance ids asked to terminate, the volume ids and the placement and
+        security group names deleted."""
         swept = self._sweep_instances(set(active_keys), min_age_s)
         if active_runs is not None:
             runs = set(active_runs)
@@ -57,6 +64,10 @@ class Housekeeping:
                 swept += self.sweep_placement(runs)
             except ProviderError as e:
                 log.warning("aws: placement group sweep failed: %s", e.message)
+            try:
+                swept += self.sweep_security_groups(runs)
+            except ProviderError as e:
+                log.warning("aws: security group sweep failed: %s", e.message)
         return swept
 
     def _sweep_instances(self, active: set[str], min_age_s: float) -> list[str]:
@@ -153,6 +164,64 @@ class Housekeeping:
                 log.info("aws: placement group %s not deleted yet: %s", name, e.message)
                 continue
             log.warning("aws: sweep deleted placement group %s (run %s)", name, run)
+            deleted.append(name)
+        return deleted
+
+    # --- the gangs' security groups (gang_group.py) -----------------------------------------
+
+    def _run_groups(self, run_id: str | None = None) -> list[tuple[str, str, str, str]]:
+        """(region, group id, group name, run id) of this controller's gang security groups
+        (of one run)."""
+        owner = self.settings.owner
+        return self._scan(
+            lambda r: [
+                (r, str(g["GroupId"]), str(g["GroupName"]), tags(g).get(TAG_RUN, ""))
+                for g in gang_group.groups(self.ec2, r, run_id=run_id, owner=owner)
+            ]
+        )
+
+    def release_security_groups(self, run_id: str) -> list[str]:
+        """Delete the run's security group (call when its instances are terminated).
+        :class:`NotYetTerminated` while an instance is still in it, and for up to
+        :data:`GROUP_RELEASE_WAIT_S` while EC2 still refuses with none in it; past that the
+        run's end goes on and the leak sweep deletes the group."""
+        deleted = []
+        for region, group_id, name, _ in self._run_groups(run_id):
+            if gang_group.delete(self.ec2, region, group_id, name):
+                self._groups_refused.pop(group_id, None)
+                deleted.append(name)
+                continue
+            first = self._groups_refused.setdefault(group_id, self.clock())
+            if self.clock() - first < GROUP_RELEASE_WAIT_S:
+                raise NotYetTerminated(f"aws: security group {name} is still in use")
+            log.warning(
+                "aws: security group %s (%s) of run %s is still in use with no instance in it; "
+                "the leak sweep deletes it once EC2 lets it go",
+                name,
+                group_id,
+                run_id,
+            )
+        return deleted
+
+    def sweep_security_groups(self, active_runs: Iterable[str]) -> list[str]:
+        """Delete this controller's gang security groups of runs not in ``active_runs`` (a run
+        that ended without :meth:`release_security_groups`); one still in use is left for the
+        next sweep. Returns the names deleted."""
+        active = set(active_runs)
+        deleted = []
+        for region, group_id, name, run in self._run_groups():
+            if run in active:
+                continue
+            try:
+                gone = gang_group.delete(self.ec2, region, group_id, name)
+            except ProviderError as e:  # NotYetTerminated: in use; anything else: next time
+                log.info("aws: security group %s not deleted yet: %s", name, e.message)
+                continue
+            if not gone:
+                log.info("aws: security group %s not deleted yet: still in use", name)
+                continue
+            self._groups_refused.pop(group_id, None)
+            log.warning("aws: sweep deleted security group %s (run %s)", name, run)
             deleted.append(name)
         return deleted
 

@@ -9,7 +9,9 @@ Tags (on the instance; the run and key also on its root volume):
 * ``corral:node-rank`` - the node's rank in its gang (a multi-node attempt; 0 is the head).
 
 A node of a gang goes into its run's cluster placement group (``Placement.GroupName``,
-:mod:`.placement`) in its head's zone, and its security group admits the other nodes.
+:mod:`.placement`) in its head's zone, and into its run's own security group, which admits
+the run's other nodes (:mod:`.gang_group`); a single node into the group the controller's
+single-node instances share (:mod:`.network`).
 
 ``ClientToken`` is the key itself (a retried ``run_instances`` with the same token returns the
 instance of the first call instead of a second one), or a digest of it when longer than EC2's
@@ -26,7 +28,7 @@ import httpx
 
 from corral.errors import BadInput, ProviderError
 from corral.pricing import CatalogEntry
-from corral.providers.aws import named, network, placement, volumes
+from corral.providers.aws import gang_group, named, network, volumes
 from corral.providers.aws.client import Ec2
 from corral.providers.aws.settings import AwsSettings
 from corral.providers.aws.userdata import MachinePayload, NamedMount, user_data
@@ -173,7 +175,7 @@ class Launcher:
         self.ec2, self.settings, self._http = ec2, settings, http
         self._images: dict[str, tuple[str, str, int]] = {}
         self._groups: dict[str, str] = {}
-        self._gang_rules: set[str] = set()
+        self._vpcs: dict[str, str] = {}
         self._cidr: str | None = settings.controller_cidr
 
     def image(self, region: str) -> tuple[str, str, int]:
@@ -227,25 +229,44 @@ class Launcher:
         newest = max(found, key=lambda i: str(i.get("CreationDate") or ""))
         return str(newest["ImageId"])
 
+    def controller_cidr(self) -> str:
+        """The controller's address the groups admit (``controller_cidr``, else learned once)."""
+        if self._cidr is None:
+            http = self._http or httpx.Client(timeout=10, trust_env=False)
+            self._cidr = network.discover_cidr(self.settings.checkip_url, http)
+        return self._cidr
+
+    def vpc(self, region: str) -> str:
+        """The VPC corral's instances go into in ``region`` (looked up once)."""
+        if region not in self._vpcs:
+            self._vpcs[region] = network.vpc_for(self.ec2, region, self.settings.subnet_id)
+        return self._vpcs[region]
+
     def security_group(self, region: str) -> str:
+        """A single node's group: the controller to the agent's port, shared by the
+        controller's single-node instances in the VPC (made once, kept)."""
         if region not in self._groups:
-            if self._cidr is None:
-                http = self._http or httpx.Client(timeout=10, trust_env=False)
-                self._cidr = network.discover_cidr(self.settings.checkip_url, http)
-            vpc = network.vpc_for(self.ec2, region, self.settings.subnet_id)
+            s = self.settings
+            cidr = self.controller_cidr()
             self._groups[region] = network.ensure_security_group(
-                self.ec2, region, vpc, self.settings.agent_port, self._cidr, self.settings.owner
+                self.ec2, region, self.vpc(region), s.agent_port, cidr, s.owner
             )
         return self._groups[region]
 
-    def gang_security_group(self, region: str) -> str:
-        """:meth:`security_group`, admitting all TCP from its own members too (the nodes of a
-        gang reach one another; the rule is added once per region)."""
-        group_id = self.security_group(region)
-        if region not in self._gang_rules:
-            placement.allow_members(self.ec2, region, group_id)
-            self._gang_rules.add(region)
-        return group_id
+    def run_security_group(self, region: str, run_id: str) -> str:
+        """A gang's node's group: its run's own (:mod:`.gang_group`), the controller to the
+        agent's port and all TCP between the run's nodes, found or made at each node's
+        launch (deleted with the run)."""
+        s = self.settings
+        return gang_group.ensure(
+            self.ec2,
+            region,
+            self.vpc(region),
+            run_id,
+            owner=s.owner,
+            port=s.agent_port,
+            cidr=self.controller_cidr(),
+        )
 
     def request(
         self,
@@ -261,7 +282,7 @@ class Launcher:
     ) -> dict[str, Any]:
         """The ``run_instances`` arguments (creating the run's data volume first if the
         settings ask for one); a node of a gang (``bootstrap.gang``) in ``zone`` and
-        ``placement_group``, in the security group that admits its gang."""
+        ``placement_group``, in its run's security group, which admits its gang."""
         s, region = self.settings, offer.region
         volume_id = None
         wanted = offer.details.get("volumes") or []
@@ -309,7 +330,9 @@ class Launcher:
             root_device=root_device,
             root_gb=root_gb,
             security_group=(
-                self.gang_security_group(region) if bootstrap.gang else self.security_group(region)
+                self.run_security_group(region, plan.run_id)
+                if bootstrap.gang
+                else self.security_group(region)
             ),
             tags=instance_tags(
                 key=key,

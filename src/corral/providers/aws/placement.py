@@ -1,6 +1,6 @@
 """Where a gang's instances go on EC2 (``docs/multinode.md``): a cluster placement group per run,
-``corral-<run id>``, tagged with the run and the controller that made it, and a rule of the
-security group that lets its members reach one another.
+``corral-<run id>``, tagged with the run and the controller that made it (the run's security
+group, which lets its nodes reach one another: :mod:`.gang_group`).
 
 * **Which instance types a cluster group takes** (EC2 User Guide, "Placement strategies for
   your placement groups", cluster placement groups' rules,
@@ -16,9 +16,6 @@ security group that lets its members reach one another.
   ``InvalidPlacementGroup.Unknown`` on deleting one that is gone (done), and
   ``InvalidPlacementGroup.InUse`` while an instance that is not terminated is in it
   (:class:`NotYetTerminated`: the caller asks again).
-* **The network**: the instances' security group admits all TCP from itself (one
-  self-referencing ingress rule, next to the agent-port rule): the ranks' rendezvous port
-  and the data connections NCCL and gloo open on ports of their own choosing.
 """
 
 from __future__ import annotations
@@ -123,26 +120,3 @@ def delete_group(ec2: Ec2, region: str, name: str) -> None:
         if code == "InvalidPlacementGroup.InUse":
             raise NotYetTerminated(f"aws: placement group {name} still holds instances") from None
         raise
-
-
-def allow_members(ec2: Ec2, region: str, group_id: str) -> None:
-    """The security group ``group_id`` admits all TCP from its own members (once)."""
-    try:
-        ec2.call(
-            region,
-            "authorize_security_group_ingress",
-            GroupId=group_id,
-            IpPermissions=[
-                {
-                    "IpProtocol": "tcp",
-                    "FromPort": 0,
-                    "ToPort": 65535,
-                    "UserIdGroupPairs": [
-                        {"GroupId": group_id, "Description": "corral gang: nodes of one run"}
-                    ],
-                }
-            ],
-        )
-    except ProviderError as exc:
-        if exc.fields.get("aws_code") != "InvalidPermission.Duplicate":
-            raise

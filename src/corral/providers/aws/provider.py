@@ -22,11 +22,13 @@
   that powered itself off and fails the attempt with that reason, and :meth:`launch` refuses
   that image from then on (:class:`BadInput`: the run fails at once instead of booting the
   same failure once per attempt), a restarted controller too (:mod:`.image_refusals`).
-* **Gangs** (:mod:`.gang`, :mod:`.placement`): the nodes of a multi-node attempt, one
-  ``run_instances`` each on its own key, in the head's zone and the run's cluster placement
-  group, their security group admitting one another; :meth:`release_run` deletes the group.
+* **Gangs** (:mod:`.gang`, :mod:`.placement`, :mod:`.gang_group`): the nodes of a multi-node
+  attempt, one ``run_instances`` each on its own key, in the head's zone, the run's cluster
+  placement group and the run's own security group, which admits its nodes to one another;
+  :meth:`release_run` deletes both groups.
 * **Terminate** is idempotent (missing = done; ``shutting-down`` = :class:`NotYetTerminated`).
-* **Leak sweep**: :meth:`sweep` terminates this controller's instances whose key is not active.
+* **Leak sweep**: :meth:`sweep` terminates this controller's instances whose key is not active
+  and deletes what outlives them of runs that are over (data volumes, the gangs' groups).
 
 * **Node** (:meth:`node_profile`): what its machines need from the agent plan (bind address,
   data-volume checkpoints, grace cap, power-off, the spot-notice hook :mod:`.notices`).
@@ -159,6 +161,7 @@ class AwsProvider(
         self._boot_verdicts: dict[str, str | None] = {}
         self._head_zones: dict[tuple[str, int], str] = {}
         self._cluster_types: dict[tuple[str, str], bool] = {}
+        self._groups_refused: dict[str, float] = {}
 
     # --- regions and offers -----------------------------------------------------------------
 
@@ -237,10 +240,11 @@ class AwsProvider(
         return datetime.now(UTC).isoformat(timespec="seconds")
 
     def release_run(self, run_id: str) -> None:
-        """The run's data volumes and its gangs' placement group go once its instances are
-        gone (:class:`NotYetTerminated` while one is still in the group)."""
+        """The run's data volumes and its gangs' placement group and security group go once
+        its instances are gone (:class:`NotYetTerminated` while one is still in a group)."""
         self.release_volumes(run_id)
         self.release_placement(run_id)
+        self.release_security_groups(run_id)
 
     # --- the node ---------------------------------------------------------------------------
 

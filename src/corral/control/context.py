@@ -71,6 +71,9 @@ class Settings:
     poll_workers: int = 16
     #: threads that launch, tear down and carry out requests (slow cloud calls)
     ops_workers: int = 8
+    #: a gang's nodes other than its head are launched at the same time, this many provider
+    #: calls at most at once (``control.gangs``: a thread each, for the look that launches them)
+    gang_launch_workers: int = 16
     #: how often each provider sweeps for machines no run knows (leaks)
     sweep_interval_s: float = 300.0
     #: how often the provider is asked about a machine whose agent answers (the preemption

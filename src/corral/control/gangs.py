@@ -5,12 +5,14 @@ take the next attempt: ``POST /attempt``), and giving up a gang that cannot be c
 A gang is one attempt with one resource row per node (its rank in the row's data; the head,
 rank 0, is the attempt's machine: ``control.resources``). Each node is launched like a lone
 machine (``launch_node.launch_key``: the intent written first, the provider call idempotent on
-the node's key), with its place in the gang (``wire.gang.GangRole``) in its bootstrap.
+the node's key), with its place in the gang (``wire.gang.GangRole``) in its bootstrap; the
+nodes other than the head are launched at the same time once it has an address.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from corral.control import gang_history, launch_node, transitions
@@ -61,7 +63,11 @@ def launch_members(ctx: Context, run: RunRecord, number: int) -> Transition | No
     """Launch every node of the current attempt's gang that has no machine yet (its head
     launched), and hand the attempt over to every node kept from the last one (a repair):
     None once each launched or waits on its idempotent retry; the gang given up
-    (:func:`gang_incomplete`) when a node cannot be had."""
+    (:func:`gang_incomplete`) when a node cannot be had.
+
+    Every such node's intent is recorded first, then their provider calls go out together
+    (:func:`_launch_together`): a gang of N is launched in about one call's time, not N. A
+    process that dies among them leaves intents only, each launched again on its own key."""
     head = next(
         (r for r in open_resources(ctx, run) if rank_of(r) == 0 and r.attempt == number), None
     )
@@ -69,6 +75,8 @@ def launch_members(ctx: Context, run: RunRecord, number: int) -> Transition | No
         return None
     offer = Offer.model_validate(head.data["offer"])
     have = {rank_of(r): r for r in open_resources(ctx, run) if r.attempt == number}
+    meet: GangRole | None = None  # where every node meets the head (asked once)
+    todo: list[tuple[int, str, GangRole]] = []
     for rank in range(ctx.spec(run).resources.nodes):
         row = have.get(rank)
         if row is not None and KEPT_FROM in row.data:
@@ -80,8 +88,8 @@ def launch_members(ctx: Context, run: RunRecord, number: int) -> Transition | No
             ctx.settings.intent_grace_s
         ):
             continue  # another process may be inside that launch right now
-        role = member_role(ctx, head, rank)
-        if role is None:
+        meet = meet or member_role(ctx, head, rank)
+        if meet is None:
             return None
         key = member_key(head.key, rank)
         ctx.store.record_intent(
@@ -91,9 +99,12 @@ def launch_members(ctx: Context, run: RunRecord, number: int) -> Transition | No
             key=key,
             data={"offer": offer.model_dump(mode="json"), "rank": rank},
         )
-        result, failure = launch_node.launch_key(ctx, run, number, key, offer, role)
-        if result == launch_node.Launch.FATAL:
-            return failure
+        todo.append((rank, key, meet.model_copy(update={"rank": rank})))
+    outcomes = _launch_together(ctx, run, number, offer, todo)
+    fatal = next((f for result, f in outcomes if result == launch_node.Launch.FATAL), None)
+    if fatal is not None:
+        return fatal
+    for (rank, _, _), (result, _) in zip(todo, outcomes, strict=True):
         if result in (launch_node.Launch.NEXT, launch_node.Launch.NEXT_PROVIDER):
             nodes = ctx.spec(run).resources.nodes
             return gang_incomplete(
@@ -102,6 +113,31 @@ def launch_members(ctx: Context, run: RunRecord, number: int) -> Transition | No
                 f"node {rank} of {nodes} could not be had on {launch_node.offer_text(offer)}",
             )
     return None
+
+
+def _launch_together(
+    ctx: Context,
+    run: RunRecord,
+    number: int,
+    offer: Offer,
+    nodes: Sequence[tuple[int, str, GangRole]],
+) -> list[tuple[launch_node.Launch, Transition | None]]:
+    """``launch_node.launch_key`` for each (rank, key, role) of ``nodes`` (their intents
+    recorded), at the same time: a thread each, at most ``Settings.gang_launch_workers``, of
+    a pool of this call's own (a look on the controller's operations workers waits for them:
+    their pool could be full of such looks). What became of each, in ``nodes``' order, once
+    every call has returned; the first error raised, then."""
+    if len(nodes) <= 1:
+        return [
+            launch_node.launch_key(ctx, run, number, key, offer, role) for _, key, role in nodes
+        ]
+    workers = max(1, min(len(nodes), ctx.settings.gang_launch_workers))
+    with ThreadPoolExecutor(workers, thread_name_prefix="corral-gang-launch") as pool:
+        calls = [
+            pool.submit(launch_node.launch_key, ctx, run, number, key, offer, role)
+            for _, key, role in nodes
+        ]
+    return [call.result() for call in calls]
 
 
 #: a kept node's row: the attempt it was kept from (its agent's token until the hand-over)

@@ -1,7 +1,7 @@
 """One machine's launch for an attempt: its bootstrap (the plan, built here from the spec and
 the provider's node contribution, the agent's token, the job's secrets), the attempt's row,
 and the provider call for one resource key, idempotent on it (``launching`` chooses the
-offers; ``gangs`` launches a gang's nodes one by one with this)."""
+offers; ``gangs`` launches a gang's other nodes with this, all at once)."""
 
 from __future__ import annotations
 

@@ -1,0 +1,139 @@
+"""A gang's nodes other than its head are launched at the same time (``control.gangs``): with
+a provider whose every launch takes a second, a gang of four is launched in about two seconds
+(the head, then its three other nodes together), not four; every node's intent is recorded
+before any of their calls, so a process that dies among them leaves intents only, and the
+next look launches each again on its own key, never a second machine."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from corral.control.context import Context, Settings
+from corral.control.controller import Controller, start_attempt
+from corral.control.gangs import member_key
+from corral.providers.base import Bootstrap, Instance, Offer
+from corral.providers.fake.provider import FakeProvider
+from corral.store import Store
+
+from .helpers import submit, write_spec
+
+#: how long each launch call takes (the provider's API answering)
+CALL_S = 1.0
+
+CLOUD = {
+    "offers": [
+        {"id": "cpu", "region": "r1", "gpu_count": 0, "cpus": 2, "memory_gb": 4,
+         "on_demand_price": 1.0, "capacity": 8},
+    ],
+    "launch_delay_s": 600,  # no machine boots here: only the launches are looked at
+}  # fmt: skip
+
+
+class Died(BaseException):
+    """The launching process dies in the middle of a provider call (not a provider error)."""
+
+
+class SlowCloud(FakeProvider):
+    """The simulated cloud behind an API whose launch call takes :data:`CALL_S`; records each
+    call's (key, start, end), and dies in the call for ``dies_on`` (once)."""
+
+    def __init__(self, home: Path) -> None:
+        super().__init__(CLOUD, home=home, timers=False)
+        self.calls: list[tuple[str, float, float]] = []
+        self.dies_on: str | None = None
+        self._lock = threading.Lock()
+
+    def launch(self, offer: Offer, bootstrap: Bootstrap, key: str) -> Instance:
+        began = time.monotonic()
+        time.sleep(CALL_S)
+        if key == self.dies_on:
+            self.dies_on = None
+            raise Died(key)
+        instance = super().launch(offer, bootstrap, key)
+        with self._lock:
+            self.calls.append((key, began, time.monotonic()))
+        return instance
+
+
+def _gang(tmp_path: Path, nodes: int) -> tuple[Context, SlowCloud, str]:
+    spec = write_spec(
+        tmp_path,
+        f"""
+        name: gang
+        resources: {{nodes: {nodes}, providers: [fake]}}
+        run: "true"
+        """,
+    )
+    run_id = submit(spec)
+    cloud = SlowCloud(tmp_path / "cloud")
+    # intent_grace_s=0: a look plays the part of a controller restarted long after a crash
+    ctx = Context(
+        store=Store.open(), providers={"fake": cloud}, settings=Settings(intent_grace_s=0)
+    )
+    return ctx, cloud, run_id
+
+
+def _machines(cloud: SlowCloud) -> list[str]:
+    return sorted(r.key for r in cloud.layout.records())
+
+
+def test_a_gang_s_other_nodes_are_launched_together_once_its_head_has_an_address(
+    tmp_path: Path,
+) -> None:
+    ctx, cloud, run_id = _gang(tmp_path, 4)
+    began = time.monotonic()
+    start_attempt(ctx, ctx.store.get_run(run_id))
+    took = time.monotonic() - began
+    head = f"{run_id}-a1"
+    members = [member_key(head, k) for k in (1, 2, 3)]
+    assert cloud.calls[0][0] == head
+    assert sorted(c[0] for c in cloud.calls[1:]) == members
+    # every member's call began before any of them ended, and after the head's had
+    starts = [c[1] for c in cloud.calls[1:]]
+    ends = [c[2] for c in cloud.calls[1:]]
+    assert max(starts) < min(ends), cloud.calls
+    assert min(starts) >= cloud.calls[0][2]
+    assert took < 4 * CALL_S, took  # one after another: 4 calls and more
+    rows = {r.data["rank"]: r for r in ctx.store.resources(run_id=run_id)}
+    assert sorted(rows) == [0, 1, 2, 3]
+    assert all(r.state == "active" and r.instance_id for r in rows.values())
+    assert [rows[k].key for k in (1, 2, 3)] == members
+    launched = ctx.store.events(run_id, types=["instance.launched"])
+    assert sorted(e.data["node"] for e in launched) == [0, 1, 2, 3]
+    assert ctx.store.get_run(run_id).state == "PROVISIONING"
+    assert _machines(cloud) == sorted([head, *members])
+
+
+@pytest.mark.parametrize("dies", [1, 3])
+def test_a_process_dying_among_the_launches_leaves_intents_launched_again_on_their_keys(
+    tmp_path: Path, dies: int
+) -> None:
+    ctx, cloud, run_id = _gang(tmp_path, 4)
+    head = f"{run_id}-a1"
+    members = [member_key(head, k) for k in (1, 2, 3)]
+    cloud.dies_on = members[dies - 1]
+    with pytest.raises(Died):
+        start_attempt(ctx, ctx.store.get_run(run_id))
+    # every member's intent was written before the calls: the one that died is still one,
+    # its siblings launched meanwhile (their calls were already out)
+    rows = {r.key: r for r in ctx.store.resources(run_id=run_id)}
+    assert sorted(rows) == sorted([head, *members])
+    assert rows[members[dies - 1]].state == "intent"
+    assert all(rows[k].state == "active" for k in members if k != members[dies - 1])
+    assert _machines(cloud) == sorted(k for k in [head, *members] if k != members[dies - 1])
+    # a lost answer on a sibling too: launched, but the process died before recording it
+    other = members[dies % 3]
+    first = rows[other].instance_id
+    ctx.store.update_resource(other, state="intent")
+    cloud.calls.clear()
+    Controller(ctx).tick()  # the next look (a restarted controller)
+    assert sorted(c[0] for c in cloud.calls) == sorted([members[dies - 1], other])
+    rows = {r.key: r for r in ctx.store.resources(run_id=run_id)}
+    assert all(rows[k].state == "active" for k in [head, *members])
+    assert rows[other].instance_id == first  # the same machine, adopted on its key
+    assert _machines(cloud) == sorted([head, *members])  # four machines, none twice
+    assert ctx.store.get_run(run_id).state == "PROVISIONING"

@@ -1,6 +1,8 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -169,12 +171,29 @@ def test_listing_the_newest_active_runs_reads_the_partial_index(tmp_path: Path):
     assert any("ix_runs_active" in str(row) for row in plan)
 
 
+@contextmanager
+def _queries_read() -> Iterator[list[str]]:
+    """The SQL of every read of rows (``Tx.tuples``) made while inside, in order."""
+    from corral.store.db import Tx
+
+    asked: list[str] = []
+    real = Tx.tuples
+
+    def seen(self: Tx, sql: str, params: dict[str, object] | None = None) -> list[tuple]:
+        asked.append(sql)
+        return real(self, sql, params)
+
+    Tx.tuples = seen  # type: ignore[method-assign]
+    try:
+        yield asked
+    finally:
+        Tx.tuples = real  # type: ignore[method-assign]
+
+
 def test_the_loops_read_of_the_active_runs_is_the_index_alone(tmp_path: Path):
     """``Store.run_heads`` (every tick of the controller's loop, over every active run) reads
     the unfinished runs' index and nothing else: no table row, no sort; a waiting run's
     priority is read from its spec once."""
-    from corral.store.db import Tx
-
     with Store.open(f"sqlite:///{tmp_path}/a.db") as store:
         ids = [make_run(store).id for _ in range(4)]
         urgent = store.create_run(
@@ -186,21 +205,11 @@ def test_the_loops_read_of_the_active_runs_is_the_index_alone(tmp_path: Path):
         ).id
         store.transition(ids[0], "PROVISIONING", "launching")
         store.transition(ids[1], "CANCELLED", "by the user")
-        asked: list[str] = []
-        real = Tx.tuples
-
-        def seen(self: Tx, sql: str, params: dict[str, object] | None = None) -> list[tuple]:
-            asked.append(sql)
-            return real(self, sql, params)
-
-        Tx.tuples = seen  # type: ignore[method-assign]
-        try:
+        with _queries_read() as asked:
             heads = store.run_heads()
             first = list(asked)
             asked.clear()
             assert store.run_heads() == heads
-        finally:
-            Tx.tuples = real  # type: ignore[method-assign]
         assert [h[0] for h in heads] == [urgent, ids[0], ids[2], ids[3]]
         assert len(first) == 2 and len(asked) == 1  # the priorities, once
         with store._db.transaction() as tx:
@@ -212,26 +221,14 @@ def test_a_controllers_read_of_its_runs_is_the_leases_index_alone(tmp_path: Path
     """``Store.run_heads(owner)`` (each tick of a controller sharing the store) reads two
     ranges of ``ix_runs_leases``, its own runs and the free ones: no table row, none of the
     runs another controller holds."""
-    from corral.store.db import Tx
-
     with Store.open(f"sqlite:///{tmp_path}/a.db") as store:
         ids = [make_run(store).id for _ in range(4)]
         assert len(store.lease_runs("ctl-a", 20)) == 4  # alone: all four
         assert store.lease_runs("ctl-b", 20) == set()  # B joins: nothing free
         new = make_run(store).id  # nobody's yet
-        asked: list[str] = []
-        real = Tx.tuples
-
-        def seen(self: Tx, sql: str, params: dict[str, object] | None = None) -> list[tuple]:
-            asked.append(sql)
-            return real(self, sql, params)
-
-        Tx.tuples = seen  # type: ignore[method-assign]
-        try:
+        with _queries_read() as asked:
             heads = store.run_heads("ctl-a")
             theirs = store.run_heads("ctl-b")
-        finally:
-            Tx.tuples = real  # type: ignore[method-assign]
         assert [h[0] for h in heads] == [*ids, new]
         assert [h[0] for h in theirs] == [new]  # the free one only
         with store._db.transaction() as tx:

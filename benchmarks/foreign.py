@@ -195,7 +195,9 @@ def _preempted(root: Path, n: int, size: int, every: float, rounds: int) -> dict
         saves[int(number)] = float(at)
     on_disk = max((at for at in saves.values() if at <= stopped), default=began)
     snaps = root / "store" / f"bench-p{n}" / "mirror"
-    newest = max((d for d in snaps.iterdir() if (d / "COMPLETE").is_file()), default=None)
+    # no folder: nothing was mirrored before the stop (a loaded machine's first save came late)
+    complete = [d for d in snaps.iterdir() if (d / "COMPLETE").is_file()] if snaps.is_dir() else []
+    newest = max(complete, default=None)
     copied = began
     if newest is not None:
         copied = saves[int((newest / "files" / "ckpt.pt").read_bytes()[:12])]

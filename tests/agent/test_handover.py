@@ -6,6 +6,7 @@ only one hand-over is taken."""
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import subprocess
@@ -14,6 +15,7 @@ import time
 from pathlib import Path
 
 import httpx
+import pytest
 
 from support.waiting import wait_until
 
@@ -102,6 +104,76 @@ def test_a_kept_node_takes_the_next_attempt_on_its_address_with_the_new_token(tm
     # the second attempt's stage ran with its new place in the gang (the head moved)
     said = (tmp_path / "state2" / "logs" / "train.log").read_text()
     assert said.strip().endswith(" two 1@10.0.0.9:29600"), said  # (after the line's time)
+
+
+def test_a_hand_over_asked_again_is_answered_as_the_first_whoever_serves_the_address(tmp_path):
+    """The controller's answer to ``POST /attempt`` lost (a timeout under load): it asks again
+    with the ended attempt's token, before the node has switched (the ended attempt's agent
+    answers) and after (the next attempt's agent, which knows the token it was handed over
+    from, answers). The same hand-over is answered 202 both times; the ended attempt's token
+    opens nothing else on the next attempt's agent (another token, another attempt, any other
+    endpoint: 401), and a connection kept alive from before the switch is never answered by
+    the ended attempt's agent again."""
+    gang = {"CORRAL_GANG_RANK": "0", "CORRAL_GANG_MASTER_ADDR": "127.0.0.1",
+            "CORRAL_GANG_MASTER_PORT": "29400"}  # fmt: skip
+    first = make_plan(tmp_path, [{"name": "train", "run": "echo one", "nodes": 1}], nodes=2)
+    plan_path = tmp_path / "plan.json"
+    first.dump(plan_path)
+    proc = _spawn(plan_path, gang)
+    try:
+        info = tmp_path / "state" / "agent.json"
+        wait_until(info.exists, 10, 0.02, "agent.json")
+        url = json.loads(info.read_text())["url"]
+        wait_until(
+            lambda: _call(url, TOKEN, "GET", "/status")[1]["finished_at"], 15, 0.05, "the end"
+        )
+        second = first.model_copy(
+            update={"attempt": 2, "state_dir": str(tmp_path / "state2"),
+                    "stages": [first.stages[0].model_copy(update={"run": "sleep 30"})]}
+        )  # fmt: skip
+        body = {"plan": second.model_dump(mode="json"), "token": NEXT_TOKEN,
+                "gang": {"rank": 0, "master_addr": "127.0.0.1", "master_port": 29600}}  # fmt: skip
+        host, port = url.removeprefix("http://").rsplit(":", 1)
+        kept = http.client.HTTPConnection(host, int(port), timeout=10)  # kept alive throughout
+        kept.request("GET", "/health", headers={"Authorization": f"Bearer {TOKEN}"})
+        assert kept.getresponse().read()
+        # the first answer lost: asked again, at once (the ended attempt's agent may answer)
+        assert _call(url, TOKEN, "POST", "/attempt", body) == (202, {"attempt": 2})
+        assert _call(url, TOKEN, "POST", "/attempt", body) == (202, {"attempt": 2})
+        other = {**body, "token": "another-token"}
+        code, said = _call(url, TOKEN, "POST", "/attempt", other)
+        assert code in (409, 401), said  # (409: the ended attempt's agent; 401: the next one)
+
+        def serves_the_next() -> bool:
+            try:
+                return _call(url, NEXT_TOKEN, "GET", "/status")[1].get("attempt") == 2
+            except httpx.HTTPError:
+                return False
+
+        wait_until(serves_the_next, 15, 0.05, "attempt 2 on the same address")
+        # asked again once the node switched: the next attempt's agent says it took it
+        assert _call(url, TOKEN, "POST", "/attempt", body) == (202, {"attempt": 2})
+        third = {**body, "plan": {**body["plan"], "attempt": 3}}
+        for refused in (other, third, {**body, "token": ""}, {}):
+            assert _call(url, TOKEN, "POST", "/attempt", refused) == (
+                401,
+                {"error": "unauthorized"},
+            )
+        for method, path in (("GET", "/status"), ("POST", "/stop"), ("GET", "/events")):
+            assert _call(url, TOKEN, method, path)[0] == 401
+        assert _call(url, "not-a-token", "POST", "/attempt", body)[0] == 401
+        # the connection kept from before the switch: closed unanswered, never a 401 of the
+        # ended attempt's agent for the new token (a client asks again on a new connection)
+        kept.request("GET", "/status", headers={"Authorization": f"Bearer {NEXT_TOKEN}"})
+        with pytest.raises(http.client.RemoteDisconnected):
+            kept.getresponse()
+        kept.close()
+        status = _call(url, NEXT_TOKEN, "GET", "/status")[1]
+        assert (status["attempt"], status["finished_at"]) == (2, None)  # it runs, untouched
+        assert proc.poll() is None
+    finally:
+        proc.kill()
+        proc.communicate()
 
 
 def test_a_gang_s_stages_on_several_nodes_wait_for_the_gang_s_start(tmp_path):

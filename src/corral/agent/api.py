@@ -4,6 +4,7 @@ readings, the code bundle, packaged artifacts and the stop (``docs/agent.md``).
 
 from __future__ import annotations
 
+import hmac
 import re
 import threading
 import time
@@ -93,6 +94,23 @@ class Handover:
                 f"plan: attempt {plan.attempt} is not after this node's {current.attempt}"
             )
         return cls(for_this_node(plan, role, "POST /attempt"), token, role)
+
+    def same(self, body: dict[str, Any]) -> bool:
+        """Whether ``body`` asks for this very hand-over again: the same run and attempt with
+        the same token (the token compared in constant time)."""
+        return handed_over_in(body, self.plan, self.token)
+
+
+def handed_over_in(body: dict[str, Any], plan: AgentPlan, token: str) -> bool:
+    """Whether the ``POST /attempt`` body ``body`` hands over ``plan``'s run and attempt with
+    ``token``: what the controller sends again when it lost the answer to a hand-over."""
+    raw, given = body.get("plan"), body.get("token")
+    if not isinstance(raw, dict) or not isinstance(given, str) or not given:
+        return False
+    attempt = raw.get("attempt")
+    if raw.get("run_id") != plan.run_id or isinstance(attempt, bool) or attempt != plan.attempt:
+        return False
+    return hmac.compare_digest(given.encode(), token.encode())
 
 
 class HttpError(Exception):
@@ -353,11 +371,15 @@ class AgentApi:
     def hand_over(self, body: dict[str, Any]) -> dict:
         """``POST /attempt`` ``{"plan": {...}, "token": "...", "gang": {...}}``: this node runs
         the run's next attempt once this one has ended (a gang repaired around it: the machine
-        is kept, only its attempt changes). 409 while this attempt runs or after a hand-over;
-        400 for a plan this node cannot run, saying why."""
+        is kept, only its attempt changes). 409 while this attempt runs or after a hand-over
+        to another attempt or token; the same hand-over again (a controller that lost the
+        answer asks again) is answered as the first was; 400 for a plan this node cannot run,
+        saying why."""
         if not self.runner.finished.is_set():
             raise HttpError(409, "this attempt still runs: stop it first")
         if self.handover is not None:
+            if self.handover.same(body):
+                return {"attempt": self.handover.plan.attempt}
             raise HttpError(409, f"attempt {self.handover.plan.attempt} was handed over already")
         try:
             handover = Handover.from_body(body, self.runner.plan)

@@ -111,6 +111,7 @@ class Agent:
         sleep: Callable[[float], None] = time.sleep,
         hooks: list[NodeHook] | None = None,
         launch: NodeLaunch | None = None,
+        handed_from: str | None = None,
     ):
         if not token:
             raise BadInput(f"the agent needs a token: set {ENV_AGENT_TOKEN}")
@@ -206,6 +207,9 @@ class Agent:
         self._usage = usage
         self._api: AgentApi | None = None
         self._token = token
+        #: the token of the attempt that handed this one over on this node (``POST
+        #: /attempt``): it may confirm that hand-over and nothing else
+        self._handed_from = handed_from
         self._now = now
         self.clock = clock
         self.finished_seen_at: float | None = None
@@ -267,7 +271,9 @@ class Agent:
         try:
             from corral.agent.server import AgentServer  # see Agent.api
 
-            self.server = AgentServer(listener, self.api, self._token, bell=self.bell)
+            self.server = AgentServer(
+                listener, self.api, self._token, bell=self.bell, handed_from=self._handed_from
+            )
         except BaseException:  # the job runs and nothing can reach it: stop it
             listener.close()
             self.runner.request_stop("the agent's API failed to start", StopCause.AGENT)
@@ -504,7 +510,9 @@ def _next_attempt(agent: Agent, handover: Handover, launch: NodeLaunch) -> Agent
     host, port = agent.bind[0], agent.port
     agent.close(timeout=5)
     launch = replace(launch, gang=handover.gang, host=host, port=port)
-    nxt = Agent(handover.plan, handover.token, launch=launch)
+    # (the ended attempt's token may still confirm this hand-over: a controller that lost
+    # the answer asks again with it)
+    nxt = Agent(handover.plan, handover.token, launch=launch, handed_from=agent._token)
     url = nxt.start()
     print(
         f"corral agent: attempt {handover.plan.attempt} handed over: serving on {url}",

@@ -13,7 +13,9 @@ bundle), ``/services/<stage>/...`` (a service stage). ``docs/agent.md`` is the r
 The probes ``/health`` and ``/ready`` (GET or HEAD) answer without a token, as a platform's
 liveness, readiness or startup probe calls them, and then say nothing but liveness
 (``{"ok": true}``, ``{"ready": ...}``); with the token they carry the run, the attempt and
-the versions. Every other endpoint needs ``Authorization: Bearer <token>`` (else 401). Only
+the versions. Every other endpoint needs ``Authorization: Bearer <token>`` (else 401; an
+agent handed its attempt over to this one takes the ended attempt's token for confirming that
+same ``POST /attempt`` and nothing else). Only
 authenticated requests count as a controller's call (``last_request_at``): a platform probing
 the agent every few seconds never keeps an abandoned node alive.
 Responses never contain the token or any environment value, nor a secret value of the job
@@ -52,7 +54,7 @@ from urllib.parse import parse_qs, urlsplit
 from pydantic import BaseModel
 
 from corral.agent import logs, service_proxy
-from corral.agent.api import MAX_EVENTS_PAGE, AgentApi, HttpError
+from corral.agent.api import MAX_EVENTS_PAGE, AgentApi, HttpError, handed_over_in
 from corral.agent.bell import AgentBell
 from corral.agent.execs import ExecError
 from corral.agent.listen import listen
@@ -226,6 +228,12 @@ class _Handler(BaseHTTPRequestHandler):
         return b"".join(chunks)
 
     def _dispatch(self, method: str) -> None:
+        if self.server.stopped:
+            # a kept-alive connection to an agent that no longer serves (a node handed over
+            # to its next attempt serves that one on the same address): closed unanswered, so
+            # the client asks again on a new connection, of whoever serves now
+            self.close_connection = True
+            return
         api = self.server.api
         status: int
         body: dict | BaseModel | Path
@@ -252,6 +260,8 @@ class _Handler(BaseHTTPRequestHandler):
                 if length:
                     self.close_connection = True
                 status, body = self._probe(url.path)
+            elif not authorized and self._handed_from(method, url.path):
+                status, body = 202, self._confirm_hand_over(self._read_body(length))
             else:
                 if not authorized:
                     raise HttpError(401, "unauthorized")
@@ -426,12 +436,30 @@ class _Handler(BaseHTTPRequestHandler):
             raise HttpError(405, "method not allowed")
         raise HttpError(404, "not found")
 
-    def _authorized(self) -> bool:
+    def _authorized(self, token: bytes | None = None) -> bool:
+        """Whether the request carries the server's token (or ``token``)."""
         header = self.headers.get("Authorization", "")
         scheme, _, given = header.partition(" ")
         if scheme.lower() != "bearer":
             return False
-        return hmac.compare_digest(given.strip().encode(), self.server.token)
+        return hmac.compare_digest(given.strip().encode(), token or self.server.token)
+
+    def _handed_from(self, method: str, path: str) -> bool:
+        """A ``POST /attempt`` with the token of the attempt this one was handed over from."""
+        previous = self.server.handed_from
+        if method != "POST" or path != "/attempt" or previous is None:
+            return False
+        return self._authorized(previous)
+
+    def _confirm_hand_over(self, raw: bytes) -> dict:
+        """``POST /attempt`` again, with the ended attempt's token, once this attempt serves:
+        a controller that lost the answer to its hand-over asks again. The same hand-over
+        (this run and attempt, with this attempt's token) is answered as it was; anything
+        else is 401, as that token opens nothing else here."""
+        plan = self.server.api.runner.plan
+        if not handed_over_in(_json_body(raw), plan, self.server.token.decode()):
+            raise HttpError(401, "unauthorized")
+        return {"attempt": plan.attempt}
 
     def _send(self, status: int, body: dict | BaseModel) -> None:
         """A JSON answer (its head only to a HEAD request, as HTTP wants). Always with a status
@@ -498,9 +526,15 @@ class AgentServer(ThreadingHTTPServer):
         token: str,
         *,
         bell: AgentBell | None = None,
+        handed_from: str | None = None,
     ) -> None:
         self.api = api
         self.token = token.encode()
+        #: the token of the attempt this one was handed over from (``POST /attempt``): it
+        #: opens nothing but the confirmation of that same hand-over
+        self.handed_from = handed_from.encode() if handed_from else None
+        #: set once :meth:`stop` begins: a kept-alive connection is answered no more
+        self.stopped = False
         #: the controller's bell, learnt from its requests (``agent.bell``)
         self.bell = bell
         if isinstance(listener, tuple):
@@ -523,7 +557,9 @@ class AgentServer(ThreadingHTTPServer):
     def stop(self) -> None:
         """Stop serving now and close the socket. ``serve_forever`` sees a stop only between
         two waits of up to its poll interval; a connection to the server itself ends the wait
-        at once (an agent that exits is gone from its machine that much sooner)."""
+        at once (an agent that exits is gone from its machine that much sooner). A request
+        on a connection kept alive from before is closed unanswered from now on."""
+        self.stopped = True
         stopper = threading.Thread(target=self.shutdown, name="http-stop", daemon=True)
         stopper.start()
         host = str(self.server_address[0])

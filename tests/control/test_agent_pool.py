@@ -134,6 +134,55 @@ def test_the_default_pool_keeps_connections_alive_and_retries_one_the_agent_clos
         srv.shutdown()
 
 
+def test_kept_connections_no_longer_answered_are_all_dropped_and_the_request_sent_anew():
+    """A node's next attempt serves its address (a gang's hand-over), and the ended attempt's
+    server closes every connection kept from before unanswered: the first request that finds
+    one stale drops them all and is sent once more on a new connection, answered by what
+    serves now (not on another stale one: unreachable)."""
+    import json
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+    from http.server import BaseHTTPRequestHandler
+
+    together = threading.Barrier(3, timeout=10)
+    stale: set[int] = set()  # the connections of the ended attempt's server
+    answered: list[int] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *a: object) -> None:
+            """No access log on the test's stderr."""
+
+        def do_GET(self) -> None:
+            if id(self.connection) in stale:
+                self.close_connection = True  # closed unanswered
+                return
+            if self.path == "/together":
+                together.wait()  # three requests at once: three connections kept
+            answered.append(id(self.connection))
+            body = json.dumps({"ok": True}).encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    srv, url = _server(Handler)
+    pool = AgentPool()
+    try:
+        client = pool.client(url, "t")
+        with ThreadPoolExecutor(3) as threads:
+            list(threads.map(lambda _: client._request("GET", "/together"), range(3)))
+        stale.update(answered)  # the next attempt serves from now on
+        assert len(stale) == 3
+        assert client.health()["ok"] is True
+        assert client.health()["ok"] is True  # kept: the new one
+        assert len(set(answered) - stale) == 1
+    finally:
+        pool.close()
+        srv.shutdown()
+
+
 def test_an_agent_that_does_not_answer_in_time_or_at_all_is_unreachable(monkeypatch):
     import socket
     import time as _time

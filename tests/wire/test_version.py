@@ -119,3 +119,21 @@ def test_an_agent_that_is_not_ready_yet_still_says_its_version():
 
 def _mock(handler: Callable[[httpx.Request], httpx.Response]) -> httpx.Client:
     return httpx.Client(transport=httpx.MockTransport(handler))
+
+
+def test_a_probe_s_bare_answer_of_an_agent_that_refuses_the_token_is_not_a_version_mismatch():
+    """Another attempt's agent on the address (a node handed over to the next attempt, a port
+    used again) answers ``/ready`` without the token as a platform's probe, readiness alone:
+    no version, as a corral from before the contract would. ``/status`` tells them apart: its
+    401 is a refused token, an AgentError saying so; the run is not failed as "another wire
+    version"."""
+
+    def other_attempts_agent(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/ready":
+            return httpx.Response(200, json={"ready": True})
+        return httpx.Response(401, json={"error": "unauthorized"})
+
+    client = AgentClient("http://agent.test", "t", client=_mock(other_attempts_agent))
+    with pytest.raises(AgentError, match="rejected the controller's token") as info:
+        client.ready()
+    assert not isinstance(info.value, WireVersionMismatch)

@@ -137,11 +137,15 @@ class LeanTransport:
         self._closed = False
         self._tls: ssl.SSLContext | None = None
 
-    def _take(self, origin: tuple[str, str, int], timeout: float) -> tuple[Any, bool]:
+    def _take(
+        self, origin: tuple[str, str, int], timeout: float, *, fresh: bool = False
+    ) -> tuple[Any, bool]:
+        """A connection to ``origin``: a kept one if any (and not ``fresh``), else a new one;
+        and whether it was kept."""
         with self._lock:
             if self._closed:
                 raise RuntimeError("the agent connection pool is closed")
-            idle = self._idle.get(origin)
+            idle = None if fresh else self._idle.get(origin)
             if idle:
                 self._count -= 1
                 conn = idle.pop()
@@ -157,6 +161,14 @@ class LeanTransport:
                 host, port, timeout=timeout, context=self._tls
             ), False
         return http.client.HTTPConnection(host, port, timeout=timeout), False
+
+    def _drop(self, origin: tuple[str, str, int]) -> None:
+        """Close every kept connection to ``origin``."""
+        with self._lock:
+            idle = self._idle.pop(origin, [])
+            self._count -= len(idle)
+        for conn in idle:
+            conn.close()
 
     def _give_back(self, origin: tuple[str, str, int], conn: Any) -> None:
         with self._lock:
@@ -193,7 +205,7 @@ class LeanTransport:
             payload = content
             headers["Content-Type"] = "application/octet-stream"
         for attempt in (0, 1):
-            conn, reused = self._take(origin, timeout)
+            conn, reused = self._take(origin, timeout, fresh=attempt > 0)
             try:
                 conn.request(method, target, body=payload, headers=headers)
                 resp = conn.getresponse()
@@ -201,7 +213,11 @@ class LeanTransport:
             except _STALE as e:
                 conn.close()
                 if reused and attempt == 0:
-                    continue  # the agent closed a kept connection: once more on a new one
+                    # the agent closed a kept connection (it restarted, or a node's next
+                    # attempt serves its address now): its other kept ones are as stale, so
+                    # they go too, and the request is sent once more on a new one
+                    self._drop(origin)
+                    continue
                 raise TransportError(type(e).__name__) from None
             except TimeoutError:
                 conn.close()
@@ -366,9 +382,16 @@ class AgentClient:
 
     def ready(self) -> bool:
         """Whether the agent serves its attempt. An agent of another wire version raises
-        :class:`~corral.errors.WireVersionMismatch` naming both versions."""
+        :class:`~corral.errors.WireVersionMismatch` naming both versions; one that does not
+        take this client's token (another attempt's agent on the address: a node handed over
+        to the next attempt, a port used again) an AgentError saying so."""
         body = self._request("GET", "/ready", unavailable_ok=True)
         ready = bool(body.get("ready"))
+        if ready and "wire_version" not in body:
+            # a probe's answer, which says nothing but readiness: either a corral from before
+            # the versioned contract or an agent that did not take the token. /status tells
+            # them apart (401 for the token; the older corral's answer has no version)
+            self.status()
         # an agent says its version with either answer; a 503 without one is not known to
         # come from the agent at all (a proxy's): not ready yet, no verdict on the version
         if ready or "wire_version" in body:

@@ -20,7 +20,7 @@ from corral.control.context import Context, log
 from corral.control.resources import instance_of, open_resources, rank_of
 from corral.control.transitions import Note, Transition
 from corral.errors import AgentError
-from corral.providers.base import Offer, SupportsGangs
+from corral.providers.base import Instance, Offer, SupportsGangs
 from corral.store.records import ResourceRecord, RunRecord
 from corral.store.states import ResourceState, RunState
 from corral.wire.gang import GangRole
@@ -142,6 +142,8 @@ def _launch_together(
 
 #: a kept node's row: the attempt it was kept from (its agent's token until the hand-over)
 KEPT_FROM = "kept_from"
+#: the event of a kept node serving the attempt it was handed over
+HANDED_OVER = "gang.handed_over"
 
 
 def node_key(run_id: str, number: int, rank: int) -> str:
@@ -230,8 +232,13 @@ def _hand_over(
     offer: Offer,
 ) -> None:
     """Give a kept node's agent attempt ``number`` (``POST /attempt`` with the attempt it
-    was kept from's token), once the head's address is known; noted as handed once its agent
-    answers for attempt ``number``."""
+    was kept from's token), once the head's address is known; handed once its agent answers
+    for attempt ``number`` with that attempt's token (:func:`_took`).
+
+    Every look asks until then, with the same hand-over: the agent answers it again as it did
+    the first time, before its switch and after it (``docs/agent.md``), so an answer lost on
+    the way (a timeout under load) is only a look's delay, never a gang stranded on a node
+    that took the attempt while the controller thought it refused."""
     notes = ctx.notes(run.id).attempt(number)
     rank = rank_of(row)
     inst = instance_of(row)
@@ -244,12 +251,8 @@ def _hand_over(
         role = member_role(ctx, head, rank)
     if role is None:
         return
-    try:  # the node's agent for this attempt answers: it took it
-        ctx.agent(run.id, number, inst.endpoint).status()
-        notes.handed.add(rank)
+    if _took(ctx, run, number, rank, inst, inst.endpoint):
         return
-    except AgentError:
-        pass
     boot = launch_node.bootstrap(ctx, run, number, offer, role)
     try:
         ctx.agent(run.id, int(row.data[KEPT_FROM]), inst.endpoint).hand_over(
@@ -258,15 +261,32 @@ def _hand_over(
     except AgentError as e:
         log.info("run %s: node %d did not take attempt %d yet: %s", run.id, rank, number, e)
         return
-    # handed once its new agent answers with the new token (a later look): until then the
-    # old one may still answer, and a second hand-over is refused by either
-    ctx.store.add_event(
-        run.id,
-        "gang.handed_over",
-        f"node {rank} ({inst.instance_id}) runs attempt {number}",
-        attempt=number,
-        data={"node": rank, "instance_id": inst.instance_id},
-    )
+    # taken (now or before): handed once its agent for this attempt answers, a later look
+
+
+def _took(
+    ctx: Context, run: RunRecord, number: int, rank: int, inst: Instance, endpoint: str
+) -> bool:
+    """Whether the node's agent at ``endpoint`` serves attempt ``number`` (it answers with
+    that attempt's token, for that attempt): then noted as handed, and said once
+    (``gang.handed_over``, whichever look or controller saw it first)."""
+    try:
+        status = ctx.agent(run.id, number, endpoint).status()
+    except AgentError:
+        return False
+    if status.attempt != number:
+        return False
+    ctx.notes(run.id).attempt(number).handed.add(rank)
+    said = ctx.store.events(run.id, types=[HANDED_OVER])
+    if not any(e.attempt == number and e.data.get("node") == rank for e in said):
+        ctx.store.add_event(
+            run.id,
+            HANDED_OVER,
+            f"node {rank} ({inst.instance_id}) runs attempt {number}",
+            attempt=number,
+            data={"node": rank, "instance_id": inst.instance_id},
+        )
+    return True
 
 
 def gang_incomplete(ctx: Context, run: RunRecord, why: str) -> Transition:

@@ -3,7 +3,8 @@ process on loopback, takes the next attempt through ``POST /attempt`` while the 
 loses the answer (the agent took it, the controller's call timed out). The controller asks
 again until the node serves the attempt, and then it is handed over: noted, said once
 (``gang.handed_over``) however many looks or controllers saw it, and no token in what the
-controller logged."""
+controller logged. A kept node other than the head counts as one of the gang's ready nodes
+only once handed."""
 
 from __future__ import annotations
 
@@ -23,15 +24,18 @@ from corral.control import gangs, launch_node, transitions
 from corral.control.agent_client import AgentClient, LeanTransport, TransportError
 from corral.control.context import Context, Settings
 from corral.control.controller import start_attempt
+from corral.control.observe import Observation
 from corral.control.resources import rank_of
 from corral.control.tokens import agent_token
 from corral.control.transitions import Transition
+from corral.control.watchers.gang import GangWatcher
 from corral.errors import AgentError, WireVersionMismatch
 from corral.providers.base import NodeProfile, Offer
 from corral.providers.fake.provider import FakeProvider
 from corral.store import Store
 from corral.store.records import RunRecord
 from corral.store.states import RunState
+from corral.wire import WIRE_VERSION
 from support.waiting import wait_until
 
 from .helpers import submit, write_spec
@@ -200,3 +204,96 @@ def test_a_kept_head_whose_hand_over_answer_was_lost_is_handed_once_it_serves(
         proc.communicate()
     tokens = [agent_token(run_id, n, ctx.home) for n in (1, 2)]
     assert not [t for t in tokens if t in caplog.text]
+
+
+class KeptMember:
+    """A kept node 1's agent and a new head's, behind the controller's client (no process):
+    node 1's first hand-over is refused (its ended attempt was still stopping), the second
+    taken - its answer given or lost - and from then node 1 serves attempt 2 at once."""
+
+    def __init__(self, run_id: str, home: Path, lose: bool) -> None:
+        self.run_id = run_id
+        self.tokens = {n: f"Bearer {agent_token(run_id, n, home)}" for n in (1, 2)}
+        self.lose = lose
+        self.asked = 0
+        self.switched = False
+
+    def answer(self, request: httpx.Request) -> httpx.Response:
+        said = request.headers["Authorization"]
+        node1 = request.url.host == "node1.test"
+        if node1 and request.url.path == "/attempt" and said == self.tokens[1]:
+            self.asked += 1
+            if self.asked == 1:
+                return httpx.Response(409, json={"error": "this attempt still runs: stop it first"})
+            self.switched = True
+            if self.lose:
+                raise httpx.ReadTimeout("the answer was lost", request=request)
+            return httpx.Response(202, json={"attempt": 2})
+        if said != self.tokens[2] or (node1 and not self.switched):
+            return httpx.Response(401, json={"error": "unauthorized"})
+        if request.url.path == "/ready":
+            return httpx.Response(200, json={"ready": True, "wire_version": WIRE_VERSION})
+        if request.url.path == "/status":
+            body = {"wire_version": WIRE_VERSION, "run_id": self.run_id, "attempt": 2}
+            return httpx.Response(200, json={**body, "phase": "running"})
+        return httpx.Response(404, json={"error": "not found"})
+
+
+@pytest.mark.parametrize("lose", [True, False], ids=["answer-lost", "answer-given"])
+def test_a_kept_member_counts_as_ready_only_once_handed_and_said_so(
+    tmp_path: Path, lose: bool
+) -> None:
+    """The head lost, node 1 kept: node 1 is never one of the gang's ready nodes before the
+    controller has seen it take attempt 2 (its agent answering for it with its token), so the
+    gang never starts without ``gang.handed_over`` said, whether the hand-over's answer came
+    back or was lost, and however soon the node switched."""
+    spec_path = write_spec(
+        tmp_path,
+        """
+        name: gang
+        resources: {nodes: 2, providers: [fake]}
+        run: "true"
+        """,
+    )
+    run_id = submit(spec_path)
+    cloud = InPlaceCloud(CLOUD, home=tmp_path / "cloud", timers=False)
+    agents = KeptMember(run_id, Path(os.environ["CORRAL_HOME"]), lose)
+    http = httpx.Client(transport=httpx.MockTransport(agents.answer))
+    ctx = Context(
+        store=Store.open(),
+        providers={"fake": cloud},
+        settings=Settings(intent_grace_s=0),
+        client_factory=lambda endpoint, token: AgentClient(endpoint, token, client=http),
+    )
+    start_attempt(ctx, ctx.store.get_run(run_id))
+    rows = {rank_of(r): r for r in ctx.store.resources(run_id=run_id)}
+    member = rows[1]
+    assert member.instance is not None
+    ctx.store.update_resource(
+        member.key, instance={**member.instance, "endpoint": "http://node1.test:9000"}
+    )
+    run = transitions.apply(
+        ctx, ctx.store.get_run(run_id), Transition(RunState.RECOVERING, "node 0 lost")
+    )
+    assert run is not None
+    kept = [r for r in ctx.store.resources(run_id=run_id) if r.key == member.key]
+    gangs.repair(ctx, run, kept)  # node 1 refuses: its ended attempt still stops
+    assert agents.asked == 1 and not agents.switched
+    head = next(r for r in ctx.store.resources(run_id=run_id) if r.attempt == 2 and rank_of(r) == 0)
+    assert head.instance is not None
+    ctx.store.update_resource(
+        head.key, instance={**head.instance, "endpoint": "http://node0.test:9000"}
+    )
+    run = ctx.store.get_run(run_id)
+    assert run.state == "PROVISIONING" and run.attempt == 2
+    watcher = GangWatcher()
+    for _ in range(5):
+        obs = Observation(ctx, ctx.store.get_run(run_id))
+        assert watcher.check(ctx, obs.run, ctx.spec(obs.run), obs) is None
+        said = ctx.store.events(run_id, types=["gang.handed_over"])
+        if obs.gang_ready:
+            break
+        assert not said or agents.switched
+    assert obs.gang_ready, "the gang never formed"
+    assert agents.asked == 2 and agents.switched
+    assert [(e.attempt, e.data["node"]) for e in said] == [(2, 1)], said

@@ -28,7 +28,9 @@ class GangWatcher(Watcher):
     * PROVISIONING: every node without a machine is launched (idempotently on its key, once
       the head has the address they meet at); a gang not every node of which is ready
       ``Settings.gang_timeout_s`` after the attempt began is released, saying how many were
-      ready (``gangs.gang_incomplete``). A node's agent that waits for its code gets it.
+      ready (``gangs.gang_incomplete``). A node's agent that waits for its code gets it. A
+      node kept through a repair is ready once it took the attempt (``gangs``: its agent
+      answers for it with its token; noted and said once), never before.
     * PROVISIONING and RUNNING: a node the provider reports gone ends the attempt as the head
       would (preempted, terminated, failed: recovered or failed by the recovery rules, the
       whole gang relaunched); a node being preempted asks the head's agent to stop gracefully
@@ -100,6 +102,9 @@ class GangWatcher(Watcher):
             return AskStop(StopCause.PREEMPTION, why, Note("instance.preempting", why))
         if not inst.endpoint:
             return False
+        kept = gangs.KEPT_FROM in row.data and rank not in notes.handed
+        if run.state == RunState.PROVISIONING and kept:
+            return False  # a kept node is ready once it took the attempt, as the head is
         client = ctx.agent(run.id, run.attempt, inst.endpoint)
         try:
             status = client.status()

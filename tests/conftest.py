@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from support import controller_logs
 from support.postgres import scratch_database
 
 #: no test reaches past loopback (support/socket_guard fails any test that does)
@@ -46,16 +47,17 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):
-    """A failed test that ran a background controller gets the end of that controller's log
-    as a report section: a flake under load (a run that never moved) is read from the
-    controller's own account, not guessed at after the temporary home is gone."""
+    """A failed test that ran a controller gets the end of that controller's log as a report
+    section (each one: the background controller's ``controller.log`` and every log of a
+    ``start_controller()`` helper, ``support.controller_logs``): a flake under load (a run
+    that never moved) is read from the controller's own account, not guessed at after the
+    temporary home is gone."""
     report = yield
     home = getattr(item, "funcargs", {}).get("corral_home")
-    if report.failed and isinstance(home, Path):
-        log = home / "controller.log"
-        if log.is_file():
-            tail = log.read_text(errors="replace").splitlines()[-80:]
-            report.sections.append(("controller.log (last 80 lines)", "\n".join(tail)))
+    if report.failed:
+        report.sections.extend(controller_logs.sections(home if isinstance(home, Path) else None))
+    if call.when == "teardown":
+        controller_logs.clear()
     return report
 
 

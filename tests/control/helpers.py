@@ -13,6 +13,7 @@ from typing import Any
 from corral.control.controller import Controller
 from corral.control.lock import running_pid
 from corral.store import Store
+from support import controller_logs
 from support.waiting import wait_until
 
 
@@ -39,8 +40,10 @@ def submit(spec_path: Path, overrides: list[str] | None = None) -> str:
 
 
 def start_controller(tick: float = 0.1) -> subprocess.Popen:
-    """A real controller process for the test's CORRAL_HOME."""
+    """A real controller process for the test's CORRAL_HOME (its output in
+    ``controller-test.log``, which a failed test's report shows)."""
     home = Path(os.environ["CORRAL_HOME"])
+    controller_logs.started(home / "controller-test.log")
     with open(home / "controller-test.log", "ab") as log:
         proc = subprocess.Popen(
             [sys.executable, "-m", "corral.control", "--tick", str(tick), "--idle-exit", "60"],

@@ -15,6 +15,7 @@ import pytest
 from corral.agent.bell import AgentBell
 from corral.control.bell import Bell, bell_settings, quiet_poll_default
 from corral.control.context import Settings
+from corral.control.controller import reconcile
 from corral.control.lock import running_pid
 from corral.control.schedule import Head, Result, Schedule
 from corral.control.watching import FOLLOW_DIR, followed_runs, mark_followed
@@ -25,6 +26,7 @@ from corral.wire import bell
 from support.waiting import wait_until
 
 from .standinkit import create_run
+from .unitkit import rig
 
 
 def _token(run_id: str, attempt: int) -> str:
@@ -223,3 +225,35 @@ def test_quiet_belled_runs_are_rarely_pulled_and_a_change_is_acted_on_within_two
         ctl.terminate()
         ctl.wait(30)
     assert "Traceback" not in log.read_text()
+
+
+class _Heard:
+    """A bell that has heard every run's agent (``Context.bell``): a belled run."""
+
+    def header(self) -> str:
+        return "127.0.0.1:9"
+
+    def belled(self, run_id: str, attempt: int | None) -> bool:
+        return True
+
+
+def test_a_look_at_a_belled_run_that_cannot_reach_its_agent_is_followed_at_the_usual_pace(
+    tmp_path: Path,
+) -> None:
+    """An agent that rang (its attempt ended, a notice) but does not answer the look the ring
+    brought (a loaded machine, a request timed out): the next look comes at the usual pace
+    (2 s), not the quiet one (30 s): the ring was for something this look could not read, and
+    no other ring may come (a signalled agent exits 3 s after its end)."""
+    kit = rig(tmp_path)
+    kit.ctx.settings.quiet_poll_s = 30.0
+    kit.ctx.bell = _Heard()  # type: ignore[assignment]
+    sched = Schedule(kit.ctx.settings, clock=lambda: 0.0, belled=lambda rid, attempt: True)
+    sched.sync([Head(kit.run_id, "RUNNING")])
+    [slot] = sched.take_due()
+    kit.agent.answers = True
+    assert sched.done(slot.run_id, reconcile(kit.ctx, kit.run(), follow=False)) == 30.0
+    sched.ring([kit.run_id])  # the agent rang: due at once
+    [slot] = sched.take_due()
+    kit.agent.answers = False  # ... and its answer did not come
+    due = sched.done(slot.run_id, reconcile(kit.ctx, kit.run(), follow=False))
+    assert due is not None and due <= kit.ctx.settings.poll_interval_s, due

@@ -12,12 +12,14 @@ from pathlib import Path
 
 import pytest
 
+from corral.control import gangs
 from corral.control.context import Context, Settings
 from corral.control.controller import Controller, start_attempt
 from corral.control.gangs import member_key
 from corral.providers.base import Bootstrap, Instance, Offer
 from corral.providers.fake.provider import FakeProvider
 from corral.store import Store
+from support.waiting import wait_until
 
 from .helpers import submit, write_spec
 
@@ -137,3 +139,55 @@ def test_a_process_dying_among_the_launches_leaves_intents_launched_again_on_the
     assert rows[other].instance_id == first  # the same machine, adopted on its key
     assert _machines(cloud) == sorted([head, *members])  # four machines, none twice
     assert ctx.store.get_run(run_id).state == "PROVISIONING"
+
+
+class MeetingCloud(SlowCloud):
+    """A :class:`SlowCloud` whose gang address is given to two launchers at once: each has
+    read the gang's rows (no node but the head yet) before either writes an intent."""
+
+    def __init__(self, home: Path) -> None:
+        super().__init__(home)
+        self.meet = threading.Barrier(2, timeout=20)
+
+    def gang_address(self, head: Instance) -> str:
+        self.meet.wait()
+        return super().gang_address(head)
+
+
+def test_a_cli_and_a_controller_launching_a_gang_s_nodes_at_once_launch_each_node_once(
+    tmp_path: Path,
+) -> None:
+    """``corral launch`` launches the first attempt (the head, then its other nodes) while a
+    running controller's gang watcher finds the head launched and its other nodes without a
+    row: one provider call and one ``instance.launched`` per node, whoever makes it."""
+    _, _, run_id = _gang(tmp_path, 4)
+    cloud = MeetingCloud(tmp_path / "cloud2")
+    cli = Context(store=Store.open(), providers={"fake": cloud})
+    controller = Context(store=Store.open(), providers={"fake": cloud})
+    failed: list[BaseException] = []
+
+    def launch() -> None:
+        try:
+            start_attempt(cli, cli.store.get_run(run_id))
+        except BaseException as e:  # reported below
+            failed.append(e)
+
+    first = threading.Thread(target=launch)
+    first.start()
+    head = f"{run_id}-a1"
+    wait_until(
+        lambda: any(r.state == "active" for r in controller.store.resources(run_id=run_id)),
+        30,
+        0.01,
+        "the head launched",
+    )
+    assert gangs.launch_members(controller, controller.store.get_run(run_id), 1) is None
+    first.join(30)
+    assert not failed, failed
+    members = [member_key(head, k) for k in (1, 2, 3)]
+    assert sorted(c[0] for c in cloud.calls) == sorted([head, *members]), cloud.calls
+    launched = controller.store.events(run_id, types=["instance.launched"])
+    assert sorted(e.data["node"] for e in launched) == [0, 1, 2, 3]
+    rows = {r.key: r for r in controller.store.resources(run_id=run_id)}
+    assert sorted(rows) == sorted([head, *members])
+    assert all(r.state == "active" for r in rows.values())

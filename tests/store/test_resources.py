@@ -24,6 +24,20 @@ def test_intent_is_written_once_per_key(store: Store, clock: FakeClock):
     assert len(store.resources(run_id=run.id)) == 1
 
 
+def test_an_intent_is_claimed_by_the_one_launcher_that_writes_it(store: Store):
+    """Two launchers of one attempt's node (the CLI and a controller): the first to write
+    the key's intent launches it, the other is told another one does."""
+    run = make_run(store)
+    other = make_run(store, "other")
+    first = store.claim_intent(run_id=run.id, attempt=1, provider="aws", key="k", data={"n": 1})
+    assert first is not None and (first.state, first.data) == ("intent", {"n": 1})
+    assert store.claim_intent(run_id=run.id, attempt=1, provider="aws", key="k") is None
+    assert store.record_intent(run_id=run.id, attempt=1, provider="aws", key="k").id == first.id
+    with pytest.raises(Conflict):
+        store.claim_intent(run_id=other.id, attempt=1, provider="aws", key="k")
+    assert len(store.resources(run_id=run.id)) == 1
+
+
 def test_intent_key_of_another_run_conflicts(store: Store):
     a = make_run(store, "a")
     b = make_run(store, "b")

@@ -10,15 +10,17 @@ import sys
 from pathlib import Path
 
 from corral.control.lock import running_pid
+from support import controller_logs
 from support.waiting import wait_until
 
 
 def start_controller(home: Path, env: dict[str, str], *args: str) -> subprocess.Popen[bytes]:
     """A controller on ``home`` with ``env`` over this process's environment (its output in
-    ``home/controller-test.log``), once it holds the home's lock; ``args``: its options
+    ``home/controller-test.log``, which a failed test's report shows), once it holds the home's lock; ``args``: its options
     (default ``--tick 0.2``)."""
     home.mkdir(parents=True, exist_ok=True)
     full = {**os.environ, **env, "CORRAL_HOME": str(home)}
+    controller_logs.started(home / "controller-test.log")  # a failed test's report shows it
     with open(home / "controller-test.log", "ab") as log:
         proc = subprocess.Popen(
             [sys.executable, "-m", "corral.control", *(args or ("--tick", "0.2"))],

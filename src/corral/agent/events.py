@@ -109,7 +109,18 @@ class EventLog:
         if not _ends_with_newline(self._path):
             self._file.write("\n")  # end a torn last line so the next event starts clean
 
-    def emit(self, type: str, stage: str | None = None, data: dict[str, Any] | None = None) -> dict:
+    def emit(
+        self,
+        type: str,
+        stage: str | None = None,
+        data: dict[str, Any] | None = None,
+        *,
+        announce: bool = True,
+    ) -> dict:
+        """Record an event; the listeners are told at once, or (``announce=False``) when the
+        caller calls :meth:`announce`, once what the event says can be seen elsewhere (the
+        attempt's end: the event first, for whoever sees the end in ``GET /status``, and the
+        bell after the status, for whoever looks when it rings)."""
         if type not in EVENT_TYPES:
             raise ValueError(f"unknown event type {type!r}")
         with self._lock:
@@ -119,9 +130,14 @@ class EventLog:
             self._events.append(event)
             self._unwritten.append(json.dumps(event, separators=(",", ":")) + "\n")
             self._write_pending()
+        if announce:
+            self.announce(event)
+        return event
+
+    def announce(self, event: dict[str, Any]) -> None:
+        """Tell the listeners of ``event`` (recorded by :meth:`emit`)."""
         for listener in self.listeners:
             listener(event)
-        return event
 
     def _write_pending(self) -> None:
         """Write the lines the file does not hold yet (under the lock). A full disk keeps them

@@ -650,11 +650,18 @@ class Runner:
         if phase == Phase.STOPPED and self._stop_cause is not None:
             data["stop_cause"] = self._stop_cause.value
         # the event first, then the terminal phase: whoever sees the attempt ended in
-        # GET /status finds its attempt.finished event in GET /events too
-        self._best_effort("the last event", self._events.emit, "attempt.finished", data=data)
+        # GET /status finds its attempt.finished event in GET /events too; and the bell
+        # last: a controller that looks the moment it rings finds the attempt ended (rung
+        # before, it saw the event but a live status, took the ring for nothing and waited
+        # its quiet pace, 30 s by default, for the end)
+        last = self._best_effort(
+            "the last event", self._events.emit, "attempt.finished", data=data, announce=False
+        )
         with self._lock:
             self.phase, self.finished_at = phase, self._now()
         self.finished.set()
+        if last is not None:
+            self._best_effort("the last ring", self._events.announce, last)
 
     def _best_effort(self, what: str, fn: Callable[..., Any], *args: Any, **kw: Any) -> Any:
         """``fn(*args, **kw)``, its failure written to the agent's stderr instead of raised."""

@@ -92,13 +92,20 @@ def launch_members(ctx: Context, run: RunRecord, number: int) -> Transition | No
         if meet is None:
             return None
         key = member_key(head.key, rank)
-        ctx.store.record_intent(
+        # a node never launched is launched by whoever writes its intent (the CLI that
+        # launched the head and a controller's gang watcher may both get here: one provider
+        # call and one instance.launched per node, not one per launcher); an intent left past
+        # its grace is launched again on its key (idempotent)
+        write = ctx.store.claim_intent if row is None else ctx.store.record_intent
+        wrote = write(
             run_id=run.id,
             attempt=number,
             provider=offer.provider,
             key=key,
             data={"offer": offer.model_dump(mode="json"), "rank": rank},
         )
+        if wrote is None:
+            continue  # another launcher wrote it first: that one launches it
         todo.append((rank, key, meet.model_copy(update={"rank": rank})))
     outcomes = _launch_together(ctx, run, number, offer, todo)
     fatal = next((f for result, f in outcomes if result == launch_node.Launch.FATAL), None)

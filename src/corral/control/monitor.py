@@ -123,7 +123,11 @@ def handle_running(ctx: Context, run: RunRecord, obs: Observation) -> Transition
     except WireVersionMismatch as e:
         return transitions.finish(RunState.FAILED, e.message, graceful=False)
     except AgentError:
-        return None  # the health and preemption watchers look after an agent that is silent
+        # the health and preemption watchers look after an agent that is silent; the next
+        # look comes at the usual pace, not a belled run's quiet one: a ring this look could
+        # not read (the attempt's end, a notice, on a loaded machine) may be the last one
+        obs.soon(ctx.settings.poll_interval_s)
+        return None
     state = sync.poll_state(ctx, run)
     shape = (status.phase, tuple((s.name, s.state) for s in status.stages))
     if state.shape is not None and shape != state.shape:

@@ -38,6 +38,32 @@ class ResourceOps(StoreBase):
     ) -> ResourceRecord:
         """Write the ``intent`` row for ``key``. Idempotent: if the key exists, the existing
         row is returned unchanged (Conflict if it belongs to another run)."""
+        return self._write_intent(run_id, attempt, provider, key, data)[0]
+
+    def claim_intent(
+        self,
+        *,
+        run_id: str,
+        attempt: int,
+        provider: str,
+        key: str,
+        data: Mapping[str, Any] | None = None,
+    ) -> ResourceRecord | None:
+        """Write the ``intent`` row for ``key`` if it has none yet: the row when this call
+        wrote it (the caller launches ``key``), None when the key already had one (another
+        launcher of the same attempt wrote it first and launches it; a relaunch of an old
+        intent is for a later look). Conflict if the key belongs to another run."""
+        record, wrote = self._write_intent(run_id, attempt, provider, key, data)
+        return record if wrote else None
+
+    def _write_intent(
+        self,
+        run_id: str,
+        attempt: int,
+        provider: str,
+        key: str,
+        data: Mapping[str, Any] | None,
+    ) -> tuple[ResourceRecord, bool]:
         now = self._now()
         values = {
             "run_id": run_id,
@@ -53,11 +79,11 @@ class ResourceOps(StoreBase):
         }
         with self._db.transaction(write=True) as tx:
             self._run_exists(tx, run_id)
-            self._insert(tx, "resources", values, unique=("key",))
+            wrote = self._insert(tx, "resources", values, unique=("key",)) is not None
             record = self._get_tx(tx, key)
         if record.run_id != run_id:
             raise Conflict(f"resource key {key!r} already belongs to run {record.run_id}")
-        return record
+        return record, wrote
 
     def update_resource(
         self,

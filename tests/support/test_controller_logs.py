@@ -9,14 +9,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 from support import controller_logs
-from support.controllers import start_controller, stop
-from support.waiting import wait_until
 
-#: set for the run of the test below that must fail
-_INNER = "CORRAL_TEST_CONTROLLER_LOGS_INNER"
+#: the test that fails on purpose, run by the last test here (not collected by the suite: its
+#: name is no test module's)
+_INNER = Path(__file__).with_name("failing_after_a_controller.py")
 
 
 def test_the_logs_of_a_test_are_its_home_s_and_the_helpers_last_lines_each(
@@ -38,23 +35,13 @@ def test_the_logs_of_a_test_are_its_home_s_and_the_helpers_last_lines_each(
     assert controller_logs.logs(None) == []
 
 
-@pytest.mark.skipif(not os.environ.get(_INNER), reason="run by the test below, to fail")
-def test_inner_a_test_that_fails_after_starting_a_controller_elsewhere(tmp_path: Path) -> None:
-    home = tmp_path / "elsewhere"
-    proc = start_controller(home, {"CORRAL_CONTROLLER_IDLE_EXIT": "30"})
-    log = home / "controller-test.log"
-    wait_until(lambda: "started for" in log.read_text(), 30, 0.1, "the controller's first line")
-    stop(proc)
-    raise AssertionError("failing on purpose")
-
-
 def test_a_failed_test_s_report_shows_the_log_of_a_controller_it_started_on_another_home(
     tmp_path: Path,
 ) -> None:
     here = Path(__file__)
-    env = {**os.environ, _INNER: "1"}
+    env = dict(os.environ)
     env.pop("CORRAL_HOME", None)
-    inner = f"{here}::test_inner_a_test_that_fails_after_starting_a_controller_elsewhere"
+    inner = str(_INNER)
     argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist"]
     out = subprocess.run(
         [*argv, f"--basetemp={tmp_path / 'inner'}", inner],

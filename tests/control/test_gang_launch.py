@@ -12,12 +12,14 @@ from pathlib import Path
 
 import pytest
 
+from corral.control.bell import Bell
 from corral.control.context import Context, Settings
 from corral.control.controller import Controller, start_attempt
 from corral.control.gangs import member_key
 from corral.providers.base import Bootstrap, Instance, Offer
 from corral.providers.fake.provider import FakeProvider
 from corral.store import Store
+from corral.wire.bell import ENV_AGENT_BELL
 
 from .helpers import submit, write_spec
 
@@ -44,6 +46,7 @@ class SlowCloud(FakeProvider):
     def __init__(self, home: Path) -> None:
         super().__init__(CLOUD, home=home, timers=False)
         self.calls: list[tuple[str, float, float]] = []
+        self.bootstraps: dict[str, Bootstrap] = {}
         self.dies_on: str | None = None
         self._lock = threading.Lock()
 
@@ -56,6 +59,7 @@ class SlowCloud(FakeProvider):
         instance = super().launch(offer, bootstrap, key)
         with self._lock:
             self.calls.append((key, began, time.monotonic()))
+            self.bootstraps[key] = bootstrap
         return instance
 
 
@@ -137,3 +141,18 @@ def test_a_process_dying_among_the_launches_leaves_intents_launched_again_on_the
     assert rows[other].instance_id == first  # the same machine, adopted on its key
     assert _machines(cloud) == sorted([head, *members])  # four machines, none twice
     assert ctx.store.get_run(run_id).state == "PROVISIONING"
+
+
+def test_every_node_a_controller_launches_is_told_its_bell(tmp_path: Path) -> None:
+    """Each node's agent rings the launching controller's bell once it is up
+    (``CORRAL_AGENT_BELL``), so the gang's last node ready is heard at once."""
+    ctx, cloud, run_id = _gang(tmp_path, 3)
+    ctx.bell = Bell(tmp_path, lambda _: None).start()
+    try:
+        start_attempt(ctx, ctx.store.get_run(run_id))
+        assert len(cloud.bootstraps) == 3
+        for boot in cloud.bootstraps.values():
+            assert boot.env[ENV_AGENT_BELL] == ctx.bell.header()
+            assert ENV_AGENT_BELL not in boot.env.get("CORRAL_SECRET_NAMES", "")
+    finally:
+        ctx.bell.close()

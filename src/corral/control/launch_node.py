@@ -29,6 +29,7 @@ from corral.secrets import register_names, resolve_many
 from corral.spec import JobSpec
 from corral.store.records import RunRecord
 from corral.store.states import ResourceState, RunState
+from corral.wire.bell import ENV_AGENT_BELL
 from corral.wire.env import ENV_SECRET_NAMES
 from corral.wire.gang import GangRole
 
@@ -101,6 +102,8 @@ def bootstrap(
     env = ctx.resolve_secrets(names)
     if env:
         env[ENV_SECRET_NAMES] = ",".join(sorted(env))  # the agent masks them in stage logs
+    if ctx.bell is not None:  # the agent rings it once up: a gang's last node heard at once
+        env[ENV_AGENT_BELL] = ctx.bell.header()
     # a node that may lack corral installs this very version: the controller's own wheel
     # through the run's storage, else the same version from an index
     install = (

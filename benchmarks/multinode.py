@@ -36,18 +36,27 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import gang_trace
+
 if TYPE_CHECKING:
     from corral.store import Store
 
 JOB = """\
-import datetime, os, sys, time
+import time
+began = time.time()
+import datetime, os, sys
 import torch, torch.distributed as dist
 from corral.sdk import install_signal_handlers, should_stop_all
+imported = time.time()
 dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=300))
+met = time.time()
 rank = dist.get_rank()
 install_signal_handlers()
 marks = open(os.environ["MARKS"], "a", buffering=1)
 attempt = os.environ["CORRAL_ATTEMPT"]
+marks.write(f"{began:.6f} {attempt} {rank} worker\\n")
+marks.write(f"{imported:.6f} {attempt} {rank} torch\\n")
+marks.write(f"{met:.6f} {attempt} {rank} init\\n")
 step = 0
 while step < 100000:
     step += 1
@@ -63,7 +72,7 @@ while step < 100000:
 SPEC = """\
 name: {name}
 resources: {{nodes: {nodes}, providers: [fake]}}
-env: {{OMP_NUM_THREADS: 1, MARKS: {marks}}}
+env: {{OMP_NUM_THREADS: 1, MARKS: {marks}{extra}}}
 run: torchrun --nproc-per-node 1 job.py
 """
 
@@ -80,8 +89,12 @@ def _cloud(delay: float, capacity: int) -> dict:
 
 
 class Bench:
-    def __init__(self, root: Path, delay: float, capacity: int):
+    def __init__(self, root: Path, delay: float, capacity: int, trace: bool = False):
         self.root = root
+        #: --trace: torchrun logs its rendezvous (LOGLEVEL=INFO), the CPU of every process of
+        #: the benchmark is sampled, and each timed start is traced (``gang_trace``)
+        self.meter = gang_trace.CpuMeter(str(root)).start() if trace else None
+        self.traces: dict[str, dict] = {}
         self.env = {
             **os.environ,
             "CORRAL_HOME": str(root / "home"),
@@ -115,10 +128,26 @@ class Bench:
         marks = self.root / f"marks-{self.count}.txt"
         marks.touch()
         spec = self.root / f"spec-{self.count}.yaml"
-        spec.write_text(SPEC.format(name=f"gang{self.count}", nodes=nodes, marks=marks))
+        extra = ", LOGLEVEL: INFO" if self.meter is not None else ""
+        spec.write_text(
+            SPEC.format(name=f"gang{self.count}", nodes=nodes, marks=marks, extra=extra)
+        )
         began = time.time()
         out = self.corral("launch", str(spec), "--detach", "--json", env=env)
         return json.loads(out)["id"], marks, began
+
+    def trace(self, label: str, run_id: str, nodes: int, began: float, marks: Path) -> None:
+        """With --trace: where attempt 1 of ``run_id`` spent its start (its machines up)."""
+        if self.meter is None:
+            return
+        self.meter.sample()
+        trace = gang_trace.collect(
+            Path(self.env["CORRAL_HOME"]), run_id, 1, nodes, began, marks, "main"
+        )
+        self.traces[label] = {
+            "phases": trace.table(self.meter, os.cpu_count() or 1),
+            "nodes": trace.per_node(),
+        }
 
     def store(self) -> Store:
         """The store of this benchmark's home."""
@@ -132,7 +161,7 @@ def _marks(path: Path) -> list[tuple[float, int, int]]:
     out = []
     for line in path.read_text().splitlines():
         parts = line.split()
-        if len(parts) == 4:
+        if len(parts) == 4 and parts[3].isdigit():  # a step (the others: a rank's start)
             out.append((float(parts[0]), int(parts[1]), int(parts[2])))
     return out
 
@@ -180,10 +209,14 @@ def warm(bench: Bench) -> None:
     bench.corral("cancel", run_id, "--wait")
 
 
-def measure(bench: Bench, n: int, out: dict) -> None:
+def measure(bench: Bench, n: int, out: dict, starts_only: bool = False) -> None:
     run_id, marks, began = bench.launch(n)
     complete = wait_training(marks, n, 1)
     out[f"gang_start_s_{n}"] = round(complete - began, 2)
+    bench.trace(f"gang_start_s_{n}", run_id, n, began, marks)
+    if starts_only:
+        bench.corral("cancel", run_id, "--wait")
+        return
     out[f"idle_node_hours_{n}"] = round(idle_node_hours(bench, run_id, complete), 6)
     t0 = preempt_node(bench, run_id, 1)
     out[f"repair_s_{n}"] = round(wait_training(marks, n, 2) - t0, 2)
@@ -224,38 +257,62 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     parser.add_argument("--nodes", default="2,4", help="gang sizes (comma-separated)")
     parser.add_argument("--launch-delay", type=float, default=0.5, help="the fake boot, s")
+    parser.add_argument(
+        "--trace",
+        action="store_true",
+        help="print where each timed start went, per phase and per node (CPU told apart)",
+    )
+    parser.add_argument(
+        "--starts-only",
+        action="store_true",
+        help="time the starts only (no repair, relaunch or bound)",
+    )
     args = parser.parse_args(argv)
     sizes = [int(n) for n in args.nodes.split(",") if n.strip()]
     out: dict[str, float] = {}
     with tempfile.TemporaryDirectory(prefix="corral-multinode-") as tmp:
-        bench = Bench(Path(tmp), args.launch_delay, capacity=2 * max(sizes) + 2)
+        bench = Bench(Path(tmp), args.launch_delay, 2 * max(sizes) + 2, trace=args.trace)
         try:
             warm(bench)
             run_id, marks, began = bench.launch(1)
             out["single_start_s"] = round(wait_training(marks, 1, 1) - began, 2)
+            bench.trace("single_start_s", run_id, 1, began, marks)
             bench.corral("cancel", run_id, "--wait")
             for n in sizes:
-                measure(bench, n, out)
-            bound(bench, out)
+                measure(bench, n, out, args.starts_only)
+            if not args.starts_only:
+                bound(bench, out)
         finally:
+            if bench.meter is not None:
+                bench.meter.stop()
             subprocess.run(
                 [sys.executable, "-m", "corral.cli", "controller", "stop"],
                 env=bench.env,
                 capture_output=True,
             )
     if args.json:
-        print(json.dumps(out, indent=2))
+        print(json.dumps({**out, "trace": bench.traces} if args.trace else out, indent=2))
         return 0
+    report(out, sizes)
+    for label, traced in bench.traces.items():
+        print()
+        print(gang_trace.render(f"{label} {out[label]:.2f} s:", traced["phases"], traced["nodes"]))
+    return 0
+
+
+def report(out: dict[str, float], sizes: list[int]) -> None:
     single = out["single_start_s"]
     print(f"{'figure':<24}{'value':>10}  against")
     print(f"{'single_start_s':<24}{single:>10.2f}  (the baseline: one node, same job, warm)")
     for n in sizes:
-        g, r, rl = out[f"gang_start_s_{n}"], out[f"repair_s_{n}"], out[f"relaunch_s_{n}"]
+        g = out[f"gang_start_s_{n}"]
         print(f"{f'gang_start_s_{n}':<24}{g:>10.2f}  {g / single:.2f}x single (target <= 1.5x)")
-        print(f"{f'repair_s_{n}':<24}{r:>10.2f}  relaunch_s_{n} {rl:.2f} (target: below)")
-        print(f"{f'idle_node_hours_{n}':<24}{out[f'idle_node_hours_{n}']:>10.5f}")
-    print(f"{'bound_node_s':<24}{out['bound_node_s']:>10.2f}  bound {out['bound_s']:.0f} s")
-    return 0
+        if f"repair_s_{n}" in out:
+            r, rl = out[f"repair_s_{n}"], out[f"relaunch_s_{n}"]
+            print(f"{f'repair_s_{n}':<24}{r:>10.2f}  relaunch_s_{n} {rl:.2f} (target: below)")
+            print(f"{f'idle_node_hours_{n}':<24}{out[f'idle_node_hours_{n}']:>10.5f}")
+    if "bound_node_s" in out:
+        print(f"{'bound_node_s':<24}{out['bound_node_s']:>10.2f}  bound {out['bound_s']:.0f} s")
 
 
 if __name__ == "__main__":

@@ -12,7 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from agent.helpers import make_plan
 from corral.agent.bell import AgentBell
+from corral.agent.main import Agent, NodeLaunch
 from corral.control.bell import Bell, bell_settings, quiet_poll_default
 from corral.control.context import Settings
 from corral.control.controller import reconcile
@@ -97,6 +99,28 @@ def test_the_controller_hears_an_agent_and_takes_its_silence_for_a_reason_to_loo
         assert b.silent() == ["run-a"] and b.silent() == []  # said once
     finally:
         agent.close()
+
+
+@pytest.mark.parametrize("named", [True, False])
+def test_an_agent_whose_launch_named_the_bell_rings_it_once_its_api_answers(
+    tmp_path: Path, rung: tuple[Bell, list[str], list[float]], named: bool
+) -> None:
+    """A machine that comes up is heard at once, not at the controller's next look (a gang
+    starts when its last node is ready): no request has named the bell yet."""
+    b, got, _ = rung
+    plan = make_plan(tmp_path, [{"name": "main", "run": "sleep 30"}])
+    launch = NodeLaunch(bell=b.header() if named else None)
+    agent = Agent(plan, _token(plan.run_id, plan.attempt), launch=launch)
+    agent.start()
+    try:
+        if named:  # its hello (then a change for each event: the stage started, say)
+            wait_until(lambda: bool(got), 10, 0.01, "the hello")
+            assert set(got) == {plan.run_id} and b.belled(plan.run_id, plan.attempt)
+        else:
+            time.sleep(0.5)
+            assert got == [] and b.rings == 0  # it rings once a request names the bell
+    finally:
+        agent.close(timeout=5)
 
 
 def test_a_forged_or_an_earlier_attempts_ring_changes_nothing(

@@ -6,6 +6,8 @@ next look launches each again on its own key, never a second machine."""
 
 from __future__ import annotations
 
+import json
+import os
 import threading
 import time
 from pathlib import Path
@@ -13,12 +15,15 @@ from pathlib import Path
 import pytest
 
 from corral.control import gangs
+from corral.control.bell import BELL_FILE, Bell, publish, published
 from corral.control.context import Context, Settings
 from corral.control.controller import Controller, start_attempt
 from corral.control.gangs import member_key
+from corral.control.lock import ControllerLock
 from corral.providers.base import Bootstrap, Instance, Offer
 from corral.providers.fake.provider import FakeProvider
 from corral.store import Store
+from corral.wire.bell import ENV_AGENT_BELL
 from support.waiting import wait_until
 
 from .helpers import submit, write_spec
@@ -46,6 +51,7 @@ class SlowCloud(FakeProvider):
     def __init__(self, home: Path) -> None:
         super().__init__(CLOUD, home=home, timers=False)
         self.calls: list[tuple[str, float, float]] = []
+        self.bootstraps: dict[str, Bootstrap] = {}
         self.dies_on: str | None = None
         self._lock = threading.Lock()
 
@@ -58,6 +64,7 @@ class SlowCloud(FakeProvider):
         instance = super().launch(offer, bootstrap, key)
         with self._lock:
             self.calls.append((key, began, time.monotonic()))
+            self.bootstraps[key] = bootstrap
         return instance
 
 
@@ -191,3 +198,46 @@ def test_a_cli_and_a_controller_launching_a_gang_s_nodes_at_once_launch_each_nod
     rows = {r.key: r for r in controller.store.resources(run_id=run_id)}
     assert sorted(rows) == sorted([head, *members])
     assert all(r.state == "active" for r in rows.values())
+
+
+def test_every_node_a_controller_launches_is_told_its_bell(tmp_path: Path) -> None:
+    """Each node's agent rings the launching controller's bell once it is up
+    (``CORRAL_AGENT_BELL``), so the gang's last node ready is heard at once."""
+    ctx, cloud, run_id = _gang(tmp_path, 3)
+    ctx.bell = Bell(tmp_path, lambda _: None).start()
+    try:
+        start_attempt(ctx, ctx.store.get_run(run_id))
+        assert len(cloud.bootstraps) == 3
+        for boot in cloud.bootstraps.values():
+            assert boot.env[ENV_AGENT_BELL] == ctx.bell.header()
+            assert ENV_AGENT_BELL not in boot.env.get("CORRAL_SECRET_NAMES", "")
+    finally:
+        ctx.bell.close()
+
+
+def test_a_launch_by_another_process_names_the_bell_of_the_controller_serving_the_home(
+    tmp_path: Path,
+) -> None:
+    """``corral launch`` launches the whole gang itself (no bell of its own): its agents ring
+    the bell of the controller that serves the home (``controller.bell.json``), and no bell
+    that a controller gone left behind."""
+    ctx, cloud, run_id = _gang(tmp_path, 2)
+    assert ctx.bell is None
+    publish(ctx.home, "127.0.0.1:5000")
+    assert published(ctx.home) is None  # no controller holds the home's lock: nobody's bell
+    lock = ControllerLock(ctx.home)
+    assert lock.acquire()  # this process serves the home, as the controller would
+    try:
+        assert published(ctx.home) == "127.0.0.1:5000"
+        gone = {"pid": os.getpid() + 1, "bell": "127.0.0.1:4999"}  # another controller's
+        (ctx.home / BELL_FILE).write_text(json.dumps(gone))
+        assert published(ctx.home) is None
+        publish(ctx.home, "127.0.0.1:5000")
+        start_attempt(ctx, ctx.store.get_run(run_id))
+    finally:
+        lock.release()
+    assert len(cloud.bootstraps) == 2
+    assert all(b.env[ENV_AGENT_BELL] == "127.0.0.1:5000" for b in cloud.bootstraps.values())
+    assert published(ctx.home) is None  # released: nobody's
+    (ctx.home / BELL_FILE).write_text("not json")
+    assert published(ctx.home) is None

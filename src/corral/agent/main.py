@@ -41,6 +41,7 @@ from corral.errors import BadInput, CorralError
 from corral.files import write_json_atomic
 from corral.secrets.redact import Redactor, job_secret_values
 from corral.wire import WIRE_VERSION
+from corral.wire.bell import ENV_AGENT_BELL
 from corral.wire.env import ENV_AGENT_TOKEN, NODE_INSTALL_VARS
 from corral.wire.gang import GangRole, role_from_env
 from corral.wire.node import NodeContext, NodeHook, iso
@@ -67,6 +68,9 @@ class NodeLaunch:
     shutdown_command: str | None = None
     #: where the code goes on this node (``--workdir``)
     workdir: str | None = None
+    #: the controller's bell as the launch named it (``wire.bell.ENV_AGENT_BELL``): rung
+    #: once the API answers, before any request names it (None: the first request's)
+    bell: str | None = None
     #: a directory that stands for this node's "/": every absolute path of the plan (workdir,
     #: checkpoints, state, files, mounts) is taken under it (``--root``: a test machine, or a
     #: node without the rights to write where the plan says)
@@ -147,6 +151,7 @@ class Agent:
         )
         #: rings the controller's bell when something happens (``agent.bell``)
         self.bell = AgentBell(plan.run_id, plan.attempt, token)
+        self._bell_at = node.bell
         self.events.listeners.append(self.bell.on_event)
         self.tailer = ProgressTailer(
             self.state_dir / "progress", self.events, plan.progress_event_interval, clock=clock
@@ -287,6 +292,8 @@ class Agent:
         ).start()
         self.api.services.start()
         self.api.ready = True
+        if self._bell_at:  # the launch named the bell: say it is up now, not at a next look
+            self.bell.heard_from(self._bell_at)
         return self.url
 
     def stop(self, reason: str = "stop requested", cause: StopCause = StopCause.AGENT) -> None:
@@ -509,7 +516,9 @@ def _next_attempt(agent: Agent, handover: Handover, launch: NodeLaunch) -> Agent
     ``agent``'s (its endpoint stays the one the controller knows), once ``agent`` is closed."""
     host, port = agent.bind[0], agent.port
     agent.close(timeout=5)
-    launch = replace(launch, gang=handover.gang, host=host, port=port)
+    # the bell the last attempt's controller named (rung by the next attempt from its start)
+    rung = agent.bell.address.header() if agent.bell.address is not None else launch.bell
+    launch = replace(launch, gang=handover.gang, host=host, port=port, bell=rung)
     # (the ended attempt's token may still confirm this hand-over: a controller that lost
     # the answer asks again with it)
     nxt = Agent(handover.plan, handover.token, launch=launch, handed_from=agent._token)
@@ -538,6 +547,7 @@ def _launch(args: argparse.Namespace) -> NodeLaunch:
         devices = [d.strip() for d in args.devices.split(",") if d.strip()]
     return NodeLaunch(
         gang=role_from_env(os.environ, pop=True),  # none of the job's business
+        bell=os.environ.pop(ENV_AGENT_BELL, "") or None,
         devices=devices,
         state_dir=args.state_dir or None,
         checkpoint_dir=args.checkpoint_dir or None,

@@ -22,6 +22,7 @@ pulls of a belled quiet run (default ``Settings.quiet_poll_s``).
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import threading
@@ -30,8 +31,10 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from corral.control.context import interval_env, log
+from corral.control.lock import running_pid
 from corral.control.tokens import agent_token
 from corral.errors import ControllerError
+from corral.files import write_json_atomic
 from corral.wire import bell
 
 ENV_BELL = "CORRAL_BELL"
@@ -40,6 +43,28 @@ ENV_QUIET_POLL = "CORRAL_QUIET_POLL_INTERVAL"
 DEFAULT_BIND = "127.0.0.1:0"
 #: rings read in one go before the callers are told (a burst costs one wake-up)
 BATCH = 256
+#: where the controller serving a home says which bell its agents ring (``{"pid", "bell"}``),
+#: so that a launch made by another process of the home (``corral launch``) names it to the
+#: agents it starts (``wire.bell.ENV_AGENT_BELL``)
+BELL_FILE = "controller.bell.json"
+
+
+def publish(home: Path, header: str) -> None:
+    """Say that this process, the controller of ``home``, listens on the bell ``header``."""
+    write_json_atomic(home / BELL_FILE, {"pid": os.getpid(), "bell": header}, mode=0o600)
+
+
+def published(home: Path) -> str | None:
+    """The bell of the controller serving ``home`` now (None: none serves it, or it has no
+    bell: what a controller gone or one with ``CORRAL_BELL=off`` left behind is not it)."""
+    try:
+        data = json.loads((home / BELL_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict) or data.get("pid") != running_pid(home):
+        return None
+    bell = data.get("bell")
+    return bell if isinstance(bell, str) and bell else None
 
 
 def _address(name: str, raw: str) -> tuple[str, int]:

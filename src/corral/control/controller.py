@@ -18,7 +18,7 @@ from concurrent.futures import Executor, ThreadPoolExecutor
 from functools import partial
 
 from corral.control import actions, finishing, launching, monitor, scheduling, transitions
-from corral.control.bell import Bell, bell_settings
+from corral.control.bell import Bell, bell_settings, publish
 from corral.control.context import Context, log
 from corral.control.gpu_history import GpuHistory
 from corral.control.leases import Leases
@@ -303,6 +303,7 @@ class Controller:
             if bind is None:
                 return
             self.ctx.bell = Bell(self.ctx.home, self._rung, bind=bind, advertise=advertise).start()
+            publish(self.ctx.home, self.ctx.bell.header())  # for `corral launch`'s agents
         except (OSError, CorralError) as e:
             log.warning("no bell (every run is pulled at its usual pace): %s", e)
 

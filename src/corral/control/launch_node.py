@@ -9,6 +9,7 @@ import enum
 from typing import Any
 
 from corral.control import shipping, transitions
+from corral.control.bell import published
 from corral.control.context import Context, log
 from corral.control.interval import interruption_rate
 from corral.control.plan_builder import build_plan
@@ -29,6 +30,7 @@ from corral.secrets import register_names, resolve_many
 from corral.spec import JobSpec
 from corral.store.records import RunRecord
 from corral.store.states import ResourceState, RunState
+from corral.wire.bell import ENV_AGENT_BELL
 from corral.wire.env import ENV_SECRET_NAMES
 from corral.wire.gang import GangRole
 
@@ -101,6 +103,11 @@ def bootstrap(
     env = ctx.resolve_secrets(names)
     if env:
         env[ENV_SECRET_NAMES] = ",".join(sorted(env))  # the agent masks them in stage logs
+    # the agent rings it once up (a gang's last node heard at once): this controller's, or,
+    # launched by another process (`corral launch`), the bell of the controller serving home
+    bell_at = ctx.bell.header() if ctx.bell is not None else published(ctx.home)
+    if bell_at:
+        env[ENV_AGENT_BELL] = bell_at
     # a node that may lack corral installs this very version: the controller's own wheel
     # through the run's storage, else the same version from an index
     install = (

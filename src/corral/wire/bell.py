@@ -5,7 +5,9 @@ reaches the controller at once, every request the controller makes to an agent n
 controller's bell in the :data:`HEADER` header (``host:port``, UDP), and the agent rings it:
 
 * ``hello`` when it first learns the address (or the address changes: a restarted or another
-  controller), so the controller knows the bell of this attempt works;
+  controller), so the controller knows the bell of this attempt works; an agent launched by
+  a controller learns it from its environment (:data:`ENV_AGENT_BELL`) and rings once its API
+  answers, so the controller looks at a machine that just came up at once;
 * ``change`` when something the controller must act on happens: any event but ``progress``
   (a stage starting or ending, a preemption notice, a stop, the attempt's end, a checkpoint),
   and ``progress`` too while the controller asks for it (``want=progress`` in the header);
@@ -27,6 +29,11 @@ from dataclasses import dataclass
 
 #: the request header that names the controller's bell (``host:port[;want=progress]``)
 HEADER = "X-Corral-Bell"
+#: the bell an agent rings from its start, before any request names one (the header's
+#: value, in the agent's environment: the launching controller's), so that its coming up
+#: is heard at once rather than at the controller's next look (a gang starts once its last
+#: node is ready)
+ENV_AGENT_BELL = "CORRAL_AGENT_BELL"
 MAGIC = "corral-bell/1"
 #: an agent that knows a bell rings it this often with nothing to say
 BEAT_S = 10.0

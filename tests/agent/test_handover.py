@@ -17,6 +17,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from corral.agent.events import read_events_file
 from support.waiting import wait_until
 
 from .helpers import TOKEN, make_plan
@@ -24,9 +25,9 @@ from .helpers import TOKEN, make_plan
 NEXT_TOKEN = "next-attempt-token"
 
 
-def _spawn(plan_path: Path, env: dict[str, str]) -> subprocess.Popen:
+def _spawn(plan_path: Path, env: dict[str, str], *args: str) -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, "-m", "corral.agent", "--plan", str(plan_path)],
+        [sys.executable, "-m", "corral.agent", "--plan", str(plan_path), *args],
         env={**os.environ, "CORRAL_AGENT_TOKEN": TOKEN, **env},
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
@@ -104,6 +105,64 @@ def test_a_kept_node_takes_the_next_attempt_on_its_address_with_the_new_token(tm
     # the second attempt's stage ran with its new place in the gang (the head moved)
     said = (tmp_path / "state2" / "logs" / "train.log").read_text()
     assert said.strip().endswith(" two 1@10.0.0.9:29600"), said  # (after the line's time)
+
+
+def test_a_kept_node_s_next_attempt_keeps_its_events_and_logs_apart_in_the_node_s_state_dir(
+    tmp_path,
+):
+    """A node whose launch gave it its state folder (``--state-dir``: the provider's, which
+    reads ``agent.json`` and ``children.json`` there) keeps it through a hand-over, and the
+    attempt handed over writes its events, stage logs and progress files in a folder of its
+    own in it: its event feed and its logs from their start hold its own records only (the
+    controller reads a new attempt's from their start), and the ended attempt's files stay
+    as they were."""
+    gang = {"CORRAL_GANG_RANK": "0", "CORRAL_GANG_MASTER_ADDR": "127.0.0.1",
+            "CORRAL_GANG_MASTER_PORT": "29400"}  # fmt: skip
+    said = "echo said by attempt $CORRAL_ATTEMPT; echo '{}' >> $CORRAL_PROGRESS_FILE"
+    first = make_plan(tmp_path, [{"name": "train", "run": said, "nodes": 1}], nodes=2)
+    plan_path = tmp_path / "plan.json"
+    first.dump(plan_path)
+    node = tmp_path / "node"  # the provider's folder for the machine
+    proc = _spawn(plan_path, gang, "--state-dir", str(node))
+    try:
+        wait_until((node / "agent.json").exists, 10, 0.02, "agent.json")
+        url = json.loads((node / "agent.json").read_text())["url"]
+        wait_until(lambda: _call(url, TOKEN, "GET", "/status")[1]["finished_at"], 15, 0.05)
+        ended = _call(url, TOKEN, "GET", "/events?after=0")[1]["events"]
+        body = {"plan": first.model_copy(update={"attempt": 2}).model_dump(mode="json"),
+                "token": NEXT_TOKEN,
+                "gang": {"rank": 0, "master_addr": "127.0.0.1", "master_port": 29600}}  # fmt: skip
+        assert _call(url, TOKEN, "POST", "/attempt", body) == (202, {"attempt": 2})
+
+        def the_next_ended() -> bool:
+            try:
+                code, status = _call(url, NEXT_TOKEN, "GET", "/status")
+            except httpx.HTTPError:
+                return False
+            return code == 200 and status["attempt"] == 2 and bool(status["finished_at"])
+
+        wait_until(the_next_ended, 15, 0.05, "attempt 2's end on the same address")
+        events = _call(url, NEXT_TOKEN, "GET", "/events?after=0")[1]["events"]
+        log = _call(url, NEXT_TOKEN, "GET", "/logs?stage=train&offset=0")[1]["data"]
+        assert proc.poll() is None
+    finally:
+        proc.kill()
+        proc.communicate()
+    types = [e["type"] for e in events]
+    assert types[0] == "attempt.started" and events[0]["seq"] == 1, types
+    assert types.count("attempt.started") == types.count("attempt.finished") == 1, types
+    assert "said by attempt 2" in log and "said by attempt 1" not in log, log
+    # on the machine: the node's own files where its provider reads them (the running
+    # attempt's), each attempt's records apart, the ended attempt's as it left them
+    assert json.loads((node / "agent.json").read_text())["url"] == url
+    assert (node / "children.json").exists()
+    mine = node / "attempts" / "a2"
+    assert [e["type"] for e in read_events_file(mine / "events.jsonl")] == types
+    assert read_events_file(node / "events.jsonl") == ended
+    assert "said by attempt 1" in (node / "logs" / "train.log").read_text()
+    assert "said by attempt 2" not in (node / "logs" / "train.log").read_text()
+    assert (node / "progress" / "train.jsonl").read_text() == "{}\n"
+    assert (mine / "progress" / "train.jsonl").read_text() == "{}\n"
 
 
 def test_a_hand_over_asked_again_is_answered_as_the_first_whoever_serves_the_address(tmp_path):

@@ -191,6 +191,14 @@ def test_a_node_preempted_is_replaced_the_survivor_kept_and_the_weights_are_unin
     assert store.events(run_id, types=["gang.handed_over"])
     launched = [e.data["instance_id"] for e in store.events(run_id, types=["instance.launched"])]
     assert len(launched) == 3  # two machines, then only the lost one again
+    # the survivor's machine ran both attempts: each attempt's events are stored once, under
+    # it, and its attempt-2 log is attempt 2's output alone
+    starts = [e.attempt for e in store.events(run_id, types=["attempt.started"])]
+    ends = [e.attempt for e in store.events(run_id, types=["attempt.finished"])]
+    assert starts == [1, 2] and ends.count(2) == 1 and ends.count(1) <= 1, (starts, ends)
+    code, again, err = cli("logs", run_id, "--attempt", "2", "--node", str(survivor))
+    assert code == 0 and f"rank {survivor} of 2 starts at step" in again, (again, err)
+    assert "starts at step 0" not in again and "stops at step" not in again, again
 
 
 @pytest.mark.slow

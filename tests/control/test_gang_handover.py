@@ -4,7 +4,8 @@ loses the answer (the agent took it, the controller's call timed out). The contr
 again until the node serves the attempt, and then it is handed over: noted, said once
 (``gang.handed_over``) however many looks or controllers saw it, and no token in what the
 controller logged. A kept node other than the head counts as one of the gang's ready nodes
-only once handed."""
+only once handed. The kept head's two attempts are stored apart: each its own events, once,
+and its own stage log output."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from typing import Any
 import httpx
 import pytest
 
-from corral.control import gangs, launch_node, transitions
+from corral.control import gangs, launch_node, sync, transitions
 from corral.control.agent_client import AgentClient, LeanTransport, TransportError
 from corral.control.context import Context, Settings
 from corral.control.controller import start_attempt
@@ -297,3 +298,70 @@ def test_a_kept_member_counts_as_ready_only_once_handed_and_said_so(
     assert obs.gang_ready, "the gang never formed"
     assert agents.asked == 2 and agents.switched
     assert [(e.attempt, e.data["node"]) for e in said] == [(2, 1)], said
+
+
+def _copy_all(ctx: Context, run: RunRecord, client: AgentClient) -> None:
+    """Copy the agent's events and stage logs of ``run``'s current attempt into the store and
+    the log copies, as the controller's looks do, until the agent holds nothing more."""
+    for _ in range(20):
+        if not sync.pull(ctx, run, client).more:
+            return
+    raise AssertionError("the agent always held more")
+
+
+def test_a_kept_head_s_next_attempt_brings_its_own_events_and_logs_only(tmp_path: Path) -> None:
+    """The head kept through a repair runs attempt 2 on the machine (and the state folder)
+    that ran attempt 1. What the controller copies of attempt 2 from its cursor's start is
+    attempt 2's alone: attempt 1's events are stored once, under attempt 1, and attempt 2's
+    stage log (what ``corral logs`` shows for it) does not begin with attempt 1's output."""
+    spec = write_spec(
+        tmp_path,
+        """
+        name: gang
+        resources: {nodes: 2, providers: [fake]}
+        run: "echo said by attempt $CORRAL_ATTEMPT"
+        """,
+    )
+    run_id = submit(spec)
+    cloud = InPlaceCloud(CLOUD, home=tmp_path / "cloud", timers=False)
+    ctx = _context(cloud, LosesAnAnswer())
+    start_attempt(ctx, ctx.store.get_run(run_id))
+    run = ctx.store.get_run(run_id)
+    proc, url = _head_agent(ctx, run, tmp_path)
+    try:
+        head = next(r for r in ctx.store.resources(run_id=run_id) if rank_of(r) == 0)
+        assert head.instance is not None
+        ctx.store.update_resource(head.key, instance={**head.instance, "endpoint": url})
+        old = ctx.agent(run_id, 1, url)
+        old.start_gang()
+        wait_until(lambda: old.status().terminal, 20, 0.05, "attempt 1's end on the head")
+        _copy_all(ctx, run, old)  # everything of attempt 1 copied, as before a recovery
+        run = transitions.apply(ctx, run, Transition(RunState.RECOVERING, "node 1 lost"))
+        assert run is not None
+        kept = [r for r in ctx.store.resources(run_id=run_id) if r.key == head.key]
+        gangs.repair(ctx, run, kept)
+        _looks(ctx, run_id)
+        run = ctx.store.get_run(run_id)
+        new = ctx.agent(run_id, 2, url)
+        new.start_gang()
+        wait_until(lambda: new.status().terminal, 20, 0.05, "attempt 2's end on the head")
+        _copy_all(ctx, run, new)
+    finally:
+        proc.kill()
+        proc.communicate()
+    agent_events = [e for e in ctx.store.events(run_id) if "agent_seq" in e.data]
+    for number in (1, 2):
+        mine = [e for e in agent_events if e.attempt == number]
+        types = [e.type for e in mine]
+        assert types.count("attempt.started") == 1, (number, types)
+        assert types.count("attempt.finished") == 1, (number, types)
+        assert types[0] == "attempt.started", (number, types)
+        seqs = [e.data["agent_seq"] for e in mine]
+        assert seqs == sorted(set(seqs)), (number, seqs)  # each of its events once
+    logs = sorted(sync.logs_dir(run_id, 2).glob("*.log"))
+    assert logs, "attempt 2 copied no stage log"
+    said = "".join(p.read_text() for p in logs)
+    assert "said by attempt 2" in said, said
+    assert "said by attempt 1" not in said, said
+    first = "".join(p.read_text() for p in sorted(sync.logs_dir(run_id, 1).glob("*.log")))
+    assert "said by attempt 1" in first and "said by attempt 2" not in first, first

@@ -116,6 +116,7 @@ class Agent:
         hooks: list[NodeHook] | None = None,
         launch: NodeLaunch | None = None,
         handed_from: str | None = None,
+        records: Path | None = None,
     ):
         if not token:
             raise BadInput(f"the agent needs a token: set {ENV_AGENT_TOKEN}")
@@ -126,6 +127,10 @@ class Agent:
             Path(plan.workdir).mkdir(parents=True, exist_ok=True)
         self.plan = plan
         self.state_dir = Path(node.state_dir or plan.state_dir)
+        #: where this attempt keeps its own records (events, stage logs, progress files): the
+        #: state_dir, or a folder of its own in it on a node handed the attempt
+        #: (:func:`attempt_records`)
+        self.records = records or self.state_dir
         self.checkpoint_dir = node.checkpoint_dir or plan.checkpoint_dir
         self.bind = (
             node.host if node.host is not None else plan.host,
@@ -133,8 +138,9 @@ class Agent:
         )
         command = plan.shutdown_command if node.shutdown_command is None else node.shutdown_command
         self.shutdown_command = command or None
+        self.state_dir.mkdir(parents=True, exist_ok=True)
         for sub in ("logs", "progress"):
-            (self.state_dir / sub).mkdir(parents=True, exist_ok=True)
+            (self.records / sub).mkdir(parents=True, exist_ok=True)
         Path(self.checkpoint_dir).mkdir(parents=True, exist_ok=True)
         if devices is None:
             devices = node.devices
@@ -143,7 +149,7 @@ class Agent:
         usage = usage or _gpu_usage
         secrets = Redactor(job_secret_values(os.environ if environ is None else environ))
         self.events = EventLog(
-            self.state_dir / "events.jsonl",
+            self.records / "events.jsonl",
             now=now,
             mask=secrets.redact_data if secrets.values else None,
             # room for the agent's last records when a job fills the disk (diskfull.py)
@@ -154,7 +160,7 @@ class Agent:
         self._bell_at = node.bell
         self.events.listeners.append(self.bell.on_event)
         self.tailer = ProgressTailer(
-            self.state_dir / "progress", self.events, plan.progress_event_interval, clock=clock
+            self.records / "progress", self.events, plan.progress_event_interval, clock=clock
         )
         if hooks is None:
             context = NodeContext(
@@ -204,6 +210,7 @@ class Agent:
             sleep=sleep,
             hooks=self.hooks,
             state_dir=str(self.state_dir),
+            logs_dir=str(self.records / "logs"),
             checkpoint_dir=self.checkpoint_dir,
             code=code,
             gang=node.gang,
@@ -511,6 +518,17 @@ def _serve(
     return 0
 
 
+def attempt_records(state_dir: Path, attempt: int) -> Path:
+    """Where attempt ``attempt``, handed to a node whose ended attempt had the same
+    ``state_dir`` (the launch's ``--state-dir``: the provider's folder for the machine), keeps
+    its own records (``events.jsonl``, ``logs/``, ``progress/``): a folder of its own in it,
+    so that its event feed and stage logs begin with it (the controller reads a new attempt's
+    from their start) and the ended attempt's stay as they were. The rest of the
+    ``state_dir`` stays the node's: ``agent.json`` and ``children.json``, which the node's
+    provider reads, where they were. (A plan's own ``state_dir`` is the attempt's already.)"""
+    return state_dir / "attempts" / f"a{attempt}"
+
+
 def _next_attempt(agent: Agent, handover: Handover, launch: NodeLaunch) -> Agent:
     """The agent of the attempt ``handover`` gives this node, on the same address as
     ``agent``'s (its endpoint stays the one the controller knows), once ``agent`` is closed."""
@@ -521,7 +539,15 @@ def _next_attempt(agent: Agent, handover: Handover, launch: NodeLaunch) -> Agent
     launch = replace(launch, gang=handover.gang, host=host, port=port, bell=rung)
     # (the ended attempt's token may still confirm this hand-over: a controller that lost
     # the answer asks again with it)
-    nxt = Agent(handover.plan, handover.token, launch=launch, handed_from=agent._token)
+    # the ended attempt's state_dir again (the launch's: ``--state-dir``): its records apart
+    same = Path(node_plan(handover.plan, launch).state_dir) == agent.state_dir
+    nxt = Agent(
+        handover.plan,
+        handover.token,
+        launch=launch,
+        handed_from=agent._token,
+        records=attempt_records(agent.state_dir, handover.plan.attempt) if same else None,
+    )
     url = nxt.start()
     print(
         f"corral agent: attempt {handover.plan.attempt} handed over: serving on {url}",

@@ -93,6 +93,7 @@ class Runner:
         sleep: Callable[[float], None] = time.sleep,
         hooks: list[NodeHook] | None = None,
         state_dir: str | None = None,
+        logs_dir: str | None = None,
         checkpoint_dir: str | None = None,
         code: CodeStage | None = None,
         gang: GangRole | None = None,
@@ -108,7 +109,9 @@ class Runner:
         # node's launch said otherwise (``corral agent --state-dir/--checkpoint-dir``)
         self.state_dir = Path(state_dir or plan.state_dir)
         self.checkpoint_dir = checkpoint_dir or plan.checkpoint_dir
-        self.logs_dir = self.state_dir / "logs"
+        #: the attempt's stage logs (``state_dir/logs`` unless the agent says otherwise: an
+        #: attempt handed to a kept node has folders of its own, ``main.attempt_records``)
+        self.logs_dir = Path(logs_dir) if logs_dir else self.state_dir / "logs"
         self._events = events
         self._tailer = tailer
         self._pool = GpuPool(devices)

@@ -2,7 +2,10 @@
 
     python benchmarks/checkpoint_sharded.py [--json] [--shard-mib 256] [--rounds 3] [--dir PATH]
 
-Each rank is a process of a gloo group on loopback (as torchrun starts them) holding
+Each rank is a process of a gloo group on loopback (as torchrun starts them: the group's
+address and the rank's in the environment), forked from a server process that imported torch
+once, so the run does not pay torch's import in every rank it starts (the figures are barrier
+to barrier and never counted it), holding
 ``--shard-mib`` MiB of float32 DTensor shards (``Shard(0)`` over a 1-D mesh: FSDP's layout).
 Measured in the same run, medians over ``--rounds``, every file fsynced (the durable save):
 
@@ -26,11 +29,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import os
 import shutil
 import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -45,12 +48,17 @@ def _tensors(shard_mib: int) -> int:
     return max(1, shard_mib // TENSOR_MIB)
 
 
-# --- a rank (run as: checkpoint_sharded.py --worker MODE DIR ROUNDS SHARD_MIB SAVED_WORLD) ------
+# --- a rank ---------------------------------------------------------------------------------
+
+#: what the ranks' server imports once, before it forks each rank
+RANK_IMPORTS = ["torch", "torch.distributed", "torch.distributed.device_mesh",
+                "torch.distributed.tensor", "corral.sdk"]  # fmt: skip
 
 
-def worker(mode: str, directory: str, rounds: int, shard_mib: int, saved_world: int) -> None:
+def worker(mode: str, directory: str, rounds: int, shard_mib: int, saved_world: int) -> float:
     """``shard_mib``: the MiB per rank of the save (of the ``saved_world``-rank job); a restore
-    into another world size uses the same global shapes, sharded over this world."""
+    into another world size uses the same global shapes, sharded over this world. Returns the
+    median seconds of this rank."""
     import torch
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
@@ -98,9 +106,20 @@ def worker(mode: str, directory: str, rounds: int, shard_mib: int, saved_world: 
                 restored["model"]["layer0.weight"].shape == template["model"]["layer0.weight"].shape
             )
             del restored
-    if rank == 0:
-        print(json.dumps({"seconds": statistics.median(timings)}), flush=True)
     dist.destroy_process_group()
+    return statistics.median(timings)
+
+
+def _rank(env: dict[str, str], results: Any, *args: Any) -> None:
+    """One rank in a process forked from the ranks' server: its part of the group's address
+    in the environment, as torchrun gives it; rank 0 puts its median seconds in ``results``."""
+    import torch
+
+    os.environ.update(env)
+    torch.set_num_threads(1)  # OMP_NUM_THREADS=1: torch is loaded before this rank's env
+    seconds = worker(*args)
+    if env["RANK"] == "0":
+        results.put(seconds)
 
 
 def _free_port() -> int:
@@ -113,19 +132,23 @@ def ranks(
     world: int, mode: str, directory: Path, rounds: int, shard_mib: int, saved_world: int
 ) -> float:
     """Run ``world`` ranks of ``worker``; rank 0's median seconds."""
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(RANK_IMPORTS)
     port = _free_port()
+    results = context.SimpleQueue()
     procs = []
     for rank in range(world):
-        env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
-               "RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(world),
-               "GLOO_SOCKET_IFNAME": "lo", "OMP_NUM_THREADS": "1"}  # fmt: skip
-        argv = [sys.executable, __file__, "--worker", mode, str(directory), str(rounds),
-                str(shard_mib), str(saved_world)]  # fmt: skip
-        procs.append(subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, text=True))
-    outs = [p.communicate(timeout=1800)[0] for p in procs]
-    if any(p.returncode for p in procs):
-        raise SystemExit(f"a {mode} rank failed: exit codes {[p.returncode for p in procs]}")
-    return float(json.loads(outs[0].strip().splitlines()[-1])["seconds"])
+        env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "RANK": str(rank),
+               "LOCAL_RANK": str(rank), "WORLD_SIZE": str(world), "GLOO_SOCKET_IFNAME": "lo",
+               "OMP_NUM_THREADS": "1"}  # fmt: skip
+        args = (mode, str(directory), rounds, shard_mib, saved_world)
+        procs.append(context.Process(target=_rank, args=(env, results, *args)))
+        procs[-1].start()
+    for proc in procs:
+        proc.join(1800)
+    if any(p.exitcode for p in procs):
+        raise SystemExit(f"a {mode} rank failed: exit codes {[p.exitcode for p in procs]}")
+    return float(results.get())
 
 
 def single(total_mib: int, directory: Path, rounds: int) -> tuple[float, float]:
@@ -198,10 +221,6 @@ def print_table(r: dict[str, Any]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["--worker"]:
-        mode, directory, rounds, shard_mib = argv[1], argv[2], int(argv[3]), int(argv[4])
-        worker(mode, directory, rounds, shard_mib, int(argv[5]))
-        return 0
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     parser.add_argument("--shard-mib", type=int, default=256, help="MiB per rank (>= 64)")

@@ -7,9 +7,14 @@ Used by the fake cloud's, the AWS stand-in's and the RunPod fake's end-to-end te
 
 from __future__ import annotations
 
+import fcntl
+import os
 import shutil
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
+
+import pytest
 
 from corral.service.actions import wait_for_end
 from corral.service.submit import submit_run
@@ -33,16 +38,26 @@ def copy_quickstart(dest: Path) -> Path:
     return work
 
 
-def reference_weights(tmp: Path) -> dict:
-    """The final weights of the same training, uninterrupted, run directly with python."""
+def reference_weights(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """The final weights of the same training, uninterrupted, run directly with python: trained
+    once per test session and shared by the tests here (the training is deterministic), under
+    xdist too (a folder of the run's own beside the workers', a lock around the training)."""
     from safetensors.torch import load_file
 
-    ref = tmp / "reference"
-    ref.mkdir()
-    env = script_env(**SETTINGS, CORRAL_CHECKPOINT_DIR=str(ref / "ckpt"))
-    done = run_script(QUICKSTART / "train.py", cwd=ref, env=env, timeout=300)
-    assert done.returncode == 0, done.stderr
-    return load_file(str(ref / "out" / "model" / "model.safetensors"))
+    base = tmp_path_factory.getbasetemp()
+    run_uid = os.environ.get("PYTEST_XDIST_TESTRUNUID")
+    shared = base.parent / f"shipped-reference-{run_uid}" if run_uid else base / "shipped-reference"
+    shared.mkdir(exist_ok=True)
+    model = shared / "model.safetensors"
+    with (shared / "lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not model.exists():
+            ref = Path(tempfile.mkdtemp(dir=shared))
+            env = script_env(**SETTINGS, CORRAL_CHECKPOINT_DIR=str(ref / "ckpt"))
+            done = run_script(QUICKSTART / "train.py", cwd=ref, env=env, timeout=300)
+            assert done.returncode == 0, done.stderr
+            (ref / "out" / "model" / "model.safetensors").rename(model)
+    return load_file(str(model))
 
 
 def overrides(storage: str, extra: dict[str, str] | None = None) -> list[str]:

@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 
 from corral.cli.app import app
 from corral.store import Store
+from examples.helpers import TINY
 
 pytestmark = [pytest.mark.slow]
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -31,11 +32,15 @@ def _copy(name: str, tmp_path: Path) -> Path:
 def test_quickstart_trains_evaluates_and_keeps_checkpoints(tmp_path: Path) -> None:
     pytest.importorskip("torch")
     example = _copy("quickstart", tmp_path)
+    # the shipped spec and scripts as they are, with the tests' tiny model (a few CPU seconds
+    # instead of ~40 for the default size: what is checked here is the path through corral)
+    tiny = [f"env.{key}={value}" for key, value in TINY.items()]
     result = runner.invoke(
         app,
         [
             "launch",
             str(example / "corral.yaml"),
+            *[arg for kv in tiny for arg in ("--set", kv)],
             "--set",
             "env.QUICKSTART_STEPS=30",
             "--wait",

@@ -26,7 +26,10 @@ pytestmark = [pytest.mark.slow, pytest.mark.torch]
 
 
 def test_the_quickstart_ships_to_ec2_is_preempted_and_resumes_without_resending_its_code(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, corral_home: Path
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path_factory: pytest.TempPathFactory,
+    corral_home: Path,
 ) -> None:
     pytest.importorskip("torch")
     pytest.importorskip("safetensors")
@@ -47,7 +50,7 @@ def test_the_quickstart_ships_to_ec2_is_preempted_and_resumes_without_resending_
         s3 = aws.client("s3")
         bucket = "quickstart-" + owner.lower()
         s3.create_bucket(Bucket=bucket)
-        expected = reference_weights(tmp_path)
+        expected = reference_weights(tmp_path_factory)
 
         def preempt(run_id: str) -> None:
             first = Store.open().attempts(run_id)[0]

@@ -22,7 +22,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.torch]
 
 
 def test_the_quickstart_ships_is_preempted_and_resumes_without_resending_its_code(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
     pytest.importorskip("torch")
     pytest.importorskip("safetensors")
@@ -48,7 +48,7 @@ def test_the_quickstart_ships_is_preempted_and_resumes_without_resending_its_cod
     )
     monkeypatch.setenv(ENV_FAKE_CLOUD, str(cloud))
     monkeypatch.setenv("CORRAL_PROVIDERS", "fake")
-    expected = reference_weights(tmp_path)
+    expected = reference_weights(tmp_path_factory)
     bucket = tmp_path / "bucket"
     run = run_preempted(
         copy_quickstart(tmp_path),

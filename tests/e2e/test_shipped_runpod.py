@@ -23,7 +23,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.torch]
 
 
 def test_the_quickstart_ships_to_a_pod_is_interrupted_and_resumes_without_resending_its_code(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
     pytest.importorskip("torch")
     pytest.importorskip("safetensors")
@@ -37,7 +37,7 @@ def test_the_quickstart_ships_to_a_pod_is_interrupted_and_resumes_without_resend
         }
         for name, value in env.items():
             monkeypatch.setenv(name, value)
-        expected = reference_weights(tmp_path)
+        expected = reference_weights(tmp_path_factory)
 
         def interrupt(run_id: str) -> None:
             pod_id = Store.open().attempts(run_id)[0].instance_id

@@ -189,3 +189,30 @@ def test_a_nudged_run_is_looked_at_briskly_for_a_moment_then_at_its_own_pace() -
     s.sync([Head("r", "RUNNING"), Head("w", "RECOVERING")])
     s.hurry(["w"])
     assert _look(s, clock, "w", Result("RECOVERING")) >= 0.5
+
+
+def test_looks_past_the_poll_workers_room_wait_in_order_and_a_rung_run_goes_before_them() -> None:
+    """A controller behind on its routine looks (ten thousand quiet runs on a loaded machine)
+    hands its poll workers only what they have room for; the rest wait in the schedule, in
+    order, and a run whose agent rang meanwhile is handed out before every one of them."""
+    s, clock = _schedule()
+    s.sync([Head(f"r{i}", "RUNNING") for i in range(6)])
+    clock.now += 5.0  # all overdue
+    first = [slot.run_id for slot in s.take_due(polled_room=2)]
+    assert first == ["r0", "r1"] and s.deferred
+    s.ring(["r5"])  # r5's agent rang: it goes before r2, r3 and r4, due for longer
+    assert [slot.run_id for slot in s.take_due(polled_room=2)] == ["r5", "r2"]
+    assert s.deferred
+    assert [slot.run_id for slot in s.take_due(polled_room=0)] == []
+    assert [slot.run_id for slot in s.take_due(polled_room=5)] == ["r3", "r4"]
+    assert not s.deferred
+
+
+def test_a_run_that_rang_during_its_look_goes_before_the_looks_merely_due() -> None:
+    s, clock = _schedule()
+    s.sync([Head(f"r{i}", "RUNNING") for i in range(3)])
+    [busy] = s.take_due(polled_room=1)
+    clock.now += 5.0
+    s.ring([busy.run_id])  # rang while its look was in flight
+    assert s.done(busy.run_id, Result("RUNNING")) == clock.now
+    assert [slot.run_id for slot in s.take_due(polled_room=1)] == [busy.run_id]

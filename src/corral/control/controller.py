@@ -148,6 +148,8 @@ class Controller:
         self._poked = False
         self._lock = threading.Lock()
         self._in_flight = 0
+        #: looks of the poll workers handed out and not ended
+        self._polls = 0
         self._sweeping = False
         #: monotonic time the loop sleeps until (a worker wakes it for an earlier due look)
         self._sleep_until = 0.0
@@ -278,7 +280,9 @@ class Controller:
                 elif idle_exit_s is not None and now - idle_since >= idle_exit_s:
                     log.info("no active run for %.0fs: controller exits", idle_exit_s)
                     return
-                due = self.schedule.next_due()
+                # (looks left due for want of room: a look's end wakes the loop, not a due
+                # time already past)
+                due = None if self.schedule.deferred else self.schedule.next_due()
                 until = next_read if due is None else min(next_read, due)
                 self._sleep_until = until
                 self.wake.wait(max(0.0, until - time.monotonic()))
@@ -364,10 +368,16 @@ class Controller:
             self.leases.refresh()
 
     def _dispatch(self, polls: Executor, ops: Executor) -> None:
-        """Hand every due run to its workers."""
-        for slot in self.schedule.take_due():
+        """Hand the due runs to their workers: every operation, and as many looks as the poll
+        workers have room for (:data:`POLLS_PER_WORKER` each); the others wait in the
+        schedule, in order, where a run that rings overtakes them (queued in the workers'
+        queue, it would wait behind every look handed out before it)."""
+        with self._lock:
+            room = max(1, self.ctx.settings.poll_workers) * POLLS_PER_WORKER - self._polls
+        for slot in self.schedule.take_due(polled_room=room):
             with self._lock:
                 self._in_flight += 1
+                self._polls += slot.polled
             pool = polls if slot.polled else ops
             pool.submit(self._look, slot.run_id, slot.state, slot.polled, slot.line_turn)
 
@@ -381,6 +391,7 @@ class Controller:
         finally:
             with self._lock:
                 self._in_flight -= 1
+                self._polls -= polled
                 if self._metrics is not None:
                     self._metrics.observe(time.monotonic() - began, len(self.schedule))
             due = self.schedule.done(run_id, result)
@@ -391,7 +402,8 @@ class Controller:
             )
             if freed:  # a machine may have been freed: the runs waiting for one try now
                 self.schedule.wake_waiting()
-            if freed or queued or due is None or due < self._sleep_until:
+            deferred = self.schedule.deferred  # looks wait for room: this one made some
+            if freed or queued or deferred or due is None or due < self._sleep_until:
                 self.wake.set()
 
     def _look_at(self, run_id: str, polled: bool) -> Result:
@@ -416,6 +428,11 @@ class Controller:
     def stop(self) -> None:
         self.stopping.set()
         self.wake.set()
+
+
+#: looks handed to each poll worker at most (one running, one queued behind it): the rest wait
+#: in the schedule, where a run whose agent rang goes before them
+POLLS_PER_WORKER = 2
 
 
 #: states whose end may free a machine (a teardown was under way)

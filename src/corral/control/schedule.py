@@ -23,8 +23,9 @@ How soon a run is looked at again (:meth:`Schedule.done`):
   run costs little however much it prints); every ``Settings.quiet_poll_s`` from the first
   look that finds its agent ringing the controller's bell (``control.bell``: ``belled``;
   no fast pace, no ramp: a change rings) while nobody follows it (:meth:`Schedule.watch`);
-* a run whose agent rang (something happened) or whose bell fell silent: at once
-  (:meth:`Schedule.ring`);
+* a run whose agent rang (something happened) or whose bell fell silent: at once, before
+  every look merely due (:meth:`Schedule.ring`: a controller behind on its routine looks, ten
+  thousand quiet runs on a loaded machine, still acts on a change within moments);
 * a run a CLI nudged (``control.nudges``: ``corral debug preempt``, say): at once, then,
   while RUNNING (a look at the agent, not at a cloud's API), every :data:`NUDGED_EVERY_S`
   for :data:`NUDGED_FOR_S` (what the CLI did to its machine
@@ -34,7 +35,9 @@ How soon a run is looked at again (:meth:`Schedule.done`):
   or an idle limit coming, the provider's next check of the machine, more to copy).
 
 A slot is ``busy`` while a look at it is in flight, so one run is never looked at twice at
-once, and a slow look delays only its own run. The slots can be filtered by a predicate on
+once, and a slow look delays only its own run. The loop hands out at most as many looks of
+the poll workers as they have room for (:meth:`Schedule.take_due`'s ``polled_room``): the
+rest stay here, in order, so a run that rings later still goes first. The slots can be filtered by a predicate on
 the run id (``Schedule(holds=...)``): a controller that shares a store with others looks only
 at the runs it holds.
 """
@@ -54,6 +57,9 @@ from corral.store.states import RunState
 #: states a poll worker looks at (the agent and the provider's status); the rest (launches,
 #: teardowns, waiting for capacity) go to the operations workers
 POLLED = frozenset({RunState.PROVISIONING.value, RunState.RUNNING.value})
+#: how far ahead of the looks merely due a rung run is placed (its agent said something
+#: happened): before any of them, however far behind the controller is
+RUNG_AHEAD_S = 3600.0
 #: states that wait for capacity
 WAITING = frozenset({RunState.PENDING.value, RunState.RECOVERING.value})
 
@@ -170,6 +176,9 @@ class Schedule:
         #: thousands on a provider with room is not launched one run at a time)
         self._line_busy = 0
         self._line_width = 1
+        #: the last :meth:`take_due` left due looks for want of room (the loop waits for a
+        #: look to end, not for a due time already past)
+        self.deferred = False
 
     def __len__(self) -> int:
         return len(self.slots)
@@ -212,17 +221,24 @@ class Schedule:
                 self._wake_queued(now)
         return dropped
 
-    def take_due(self) -> list[Slot]:
-        """The slots due now, marked busy, soonest due first. The line for capacity
-        (:attr:`Slot.queued`) goes one run at a time, oldest first (several while its turns
-        launch: ``_line_width``): its other due runs wait
+    def take_due(self, polled_room: int | None = None) -> list[Slot]:
+        """The slots due now, marked busy, soonest due first (rung ones first of all). The
+        line for capacity (:attr:`Slot.queued`) goes one run at a time, oldest first (several
+        while its turns launch: ``_line_width``): its other due runs wait
         for their turn (the next one is due as soon as the one out is back), so the oldest
-        gets a freed machine first."""
+        gets a freed machine first.
+
+        ``polled_room``: at most this many looks of the poll workers (:attr:`Slot.polled`);
+        the others due stay in the heap, in their order (:attr:`deferred` says some did), so
+        a run that rings meanwhile is handed out before them rather than queued behind them
+        in the workers' queue."""
         now = self.clock()
         out: list[Slot] = []
+        kept: list[tuple[float, int, str]] = []
         with self._lock:
             while self._heap and self._heap[0][0] <= now:
-                _, ticket, rid = heapq.heappop(self._heap)
+                entry = heapq.heappop(self._heap)
+                _, ticket, rid = entry
                 slot = self.slots.get(rid)
                 if slot is None or slot.ticket != ticket or slot.busy:
                     continue
@@ -231,8 +247,16 @@ class Schedule:
                     heapq.heappush(self._line_heap, (slot.order, rid))
                     slot.ticket = 0  # its place is the line now, not the heap
                     continue
+                if slot.polled and polled_room is not None:
+                    if polled_room <= 0:
+                        kept.append(entry)  # no room: it waits here, in its place
+                        continue
+                    polled_room -= 1
                 self._start(slot, now)
                 out.append(slot)
+            for entry in kept:
+                heapq.heappush(self._heap, entry)
+            self.deferred = bool(kept)
             while self._line_busy < self._line_width and self._line:
                 turn = self._next_in_line()
                 if turn is None:
@@ -306,7 +330,7 @@ class Schedule:
                 if slot.busy:
                     slot.rung = True
                 else:
-                    self._push(slot, now)
+                    self._push(slot, now - RUNG_AHEAD_S)  # before every look merely due
 
     def watch(self, run_ids: list[str], until: float) -> None:
         """Someone follows ``run_ids`` until ``until`` (monotonic): they are looked at at
@@ -367,9 +391,10 @@ class Schedule:
                 delay = self._delay(slot, result, now)
                 if moved and not slot.polled:
                     delay = 0.0  # a stop or a recovery the look decided: carried on at once
-            if slot.rung:  # the agent rang while the look was in flight: look again
+            if slot.rung:  # the agent rang while the look was in flight: look again, first
                 slot.rung = False
-                delay = 0.0
+                self._push(slot, now - RUNG_AHEAD_S)
+                return now
             due = now + max(0.0, delay)
             self._push(slot, due)
             return due

@@ -261,7 +261,11 @@ def measure_multi(
             killed_at = 0.0
             if victim is not None:
                 owner = fleet.owners[victim]
-                theirs = {rid for rid, o in _holders(store).items() if o == owner}
+                # (a run a change just ended may still be held while it is torn down)
+                changed = {r.run_id for r in reacts}
+                theirs = {
+                    rid for rid, o in _holders(store).items() if o == owner and rid not in changed
+                }
                 keys = {r.run_id: r.key for r in store.resources(open_only=True)}
                 fleet.procs[victim].send_signal(signal.SIGUSR2)  # its looks so far
                 time.sleep(1.0)
@@ -287,6 +291,8 @@ def measure_multi(
         if taken:  # the first look at each taken run by its new holder
             looks = []
             for run_id in taken:
+                if run_id not in keys:  # its machine ended meanwhile (nothing to look at)
+                    continue
                 ep = f"{standin.url}/a/{keys[run_id]}"
                 firsts = [
                     t
@@ -308,6 +314,9 @@ def measure_multi(
                 r.by_holder(polls, standin.url) for r in reacts
             )
             out[f"{pre}react_count_{tag}"] = len(reacts)
+            for r in reacts:
+                if r.seconds > 2.0:  # over the target: what each controller did around it
+                    print(r.describe(polls, standin.url), file=sys.stderr)
         out |= _duplicates(store, standin, ids, ended, pre, tag)
         out[f"{pre}live_{tag}"] = live
         store.close()
@@ -315,8 +324,10 @@ def measure_multi(
 
 
 class Reaction:
-    def __init__(self, run_id: str, key: str, holder: int | None, changed: float, seconds: float):
-        self.run_id, self.key, self.holder = run_id, key, holder
+    def __init__(
+        self, run_id: str, key: str, holder: int | None, changed: float, seconds: float, what: str
+    ):
+        self.run_id, self.key, self.holder, self.what = run_id, key, holder, what
         self.changed, self.seconds = changed, seconds
 
     def by_holder(self, polls: list[dict[str, list[float]]], url: str) -> bool:
@@ -328,6 +339,29 @@ class Reaction:
             i for i, p in enumerate(polls) if any(self.changed <= t <= acted for t in p.get(ep, []))
         }
         return lookers == {self.holder}
+
+    def describe(self, polls: list[dict[str, list[float]]], url: str) -> str:
+        """One line: the reaction and each controller's looks at the run's agent from 35 s
+        before the change to 1 s after the action, in seconds from the change."""
+        ep = f"{url}/a/{self.key}"
+        acted = self.changed + self.seconds
+        looks = {
+            i: [
+                round(t - self.changed, 2)
+                for t in p.get(ep, [])
+                if self.changed - 35 <= t <= acted + 1
+            ]
+            for i, p in enumerate(polls)
+        }
+        busy = {  # each controller's looks at any agent meanwhile: a stalled loop looks at none
+            i: sum(self.changed <= t <= acted for ts in p.values() for t in ts)
+            for i, p in enumerate(polls)
+        }
+        return (
+            f"slow reaction ({self.what}): run {self.run_id} held by controller {self.holder}, "
+            f"acted on {self.seconds:.2f} s after the change; its looks (s from the change) {looks}; all "
+            f"looks meanwhile {busy}"
+        )
 
 
 def _reactions(
@@ -352,7 +386,8 @@ def _reactions(
             deadline = changed + 30
             while store.get_run(run_id).state == "RUNNING" and time.monotonic() < deadline:
                 time.sleep(0.02)
-            out.append(Reaction(run_id, keys[run_id], holder, changed, time.monotonic() - changed))
+            seconds = time.monotonic() - changed
+            out.append(Reaction(run_id, keys[run_id], holder, changed, seconds, what))
     return out
 
 

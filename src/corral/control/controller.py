@@ -150,6 +150,9 @@ class Controller:
         self._in_flight = 0
         #: looks of the poll workers handed out and not ended
         self._polls = 0
+        #: the poll and operations workers while :meth:`serve` runs (a look that ends hands
+        #: out the looks left waiting for room itself, without waiting for the loop)
+        self._pools: tuple[Executor, Executor] | None = None
         self._sweeping = False
         #: monotonic time the loop sleeps until (a worker wakes it for an earlier due look)
         self._sleep_until = 0.0
@@ -257,6 +260,7 @@ class Controller:
         polls = ThreadPoolExecutor(max(1, settings.poll_workers), "corral-poll")
         ops = ThreadPoolExecutor(max(1, settings.ops_workers), "corral-op")
         self._serving = True
+        self._pools = (polls, ops)
         idle_since: float | None = None
         next_read = 0.0
         #: how long each look at a run takes, for `corral server`'s /metrics
@@ -289,6 +293,7 @@ class Controller:
                 self.wake.clear()
         finally:
             self.stopping.set()
+            self._pools = None
             polls.shutdown(wait=True, cancel_futures=True)
             ops.shutdown(wait=True, cancel_futures=True)
             self._serving = False
@@ -402,9 +407,22 @@ class Controller:
             )
             if freed:  # a machine may have been freed: the runs waiting for one try now
                 self.schedule.wake_waiting()
-            deferred = self.schedule.deferred  # looks wait for room: this one made some
-            if freed or queued or deferred or due is None or due < self._sleep_until:
+            if self.schedule.deferred:  # looks wait for room, and this one made some
+                self._refill()
+            if freed or queued or due is None or due < self._sleep_until:
                 self.wake.set()
+
+    def _refill(self) -> None:
+        """From a worker whose look ended: hand out what waits for room (the loop may be busy
+        reading ten thousand runs; the workers would idle until it is back)."""
+        pools = self._pools
+        if pools is None or self.stopping.is_set():
+            self.wake.set()
+            return
+        try:
+            self._dispatch(*pools)
+        except RuntimeError:  # the workers are shutting down: the loop is over
+            pass
 
     def _look_at(self, run_id: str, polled: bool) -> Result:
         try:
@@ -430,9 +448,9 @@ class Controller:
         self.wake.set()
 
 
-#: looks handed to each poll worker at most (one running, one queued behind it): the rest wait
-#: in the schedule, where a run whose agent rang goes before them
-POLLS_PER_WORKER = 2
+#: looks handed to each poll worker at most (one running, three queued behind it): the rest
+#: wait in the schedule, where a run whose agent rang goes before them
+POLLS_PER_WORKER = 4
 
 
 #: states whose end may free a machine (a teardown was under way)

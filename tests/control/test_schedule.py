@@ -216,3 +216,16 @@ def test_a_run_that_rang_during_its_look_goes_before_the_looks_merely_due() -> N
     s.ring([busy.run_id])  # rang while its look was in flight
     assert s.done(busy.run_id, Result("RUNNING")) == clock.now
     assert [slot.run_id for slot in s.take_due(polled_room=1)] == [busy.run_id]
+
+
+def test_an_operation_due_behind_looks_waiting_for_room_is_handed_out_at_once() -> None:
+    """A stop or a launch goes to the operations workers whatever the poll workers' backlog
+    (a controller that just took over thousands of runs still stops one at once)."""
+    s, clock = _schedule()
+    s.sync([*(Head(f"r{i}", "RUNNING") for i in range(5)), Head("x", "RUNNING")])
+    clock.now += 5.0
+    assert [slot.run_id for slot in s.take_due(polled_room=1)] == ["r0"] and s.deferred
+    clock.now += 1.0
+    s.sync([*(Head(f"r{i}", "RUNNING") for i in range(5)), Head("x", "RUNNING", "stop")])
+    assert [slot.run_id for slot in s.take_due(polled_room=0)] == ["x"]
+    assert s.deferred and s.next_due() is None  # the rest wait for a look's end, not a time

@@ -284,9 +284,7 @@ class Controller:
                 elif idle_exit_s is not None and now - idle_since >= idle_exit_s:
                     log.info("no active run for %.0fs: controller exits", idle_exit_s)
                     return
-                # (looks left due for want of room: a look's end wakes the loop, not a due
-                # time already past)
-                due = None if self.schedule.deferred else self.schedule.next_due()
+                due = self.schedule.next_due()
                 until = next_read if due is None else min(next_read, due)
                 self._sleep_until = until
                 self.wake.wait(max(0.0, until - time.monotonic()))

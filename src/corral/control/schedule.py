@@ -161,7 +161,11 @@ class Schedule:
         #: which runs this controller looks at (default: all)
         self.holds = holds or (lambda run_id: True)
         self.slots: dict[str, Slot] = {}
+        #: the due looks of the operations workers (and of the line), and those of the poll
+        #: workers (:attr:`Slot.polled`), apart: those left for want of room wait in theirs
+        #: without the others being walked past them
         self._heap: list[tuple[float, int, str]] = []
+        self._polls: list[tuple[float, int, str]] = []
         self._tickets = 0
         self._lock = threading.Lock()
         #: runs of the line for capacity that are due but wait for their turn
@@ -233,30 +237,35 @@ class Schedule:
         a run that rings meanwhile is handed out before them rather than queued behind them
         in the workers' queue."""
         now = self.clock()
-        out: list[Slot] = []
-        kept: list[tuple[float, int, str]] = []
+        taken: list[tuple[float, int, Slot]] = []
         with self._lock:
             while self._heap and self._heap[0][0] <= now:
-                entry = heapq.heappop(self._heap)
-                _, ticket, rid = entry
-                slot = self.slots.get(rid)
-                if slot is None or slot.ticket != ticket or slot.busy:
+                due, ticket, rid = heapq.heappop(self._heap)
+                slot = self._valid(ticket, rid)
+                if slot is None:
                     continue
                 if slot.queued:
                     self._line.add(rid)
                     heapq.heappush(self._line_heap, (slot.order, rid))
                     slot.ticket = 0  # its place is the line now, not the heap
                     continue
-                if slot.polled and polled_room is not None:
-                    if polled_room <= 0:
-                        kept.append(entry)  # no room: it waits here, in its place
-                        continue
+                taken.append((due, ticket, slot))
+            polls = self._polls
+            while polls and polls[0][0] <= now and (polled_room is None or polled_room > 0):
+                due, ticket, rid = heapq.heappop(polls)
+                slot = self._valid(ticket, rid)
+                if slot is None:
+                    continue
+                taken.append((due, ticket, slot))
+                if polled_room is not None:
                     polled_room -= 1
+            # the looks left for want of room wait in their heap, in their order
+            top = self._top(polls)
+            self.deferred = top is not None and top <= now
+            taken.sort(key=lambda t: (t[0], t[1]))
+            out = [slot for _, _, slot in taken]
+            for slot in out:
                 self._start(slot, now)
-                out.append(slot)
-            for entry in kept:
-                heapq.heappush(self._heap, entry)
-            self.deferred = bool(kept)
             while self._line_busy < self._line_width and self._line:
                 turn = self._next_in_line()
                 if turn is None:
@@ -291,16 +300,31 @@ class Schedule:
         slot.busy = True
 
     def next_due(self) -> float | None:
-        """Monotonic time of the soonest due slot (None: no slot)."""
+        """Monotonic time of the soonest due slot (None: no slot); the poll workers' looks
+        left for want of room (:attr:`deferred`) are not: a look's end hands them out."""
         with self._lock:
             if self._line and self._line_busy < self._line_width:
                 return self.clock()
-            while self._heap:
-                due, ticket, rid = self._heap[0]
-                slot = self.slots.get(rid)
-                if slot is not None and slot.ticket == ticket and not slot.busy:
-                    return due
-                heapq.heappop(self._heap)
+            dues = [self._top(self._heap)]
+            if not self.deferred:
+                dues.append(self._top(self._polls))
+            known = [d for d in dues if d is not None]
+        return min(known) if known else None
+
+    def _valid(self, ticket: int, rid: str) -> Slot | None:
+        """The slot of a heap entry, if the entry is still its place and it is not busy."""
+        slot = self.slots.get(rid)
+        if slot is None or slot.ticket != ticket or slot.busy:
+            return None
+        return slot
+
+    def _top(self, heap: list[tuple[float, int, str]]) -> float | None:
+        """The due time of ``heap``'s first valid entry (the stale ones before it dropped)."""
+        while heap:
+            due, ticket, rid = heap[0]
+            if self._valid(ticket, rid) is not None:
+                return due
+            heapq.heappop(heap)
         return None
 
     def hurry(self, run_ids: list[str]) -> None:
@@ -435,4 +459,6 @@ class Schedule:
         self._tickets += 1
         slot.ticket = self._tickets
         slot.due = due
-        heapq.heappush(self._heap, (due, self._tickets, slot.run_id))
+        # (a look's kind follows the slot's state, which changes only where it is pushed again)
+        heap = self._polls if slot.polled else self._heap
+        heapq.heappush(heap, (due, self._tickets, slot.run_id))

@@ -129,7 +129,10 @@ def test_a_node_preempted_is_replaced_the_survivor_kept_and_the_weights_are_unin
     deadline = time.monotonic() + 120
     while not [e for e in store.events(run_id, types=["checkpoint.saved"]) if e.attempt == 1]:
         assert time.monotonic() < deadline, "no checkpoint was saved"
-        assert wait_state(run_id, set(STATES), timeout=60)["state"] == "RUNNING"
+        now = wait_state(run_id, set(STATES), timeout=60)
+        # (a run that ended here says why: its reason and its last events)
+        said = [(e.attempt, e.type, e.reason) for e in store.events(run_id)][-12:]
+        assert now["state"] == "RUNNING", (now.get("reason"), said)
         time.sleep(0.2)
     # corral exec reaches each node (its own machine: its own workdir)
     for flag, said in (([], "0"), (["--node", "1"], "1")):

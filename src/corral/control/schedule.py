@@ -37,9 +37,9 @@ How soon a run is looked at again (:meth:`Schedule.done`):
 A slot is ``busy`` while a look at it is in flight, so one run is never looked at twice at
 once, and a slow look delays only its own run. The loop hands out at most as many looks of
 the poll workers as they have room for (:meth:`Schedule.take_due`'s ``polled_room``): the
-rest stay here, in order, so a run that rings later still goes first. The slots can be filtered by a predicate on
-the run id (``Schedule(holds=...)``): a controller that shares a store with others looks only
-at the runs it holds.
+rest stay here, in order, so a run that rings later still goes first. The slots can be
+filtered by a predicate on the run id (``Schedule(holds=...)``): a controller that shares a
+store with others looks only at the runs it holds.
 """
 
 from __future__ import annotations
@@ -233,7 +233,7 @@ class Schedule:
         gets a freed machine first.
 
         ``polled_room``: at most this many looks of the poll workers (:attr:`Slot.polled`);
-        the others due stay in the heap, in their order (:attr:`deferred` says some did), so
+        the others due stay in their own heap, in order (:attr:`deferred` says some did), so
         a run that rings meanwhile is handed out before them rather than queued behind them
         in the workers' queue."""
         now = self.clock()
